@@ -26,7 +26,10 @@ fn keeps_key_order_unknown_fields_and_null_content() {
     assert_eq!(m.content, Content::Null);
     assert_eq!(m.tool_calls()[0].name(), Some("bash"));
     assert_eq!(m.tool_calls()[0].id.as_deref(), Some("c1"));
-    assert!(m.function_call.is_none(), "null function_call is kept in extra");
+    assert!(
+        m.function_call.is_none(),
+        "null function_call is kept in extra"
+    );
     assert_eq!(m.extra.get("function_call"), Some(&Value::Null));
 }
 
@@ -39,7 +42,8 @@ fn absent_content_stays_absent() {
 
 #[test]
 fn unknown_role_is_kept() {
-    let m = round_trip(&json!({"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}));
+    let m =
+        round_trip(&json!({"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}));
     assert_eq!(m.role, Role::Other("exit".into()));
 }
 
@@ -57,10 +61,25 @@ fn parts_are_typed_and_kept() {
     assert_eq!(kinds[0], PartKind::Text("look"));
     assert_eq!(
         kinds[1],
-        PartKind::ImageUrl { url: "data:image/png;base64,AAAA", detail: Some("low") }
+        PartKind::ImageUrl {
+            url: "data:image/png;base64,AAAA",
+            detail: Some("low")
+        }
     );
-    assert_eq!(kinds[2], PartKind::InputAudio { data: "UklG", format: Some("wav") });
-    assert!(matches!(kinds[3], PartKind::File { file_id: Some("f1"), .. }));
+    assert_eq!(
+        kinds[2],
+        PartKind::InputAudio {
+            data: "UklG",
+            format: Some("wav")
+        }
+    );
+    assert!(matches!(
+        kinds[3],
+        PartKind::File {
+            file_id: Some("f1"),
+            ..
+        }
+    ));
     assert_eq!(kinds[4], PartKind::Unknown(Some("hologram")));
     assert_eq!(m.text(), "look");
 }
@@ -84,38 +103,61 @@ fn tool_call_with_object_arguments_keeps_function_in_extra() {
 
 #[test]
 fn fields_set_after_loading_are_written_once() {
-    let mut m = Message::from_value(json!({"role": "tool", "tool_call_id": null, "content": "x"})).unwrap();
+    let mut m =
+        Message::from_value(json!({"role": "tool", "tool_call_id": null, "content": "x"})).unwrap();
     m.tool_call_id = Some("c9".into());
     m.extra.insert("note".into(), json!(1));
     let out = serde_json::to_string(&m).unwrap();
-    assert_eq!(out, r#"{"role":"tool","tool_call_id":"c9","content":"x","note":1}"#);
+    assert_eq!(
+        out,
+        r#"{"role":"tool","tool_call_id":"c9","content":"x","note":1}"#
+    );
 }
 
 #[test]
 fn built_messages_serialize_canonically() {
-    let m = Message::assistant_tool_calls("", vec![ToolCall::function("c1", "bash", "{\"cmd\":\"ls\"}")]);
+    let m = Message::assistant_tool_calls(
+        "",
+        vec![ToolCall::function("c1", "bash", "{\"cmd\":\"ls\"}")],
+    );
     assert_eq!(
         serde_json::to_string(&m).unwrap(),
         r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{\"cmd\":\"ls\"}"}}]}"#
     );
     let r = Message::tool_result("c1", "ok");
-    assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"role":"tool","content":"ok","tool_call_id":"c1"}"#);
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"role":"tool","content":"ok","tool_call_id":"c1"}"#
+    );
 }
 
 #[test]
 fn shape_errors_name_the_field() {
-    assert_eq!(Message::from_value(json!([1])), Err(ShapeError::NotAnObject { found: "an array" }));
-    assert_eq!(Message::from_value(json!({"content": "x"})), Err(ShapeError::MissingRole));
+    assert_eq!(
+        Message::from_value(json!([1])),
+        Err(ShapeError::NotAnObject { found: "an array" })
+    );
+    assert_eq!(
+        Message::from_value(json!({"content": "x"})),
+        Err(ShapeError::MissingRole)
+    );
     let e = Message::from_value(json!({"role": 3})).unwrap_err();
     assert_eq!(e.field(), Some("role"));
-    assert_eq!(e.to_string(), "field `role` must be a string, found a number");
+    assert_eq!(
+        e.to_string(),
+        "field `role` must be a string, found a number"
+    );
 }
 
 #[test]
 fn text_joins_text_parts() {
     let m = Message::new(
         Role::User,
-        Content::Parts(vec![ContentPart::new_text("a"), ContentPart::new_image_url("http://x/i.png"), ContentPart::new_text("b")]),
+        Content::Parts(vec![
+            ContentPart::new_text("a"),
+            ContentPart::new_image_url("http://x/i.png"),
+            ContentPart::new_text("b"),
+        ]),
     );
     assert_eq!(m.text(), "a\nb");
     assert!(m.content.parts()[1].is_binary());
@@ -128,7 +170,9 @@ fn leaf() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
         ".{0,12}".prop_map(Value::String),
     ]
 }
@@ -145,14 +189,15 @@ fn json_value() -> impl Strategy<Value = Value> {
 
 /// An object whose keys come from `known` (with values from `typed`) and from
 /// random names, in random order.
-fn object_of(
-    known: Vec<(&'static str, BoxedStrategy<Value>)>,
-) -> impl Strategy<Value = Value> {
+fn object_of(known: Vec<(&'static str, BoxedStrategy<Value>)>) -> impl Strategy<Value = Value> {
     let picks: Vec<_> = known
         .into_iter()
         .map(|(k, s)| prop::option::of(s.prop_map(move |v| (k.to_string(), v))))
         .collect();
-    (picks, prop::collection::vec(("[a-z_]{1,8}", json_value()), 0..4))
+    (
+        picks,
+        prop::collection::vec(("[a-z_]{1,8}", json_value()), 0..4),
+    )
         .prop_flat_map(|(picked, extra)| {
             let mut entries: Vec<(String, Value)> = picked.into_iter().flatten().collect();
             entries.extend(extra);
@@ -163,7 +208,10 @@ fn object_of(
 
 fn function_value() -> BoxedStrategy<Value> {
     prop_oneof![
-        object_of(vec![("name", ".{0,8}".prop_map(Value::String).boxed()), ("arguments", ".{0,16}".prop_map(Value::String).boxed())]),
+        object_of(vec![
+            ("name", ".{0,8}".prop_map(Value::String).boxed()),
+            ("arguments", ".{0,16}".prop_map(Value::String).boxed())
+        ]),
         json_value(),
     ]
     .boxed()
@@ -171,21 +219,34 @@ fn function_value() -> BoxedStrategy<Value> {
 
 fn part_value() -> BoxedStrategy<Value> {
     let ty = prop_oneof![
-        Just("text"), Just("image_url"), Just("input_audio"), Just("file"), Just("refusal"), Just("other")
+        Just("text"),
+        Just("image_url"),
+        Just("input_audio"),
+        Just("file"),
+        Just("refusal"),
+        Just("other")
     ]
     .prop_map(Value::from)
     .boxed();
     object_of(vec![
         ("type", ty),
         ("text", ".{0,8}".prop_map(Value::String).boxed()),
-        ("image_url", object_of(vec![("url", ".{0,8}".prop_map(Value::String).boxed())]).boxed()),
+        (
+            "image_url",
+            object_of(vec![("url", ".{0,8}".prop_map(Value::String).boxed())]).boxed(),
+        ),
     ])
     .boxed()
 }
 
 fn message_value() -> impl Strategy<Value = Value> {
     let role = prop_oneof![
-        Just("system"), Just("developer"), Just("user"), Just("assistant"), Just("tool"), Just("exit")
+        Just("system"),
+        Just("developer"),
+        Just("user"),
+        Just("assistant"),
+        Just("tool"),
+        Just("exit")
     ]
     .prop_map(Value::from)
     .boxed();
@@ -219,7 +280,8 @@ fn message_value() -> impl Strategy<Value = Value> {
     .prop_map(|(v, role, at)| {
         // Insert `role` at a random position.
         let Value::Object(m) = v else { unreachable!() };
-        let mut entries: Vec<(String, Value)> = m.into_iter().filter(|(k, _)| k != "role").collect();
+        let mut entries: Vec<(String, Value)> =
+            m.into_iter().filter(|(k, _)| k != "role").collect();
         let at = at.min(entries.len());
         entries.insert(at, ("role".into(), role));
         Value::Object(entries.into_iter().collect())
