@@ -72,6 +72,7 @@ pub(crate) fn serialize<R: Record, S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     let mut map = serializer.serialize_map(None)?;
+    const { assert!(R::FIELDS.len() <= 16) };
     let mut written = [false; 16];
     // An `extra` key that shadows a set typed field is stale (the field was
     // set after loading): the typed value is written in its place.
@@ -100,8 +101,8 @@ pub(crate) fn serialize<R: Record, S: serde::Serializer>(
             written[known] = true;
         }
     }
-    for index in 0..R::FIELDS.len() {
-        if !written[index] {
+    for (index, done) in written.iter().enumerate().take(R::FIELDS.len()) {
+        if !done {
             record.emit(index, &mut map)?;
         }
     }
