@@ -1,1 +1,52 @@
-fn main() {}
+//! `ctx`: inspect, validate, compact and replay agent transcripts.
+//!
+//! A thin shell over the `context_engine` library: flags in, library calls,
+//! tables or JSON out. Exit codes: 0 success, 1 checked and found wanting,
+//! 2 error.
+
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ctx",
+    version,
+    about = "Manage the context window of LLM agents: inspect, validate and compact transcripts.",
+    after_help = "Exit codes: 0 success, 1 the input was checked and found wanting, 2 error.\n\n\
+                  Example:\n  ctx inspect examples/bugfix-session.json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Break a transcript down by tokens: roles, tool output, largest messages, pairing.
+    #[command(after_help = "Example:\n  ctx inspect examples/bugfix-session.json\n  \
+                            ctx inspect session.traj --encoding cl100k --json")]
+    Inspect(cmd::inspect::InspectArgs),
+    /// Check a transcript against a provider's rules; exit 1 on any violation.
+    #[command(after_help = "Example:\n  ctx validate examples/bugfix-session.json\n  \
+                            ctx validate session.jsonl --profile strict --json")]
+    Validate(cmd::validate::ValidateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Validate(args) => cmd::validate::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("ctx: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
