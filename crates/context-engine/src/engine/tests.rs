@@ -669,3 +669,19 @@ fn sanitize_counts_characters_not_bytes() {
     let wide = "🦀".repeat(3_000);
     assert_eq!(sanitize_memory_context(&wide), wide);
 }
+
+proptest::proptest! {
+    // Long inputs are slow in debug builds; 64 cases still cover the cut.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn sanitize_is_bounded_and_utf8_safe(text in "\\PC{0,7000}") {
+        let out = sanitize_memory_context(&text);
+        let max = MEMORY_CONTEXT_HEAD_CHARS
+            + MEMORY_CONTEXT_TRUNCATION_MARKER.chars().count()
+            + MEMORY_CONTEXT_TAIL_CHARS;
+        proptest::prop_assert!(out.chars().count() <= max.max(MEMORY_CONTEXT_MAX_CHARS));
+        if text.trim().chars().count() <= MEMORY_CONTEXT_MAX_CHARS {
+            proptest::prop_assert!(!out.contains(MEMORY_CONTEXT_TRUNCATION_MARKER));
+        }
+    }
+}
