@@ -1,0 +1,67 @@
+//! Errors an engine reports instead of a compacted transcript.
+
+use thiserror::Error;
+
+use super::types::BlockReason;
+
+/// A boxed underlying cause (HTTP client error, I/O error, ...).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why [`compress`](super::ContextEngine::compress) produced no transcript.
+///
+/// Each variant names the engine so a host running plugins can tell the
+/// user which one failed; the host keeps the uncompacted transcript.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The summary model call failed or returned nothing usable.
+    #[error("engine `{engine}`: summarizer failed: {reason}")]
+    Summarizer {
+        /// Name of the failing engine.
+        engine: String,
+        /// What went wrong, for the user.
+        reason: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The engine produced a transcript the provider would reject.
+    #[error("engine `{engine}` produced an invalid transcript at message {index}: {violation}")]
+    InvalidOutput {
+        /// Name of the failing engine.
+        engine: String,
+        /// Index of the first offending message in the output.
+        index: usize,
+        /// The rule it breaks (e.g. "tool result without a matching call").
+        violation: String,
+    },
+    /// A plugin engine failed internally (state load, index, ...).
+    #[error("context engine plugin `{engine}` failed during {operation}: {reason}")]
+    Plugin {
+        /// Name of the failing engine.
+        engine: String,
+        /// The hook or step that failed (e.g. "compress", "load state").
+        operation: String,
+        /// What went wrong.
+        reason: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// Everything is protected or already compact: nothing to do.
+    #[error("engine `{engine}`: nothing to compress ({reason})")]
+    NothingToCompress {
+        /// Name of the engine.
+        engine: String,
+        /// Why (e.g. "all 8 messages are protected").
+        reason: String,
+    },
+    /// The engine declined an unforced compaction.
+    #[error("engine `{engine}`: compression blocked: {reason}")]
+    Blocked {
+        /// Name of the engine.
+        engine: String,
+        /// Why it declined.
+        reason: BlockReason,
+    },
+}

@@ -1,0 +1,263 @@
+//! The [`ContextEngine`] trait: pluggable policy for when and how a
+//! conversation is compacted near the model's token limit.
+//!
+//! An engine tracks token usage, decides when compaction fires, performs it
+//! (summarize, drop, build an index — anything that returns a valid
+//! transcript), and may expose tools to the agent. One engine is active at a
+//! time. Lifecycle, as a host drives it:
+//!
+//! 1. [`on_session_start`](ContextEngine::on_session_start);
+//! 2. after every provider response, [`update_from_response`](ContextEngine::update_from_response);
+//! 3. every turn, [`should_compress`](ContextEngine::should_compress) and, if
+//!    so, [`compress`](ContextEngine::compress);
+//! 4. [`on_session_end`](ContextEngine::on_session_end) at real session
+//!    boundaries only (exit, reset, expiry), never per turn.
+//!
+//! Only identity, token tracking and compaction itself are required; every
+//! other hook has a default that keeps an engine written before the hook
+//! existed working unchanged.
+
+mod error;
+mod memory;
+mod state;
+mod threshold;
+mod types;
+mod usage;
+
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::message::Message;
+
+pub use error::{BoxError, EngineError};
+pub use memory::{
+    MEMORY_CONTEXT_HEAD_CHARS, MEMORY_CONTEXT_MAX_CHARS, MEMORY_CONTEXT_TAIL_CHARS,
+    MEMORY_CONTEXT_TRUNCATION_MARKER, sanitize_memory_context,
+};
+pub use state::{
+    DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineState,
+    EngineStatus, PromptTokens, threshold_tokens,
+};
+pub use threshold::resolve_model_threshold;
+pub use types::{
+    BlockReason, CompactionPhase, CompactionStatusContext, CompressDecision, CompressRequest,
+    ModelInfo, SessionInfo, ToolCallContext, TurnInfo,
+};
+pub use usage::{Usage, UsageError};
+
+/// A pluggable context engine (see the module docs for the lifecycle).
+///
+/// `Send` so a host can move its engine to a worker thread; the trait is
+/// object safe, so hosts hold `Box<dyn ContextEngine>`.
+pub trait ContextEngine: Send {
+    // -- Identity and state ---------------------------------------------
+
+    /// Short identifier (e.g. "compressor", "lcm"), used in errors and logs.
+    fn name(&self) -> &str;
+
+    /// The engine's token tracking and compaction parameters.
+    fn state(&self) -> &EngineState;
+
+    /// Mutable access to [`state`](Self::state), for the default hooks.
+    fn state_mut(&mut self) -> &mut EngineState;
+
+    // -- Core -------------------------------------------------------------
+
+    /// Records the usage of every LLM call; most engines call
+    /// [`EngineState::record_usage`] and maybe keep more.
+    fn update_from_response(&mut self, usage: &Usage);
+
+    /// Whether compaction should fire this turn, for `prompt_tokens` or, when
+    /// `None`, the engine's last known count.
+    fn should_compress(&self, prompt_tokens: Option<u64>) -> bool;
+
+    /// [`should_compress`](Self::should_compress) with the reason compaction
+    /// is held back, so hosts can warn instead of silently skipping.
+    /// Engines with a cooldown or anti-thrashing guard override it; the
+    /// default never reports a reason.
+    fn should_compress_info(&self, prompt_tokens: Option<u64>) -> CompressDecision {
+        CompressDecision::plain(self.should_compress(prompt_tokens))
+    }
+
+    /// Compacts `messages` into a valid transcript that fits the budget.
+    ///
+    /// The input is borrowed: on error the host keeps the original, so a
+    /// failing engine never loses history. Engines typically finish with
+    /// [`EngineState::record_compression`].
+    fn compress(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Result<Vec<Message>, EngineError>;
+
+    // -- Optional hooks -----------------------------------------------------
+
+    /// Deterministically trims old tool-result payloads without an LLM call.
+    ///
+    /// Runs on a cheap, cost-oriented trigger independent of
+    /// [`should_compress`](Self::should_compress), so large-window engines
+    /// reclaim re-sent tool output long before full compaction. Returns the
+    /// messages and how many results were pruned; the default borrows the
+    /// input unchanged and prunes nothing.
+    fn prune_tool_results_only<'a>(
+        &mut self,
+        messages: &'a [Message],
+        current_tokens: Option<u64>,
+    ) -> (Cow<'a, [Message]>, usize) {
+        let _ = current_tokens;
+        (Cow::Borrowed(messages), 0)
+    }
+
+    /// Optionally replaces the context of THIS request, before generation.
+    ///
+    /// Runs on every provider request (retries included), independent of
+    /// compaction: `compress` shrinks context that is too long, this swaps in
+    /// a different one (retrieval, topic routing, branch switching). The
+    /// result is request-only, never persisted; stored history cannot be
+    /// changed through the shared references. `None` (the default) leaves the
+    /// request byte-identical, keeping the provider's prompt cache warm.
+    ///
+    /// `request_messages` is the assembled request (system prompt, history,
+    /// prefill); `conversation_messages` the persisted history, for
+    /// reference; `budget_tokens` the context length, `None` when unknown.
+    fn select_context(
+        &mut self,
+        request_messages: &[Message],
+        conversation_messages: &[Message],
+        incoming_message: Option<&Message>,
+        budget_tokens: Option<u64>,
+    ) -> Option<Vec<Message>> {
+        let _ = (
+            request_messages,
+            conversation_messages,
+            incoming_message,
+            budget_tokens,
+        );
+        None
+    }
+
+    /// Observes a finished turn (the complement of
+    /// [`select_context`](Self::select_context)) to index or update routing
+    /// state. Best-effort: some abnormal exits skip it. `usage` is `None`
+    /// when the turn never reached a provider response. Default: nothing.
+    fn on_turn_complete(&mut self, messages: &[Message], usage: Option<&Usage>, turn: &TurnInfo) {
+        let _ = (messages, usage, turn);
+    }
+
+    /// Cheap check before the API call, without a real token count.
+    /// Default: never.
+    fn should_compress_preflight(&self, messages: &[Message]) -> bool {
+        let _ = messages;
+        false
+    }
+
+    /// Whether preflight should trust recent real usage over the noisy rough
+    /// estimate, so a compacted request that already fit is not compacted
+    /// again. Default: no.
+    fn should_defer_preflight_to_real_usage(&self, rough_tokens: u64) -> bool {
+        let _ = rough_tokens;
+        false
+    }
+
+    /// The user-visible status of an automatic compaction, or `None` to stay
+    /// silent. Default: `default_message`, unless the state's
+    /// `emit_automatic_compaction_status` is off. Warnings, errors and manual
+    /// compaction are not governed by this hook. Hosts call it through
+    /// [`automatic_compaction_status_message`].
+    fn automatic_compaction_status(
+        &self,
+        phase: CompactionPhase,
+        default_message: &str,
+        context: &CompactionStatusContext,
+    ) -> Option<String> {
+        let _ = (phase, context);
+        self.state()
+            .emit_automatic_compaction_status
+            .then(|| default_message.to_owned())
+    }
+
+    /// Guard for a manual compaction: `false` reports "nothing to compress
+    /// yet" without an LLM call (e.g. everything is protected). Default: yes.
+    fn has_content_to_compress(&self, messages: &[Message]) -> bool {
+        let _ = messages;
+        true
+    }
+
+    /// A session begins: load persisted state. Default: nothing.
+    fn on_session_start(&mut self, session_id: &str, info: &SessionInfo) {
+        let _ = (session_id, info);
+    }
+
+    /// A real session boundary (exit, reset, expiry), never per turn.
+    /// Default: nothing.
+    fn on_session_end(&mut self, session_id: &str, messages: &[Message]) {
+        let _ = (session_id, messages);
+    }
+
+    /// `/new` or `/reset`: per-session state starts over. Default: zero the
+    /// counters and token tracking ([`EngineState::reset_counters`]).
+    fn on_session_reset(&mut self) {
+        self.state_mut().reset_counters();
+    }
+
+    /// JSON schemas of the tools this engine offers the agent. Default: none.
+    fn tool_schemas(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Handles a call to one of [`tool_schemas`](Self::tool_schemas); returns
+    /// the tool result as a JSON string. Default: every tool is unknown, and
+    /// the result is `{"error": "Unknown context engine tool: NAME"}`.
+    fn handle_tool_call(&mut self, name: &str, args: &Value, ctx: &ToolCallContext<'_>) -> String {
+        let _ = (args, ctx);
+        unknown_tool(name)
+    }
+
+    /// The standard status report; engines may add fields to its `extra`.
+    fn status(&self) -> EngineStatus {
+        self.state().status()
+    }
+
+    /// Model switch or fallback: adopt the new context length and recompute
+    /// the threshold, honouring per-model overrides
+    /// ([`EngineState::apply_model`]).
+    fn update_model(&mut self, model: &ModelInfo) {
+        self.state_mut().apply_model(model);
+    }
+}
+
+/// The JSON error a tool call to an unknown tool returns.
+pub fn unknown_tool(name: &str) -> String {
+    serde_json::json!({ "error": format!("Unknown context engine tool: {name}") }).to_string()
+}
+
+/// The host-visible status of an automatic compaction, or `None` to emit
+/// nothing.
+///
+/// Engines suppress it through `emit_automatic_compaction_status` or
+/// customize it through
+/// [`automatic_compaction_status`](ContextEngine::automatic_compaction_status);
+/// whatever they return is trimmed, and a blank message is no message.
+pub fn automatic_compaction_status_message<E: ContextEngine + ?Sized>(
+    engine: &E,
+    phase: CompactionPhase,
+    default_message: &str,
+    context: &CompactionStatusContext,
+) -> Option<String> {
+    if !engine.state().emit_automatic_compaction_status {
+        return None;
+    }
+    let message = engine.automatic_compaction_status(phase, default_message, context)?;
+    let trimmed = message.trim();
+    if trimmed.is_empty() {
+        None
+    } else if trimmed.len() == message.len() {
+        Some(message)
+    } else {
+        Some(trimmed.to_owned())
+    }
+}
