@@ -183,23 +183,17 @@ fn tool_calls_need_an_id_and_a_name() {
     assert!(v[1].detail.contains("tool call 1"), "{}", v[1].detail);
     assert!(v[2].detail.contains("tool call 2"), "{}", v[2].detail);
 
-    let mut good = call("a");
     let answered = |c: ToolCall| {
-        vec![calls(&[]), Message::tool_result("a", "x")]
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut m)| {
-                if i == 0 {
-                    m.tool_calls = Some(vec![c.clone()]);
-                }
-                m
-            })
-            .collect::<Vec<_>>()
+        vec![
+            Message::assistant_tool_calls("", vec![c]),
+            Message::tool_result("a", "x"),
+        ]
     };
+    let mut good = call("a");
     assert_eq!(openai(&answered(good.clone())), vec![]);
     good.id = None;
     assert_eq!(
-        openai(&answered(good.clone())),
+        openai(&answered(good)),
         vec![(0, Rule::ToolCallWithoutId), (1, Rule::OrphanToolResult)]
     );
 }
