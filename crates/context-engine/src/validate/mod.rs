@@ -214,6 +214,7 @@ impl fmt::Display for Rule {
 pub struct Violation {
     /// Index of the offending message in the transcript.
     pub index: usize,
+    /// The rule broken.
     pub rule: Rule,
     /// What exactly is wrong, for a human.
     pub detail: String,

@@ -26,7 +26,8 @@ impl Property for ToolCallShape {
     }
 
     fn check(&self, messages: &[Message], out: &mut Vec<Violation>) {
-        let mut first_use: HashMap<&str, usize> = HashMap::new();
+        let count = messages.iter().map(|m| m.tool_calls().len()).sum();
+        let mut first_use: HashMap<&str, usize> = HashMap::with_capacity(count);
         for (i, message) in messages.iter().enumerate() {
             for (j, call) in message.tool_calls().iter().enumerate() {
                 match call_id(call.id.as_ref()) {
@@ -89,9 +90,8 @@ struct Tally {
 }
 
 /// The assistant turn whose results are being read.
-struct Turn<'a> {
+struct Turn {
     at: usize,
-    ids: HashMap<&'a str, Tally>,
     /// First non-tool message since the assistant message.
     interrupted_by: Option<usize>,
     /// Last message that answered one of this turn's calls.
@@ -105,8 +105,12 @@ fn walk<'a>(
     mut out: Option<&mut Vec<Violation>>,
     mut span: impl FnMut(usize, usize),
 ) {
-    let mut owner: HashMap<&'a str, usize> = HashMap::new();
-    let mut turn: Option<Turn<'a>> = None;
+    // The open turn's calls by id; one map reused for every turn.
+    let mut ids: HashMap<&'a str, Tally> = HashMap::new();
+    let mut turn: Option<Turn> = None;
+    // Orphan results (index, id), explained after the walk.
+    let mut orphans: Vec<(usize, &'a str)> = Vec::new();
+    let reporting = out.is_some();
     let mut report = |v: Violation| {
         if let Some(out) = out.as_deref_mut() {
             out.push(v);
@@ -116,19 +120,17 @@ fn walk<'a>(
         match message.role {
             Role::Assistant => {
                 if let Some(done) = turn.take() {
-                    close(messages, done, Some(i), &mut report, &mut span);
+                    close(messages, &done, &mut ids, Some(i), &mut report, &mut span);
                 }
                 if message.has_tool_calls() {
-                    let mut ids: HashMap<&str, Tally> = HashMap::new();
+                    ids.clear();
                     for call in message.tool_calls() {
                         if let Some(id) = call_id(call.id.as_ref()) {
                             ids.entry(id).or_default().calls += 1;
-                            owner.entry(id).or_insert(i);
                         }
                     }
                     turn = Some(Turn {
                         at: i,
-                        ids,
                         interrupted_by: None,
                         last_result: None,
                     });
@@ -143,12 +145,8 @@ fn walk<'a>(
                     ));
                     continue;
                 };
-                let Some(open) = turn.as_mut() else {
-                    report(orphan(i, id, owner.get(id).copied()));
-                    continue;
-                };
-                let Some(tally) = open.ids.get_mut(id) else {
-                    report(orphan(i, id, owner.get(id).copied()));
+                let (Some(open), Some(tally)) = (turn.as_mut(), ids.get_mut(id)) else {
+                    orphans.push((i, id));
                     continue;
                 };
                 open.last_result = Some(i);
@@ -181,25 +179,52 @@ fn walk<'a>(
         }
     }
     if let Some(done) = turn.take() {
-        close(messages, done, None, &mut report, &mut span);
+        close(messages, &done, &mut ids, None, &mut report, &mut span);
+    }
+    if reporting && !orphans.is_empty() {
+        explain_orphans(messages, &orphans, &mut report);
     }
 }
 
-fn orphan(i: usize, id: &str, owner: Option<usize>) -> Violation {
-    let detail = match owner {
-        Some(k) if k < i => {
-            format!("tool_call_id `{id}` answers a call of message {k}, an earlier assistant turn")
+/// Reports orphan results, naming the earlier turn that called the id when
+/// there is one. A second pass only when orphans exist, so the common case
+/// builds no transcript-wide map.
+fn explain_orphans(
+    messages: &[Message],
+    orphans: &[(usize, &str)],
+    report: &mut impl FnMut(Violation),
+) {
+    let wanted: HashMap<&str, ()> = orphans.iter().map(|&(_, id)| (id, ())).collect();
+    let mut owner: HashMap<&str, usize> = HashMap::new();
+    for (i, message) in messages.iter().enumerate() {
+        if message.role != Role::Assistant {
+            continue;
         }
-        _ => format!("tool_call_id `{id}` matches no earlier assistant tool call"),
-    };
-    Violation::new(i, Rule::OrphanToolResult, detail)
+        for call in message.tool_calls() {
+            if let Some(id) = call_id(call.id.as_ref())
+                && wanted.contains_key(id)
+            {
+                owner.entry(id).or_insert(i);
+            }
+        }
+    }
+    for &(i, id) in orphans {
+        let detail = match owner.get(id) {
+            Some(k) if *k < i => format!(
+                "tool_call_id `{id}` answers a call of message {k}, an earlier assistant turn"
+            ),
+            _ => format!("tool_call_id `{id}` matches no earlier assistant tool call"),
+        };
+        report(Violation::new(i, Rule::OrphanToolResult, detail));
+    }
 }
 
 /// Ends a turn at message `next` (or the end): reports its unanswered calls
 /// in call order.
 fn close(
     messages: &[Message],
-    mut turn: Turn<'_>,
+    turn: &Turn,
+    ids: &mut HashMap<&str, Tally>,
     next: Option<usize>,
     report: &mut impl FnMut(Violation),
     span: &mut impl FnMut(usize, usize),
@@ -214,7 +239,7 @@ fn close(
         let Some(id) = call_id(call.id.as_ref()) else {
             continue;
         };
-        let Some(tally) = turn.ids.get_mut(id) else {
+        let Some(tally) = ids.get_mut(id) else {
             continue;
         };
         if tally.results < tally.calls {
