@@ -109,7 +109,10 @@ fn conversions_keep_every_message() {
                 path.display()
             );
             // Detection finds the format again.
-            assert_eq!(Transcript::parse(&text, "converted").unwrap().format, format);
+            assert_eq!(
+                Transcript::parse(&text, "converted").unwrap().format,
+                format
+            );
         }
     }
 }

@@ -386,12 +386,12 @@ fn parse(
         Some(Format::JsonLines) => (p.json_lines(text)?, Format::JsonLines, Map::new(), 0),
         Some(f) => {
             let value = p.json(text)?;
-            p.from_value(value, Some(f))?
+            p.whole(value, Some(f))?
         }
         None if first == '{' => p.detect_object(text)?,
         None => {
             let value = p.json(text)?;
-            p.from_value(value, None)?
+            p.whole(value, None)?
         }
     };
     let mut transcript = Transcript {
@@ -477,11 +477,11 @@ impl Parser {
             let message = self.message(0, Some(1), first)?;
             return Ok((vec![message], Format::JsonLines, Map::new(), 0));
         }
-        self.from_value(first, None)
+        self.whole(first, None)
     }
 
     /// A whole-file JSON value, in `format` or detected.
-    fn from_value(&self, value: Value, format: Option<Format>) -> Result<Parsed, LoadError> {
+    fn whole(&self, value: Value, format: Option<Format>) -> Result<Parsed, LoadError> {
         let map = match value {
             Value::Array(items) if matches!(format, None | Some(Format::Array)) => {
                 return Ok((self.messages(items)?, Format::Array, Map::new(), 0));
