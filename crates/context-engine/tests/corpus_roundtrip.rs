@@ -97,13 +97,15 @@ fn conversions_keep_every_message() {
     let Some(files) = corpus() else { return };
     for path in &files {
         let t = Transcript::load(path).unwrap();
-        let standard = t.to_array_string();
+        // The normalised messages (`to_array_string` of an array transcript
+        // would undo the normalisation: it is that transcript's own format).
+        let standard = serde_json::to_string(&t.messages).unwrap();
         for format in Format::ALL {
             let text = t.render(format);
             let back = Transcript::parse_as(&text, "converted", format).unwrap();
             assert_eq!(back.format, format);
             assert_eq!(
-                back.to_array_string(),
+                serde_json::to_string(&back.messages).unwrap(),
                 standard,
                 "{} via {format}",
                 path.display()

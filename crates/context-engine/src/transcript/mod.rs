@@ -34,7 +34,9 @@
 //! [`Message::extra`]. With zero ids, more than one, or something else than a
 //! list of strings, there is no faithful single id (splitting the message
 //! would invent content), so `tool_call_id` stays unset, a [`Warning`] is
-//! recorded, and [`crate::validate`] will report the unanswered calls.
+//! recorded, and [`crate::validate`] will report the unanswered calls. The
+//! same holds when the id is already some tool message's `tool_call_id`:
+//! writing back could not tell which of the two was added.
 //!
 //! Writing in the transcript's own [`Transcript::format`] removes the ids that
 //! loading added, so the file round-trips; writing in another format is a
@@ -134,22 +136,22 @@ impl FromStr for Format {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Warning {
-    /// A tool message's `tool_call_ids` did not hold exactly one string, so
-    /// its `tool_call_id` was left unset.
+    /// A tool message's `tool_call_ids` did not hold exactly one usable
+    /// string id, so its `tool_call_id` was left unset.
     ToolCallIds {
         /// 0-based message index.
         index: usize,
-        /// What was found, e.g. `2 ids`.
-        found: String,
+        /// What is wrong, e.g. `holds 2 ids`.
+        problem: String,
     },
 }
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::ToolCallIds { index, found } => write!(
+            Warning::ToolCallIds { index, problem } => write!(
                 f,
-                "message {index}: `tool_call_ids` holds {found}, not exactly one id; `tool_call_id` left unset"
+                "message {index}: `tool_call_ids` {problem}; `tool_call_id` left unset"
             ),
         }
     }
@@ -259,12 +261,15 @@ impl Transcript {
         self.render_pretty(self.format)
     }
 
-    /// The messages as JSON Lines, each line ending in `\n`.
+    /// The messages as JSON Lines, each line ending in `\n` (ids added from
+    /// `tool_call_ids` are left out when the transcript was JSON Lines).
     pub fn to_jsonl_string(&self) -> String {
         self.render(Format::JsonLines)
     }
 
-    /// The messages as a compact JSON array.
+    /// The messages as a compact JSON array. For a transcript loaded as an
+    /// array this is its own format, so ids added from `tool_call_ids` are
+    /// left out; serialize [`Transcript::messages`] directly to keep them.
     pub fn to_array_string(&self) -> String {
         self.render(Format::Array)
     }
@@ -468,6 +473,14 @@ impl Parser {
         let rest = text.get(stream.byte_offset()..).unwrap_or("");
         if !rest.trim_start_matches(is_json_ws).is_empty() {
             drop(first);
+            let first_line = text.split('\n').next().unwrap_or("");
+            if stream.byte_offset() > first_line.len() {
+                // A multi-line object followed by more is not JSON Lines but a
+                // JSON file with trailing garbage: say where it starts.
+                if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                    return Err(self.json_error(&e, None));
+                }
+            }
             return Ok((self.json_lines(text)?, Format::JsonLines, Map::new(), 0));
         }
         let is_single_message = first.as_object().is_some_and(|o| {
@@ -592,6 +605,14 @@ fn describe(value: &Value) -> String {
 /// Copies SWE-agent's single `tool_call_ids` entry into `tool_call_id` (see
 /// the module docs).
 fn normalise_tool_call_ids(t: &mut Transcript) {
+    // Ids some tool message already answers with a standard `tool_call_id`:
+    // adding the same id elsewhere could not be told apart when writing back.
+    let present: HashSet<String> = t
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.clone())
+        .collect();
     for (index, m) in t.messages.iter_mut().enumerate() {
         if m.role != Role::Tool || m.tool_call_id.is_some() || m.extra.contains_key("tool_call_id")
         {
@@ -600,20 +621,23 @@ fn normalise_tool_call_ids(t: &mut Transcript) {
         let Some(ids) = m.extra.get("tool_call_ids") else {
             continue;
         };
-        let found = match ids {
+        let problem = match ids {
             Value::Array(list) => match list.as_slice() {
+                [Value::String(id)] if present.contains(id) => {
+                    format!("repeats `{id}`, which another message has as `tool_call_id`")
+                }
                 [Value::String(id)] => {
                     t.added_ids.insert(id.clone());
                     m.tool_call_id = Some(id.clone());
                     continue;
                 }
-                [] => "an empty list".to_owned(),
-                many if many.iter().all(Value::is_string) => format!("{} ids", many.len()),
-                _ => "a list of non-strings".to_owned(),
+                [] => "is an empty list".to_owned(),
+                many if many.iter().all(Value::is_string) => format!("holds {} ids", many.len()),
+                _ => "is not a list of strings".to_owned(),
             },
-            other => json_type(other).to_owned(),
+            other => format!("is {}, not a list", json_type(other)),
         };
-        t.warnings.push(Warning::ToolCallIds { index, found });
+        t.warnings.push(Warning::ToolCallIds { index, problem });
     }
 }
 

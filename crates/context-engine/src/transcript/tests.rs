@@ -209,11 +209,11 @@ fn swe_agent_tool_call_ids_are_normalised_and_restored() {
         [
             Warning::ToolCallIds {
                 index: 2,
-                found: "an empty list".into()
+                problem: "is an empty list".into()
             },
             Warning::ToolCallIds {
                 index: 3,
-                found: "2 ids".into()
+                problem: "holds 2 ids".into()
             }
         ]
     );
@@ -229,6 +229,32 @@ fn swe_agent_tool_call_ids_are_normalised_and_restored() {
     edited.messages.remove(0);
     let out: Value = serde_json::from_str(&edited.to_json_string()).unwrap();
     assert!(out["history"][0].get("tool_call_id").is_none());
+}
+
+#[test]
+fn an_id_already_answered_is_not_added_twice() {
+    let text = json!([
+        {"role": "tool", "tool_call_ids": ["c1"], "content": "a"},
+        {"role": "tool", "tool_call_id": "c1", "tool_call_ids": ["c1"], "content": "b"}
+    ])
+    .to_string();
+    let t = parse(&text);
+    assert_eq!(t.messages[0].tool_call_id, None);
+    assert_eq!(
+        t.warnings()[0].to_string(),
+        "message 0: `tool_call_ids` repeats `c1`, which another message has as `tool_call_id`; `tool_call_id` left unset"
+    );
+    assert_eq!(t.to_json_string(), text);
+}
+
+#[test]
+fn trailing_garbage_after_a_multi_line_object_is_a_json_error() {
+    let e = err("{\n  \"messages\": []\n}\n]");
+    assert_eq!(e.line(), Some(4), "{e}");
+    assert!(e.to_string().contains("trailing characters"), "{e}");
+    // One-line objects followed by more are JSON Lines.
+    let e = err("{\"role\":\"user\"}\n]");
+    assert!(matches!(e, LoadError::Json { line: 2, .. }), "{e}");
 }
 
 #[test]
