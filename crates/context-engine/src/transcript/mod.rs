@@ -72,7 +72,7 @@ pub enum Format {
 }
 
 impl Format {
-    /// Every format, in detection order of documentation.
+    /// Every format, for iterating (tests, CLI help).
     pub const ALL: [Format; 4] = [
         Format::Array,
         Format::MiniSweAgent,
@@ -341,8 +341,12 @@ impl Transcript {
     /// indented, as agents write them.
     pub fn write(&self, path: impl AsRef<Path>, format: Format) -> Result<(), WriteError> {
         let path = path.as_ref();
-        let text = self.render_pretty(format);
-        fs::write(path, text).map_err(|error| WriteError {
+        let written = fs::File::create(path).and_then(|file| {
+            let mut out = io::BufWriter::new(file);
+            self.write_to(&mut out, format, true)?;
+            io::Write::flush(&mut out)
+        });
+        written.map_err(|error| WriteError {
             path: path.to_path_buf(),
             error,
         })
