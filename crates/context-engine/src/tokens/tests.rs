@@ -267,7 +267,7 @@ fn unknown_models_use_o200k_with_safety_factor() {
     let unknown = BpeCounter::for_model("deepseek/deepseek-chat");
     assert_eq!(unknown.encoding(), Encoding::O200kBase);
     assert_eq!(unknown.factor(), 1.1);
-    let text = vec!["The quick brown fox jumps over the lazy dog."; 10].join(" ");
+    let text = ["The quick brown fox jumps over the lazy dog."; 10].join(" ");
     let raw = exact.count_text(&text);
     assert_eq!(raw, 100);
     assert_eq!(unknown.count_text(&text), 110);
