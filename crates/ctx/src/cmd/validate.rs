@@ -1,0 +1,77 @@
+//! `ctx validate`: check a transcript against a provider's rules.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use context_engine::transcript::Format;
+use context_engine::validate::{Profile, Violation, validate};
+use serde::Serialize;
+
+use crate::output::{self, Table};
+
+#[derive(clap::Args)]
+pub struct ValidateArgs {
+    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
+    file: PathBuf,
+    /// Provider rules: `openai`, or `strict` (Anthropic-like: starts with a
+    /// user turn, roles alternate).
+    #[arg(long, default_value = "openai")]
+    profile: Profile,
+    /// Read the file as this format instead of detecting it
+    /// (array, mini-swe-agent, swe-agent, jsonl).
+    #[arg(long)]
+    format: Option<Format>,
+    /// Print a JSON report instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    file: String,
+    format: &'static str,
+    profile: &'static str,
+    messages: usize,
+    valid: bool,
+    violations: &'a [Violation],
+}
+
+pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let transcript = super::load(&args.file, args.format)?;
+    let violations = validate(&transcript.messages, args.profile);
+    let report = Report {
+        file: args.file.display().to_string(),
+        format: transcript.format.name(),
+        profile: args.profile.name(),
+        messages: transcript.messages.len(),
+        valid: violations.is_empty(),
+        violations: &violations,
+    };
+    if args.json {
+        output::json(&report)?;
+    } else if violations.is_empty() {
+        println!(
+            "{}: valid ({} messages, {} profile)",
+            report.file, report.messages, report.profile
+        );
+    } else {
+        println!(
+            "{}: {} violation{} in {} messages ({} profile)",
+            report.file,
+            violations.len(),
+            if violations.len() == 1 { "" } else { "s" },
+            report.messages,
+            report.profile
+        );
+        let mut table = Table::new(["index", "rule", "detail"]);
+        for v in &violations {
+            table.row([v.index.to_string(), v.rule.name().to_string(), v.detail.clone()]);
+        }
+        print!("{}", table.render(2));
+    }
+    Ok(if violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
