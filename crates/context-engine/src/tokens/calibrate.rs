@@ -13,8 +13,12 @@ use crate::message::Message;
 /// Why no calibration could be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CalibrationError {
+    /// No message carries provider usage, so there is nothing to compare.
     #[error("none of the {messages} messages records provider usage (`prompt_tokens`)")]
-    NoRecordedUsage { messages: usize },
+    NoRecordedUsage {
+        /// How many messages were searched.
+        messages: usize,
+    },
 }
 
 /// One model call: our count of its request against the provider's.
