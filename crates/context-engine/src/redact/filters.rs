@@ -51,11 +51,12 @@ pub(crate) fn passes(filter: Filter, hay: &[u8], start: usize, end: usize) -> bo
     match filter {
         Filter::Assignment => assignment_value(hay, start, end, v),
         Filter::Random => random_value(v),
+        Filter::Credential => !(is_path(v) || contains(v, b"://") || has_host_part(v)),
     }
 }
 
 fn assignment_value(hay: &[u8], start: usize, end: usize, v: &[u8]) -> bool {
-    if is_number(v) || is_path(v) || contains(v, b"://") {
+    if is_number(v) || is_path(v) || contains(v, b"://") || has_host_part(v) {
         return false;
     }
     let quoted = start > 0 && matches!(hay[start - 1], b'"' | b'\'' | b'`');
@@ -88,6 +89,24 @@ fn random_value(v: &[u8]) -> bool {
         && !is_path(v)
         && !contains(v, b"://")
         && !is_identifier_path(v)
+}
+
+/// `x@host.tld...`: the value runs into a URL's host (the key was part of a
+/// URL's userinfo) or is an e-mail address; URL rules handle those.
+fn has_host_part(v: &[u8]) -> bool {
+    let Some(at) = v.iter().position(|&b| b == b'@') else {
+        return false;
+    };
+    let host: Vec<&[u8]> = v[at + 1..]
+        .split(|&b| b == b'/' || b == b':')
+        .next()
+        .unwrap_or_default()
+        .split(|&b| b == b'.')
+        .collect();
+    host.len() >= 2
+        && host
+            .iter()
+            .all(|l| !l.is_empty() && l.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'))
 }
 
 fn is_number(v: &[u8]) -> bool {

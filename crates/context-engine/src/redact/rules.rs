@@ -69,6 +69,8 @@ pub(crate) enum Filter {
     Assignment,
     /// Unprefixed random key: needs a digit and a letter, no paths or URLs.
     Random,
+    /// Header-style credential: anything but a path, a URL or `user@host`.
+    Credential,
 }
 
 /// A rule ready to run.
