@@ -88,7 +88,9 @@ fn random_value(v: &[u8]) -> bool {
         && v.iter().any(u8::is_ascii_alphabetic)
         && !is_path(v)
         && !contains(v, b"://")
-        && !is_identifier_path(v)
+        && !(v.contains(&b'.')
+            && is_identifier_path(v)
+            && v.split(|&b| b == b'.').all(|part| part.len() < 20))
 }
 
 /// `x@host.tld...`: the value runs into a URL's host (the key was part of a
