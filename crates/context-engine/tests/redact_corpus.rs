@@ -23,9 +23,13 @@ fn ordinary_shape(s: &str) -> Option<&'static str> {
         return Some("hex digest / git SHA");
     }
     if b.len() == 36
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { *c == b'-' } else { hex(c) })
+        && b.iter().enumerate().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                *c == b'-'
+            } else {
+                hex(c)
+            }
+        })
     {
         return Some("UUID");
     }
@@ -35,7 +39,9 @@ fn ordinary_shape(s: &str) -> Option<&'static str> {
     if b.iter().all(|c| c.is_ascii_digit() || *c == b'.') {
         return Some("number");
     }
-    if b.iter().all(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'.') {
+    if b.iter()
+        .all(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'.')
+    {
         return Some("identifier");
     }
     None
@@ -52,7 +58,9 @@ fn assert_plausible(text: &str, f: &Finding, origin: &str) {
             f.rule, f.line
         );
     }
-    let mixed = secret.bytes().any(|c| c.is_ascii_digit() || !c.is_ascii_alphanumeric())
+    let mixed = secret
+        .bytes()
+        .any(|c| c.is_ascii_digit() || !c.is_ascii_alphanumeric())
         && secret.bytes().any(|c| c.is_ascii_alphabetic());
     assert!(
         mixed || f.masked.starts_with('['),
@@ -88,7 +96,11 @@ fn corpus_transcripts_have_no_false_positives() {
             &text[..half]
         );
         let out = r.redact(&planted, &RedactOptions::default());
-        assert!(!out.contains("Pl4nt3dT0k3n"), "{}: planted token survived", path.display());
+        assert!(
+            !out.contains("Pl4nt3dT0k3n"),
+            "{}: planted token survived",
+            path.display()
+        );
         for opts in [
             RedactOptions::default(),
             RedactOptions {
@@ -171,7 +183,14 @@ fn ordinary_text_is_untouched() {
         let found: Vec<String> = rep
             .findings
             .iter()
-            .map(|f| format!("{} line {}: {:?}", f.rule, f.line, &ORDINARY[f.start..f.end]))
+            .map(|f| {
+                format!(
+                    "{} line {}: {:?}",
+                    f.rule,
+                    f.line,
+                    &ORDINARY[f.start..f.end]
+                )
+            })
             .collect();
         assert!(found.is_empty(), "false positives: {found:#?}");
     }

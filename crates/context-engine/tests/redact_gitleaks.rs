@@ -38,7 +38,10 @@ fn class_bytes(class: &Class) -> Vec<u8> {
             .iter()
             .any(|r| r.start() <= char::from(b) && char::from(b) <= r.end()),
     };
-    (0x20u8..0x7f).chain([b'\n']).filter(|&b| accepts(b)).collect()
+    (0x20u8..0x7f)
+        .chain([b'\n'])
+        .filter(|&b| accepts(b))
+        .collect()
 }
 
 fn pick(class: &Class, rng: &mut Rng) -> u8 {
@@ -47,7 +50,11 @@ fn pick(class: &Class, rng: &mut Rng) -> u8 {
     if bytes.len() > 90 {
         return b'.';
     }
-    let alnum: Vec<u8> = bytes.iter().copied().filter(u8::is_ascii_alphanumeric).collect();
+    let alnum: Vec<u8> = bytes
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_alphanumeric)
+        .collect();
     if !alnum.is_empty() {
         return alnum[rng.below(alnum.len())];
     }
@@ -118,7 +125,10 @@ fn gitleaks_secret(re: &Regex, sample: &[u8], group: Option<usize>) -> Option<(u
 fn gitleaks_rules_are_covered() {
     let path = reference();
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipping: gitleaks reference not found at {}", path.display());
+        eprintln!(
+            "skipping: gitleaks reference not found at {}",
+            path.display()
+        );
         return;
     };
     let table: toml::Table = toml::from_str(&text).unwrap();
@@ -209,7 +219,10 @@ fn hand_written(id: &str) -> Option<(&'static str, &'static str)> {
 fn body_str(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     if s.len() > 120 {
-        format!("{}…", &s[..s.char_indices().nth(120).map_or(s.len(), |(i, _)| i)])
+        format!(
+            "{}…",
+            &s[..s.char_indices().nth(120).map_or(s.len(), |(i, _)| i)]
+        )
     } else {
         s.into_owned()
     }

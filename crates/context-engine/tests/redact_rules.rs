@@ -29,7 +29,12 @@ struct Case {
     kept: Vec<String>,
 }
 
-fn case(name: &'static str, input: impl Into<String>, secrets: &[&'static str], kept: &[&str]) -> Case {
+fn case(
+    name: &'static str,
+    input: impl Into<String>,
+    secrets: &[&'static str],
+    kept: &[&str],
+) -> Case {
     Case {
         name,
         input: input.into(),
@@ -52,14 +57,32 @@ fn cases() -> Vec<Case> {
             format!(
                 "# app settings\nDEBUG=true\nDATABASE_URL=postgres://app:Sup3rS3cretPw@db.internal:5432/app\nOPENAI_API_KEY={OPENAI}\nexport GITHUB_TOKEN={GHP}\nSECRET_KEY=django-insecure-9f8e7d6c5b4a\nPASSWORD=hunter2x\nLOG_LEVEL=info\n"
             ),
-            &["Sup3rS3cretPw", "Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1", "R4nd0mT0k3nF0rT3st1ng", "django-insecure-9f8e7d6c5b4a", "hunter2x"],
-            &["DEBUG=true", "LOG_LEVEL=info", "DATABASE_URL=postgres://app:", "@db.internal:5432/app", "OPENAI_API_KEY=sk-pro", "export GITHUB_TOKEN=ghp_R4"],
+            &[
+                "Sup3rS3cretPw",
+                "Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1",
+                "R4nd0mT0k3nF0rT3st1ng",
+                "django-insecure-9f8e7d6c5b4a",
+                "hunter2x",
+            ],
+            &[
+                "DEBUG=true",
+                "LOG_LEVEL=info",
+                "DATABASE_URL=postgres://app:",
+                "@db.internal:5432/app",
+                "OPENAI_API_KEY=sk-pro",
+                "export GITHUB_TOKEN=ghp_R4",
+            ],
         ),
         case(
             "curl with bearer header",
-            format!("curl -s -H \"Authorization: Bearer {OPENAI}\" https://api.example.com/v1/models"),
+            format!(
+                "curl -s -H \"Authorization: Bearer {OPENAI}\" https://api.example.com/v1/models"
+            ),
             &["Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1"],
-            &["Authorization: Bearer ", "https://api.example.com/v1/models"],
+            &[
+                "Authorization: Bearer ",
+                "https://api.example.com/v1/models",
+            ],
         ),
         case(
             "basic auth header keeps scheme",
@@ -69,7 +92,9 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "x-api-key header",
-            format!("curl https://api.example.com -H 'x-api-key: {ANTHROPIC}' -H 'content-type: application/json'"),
+            format!(
+                "curl https://api.example.com -H 'x-api-key: {ANTHROPIC}' -H 'content-type: application/json'"
+            ),
             &["AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"],
             &["x-api-key: ", "content-type: application/json"],
         ),
@@ -79,7 +104,10 @@ fn cases() -> Vec<Case> {
                 "{{\"role\": \"tool\", \"content\": \"{{\\n  \\\"api_key\\\": \\\"{}\\\",\\n  \\\"password\\\": \\\"correct-horse-42\\\",\\n  \\\"timeout\\\": 30\\n}}\"}}",
                 "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"
             ),
-            &["AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW", "correct-horse-42"],
+            &[
+                "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW",
+                "correct-horse-42",
+            ],
             &["\\\"timeout\\\": 30", "\\\"api_key\\\": \\\"AIzaSy"],
         ),
         case(
@@ -92,42 +120,71 @@ fn cases() -> Vec<Case> {
             "python traceback printing a DSN",
             "Traceback (most recent call last):\n  File \"/app/db.py\", line 12, in connect\n    engine = create_engine(url)\nsqlalchemy.exc.OperationalError: (psycopg2.OperationalError) connection to server failed\n(Background: postgresql+psycopg2://admin:pg_P4ssw0rd_9x@10.0.0.5:5432/prod)",
             &["pg_P4ssw0rd_9x"],
-            &["postgresql+psycopg2://admin:", "@10.0.0.5:5432/prod", "File \"/app/db.py\", line 12"],
+            &[
+                "postgresql+psycopg2://admin:",
+                "@10.0.0.5:5432/prod",
+                "File \"/app/db.py\", line 12",
+            ],
         ),
         case(
             "other DSNs",
             "mongodb+srv://svc:M0ng0Pw7@cluster0.x.mongodb.net/db redis://:r3disPw99@cache:6379/0 amqp://guest:Rabb1tPw@mq:5672/ mysql://root:My5qlPw@localhost/db",
             &["M0ng0Pw7", "r3disPw99", "Rabb1tPw", "My5qlPw"],
-            &["mongodb+srv://svc:", "@cluster0.x.mongodb.net/db", "redis://:", "@cache:6379/0"],
+            &[
+                "mongodb+srv://svc:",
+                "@cluster0.x.mongodb.net/db",
+                "redis://:",
+                "@cache:6379/0",
+            ],
         ),
         case(
             "git remote -v with a token in the URL",
-            format!("origin\thttps://x-access-token:{GHP}@github.com/acme/app.git (fetch)\norigin\thttps://oauth2:glpat-Xy9z8W7v6U5t4S3r2Q1p@gitlab.com/acme/app.git (push)"),
+            format!(
+                "origin\thttps://x-access-token:{GHP}@github.com/acme/app.git (fetch)\norigin\thttps://oauth2:glpat-Xy9z8W7v6U5t4S3r2Q1p@gitlab.com/acme/app.git (push)"
+            ),
             &["R4nd0mT0k3nF0rT3st1ng", "glpat-Xy9z8W7v6U5t4S3r2Q1p"],
-            &["origin\thttps://x-access-token:", "@github.com/acme/app.git (fetch)", "@gitlab.com/acme/app.git (push)"],
+            &[
+                "origin\thttps://x-access-token:",
+                "@github.com/acme/app.git (fetch)",
+                "@gitlab.com/acme/app.git (push)",
+            ],
         ),
         case(
             "PEM block inside a file read",
             "$ cat deploy/id_rsa\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgwMbRvI0MBZhpF\nAbCdEfGhIjKlMnOpQrStUvWxYz0123456789+/AbCdEfGhIjKlMnOpQrStUvWxYz\n-----END RSA PRIVATE KEY-----\n$ ls\n",
-            &["MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn", "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789+/"],
+            &[
+                "MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn",
+                "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789+/",
+            ],
             &["$ cat deploy/id_rsa\n[REDACTED PRIVATE KEY]\n$ ls\n"],
         ),
         case(
             "PEM block JSON-escaped in a service-account file",
             "{\"type\": \"service_account\", \"private_key\": \"-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\\nAbCdEfGhIjKlMnOpQrSt\\n-----END PRIVATE KEY-----\\n\", \"client_email\": \"svc@proj.iam.gserviceaccount.com\"}",
             &["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"],
-            &["[REDACTED PRIVATE KEY]", "\"client_email\": \"svc@proj.iam.gserviceaccount.com\""],
+            &[
+                "[REDACTED PRIVATE KEY]",
+                "\"client_email\": \"svc@proj.iam.gserviceaccount.com\"",
+            ],
         ),
         case(
             "AWS credentials file",
-            format!("[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\nregion = us-east-1\n"),
-            &["AKIAQ3EXAMPLE7TESTID", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKY"],
+            format!(
+                "[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\nregion = us-east-1\n"
+            ),
+            &[
+                "AKIAQ3EXAMPLE7TESTID",
+                "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKY",
+            ],
             &["region = us-east-1", "[default]"],
         ),
         case(
             "JWT in a log line",
             format!("INFO auth ok session={JWT} user=42"),
-            &["c2lnbmF0dXJlX2Zvcl90ZXN0c19vbmx5XzEyMzQ1", "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IlRlc3QifQ"],
+            &[
+                "c2lnbmF0dXJlX2Zvcl90ZXN0c19vbmx5XzEyMzQ1",
+                "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IlRlc3QifQ",
+            ],
             &["INFO auth ok", "user=42"],
         ),
         case(
@@ -169,13 +226,29 @@ fn cases() -> Vec<Case> {
             "references are not secrets",
             "API_KEY=$OPENAI_API_KEY\ntoken = os.getenv(\"GITHUB_TOKEN\")\nconst key = process.env.API_KEY;\npassword: ${DB_PASSWORD}\nsecret = settings.SECRET\n-H \"Authorization: Bearer $TOKEN\"\napi_key = \"{api_key}\"\n",
             &[],
-            &["API_KEY=$OPENAI_API_KEY", "os.getenv(\"GITHUB_TOKEN\")", "process.env.API_KEY", "${DB_PASSWORD}", "settings.SECRET", "Bearer $TOKEN", "\"{api_key}\""],
+            &[
+                "API_KEY=$OPENAI_API_KEY",
+                "os.getenv(\"GITHUB_TOKEN\")",
+                "process.env.API_KEY",
+                "${DB_PASSWORD}",
+                "settings.SECRET",
+                "Bearer $TOKEN",
+                "\"{api_key}\"",
+            ],
         ),
         case(
             "prose and code with secret-ish words",
             "The Secretary asked about the tokenizer. Set max_tokens: 4096 and passwords must rotate.\ntoken = tokens[0]\nfor token in tokenize(line):\n    if token == \"(\":\n        pass\npassword_hash = hash_password(pw)\n",
             &[],
-            &["Secretary", "tokenizer", "max_tokens: 4096", "token = tokens[0]", "if token == \"(\":", "pass\n", "password_hash = hash_password(pw)"],
+            &[
+                "Secretary",
+                "tokenizer",
+                "max_tokens: 4096",
+                "token = tokens[0]",
+                "if token == \"(\":",
+                "pass\n",
+                "password_hash = hash_password(pw)",
+            ],
         ),
         case(
             "token split by zero-width space",
@@ -199,12 +272,18 @@ fn every_family_masks_its_secrets_in_context() {
         let out = redact(&c.input, &forced());
         for s in &c.secrets {
             if out.contains(s) {
-                failures.push(format!("[{}] secret survived: {s}\n--- output:\n{out}", c.name));
+                failures.push(format!(
+                    "[{}] secret survived: {s}\n--- output:\n{out}",
+                    c.name
+                ));
             }
         }
         for k in &c.kept {
             if !out.contains(k.as_str()) {
-                failures.push(format!("[{}] lost ordinary text: {k:?}\n--- output:\n{out}", c.name));
+                failures.push(format!(
+                    "[{}] lost ordinary text: {k:?}\n--- output:\n{out}",
+                    c.name
+                ));
             }
         }
         if c.secrets.is_empty() {
@@ -212,7 +291,10 @@ fn every_family_masks_its_secrets_in_context() {
         }
         let again = redact(&out, &forced());
         if again != out {
-            failures.push(format!("[{}] not idempotent:\n{out}\n--- second pass:\n{again}", c.name));
+            failures.push(format!(
+                "[{}] not idempotent:\n{out}\n--- second pass:\n{again}",
+                c.name
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -231,7 +313,10 @@ fn masks_keep_six_and_four() {
 #[test]
 fn unchanged_text_is_borrowed() {
     let text = "nothing secret here, just code: fn main() {}";
-    assert!(matches!(redact(text, &forced()), std::borrow::Cow::Borrowed(_)));
+    assert!(matches!(
+        redact(text, &forced()),
+        std::borrow::Cow::Borrowed(_)
+    ));
 }
 
 #[test]
@@ -240,14 +325,26 @@ fn url_credentials_option() {
     let plain = redact(text, &forced());
     // `access_token=` is a secret-named assignment and goes anyway; the
     // other parameters and the user name only with `url_credentials`.
-    for k in ["code=4/0AbCdEf123", "X-Amz-Signature=abcdef0123456789", "https://deploy@host"] {
-        assert!(plain.contains(k), "{k} lost without url_credentials: {plain}");
+    for k in [
+        "code=4/0AbCdEf123",
+        "X-Amz-Signature=abcdef0123456789",
+        "https://deploy@host",
+    ] {
+        assert!(
+            plain.contains(k),
+            "{k} lost without url_credentials: {plain}"
+        );
     }
     let out = redact(text, &with_urls());
     for s in ["4/0AbCdEf123", "ya28tok3n9", "abcdef0123456789", "deploy@"] {
         assert!(!out.contains(s), "{s} survived: {out}");
     }
-    for k in ["state=xyz", "X-Amz-Date=20240101", "https://api.example.com/cb?code=***", "@host.example.com/x"] {
+    for k in [
+        "state=xyz",
+        "X-Amz-Date=20240101",
+        "https://api.example.com/cb?code=***",
+        "@host.example.com/x",
+    ] {
         assert!(out.contains(k), "{k} lost: {out}");
     }
     assert_eq!(redact(&out, &with_urls()), out);
@@ -255,9 +352,15 @@ fn url_credentials_option() {
 
 #[test]
 fn url_password_is_always_masked() {
-    let out = redact("pip install --index-url https://user:Pyp1Passw0rd@pypi.internal/simple pkg", &forced());
+    let out = redact(
+        "pip install --index-url https://user:Pyp1Passw0rd@pypi.internal/simple pkg",
+        &forced(),
+    );
     assert!(!out.contains("Pyp1Passw0rd"), "{out}");
-    assert!(out.contains("https://user:***@pypi.internal/simple"), "{out}");
+    assert!(
+        out.contains("https://user:***@pypi.internal/simple"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -294,7 +397,10 @@ fn user_patterns_and_tables() {
 
 #[test]
 fn bad_patterns_are_typed_errors() {
-    let err = Redactor::builder().pattern("(unclosed").build().unwrap_err();
+    let err = Redactor::builder()
+        .pattern("(unclosed")
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("user pattern #0"), "{err}");
     let err = Redactor::builder()
         .rule_table("broken", "[[rules]]\nid = \"x\"\nregex = 'a'\n")

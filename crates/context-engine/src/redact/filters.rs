@@ -24,25 +24,52 @@ pub(crate) fn entropy(bytes: &[u8]) -> f64 {
         .sum()
 }
 
-/// True when the candidate is (part of) our own output, so that a second pass
-/// leaves it alone: `***`, `abcdef...wxyz`, `[REDACTED ...]`.
-pub(crate) fn is_masked(hay: &[u8], start: usize, end: usize) -> bool {
+/// How a candidate relates to our own output (`***`, `abcdef...wxyz`,
+/// `[REDACTED ...]`), so that a second pass leaves that output alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Masked {
+    /// Not ours.
+    No,
+    /// Exactly a mask: nothing overlapping it may be masked either.
+    Mask,
+    /// Holds or touches a mask (or `...`): not masked, but no zone.
+    Touches,
+}
+
+pub(crate) fn masked_state(hay: &[u8], start: usize, end: usize) -> Masked {
     let secret = &hay[start..end];
-    if contains(secret, b"***") || contains(secret, b"[REDACTED") {
-        return true;
+    let mask_shape = secret == b"***"
+        || secret.windows(3).enumerate().any(|(pos, w)| {
+            w == b"..." && chars(&secret[..pos]) == 6 && chars(&secret[pos + 3..]) == 4
+        });
+    if mask_shape {
+        return Masked::Mask;
     }
-    if let Some(pos) = find(secret, b"...")
-        && pos <= 6
-        && secret.len() - pos - 3 <= 4
-    {
-        return true;
+    // Anything holding `...` may hold one of our masks; masking around it
+    // again would not be idempotent. Real secrets do not contain `...`.
+    if contains(secret, b"***") || contains(secret, b"[REDACTED") || contains(secret, b"...") {
+        return Masked::Touches;
     }
     let before = &hay[..start];
     let after = &hay[end..];
-    (after.starts_with(b"...") && secret.len() <= 6)
-        || (before.ends_with(b"...") && secret.len() <= 4)
+    if (after.starts_with(b"...") && chars(secret) <= 6)
+        || (before.ends_with(b"...") && chars(secret) <= 4)
         || before.ends_with(b"*")
         || after.starts_with(b"*")
+    {
+        return Masked::Touches;
+    }
+    Masked::No
+}
+
+#[cfg(test)]
+fn is_masked(hay: &[u8], start: usize, end: usize) -> bool {
+    masked_state(hay, start, end) != Masked::No
+}
+
+/// Number of UTF-8 characters in a byte string (masks count characters).
+pub(crate) fn chars(b: &[u8]) -> usize {
+    b.iter().filter(|&&x| x & 0xC0 != 0x80).count()
 }
 
 /// Apply a rule's extra filter; `true` keeps the candidate.
@@ -74,7 +101,7 @@ fn assignment_value(hay: &[u8], start: usize, end: usize, v: &[u8]) -> bool {
     if matches!(hay.get(end), Some(b'(' | b'[' | b'.')) {
         return false;
     }
-    if is_identifier_path(v) {
+    if is_identifier_path(v) && v.split(|&b| b == b'.').all(|part| part.len() < 20) {
         let has_digit = v.iter().any(u8::is_ascii_digit);
         let plain_word = !v.contains(&b'.') && !v.contains(&b'_');
         return (has_digit && !v.contains(&b'.'))

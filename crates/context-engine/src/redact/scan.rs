@@ -21,6 +21,9 @@ struct Candidate {
     start: usize,
     end: usize,
     rule: usize,
+    /// The match is one of our own masks: nothing overlapping it is masked
+    /// again (keeps redaction idempotent).
+    masked: bool,
 }
 
 fn active(rule: &Rule, opts: &RedactOptions) -> bool {
@@ -100,24 +103,47 @@ fn run_rule(
 ) {
     let rule = &r.rules[ri];
     let hay = text.as_bytes();
-    let input = Input::new(hay).range(lo..hi);
-    for caps in rule.regex.captures_iter(input) {
+    let mut caps = rule.regex.create_captures();
+    let mut at = lo;
+    while at < hi {
+        let input = Input::new(hay).range(at..hi);
+        rule.regex.search_captures(&input, &mut caps);
+        let Some(whole) = caps.get_match() else {
+            break;
+        };
         let span = match rule.secret_group {
             Some(g) => caps.get_group(g),
             None => (1..caps.group_len())
                 .find_map(|g| caps.get_group(g))
-                .or_else(|| caps.get_match().map(|m| m.span())),
+                .or(Some(whole.span())),
         };
-        let Some(span) = span else { continue };
-        let (start, end) = char_bounds(text, span.start, span.end);
-        if start >= end || !keep(r, rule, hay, start, end) {
-            continue;
+        // After a rejected match, look again from its next byte: a shorter
+        // match inside it may be a secret (a rejected quoted value can hide
+        // a `token=...` inside it).
+        let mut next = whole.start() + 1;
+        if let Some(span) = span {
+            let (start, end) = char_bounds(text, span.start, span.end);
+            // A fixed replacement (PEM block) never looks like a mask.
+            let state = if start < end && rule.replace.is_none() {
+                filters::masked_state(hay, start, end)
+            } else {
+                filters::Masked::No
+            };
+            let masked = state == filters::Masked::Mask;
+            if start < end
+                && state != filters::Masked::Touches
+                && (masked || keep(r, rule, hay, start, end))
+            {
+                out.push(Candidate {
+                    start,
+                    end,
+                    rule: ri,
+                    masked,
+                });
+                next = whole.end().max(whole.start() + 1);
+            }
         }
-        out.push(Candidate {
-            start,
-            end,
-            rule: ri,
-        });
+        at = next;
     }
 }
 
@@ -139,9 +165,6 @@ fn keep(r: &Redactor, rule: &Rule, hay: &[u8], start: usize, end: usize) -> bool
     {
         return false;
     }
-    if filters::is_masked(hay, start, end) {
-        return false;
-    }
     if let Some(f) = rule.filter
         && !filters::passes(f, hay, start, end)
     {
@@ -152,7 +175,12 @@ fn keep(r: &Redactor, rule: &Rule, hay: &[u8], start: usize, end: usize) -> bool
 
 /// Overlapping candidates become one replacement covering their union; a
 /// fixed replacement (PEM blocks) wins over a mask.
-fn merge(r: &Redactor, text: &str, mut cands: Vec<Candidate>) -> Vec<Replacement> {
+fn merge(r: &Redactor, text: &str, cands: Vec<Candidate>) -> Vec<Replacement> {
+    let (zones, mut cands): (Vec<Candidate>, Vec<Candidate>) =
+        cands.into_iter().partition(|c| c.masked);
+    if !zones.is_empty() {
+        cands.retain(|c| !zones.iter().any(|z| c.start < z.end && z.start < c.end));
+    }
     cands.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     let mut groups: Vec<(usize, usize, usize, Option<usize>)> = Vec::new();
     for c in cands {
