@@ -27,13 +27,23 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Break a transcript down by tokens: roles, tool output, largest messages, pairing.
-    #[command(after_help = "Example:\n  ctx inspect examples/bugfix-session.json\n  \
-                            ctx inspect session.traj --encoding cl100k --json")]
+    #[command(
+        after_help = "Example:\n  ctx inspect examples/bugfix-session.json\n  \
+                            ctx inspect session.traj --encoding cl100k --json"
+    )]
     Inspect(cmd::inspect::InspectArgs),
     /// Check a transcript against a provider's rules; exit 1 on any violation.
-    #[command(after_help = "Example:\n  ctx validate examples/bugfix-session.json\n  \
-                            ctx validate session.jsonl --profile strict --json")]
+    #[command(
+        after_help = "Example:\n  ctx validate examples/bugfix-session.json\n  \
+                            ctx validate session.jsonl --profile strict --json"
+    )]
     Validate(cmd::validate::ValidateArgs),
+    /// Mask secrets (API keys, tokens, passwords, private keys) in a file or stdin.
+    #[command(
+        after_help = "Example:\n  ctx redact session.json > session.redacted.json\n  \
+                            cat .env | ctx redact - --report"
+    )]
+    Redact(cmd::redact::RedactArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +51,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Redact(args) => cmd::redact::run(args),
     };
     match result {
         Ok(code) => code,

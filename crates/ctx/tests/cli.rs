@@ -9,7 +9,9 @@ fn root() -> PathBuf {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn ctx(args: &[&str]) -> Output {
@@ -53,7 +55,10 @@ fn inspect_example_breaks_tokens_down() {
         .map(|row| row["tokens"].as_u64().unwrap())
         .sum();
     // The request adds a few priming tokens on top of the messages.
-    assert!(total > by_role && total - by_role < 10, "{total} vs {by_role}");
+    assert!(
+        total > by_role && total - by_role < 10,
+        "{total} vs {by_role}"
+    );
     let tool = r["tool_output"]["tokens"].as_u64().unwrap();
     let tool_row = r["by_role"]
         .as_array()
@@ -66,7 +71,10 @@ fn inspect_example_breaks_tokens_down() {
     // Largest first, ten of them, tool results named after their call.
     let largest = r["largest"].as_array().unwrap();
     assert_eq!(largest.len(), 10);
-    let sizes: Vec<u64> = largest.iter().map(|l| l["tokens"].as_u64().unwrap()).collect();
+    let sizes: Vec<u64> = largest
+        .iter()
+        .map(|l| l["tokens"].as_u64().unwrap())
+        .collect();
     assert!(sizes.windows(2).all(|w| w[0] >= w[1]));
     assert_eq!(largest[0]["role"], "tool");
     assert_eq!(largest[0]["tool"], "bash");
@@ -81,7 +89,13 @@ fn inspect_table_is_readable() {
     let o = ctx(&["inspect", "examples/bugfix-session.json"]);
     assert_eq!(o.status.code(), Some(0));
     let out = stdout(&o);
-    for needle in ["by role", "largest messages", "tool output", "o200k_base", "tool calls"] {
+    for needle in [
+        "by role",
+        "largest messages",
+        "tool output",
+        "o200k_base",
+        "tool calls",
+    ] {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
 }
@@ -89,7 +103,13 @@ fn inspect_table_is_readable() {
 #[test]
 fn estimate_and_exact_counts_differ_but_agree_roughly() {
     let count = |enc: &str| {
-        let o = ctx(&["inspect", "examples/bugfix-session.json", "--json", "--encoding", enc]);
+        let o = ctx(&[
+            "inspect",
+            "examples/bugfix-session.json",
+            "--json",
+            "--encoding",
+            enc,
+        ]);
         let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         r["tokens"].as_u64().unwrap() as f64
     };
@@ -116,10 +136,21 @@ fn validate_lists_every_violation_and_exits_one() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| (v["index"].as_u64().unwrap(), v["rule"].as_str().unwrap().to_owned()))
+        .map(|v| {
+            (
+                v["index"].as_u64().unwrap(),
+                v["rule"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
-    assert!(found.contains(&(4, "orphan-tool-result".into())), "{found:?}");
-    assert!(found.contains(&(2, "unanswered-tool-call".into())), "{found:?}");
+    assert!(
+        found.contains(&(4, "orphan-tool-result".into())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(2, "unanswered-tool-call".into())),
+        "{found:?}"
+    );
     // Human form names index and rule too.
     let o = ctx(&["validate", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -162,7 +193,12 @@ fn missing_file_and_bad_flags_exit_two() {
     let o = ctx(&["inspect", "no/such/file.json"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no/such/file.json"));
-    let o = ctx(&["validate", "examples/bugfix-session.json", "--profile", "gemini"]);
+    let o = ctx(&[
+        "validate",
+        "examples/bugfix-session.json",
+        "--profile",
+        "gemini",
+    ]);
     assert_eq!(o.status.code(), Some(2));
 }
 
@@ -188,7 +224,10 @@ fn inspect_reports_calibration_on_recorded_usage() {
     assert!(cal["calls"].as_u64().unwrap() > 10);
     // Our count must land in the provider's ballpark once the constant
     // (tool schema, template) is taken out.
-    assert!(cal["mean_abs_pct_error_after_offset"].as_f64().unwrap() < 15.0, "{cal}");
+    assert!(
+        cal["mean_abs_pct_error_after_offset"].as_f64().unwrap() < 15.0,
+        "{cal}"
+    );
 }
 
 #[test]
@@ -203,6 +242,10 @@ fn every_corpus_file_inspects_and_validates_without_error() {
         let o = ctx(&["inspect", p, "--json"]);
         assert_eq!(o.status.code(), Some(0), "{p}: {}", stderr(&o));
         let o = ctx(&["validate", p]);
-        assert!(matches!(o.status.code(), Some(0 | 1)), "{p}: {}", stderr(&o));
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{p}: {}",
+            stderr(&o)
+        );
     }
 }

@@ -623,9 +623,9 @@ fn usage_from_corpus_provider_responses() {
 fn sanitize_short_context_is_trimmed_and_redacted() {
     let out = sanitize_memory_context("  token sk-abcdefghijklmnopqrstuvwx  \n");
     assert_eq!(out, "token sk-abc...uvwx");
-    // URL credentials are always masked here.
+    // URL credentials are always masked here: the whole userinfo goes.
     let out = sanitize_memory_context("db postgres://u:pw@h/db");
-    assert_eq!(out, "db postgres://u:***@h/db");
+    assert_eq!(out, "db postgres://***@h/db");
 }
 
 #[test]

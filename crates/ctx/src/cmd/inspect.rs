@@ -133,10 +133,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         calibration: calibrate(counter.as_ref(), messages)
             .ok()
             .map(|report| Calibration {
-                model: messages
-                    .iter()
-                    .find_map(recorded_model)
-                    .map(str::to_owned),
+                model: messages.iter().find_map(recorded_model).map(str::to_owned),
                 report,
             }),
     };
@@ -224,7 +221,12 @@ fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
 
 fn pairing(messages: &[Message]) -> Pairing {
     let violations = validate(messages, Profile::OpenAi);
-    let count = |rules: &[Rule]| violations.iter().filter(|v| rules.contains(&v.rule)).count();
+    let count = |rules: &[Rule]| {
+        violations
+            .iter()
+            .filter(|v| rules.contains(&v.rule))
+            .count()
+    };
     Pairing {
         tool_calls: messages.iter().map(|m| m.tool_calls().len()).sum(),
         tool_results: messages.iter().filter(|m| m.is_tool_result()).count(),

@@ -2,6 +2,7 @@
 //! that returns the process exit code.
 
 pub mod inspect;
+pub mod redact;
 pub mod validate;
 
 use std::path::Path;

@@ -65,7 +65,11 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
         );
         let mut table = Table::new(["index", "rule", "detail"]);
         for v in &violations {
-            table.row([v.index.to_string(), v.rule.name().to_string(), v.detail.clone()]);
+            table.row([
+                v.index.to_string(),
+                v.rule.name().to_string(),
+                v.detail.clone(),
+            ]);
         }
         print!("{}", table.render(2));
     }
