@@ -2,8 +2,32 @@
 //!
 //! Start from [`message::Message`], the lossless chat-completions message;
 //! load files with [`transcript`], count with [`tokens`], check provider rules
-//! and find safe cut points with [`validate`], and implement or drive an
-//! engine through [`engine::ContextEngine`].
+//! and find safe cut points with [`validate`], mask secrets with [`redact`],
+//! and implement or drive an engine through [`engine::ContextEngine`].
+//!
+//! ```
+//! use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
+//! use context_engine::transcript::Transcript;
+//! use context_engine::validate::{CutPoints, Profile, validate};
+//!
+//! let text = r#"[
+//!   {"role": "user", "content": "list the files"},
+//!   {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+//!     "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+//!   {"role": "tool", "tool_call_id": "c1", "content": "README.md\nsrc"},
+//!   {"role": "assistant", "content": "Two entries."}
+//! ]"#;
+//! let transcript = Transcript::parse(text, "inline.json")?;
+//! let counter = BpeCounter::new(Encoding::O200kBase);
+//! assert!(counter.count_messages(&transcript.messages) > 20);
+//! assert!(validate(&transcript.messages, Profile::OpenAi).is_empty());
+//! // A kept tail may start at the user turn or the final answer, never on
+//! // the tool result (index 2): the call and its result are one group.
+//! let cuts = CutPoints::new(&transcript.messages);
+//! assert!(!cuts.is_safe(2));
+//! assert_eq!(cuts.at_or_before(2), 1);
+//! # Ok::<(), context_engine::transcript::LoadError>(())
+//! ```
 
 pub mod engine;
 pub mod message;
