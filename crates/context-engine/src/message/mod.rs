@@ -26,6 +26,24 @@ use serde_json::{Map, Value};
 
 use layout::{Layout, Record, emit_opt, object, string};
 
+/// The four [`Record`] accessors of a struct with `extra` and `layout` fields.
+macro_rules! record_storage {
+    () => {
+        fn extra(&self) -> &Extra {
+            &self.extra
+        }
+        fn extra_mut(&mut self) -> &mut Extra {
+            &mut self.extra
+        }
+        fn layout(&self) -> &Layout {
+            &self.layout
+        }
+        fn layout_mut(&mut self) -> &mut Layout {
+            &mut self.layout
+        }
+    };
+}
+
 /// Unknown fields of a record, in their original order.
 pub type Extra = Map<String, Value>;
 
@@ -326,18 +344,7 @@ impl Record for FunctionCall {
         true
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 impl Serialize for FunctionCall {
@@ -408,18 +415,7 @@ impl Record for ToolCall {
         }
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 impl Serialize for ToolCall {
@@ -645,18 +641,7 @@ impl Record for Message {
         }
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 fn take_tool_calls(value: Value) -> Result<Vec<ToolCall>, Value> {
