@@ -45,7 +45,7 @@ pub use state::{
 pub use threshold::resolve_model_threshold;
 pub use types::{
     BlockReason, CompactionPhase, CompactionStatusContext, CompressDecision, CompressRequest,
-    ModelInfo, SessionInfo, ToolCallContext, TurnInfo,
+    ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
 };
 pub use usage::{Usage, UsageError};
 
@@ -121,22 +121,10 @@ pub trait ContextEngine: Send {
     /// changed through the shared references. `None` (the default) leaves the
     /// request byte-identical, keeping the provider's prompt cache warm.
     ///
-    /// `request_messages` is the assembled request (system prompt, history,
-    /// prefill); `conversation_messages` the persisted history, for
-    /// reference; `budget_tokens` the context length, `None` when unknown.
-    fn select_context(
-        &mut self,
-        request_messages: &[Message],
-        conversation_messages: &[Message],
-        incoming_message: Option<&Message>,
-        budget_tokens: Option<u64>,
-    ) -> Option<Vec<Message>> {
-        let _ = (
-            request_messages,
-            conversation_messages,
-            incoming_message,
-            budget_tokens,
-        );
+    /// See [`SelectRequest`] for what the host passes; it is a struct so that
+    /// hosts can add fields without breaking engines.
+    fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {
+        let _ = request;
         None
     }
 

@@ -124,7 +124,11 @@ fn optional_hooks_default_to_no_ops() {
     assert_eq!(n, 0);
 
     assert_eq!(
-        e.select_context(&msgs, &msgs, msgs.last(), Some(1000)),
+        e.select_context(
+            &SelectRequest::new(&msgs, &msgs)
+                .with_incoming_message(&msgs[0])
+                .with_budget_tokens(1000)
+        ),
         None
     );
     assert!(!e.should_compress_preflight(&msgs));

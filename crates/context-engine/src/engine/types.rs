@@ -128,6 +128,49 @@ impl fmt::Display for BlockReason {
     }
 }
 
+/// One provider request, for
+/// [`select_context`](super::ContextEngine::select_context). Borrowed
+/// throughout: an engine can read the stored history but not change it.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct SelectRequest<'a> {
+    /// The assembled request: system prompt, history, ephemeral prefill.
+    pub request_messages: &'a [Message],
+    /// The persisted history, for reference only.
+    pub conversation_messages: &'a [Message],
+    /// The message that starts this turn, when there is one.
+    pub incoming_message: Option<&'a Message>,
+    /// The model's context length; `None` when unknown.
+    pub budget_tokens: Option<u64>,
+}
+
+impl<'a> SelectRequest<'a> {
+    /// A request whose stored history is `conversation_messages`.
+    pub fn new(
+        request_messages: &'a [Message],
+        conversation_messages: &'a [Message],
+    ) -> SelectRequest<'a> {
+        SelectRequest {
+            request_messages,
+            conversation_messages,
+            incoming_message: None,
+            budget_tokens: None,
+        }
+    }
+
+    /// Sets [`incoming_message`](Self::incoming_message).
+    pub fn with_incoming_message(mut self, message: &'a Message) -> SelectRequest<'a> {
+        self.incoming_message = Some(message);
+        self
+    }
+
+    /// Sets [`budget_tokens`](Self::budget_tokens).
+    pub fn with_budget_tokens(mut self, tokens: u64) -> SelectRequest<'a> {
+        self.budget_tokens = Some(tokens);
+        self
+    }
+}
+
 /// What the host knows about a finished turn, for
 /// [`on_turn_complete`](super::ContextEngine::on_turn_complete).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
