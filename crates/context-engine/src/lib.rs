@@ -32,6 +32,7 @@
 pub mod engine;
 pub mod message;
 pub mod redact;
+pub mod summarize;
 pub mod tokens;
 pub mod transcript;
 pub mod validate;

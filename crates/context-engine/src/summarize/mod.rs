@@ -1,0 +1,193 @@
+//! Summarizers: turn a span of conversation into a handoff summary.
+//!
+//! The compressor decides *what* to summarise and owns the policy around it
+//! (redaction before and after, fallbacks, cooldowns); a [`Summarizer`] only
+//! turns a [`SummaryRequest`] into text or says precisely why it could not,
+//! so that the caller can choose between aborting (transcript unchanged) and
+//! a deterministic fallback. Implementations: the offline extractive one
+//! (embedded default and fallback) and an OpenAI-compatible HTTP client.
+//!
+//! The trait is blocking (see ARCHITECTURE.md, "Sync and async"): a
+//! summary is one call per compaction, seconds long, and implementations
+//! enforce their own timeouts.
+
+use std::time::Duration;
+
+use crate::message::Message;
+
+/// What to summarise. Everything here has already been redacted and, for
+/// tool results, digested by the caller: a summarizer never sees a secret
+/// or a second copy of a file body.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct SummaryRequest<'a> {
+    /// The span being compacted, in order.
+    pub turns: &'a [Message],
+    /// The summary from the previous compaction, to be updated with `turns`
+    /// rather than summarised again.
+    pub previous_summary: Option<&'a str>,
+    /// What the user asked to keep in full detail (manual compaction).
+    pub focus_topic: Option<&'a str>,
+    /// Provider memory text, quoted as source material, never instructions.
+    pub memory_context: Option<&'a str>,
+    /// Size the summary should aim for, in tokens.
+    pub target_tokens: usize,
+}
+
+impl<'a> SummaryRequest<'a> {
+    /// A request for `turns` with no previous summary, focus or memory.
+    pub fn new(turns: &'a [Message], target_tokens: usize) -> SummaryRequest<'a> {
+        SummaryRequest {
+            turns,
+            previous_summary: None,
+            focus_topic: None,
+            memory_context: None,
+            target_tokens,
+        }
+    }
+
+    /// Sets [`previous_summary`](Self::previous_summary).
+    pub fn with_previous_summary(mut self, summary: &'a str) -> SummaryRequest<'a> {
+        self.previous_summary = Some(summary);
+        self
+    }
+
+    /// Sets [`focus_topic`](Self::focus_topic).
+    pub fn with_focus_topic(mut self, topic: &'a str) -> SummaryRequest<'a> {
+        self.focus_topic = Some(topic);
+        self
+    }
+
+    /// Sets [`memory_context`](Self::memory_context).
+    pub fn with_memory_context(mut self, memory: &'a str) -> SummaryRequest<'a> {
+        self.memory_context = Some(memory);
+        self
+    }
+}
+
+/// Why a summary could not be made. The variants are the distinctions the
+/// compressor's failure policy needs (abort vs fallback, cooldown length).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummarizeError {
+    /// No summarizer is configured (e.g. `openai` without a base URL or key).
+    #[error("no summarizer configured: {0}")]
+    NotConfigured(String),
+    /// The endpoint refused the credentials or the account (401/402/403).
+    #[error("summarizer refused the request (HTTP {status}): {message}")]
+    Auth { status: u16, message: String },
+    /// The endpoint could not be reached or the connection broke.
+    #[error("cannot reach the summarizer: {0}")]
+    Network(String),
+    /// No complete reply within the timeout.
+    #[error("summarizer timed out after {0:?}")]
+    Timeout(Duration),
+    /// 429 after the retries were spent.
+    #[error("summarizer rate-limited (HTTP 429){}", retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
+    RateLimited { retry_after: Option<Duration> },
+    /// 5xx (or another unexpected status) after the retries were spent.
+    #[error("summarizer failed (HTTP {status}): {message}")]
+    Server { status: u16, message: String },
+    /// The reply was not the expected JSON shape.
+    #[error("malformed summarizer reply: {0}")]
+    Malformed(String),
+    /// The reply had no text, or only whitespace.
+    #[error("summarizer returned an empty summary")]
+    Empty,
+}
+
+/// What the caller should do after a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureAction {
+    /// Leave the transcript unchanged and report: retrying with a fallback
+    /// would hide a configuration problem (bad key, no network).
+    Abort,
+    /// Insert the deterministic extractive summary instead.
+    Fallback,
+}
+
+impl SummarizeError {
+    /// Auth/quota errors and network failures abort; the rest fall back.
+    pub fn action(&self) -> FailureAction {
+        match self {
+            SummarizeError::Auth { .. } | SummarizeError::Network(_) => FailureAction::Abort,
+            SummarizeError::NotConfigured(_)
+            | SummarizeError::Timeout(_)
+            | SummarizeError::RateLimited { .. }
+            | SummarizeError::Server { .. }
+            | SummarizeError::Malformed(_)
+            | SummarizeError::Empty => FailureAction::Fallback,
+        }
+    }
+}
+
+/// Turns a span of conversation into a summary.
+pub trait Summarizer: Send + Sync {
+    /// Short name for reports (`extractive`, `openai:gpt-4o-mini`, ...).
+    fn name(&self) -> &str;
+
+    /// Writes the summary body (without the engine's wrapper and markers).
+    fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError>;
+}
+
+impl<S: Summarizer + ?Sized> Summarizer for Box<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError> {
+        (**self).summarize(request)
+    }
+}
+
+impl<S: Summarizer + ?Sized> Summarizer for std::sync::Arc<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError> {
+        (**self).summarize(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_and_network_abort_the_rest_fall_back() {
+        let abort = [
+            SummarizeError::Auth {
+                status: 401,
+                message: "bad key".into(),
+            },
+            SummarizeError::Network("refused".into()),
+        ];
+        assert!(abort.iter().all(|e| e.action() == FailureAction::Abort));
+        let fallback = [
+            SummarizeError::NotConfigured("no base url".into()),
+            SummarizeError::Timeout(Duration::from_secs(30)),
+            SummarizeError::RateLimited { retry_after: None },
+            SummarizeError::Server {
+                status: 503,
+                message: "busy".into(),
+            },
+            SummarizeError::Malformed("no choices".into()),
+            SummarizeError::Empty,
+        ];
+        assert!(
+            fallback
+                .iter()
+                .all(|e| e.action() == FailureAction::Fallback)
+        );
+    }
+
+    #[test]
+    fn rate_limit_message_names_the_wait() {
+        let e = SummarizeError::RateLimited {
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            e.to_string(),
+            "summarizer rate-limited (HTTP 429), retry after 7s"
+        );
+    }
+}
