@@ -124,8 +124,9 @@ impl Flags {
     }
 }
 
-/// The first line that reports an error: `ERR:`, `Error…`, `error:` (or
-/// rustc's `error[E…]`), `fatal:`, a Python exception line
+/// The first line that reports an error: `ERR:`, `Error…`/`ERROR…`,
+/// `error:` (or rustc's `error[E…]`), `fatal:` (git), `FAILED ` (pytest's
+/// summary), `FAIL:` (unittest), a Python exception line
 /// (`ValueError: …`), or, for a traceback, the exception line that ends it.
 pub(crate) fn first_error_line(body: &str) -> Option<&str> {
     let mut lines = body.lines();
@@ -150,13 +151,17 @@ fn is_error_line(line: &str) -> bool {
             .next()
             .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
     };
-    if line.starts_with("ERR:") || line.starts_with("error:") || line.starts_with("fatal:") {
+    const PREFIXES: [&str; 5] = ["ERR:", "error:", "fatal:", "FAILED ", "FAIL:"];
+    if PREFIXES.iter().any(|p| line.starts_with(p)) {
         return true;
     }
     if let Some(rest) = line.strip_prefix("error[") {
         return rest.starts_with('E');
     }
-    if let Some(rest) = line.strip_prefix("Error") {
+    if let Some(rest) = line
+        .strip_prefix("Error")
+        .or_else(|| line.strip_prefix("ERROR"))
+    {
         return word_end(rest);
     }
     exception_line(line)
@@ -348,6 +353,15 @@ mod tests {
             Some("ModuleNotFoundError: No module named 'x'")
         );
         assert_eq!(first_error_line("Note: fine\nWarning: meh"), None);
+        assert_eq!(
+            first_error_line("E   AssertionError: x\nFAILED t.py::a - AssertionError: x"),
+            Some("FAILED t.py::a - AssertionError: x")
+        );
+        assert_eq!(
+            first_error_line("ERROR: test_a (m.T)"),
+            Some("ERROR: test_a (m.T)")
+        );
+        assert_eq!(first_error_line("ERRORS_SEEN = 0"), None);
     }
 
     #[test]

@@ -29,8 +29,9 @@
 //! (`<returncode>1</returncode>`, `[exit 2]`, `exit code: 127`,
 //! `returncode: 1`) or the message carries an error flag (`is_error`,
 //! `error`, `status: "error"`, a non-zero `returncode`), or when a line
-//! starts with `ERR:`, `Error`, `error:`, `error[E…]`, `fatal:`, or is a
-//! Python exception (a traceback reports its final exception line). The
+//! starts with `ERR:`, `Error`/`ERROR`, `error:`, `error[E…]`, `fatal:`,
+//! `FAILED `, `FAIL:`, or is a Python exception (a traceback reports its
+//! final exception line). The
 //! first such line is shown; an explicit exit code 0 means success whatever
 //! the output says.
 //!
