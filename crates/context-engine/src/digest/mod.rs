@@ -47,6 +47,7 @@ mod recall;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::Serialize;
@@ -157,9 +158,21 @@ pub fn digest_with_report(
     messages: &[Message],
     opts: &DigestOptions,
 ) -> (Vec<Message>, DigestReport) {
+    let (view, report) = digest_view(messages, opts);
+    (view.into_iter().map(Cow::into_owned).collect(), report)
+}
+
+/// The digest without copying: unchanged messages are borrowed from the
+/// input, digested ones owned. For hosts that serialize the request
+/// straight away (cloning a transcript whose messages carry raw provider
+/// responses costs more than the digest itself).
+pub fn digest_view<'a>(
+    messages: &'a [Message],
+    opts: &DigestOptions,
+) -> (Vec<Cow<'a, Message>>, DigestReport) {
     let mut report = DigestReport::default();
     if !opts.enabled {
-        return (messages.to_vec(), report);
+        return (messages.iter().map(Cow::Borrowed).collect(), report);
     }
     let kept_from = kept_from(messages, opts.keep_batches);
     let calls = calls_by_id(messages);
@@ -183,7 +196,7 @@ pub fn digest_with_report(
         } else {
             None
         };
-        out.push(replaced.unwrap_or_else(|| message.clone()));
+        out.push(replaced.map_or(Cow::Borrowed(message), Cow::Owned));
     }
     (out, report)
 }

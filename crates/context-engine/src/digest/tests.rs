@@ -462,3 +462,19 @@ fn results_without_a_matching_call_and_legacy_functions() {
     assert!(legacy.contains(&handle));
     assert_eq!(recall(&m, &handle, None).unwrap(), text(&legacy_result));
 }
+
+#[test]
+fn the_borrowed_view_borrows_exactly_what_is_unchanged() {
+    let m = session(&[big(5000), big(10), big(5000)]);
+    let (view, report) = digest_view(&m, &DigestOptions::default());
+    let owned: Vec<usize> = view
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| matches!(c, Cow::Owned(_)))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(owned, vec![3]);
+    assert_eq!(report.results_digested, 1);
+    let as_owned: Vec<Message> = view.into_iter().map(Cow::into_owned).collect();
+    assert_eq!(as_owned, digest(&m, &DigestOptions::default()));
+}
