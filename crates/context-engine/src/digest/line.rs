@@ -218,9 +218,19 @@ fn leading_int(s: &str) -> Option<i64> {
     s[..digits].parse().ok()
 }
 
-/// Whether a part is dropped by a digest (anything but text).
+/// Whether a part is dropped by a digest and replaced by a line: images,
+/// audio, files, and unknown part types that carry no `text`.
 pub(crate) fn is_binary(part: &ContentPart) -> bool {
-    !matches!(part.kind(), PartKind::Text(_) | PartKind::Refusal(_))
+    part.is_binary()
+        || matches!(part.kind(), PartKind::Unknown(_))
+            && !part.as_map().get("text").is_some_and(Value::is_string)
+}
+
+/// Whether a digest may drop the part: text (its bytes are counted and
+/// recalled) or binary. Anything else (a refusal, an unknown part with
+/// text) would be lost silently, so such a result is left whole.
+pub(crate) fn is_accounted(part: &ContentPart) -> bool {
+    matches!(part.kind(), PartKind::Text(_)) || is_binary(part)
 }
 
 /// One line standing in for a dropped binary part:

@@ -35,6 +35,30 @@
 //! first such line is shown; an explicit exit code 0 means success whatever
 //! the output says.
 //!
+//! ```
+//! use context_engine::digest::{DigestOptions, digest, handle_recall_call};
+//! use context_engine::{Message, ToolCall};
+//!
+//! let call = |id: &str| Message::assistant_tool_calls("", vec![
+//!     ToolCall::function(id, "bash", r#"{"command": "cat setup.py"}"#)]);
+//! let history = vec![
+//!     Message::user("fix the build"),
+//!     call("c1"),
+//!     Message::tool_result("c1", "x = 1\n".repeat(1000)),
+//!     call("c2"),
+//!     Message::tool_result("c2", "ok"),
+//! ];
+//! let view = digest(&history, &DigestOptions::default());
+//! assert_eq!(
+//!     view[2].text(),
+//!     r#"[digested] bash {"command": "cat setup.py"} → ok, 6000 bytes omitted; full output: context_recall {"handle":"c1"}"#
+//! );
+//! assert_eq!(view[4], history[4]); // the newest batch is whole
+//! // An engine's `handle_tool_call("context_recall", args, ..)` delegates:
+//! let answer = handle_recall_call(&history, &serde_json::json!({"handle": "c1", "end_line": 2}));
+//! assert!(answer.contains(r#""content":"x = 1\nx = 1\n""#));
+//! ```
+//!
 //! Properties: the input is never mutated; the output is deterministic and
 //! idempotent (a digest is never digested again); so from one turn to the
 //! next only the previously newest batch changes and the provider's prompt
@@ -320,7 +344,13 @@ pub(crate) fn is_digest_line(text: &str) -> bool {
     text.starts_with(DIGEST_MARK)
 }
 
-/// The content's text bytes and its binary parts' lines.
+/// Whether every part of the content is text or binary (see
+/// [`line::is_accounted`]).
+fn accounted(message: &Message) -> bool {
+    message.content.parts().iter().all(line::is_accounted)
+}
+
+/// One line per binary part of the content.
 fn binary_lines(message: &Message, opts: &DigestOptions) -> Vec<String> {
     message
         .content
@@ -338,7 +368,7 @@ fn digest_result(
     report: &mut DigestReport,
 ) -> Option<Message> {
     let body = message.text();
-    if is_digest_line(&body) {
+    if is_digest_line(&body) || !accounted(message) {
         return None;
     }
     let binaries = binary_lines(message, opts);
@@ -365,7 +395,7 @@ fn digest_envelope(
     report: &mut DigestReport,
 ) -> Option<Message> {
     let text = message.text();
-    if envelope::is_digested(&text) {
+    if envelope::is_digested(&text) || !accounted(message) {
         return None;
     }
     let binaries = binary_lines(message, opts);

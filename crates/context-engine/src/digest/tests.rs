@@ -478,3 +478,44 @@ fn the_borrowed_view_borrows_exactly_what_is_unchanged() {
     let as_owned: Vec<Message> = view.into_iter().map(Cow::into_owned).collect();
     assert_eq!(as_owned, digest(&m, &DigestOptions::default()));
 }
+
+#[test]
+fn parts_a_digest_cannot_account_for_stay_whole() {
+    let mut m = session(&[big(5000), big(10)]);
+    let mut refusal = serde_json::Map::new();
+    refusal.insert("type".into(), json!("refusal"));
+    refusal.insert("refusal".into(), json!("no"));
+    let mut input_text = serde_json::Map::new();
+    input_text.insert("type".into(), json!("input_text"));
+    input_text.insert("text".into(), json!(big(5000)));
+    for part in [refusal, input_text] {
+        m[3].content = Content::Parts(vec![
+            ContentPart::new_text(big(5000)),
+            ContentPart::from_map(part),
+        ]);
+        assert_eq!(digest(&m, &DigestOptions::default())[3], m[3]);
+    }
+    // An unknown part without text counts as binary.
+    let mut blob = serde_json::Map::new();
+    blob.insert("type".into(), json!("image"));
+    blob.insert("source".into(), json!({"data": "QUJD"}));
+    m[3].content = Content::Parts(vec![ContentPart::from_map(blob)]);
+    let t = text(&digest(&m, &DigestOptions::default())[3]);
+    assert!(t.ends_with("\n[image part omitted]"), "{t}");
+}
+
+#[test]
+fn long_notes_are_clipped() {
+    let body = format!(
+        "{}\n[PRESENCE: {}]\n[END PRESENCE]\n",
+        big(5000),
+        "n".repeat(3000)
+    );
+    let t = text(&digest(&session(&[body, big(1)]), &DigestOptions::default())[3]);
+    let note = t.lines().nth(1).unwrap();
+    assert!(
+        note.starts_with("[PRESENCE: nnn") && note.ends_with('…'),
+        "{note}"
+    );
+    assert!(note.len() <= 1024);
+}
