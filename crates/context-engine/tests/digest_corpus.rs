@@ -51,10 +51,19 @@ fn requests(m: &[Message]) -> impl Iterator<Item = &[Message]> {
         .map(|(i, _)| &m[..i])
 }
 
-fn last_batch_start(m: &[Message]) -> usize {
-    m.iter()
-        .rposition(|x| x.has_tool_calls() || x.function_call.is_some() || is_tool_reentry(x))
-        .unwrap_or(m.len())
+/// Where the `keep`-th newest batch starts; the length when there are
+/// fewer batches (nothing is digested, so everything must stay).
+fn kept_batches_start(m: &[Message], keep: usize) -> usize {
+    let starts: Vec<usize> = m
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.has_tool_calls() || x.function_call.is_some() || is_tool_reentry(x))
+        .map(|(i, _)| i)
+        .collect();
+    match starts.len().checked_sub(keep) {
+        Some(k) => starts[k],
+        None => m.len(),
+    }
 }
 
 fn json(m: &Message) -> String {
@@ -63,13 +72,21 @@ fn json(m: &Message) -> String {
 
 #[test]
 fn replayed_corpus_requests_keep_their_prefix() {
-    let opts = DigestOptions::default();
+    for keep in [1, 2] {
+        replay_keeps_prefix(&DigestOptions {
+            keep_batches: keep,
+            ..DigestOptions::default()
+        });
+    }
+}
+
+fn replay_keeps_prefix(opts: &DigestOptions) {
     let mut digested_any = false;
     for (name, m) in transcripts() {
         let mut previous: Option<(Vec<Message>, usize)> = None;
         for request in requests(&m) {
             let before: Vec<String> = request.iter().map(json).collect();
-            let (view, report) = digest_with_report(request, &opts);
+            let (view, report) = digest_with_report(request, opts);
             digested_any |= report.results_digested > 0;
             // The stored history is untouched, the view is a valid request
             // exactly when the history is, and nothing but content changed.
@@ -84,7 +101,7 @@ fn replayed_corpus_requests_keep_their_prefix() {
                 assert_eq!((&a.role, &a.tool_call_id), (&b.role, &b.tool_call_id));
             }
             // Same history, same bytes.
-            let again: Vec<String> = digest(request, &opts).iter().map(json).collect();
+            let again: Vec<String> = digest(request, opts).iter().map(json).collect();
             assert_eq!(again, view.iter().map(json).collect::<Vec<_>>(), "{name}");
             // Only the previously newest batch may differ from last turn.
             if let Some((prev, stable_until)) = &previous {
@@ -94,7 +111,7 @@ fn replayed_corpus_requests_keep_their_prefix() {
                     }
                 }
             }
-            previous = Some((view, last_batch_start(request)));
+            previous = Some((view, kept_batches_start(request, opts.keep_batches)));
         }
     }
     if corpus_dir().is_some() {
@@ -120,6 +137,11 @@ fn tokens_saved_on_the_corpus() {
                 with += counter.count_messages(&digest(request, &opts));
             }
             assert!(with <= without, "{name}");
+            // The tool-calling runs re-send large outputs; the text-action
+            // ones have no tool results to digest.
+            if name.starts_with("mini_astropy") || name.starts_with("sweagent_fc_replace") {
+                assert!(with < without, "{name}: nothing saved");
+            }
             let saved = without - with;
             let pct = if without == 0 {
                 0.0
