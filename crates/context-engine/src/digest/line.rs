@@ -82,7 +82,7 @@ pub(crate) fn outcome(body: &str, flags: Flags) -> Outcome {
     let error_line = if succeeded {
         None
     } else {
-        first_error_line(body).map(str::to_owned)
+        first_error_line(body).map(str::to_owned).or(flags.reason)
     };
     Outcome {
         exit: exit.filter(|&c| c != 0),
@@ -92,10 +92,13 @@ pub(crate) fn outcome(body: &str, flags: Flags) -> Outcome {
 }
 
 /// Error signals carried by the message itself rather than its body.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Flags {
     /// `is_error: true`, `error: true` / a message, `status: "error"`.
     pub error: bool,
+    /// The message of a string `error` field, shown when the body has no
+    /// error line.
+    pub reason: Option<String>,
     /// `returncode` / `exit_code` / `exit_status` as a number.
     pub exit: Option<i64>,
 }
@@ -114,6 +117,13 @@ impl Flags {
                     map.get("status").and_then(Value::as_str),
                     Some("error" | "failed" | "failure")
                 );
+            if flags.reason.is_none() {
+                flags.reason = map
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.lines().find(|l| !l.trim().is_empty()))
+                    .map(str::to_owned);
+            }
             if flags.exit.is_none() {
                 flags.exit = ["returncode", "exit_code", "exit_status"]
                     .iter()
@@ -400,10 +410,13 @@ mod tests {
             "plain",
             Flags {
                 error: true,
-                exit: None,
+                ..Flags::default()
             },
         );
         assert_eq!(o.render(5, 200), "failed, 5 bytes omitted");
+        let v = serde_json::json!({"error": "\npermission denied\nmore"});
+        let o = outcome("plain", Flags::of(v.as_object().unwrap()));
+        assert_eq!(o.render(5, 200), "failed — permission denied");
     }
 
     #[test]
