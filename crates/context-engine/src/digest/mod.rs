@@ -74,7 +74,7 @@ mod tests;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::message::{Content, FunctionCall, Message, ToolCall};
@@ -100,8 +100,9 @@ Do not reconstruct, guess or invent omitted output; where a detail matters and w
 so and keep the digest's recall handle.";
 
 /// Digest switches and thresholds. `Default` is the documented behaviour;
-/// a config layer fills the fields in.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// a config layer fills the fields in (missing fields take their default).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DigestOptions {
     /// Off means every body is sent (`context.digest.enabled`).
     pub enabled: bool,

@@ -519,3 +519,18 @@ fn long_notes_are_clipped() {
     );
     assert!(note.len() <= 1024);
 }
+
+#[test]
+fn options_deserialize_with_defaults_for_missing_fields() {
+    let o: DigestOptions = toml::from_str("enabled = false\nmin_bytes = 1024").unwrap();
+    assert_eq!(
+        o,
+        DigestOptions {
+            enabled: false,
+            min_bytes: 1024,
+            ..DigestOptions::default()
+        }
+    );
+    let o: DigestOptions = toml::from_str("").unwrap();
+    assert_eq!(o, DigestOptions::default());
+}
