@@ -44,6 +44,13 @@ enum Command {
                             cat .env | ctx redact - --report"
     )]
     Redact(cmd::redact::RedactArgs),
+    /// Show the request view: older bulky tool results as one-line digests.
+    #[command(
+        after_help = "Prints the request view as JSON on stdout and a report on stderr.\n\n\
+                      Example:\n  ctx digest examples/bugfix-session.json --min-bytes 1024\n  \
+                            ctx digest session.traj --keep-batches 2 --json > view.json"
+    )]
+    Digest(cmd::digest::DigestArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +59,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Redact(args) => cmd::redact::run(args),
+        Command::Digest(args) => cmd::digest::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,60 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The tool-result digest as a request view on the largest corpus
+//! transcript: the whole session as one request, and every request of a
+//! turn-by-turn replay (each assistant message is one call whose request is
+//! everything before it).
+//!
+//! `cargo bench -p context-engine --bench digest -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use context_engine::digest::{DigestOptions, digest, digest_view};
+use context_engine::message::Role;
+use context_engine::transcript::Transcript;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+fn bench_digest(c: &mut Criterion) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus/mini_astropy12907.traj.json");
+    let Ok(transcript) = Transcript::load(&path) else {
+        eprintln!("skipping: corpus file {} not found", path.display());
+        return;
+    };
+    let m = transcript.messages;
+    let opts = DigestOptions::default();
+    let calls: Vec<usize> = m
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.role == Role::Assistant)
+        .map(|(i, _)| i)
+        .collect();
+    let mut group = c.benchmark_group("digest_astropy");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("whole_session_request", |b| {
+        b.iter_with_large_drop(|| digest(black_box(&m), &opts))
+    });
+    group.bench_function("whole_session_request_borrowed", |b| {
+        b.iter_with_large_drop(|| digest_view(black_box(&m), &opts))
+    });
+    // One element per request: criterion reports the time per request.
+    group.throughput(Throughput::Elements(calls.len() as u64));
+    group.bench_function("replay_every_request", |b| {
+        b.iter(|| {
+            for &i in &calls {
+                black_box(digest(black_box(&m[..i]), &opts));
+            }
+        })
+    });
+    group.bench_function("replay_every_request_borrowed", |b| {
+        b.iter(|| {
+            for &i in &calls {
+                black_box(digest_view(black_box(&m[..i]), &opts));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_digest);
+criterion_main!(benches);

@@ -1,0 +1,446 @@
+//! The tool-result digest: the request view keeps the newest tool batches
+//! whole and shows older bulky results as one line each.
+//!
+//! Tool output is most of what an agent re-sends on every call, and old
+//! output is rarely read again. [`digest`] returns a copy of the transcript
+//! for one request in which every tool result older than the newest
+//! [`DigestOptions::keep_batches`] batches, and at least
+//! [`DigestOptions::min_bytes`] long (or carrying an image or other binary
+//! part), has its content replaced by one line:
+//!
+//! ```text
+//! [digested] bash {"command": "cat setup.py"} → ok, 5123 bytes omitted; full output: context_recall {"handle":"call_7"}
+//! ```
+//!
+//! The *writ* (the call's name and arguments), the outcome (`ok` or the first
+//! error line, see below) and a handle. The message itself, its role, its
+//! `tool_call_id` and every other field stay, so the request stays valid.
+//! Nothing is lost: [`recall`] (and the `context_recall` tool, see
+//! [`recall_tool_schema`] and [`handle_recall_call`]) gives back the exact
+//! original body from the stored history.
+//!
+//! A *batch* is an assistant message with tool calls plus all its results,
+//! or one user message carrying a text tool-result envelope (see
+//! [`crate::validate::is_tool_reentry`]); envelopes are digested to
+//! [`ENVELOPE_HEADER`], one line per `[/verb args]` writ, the host's notes and
+//! banners, and `[END TOOL RESULTS]`.
+//!
+//! The outcome is `failed` when the body reports a non-zero exit code
+//! (`<returncode>1</returncode>`, `[exit 2]`, `exit code: 127`,
+//! `returncode: 1`) or the message carries an error flag (`is_error`,
+//! `error`, `status: "error"`, a non-zero `returncode`), or when a line
+//! starts with `ERR:`, `Error`/`ERROR`, `error:`, `error[E…]`, `fatal:`,
+//! `FAILED `, `FAIL:`, or is a Python exception (a traceback reports its
+//! final exception line). The
+//! first such line is shown; an explicit exit code 0 means success whatever
+//! the output says.
+//!
+//! ```
+//! use context_engine::digest::{DigestOptions, digest, handle_recall_call};
+//! use context_engine::{Message, ToolCall};
+//!
+//! let call = |id: &str| Message::assistant_tool_calls("", vec![
+//!     ToolCall::function(id, "bash", r#"{"command": "cat setup.py"}"#)]);
+//! let history = vec![
+//!     Message::user("fix the build"),
+//!     call("c1"),
+//!     Message::tool_result("c1", "x = 1\n".repeat(1000)),
+//!     call("c2"),
+//!     Message::tool_result("c2", "ok"),
+//! ];
+//! let view = digest(&history, &DigestOptions::default());
+//! assert_eq!(
+//!     view[2].text(),
+//!     r#"[digested] bash {"command": "cat setup.py"} → ok, 6000 bytes omitted; full output: context_recall {"handle":"c1"}"#
+//! );
+//! assert_eq!(view[4], history[4]); // the newest batch is whole
+//! // An engine's `handle_tool_call("context_recall", args, ..)` delegates:
+//! let answer = handle_recall_call(&history, &serde_json::json!({"handle": "c1", "end_line": 2}));
+//! assert!(answer.contains(r#""content":"x = 1\nx = 1\n""#));
+//! ```
+//!
+//! Properties: the input is never mutated; the output is deterministic and
+//! idempotent (a digest is never digested again); so from one turn to the
+//! next only the previously newest batch changes and the provider's prompt
+//! cache still matches everything before it.
+
+mod envelope;
+mod line;
+mod recall;
+
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::message::{Content, FunctionCall, Message, ToolCall};
+use crate::validate::is_tool_reentry;
+
+pub use envelope::ENVELOPE_HEADER;
+pub use recall::{
+    LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
+};
+
+/// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then
+/// returns the transcript unchanged. Read by [`DigestOptions::from_env`].
+pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
+
+/// How the first line of a digested tool result starts; also how a digest
+/// recognizes its own output, so digesting twice changes nothing.
+pub const DIGEST_MARK: &str = "[digested]";
+
+/// The instruction that goes with [`summarizer_input`].
+pub const SUMMARIZER_INSTRUCTION: &str = "Some tool results in this conversation are digests: \
+one line naming the call and its outcome, with the output omitted. Summarize only what is shown. \
+Do not reconstruct, guess or invent omitted output; where a detail matters and was omitted, say \
+so and keep the digest's recall handle.";
+
+/// Digest switches and thresholds. `Default` is the documented behaviour;
+/// a config layer fills the fields in (missing fields take their default).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DigestOptions {
+    /// Off means every body is sent (`context.digest.enabled`).
+    pub enabled: bool,
+    /// How many of the newest batches are kept whole, whatever their size.
+    pub keep_batches: usize,
+    /// Results with at least this many bytes of text are digested; smaller
+    /// ones cost little and stay whole.
+    pub min_bytes: usize,
+    /// Longest writ (tool name and arguments), in bytes, `…` included.
+    pub writ_max_bytes: usize,
+    /// Longest error line, in bytes, `…` included.
+    pub error_max_bytes: usize,
+    /// Notes and banners up to this size are kept word for word; longer
+    /// ones are clipped.
+    pub note_max_bytes: usize,
+}
+
+impl Default for DigestOptions {
+    fn default() -> DigestOptions {
+        DigestOptions {
+            enabled: true,
+            keep_batches: 1,
+            min_bytes: 4096,
+            writ_max_bytes: 240,
+            error_max_bytes: 200,
+            note_max_bytes: 1024,
+        }
+    }
+}
+
+impl DigestOptions {
+    /// The defaults, disabled when [`DISABLE_ENV`] is set in the process
+    /// environment.
+    pub fn from_env() -> DigestOptions {
+        DigestOptions::from_env_value(std::env::var(DISABLE_ENV).ok().as_deref())
+    }
+
+    /// The defaults, disabled when `value` (of [`DISABLE_ENV`]) says so.
+    /// Separate from [`from_env`](Self::from_env) so callers and tests need
+    /// not touch the process environment.
+    pub fn from_env_value(value: Option<&str>) -> DigestOptions {
+        let disabled = value.is_some_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        });
+        DigestOptions {
+            enabled: !disabled,
+            ..DigestOptions::default()
+        }
+    }
+}
+
+/// What one digest did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DigestReport {
+    /// Tool results replaced by a digest line.
+    pub results_digested: usize,
+    /// Text envelopes replaced by their digest.
+    pub envelopes_digested: usize,
+    /// Binary parts (images, audio, files) dropped.
+    pub binary_parts_dropped: usize,
+    /// Text bytes of the digested messages' content, before.
+    pub bytes_before: usize,
+    /// Text bytes of the same messages' content, after.
+    pub bytes_after: usize,
+}
+
+/// The request view of `messages`: older bulky tool results digested (see
+/// the module docs). The input is not changed.
+pub fn digest(messages: &[Message], opts: &DigestOptions) -> Vec<Message> {
+    digest_with_report(messages, opts).0
+}
+
+/// [`digest`] with a report of what was replaced.
+pub fn digest_with_report(
+    messages: &[Message],
+    opts: &DigestOptions,
+) -> (Vec<Message>, DigestReport) {
+    let (view, report) = digest_view(messages, opts);
+    (view.into_iter().map(Cow::into_owned).collect(), report)
+}
+
+/// The digest without copying: unchanged messages are borrowed from the
+/// input, digested ones owned. For hosts that serialize the request
+/// straight away (cloning a transcript whose messages carry raw provider
+/// responses costs more than the digest itself).
+pub fn digest_view<'a>(
+    messages: &'a [Message],
+    opts: &DigestOptions,
+) -> (Vec<Cow<'a, Message>>, DigestReport) {
+    let mut report = DigestReport::default();
+    if !opts.enabled {
+        return (messages.iter().map(Cow::Borrowed).collect(), report);
+    }
+    let kept_from = kept_from(messages, opts.keep_batches);
+    let calls = calls_by_id(messages);
+    let mut batch: Option<usize> = None;
+    let mut legacy: Option<&FunctionCall> = None;
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, message) in messages.iter().enumerate() {
+        if starts_call_batch(message) {
+            batch = Some(i);
+            legacy = message.function_call.as_ref();
+        }
+        let replaced = if message.is_tool_result() {
+            if batch.unwrap_or(i) >= kept_from {
+                None
+            } else {
+                let writ = writ_of(message, &calls, legacy);
+                digest_result(message, &writ, opts, &mut report)
+            }
+        } else if i < kept_from && is_tool_reentry(message) {
+            digest_envelope(message, opts, &mut report)
+        } else {
+            None
+        };
+        out.push(replaced.map_or(Cow::Borrowed(message), Cow::Owned));
+    }
+    (out, report)
+}
+
+/// What a summarizer gets: the transcript with every bulky result digested
+/// (no batch kept whole) and the instruction not to reconstruct what the
+/// digest omitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummarizerInput {
+    /// The digested transcript.
+    pub messages: Vec<Message>,
+    /// [`SUMMARIZER_INSTRUCTION`], to put in the summarizer's prompt.
+    pub instruction: &'static str,
+}
+
+/// Builds the summarizer's input through the same digest as the request
+/// view, with `keep_batches` forced to 0: the summary is written from the
+/// digests, so that call is not a second copy of every tool output.
+pub fn summarizer_input(messages: &[Message], opts: &DigestOptions) -> SummarizerInput {
+    let opts = DigestOptions {
+        keep_batches: 0,
+        ..opts.clone()
+    };
+    SummarizerInput {
+        messages: digest(messages, &opts),
+        instruction: SUMMARIZER_INSTRUCTION,
+    }
+}
+
+/// Whether `message` opens a tool batch: an assistant turn that calls tools
+/// (or the legacy `function_call`).
+fn starts_call_batch(message: &Message) -> bool {
+    message.has_tool_calls() || message.function_call.is_some()
+}
+
+/// The index of the first message of the oldest kept batch: results (and
+/// envelopes) of batches starting at or after it stay whole. `usize::MAX`
+/// when no batch is kept.
+fn kept_from(messages: &[Message], keep: usize) -> usize {
+    if keep == 0 {
+        return usize::MAX;
+    }
+    let mut starts = Vec::new();
+    let mut in_batch = false;
+    for (i, m) in messages.iter().enumerate() {
+        if starts_call_batch(m) {
+            in_batch = true;
+            starts.push(i);
+        } else if m.is_tool_result() {
+            // A result with no call before it is a batch of its own.
+            if !in_batch {
+                starts.push(i);
+            }
+        } else if is_tool_reentry(m) {
+            starts.push(i);
+        }
+    }
+    starts
+        .len()
+        .checked_sub(keep)
+        .and_then(|k| starts.get(k))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Every tool call by id; the first call wins when an id repeats, so the
+/// writ is the same on every turn.
+fn calls_by_id(messages: &[Message]) -> HashMap<&str, &ToolCall> {
+    let mut calls = HashMap::new();
+    for call in messages.iter().flat_map(Message::tool_calls) {
+        if let Some(id) = call.id.as_deref() {
+            calls.entry(id).or_insert(call);
+        }
+    }
+    calls
+}
+
+/// The writ of a result: the name and arguments of the call it answers.
+fn writ_of(
+    message: &Message,
+    calls: &HashMap<&str, &ToolCall>,
+    legacy: Option<&FunctionCall>,
+) -> String {
+    let call = message
+        .tool_call_id
+        .as_deref()
+        .and_then(|id| calls.get(id))
+        .and_then(|c| c.function.as_ref());
+    match (call, legacy) {
+        (Some(f), _) => line::call_writ(&f.name, &f.arguments),
+        (None, Some(f)) if message.tool_call_id.is_none() => line::call_writ(&f.name, &f.arguments),
+        _ => message
+            .name
+            .clone()
+            .unwrap_or_else(|| "tool result".to_owned()),
+    }
+}
+
+/// The recall handle of a result: its `tool_call_id`, or a hash of its body
+/// when it has none.
+pub(crate) fn result_handle(message: &Message, body: &str) -> String {
+    match message.tool_call_id.as_deref() {
+        Some(id) if !id.is_empty() => id.to_owned(),
+        _ => hash_handle(body),
+    }
+}
+
+/// A content-derived handle: stable across turns and compactions.
+pub(crate) fn hash_handle(body: &str) -> String {
+    format!("h{:016x}", xxh3_64(body.as_bytes()))
+}
+
+/// `full output: context_recall {"handle":"…"}`.
+fn hint(handle: &str) -> String {
+    let arg = serde_json::json!({ "handle": handle });
+    format!("full output: {RECALL_TOOL} {arg}")
+}
+
+/// Whether a tool result's text is a digest line.
+pub(crate) fn is_digest_line(text: &str) -> bool {
+    text.starts_with(DIGEST_MARK)
+}
+
+/// Whether every part of the content is text or binary (see
+/// [`line::is_accounted`]).
+fn accounted(message: &Message) -> bool {
+    message.content.parts().iter().all(line::is_accounted)
+}
+
+/// One line per binary part of the content.
+fn binary_lines(message: &Message, opts: &DigestOptions) -> Vec<String> {
+    message
+        .content
+        .parts()
+        .iter()
+        .filter(|p| line::is_binary(p))
+        .map(|p| line::binary_line(p, opts.writ_max_bytes))
+        .collect()
+}
+
+fn digest_result(
+    message: &Message,
+    writ: &str,
+    opts: &DigestOptions,
+    report: &mut DigestReport,
+) -> Option<Message> {
+    let body = message.text();
+    if is_digest_line(&body) || !accounted(message) {
+        return None;
+    }
+    let binaries = binary_lines(message, opts);
+    if body.len() < opts.min_bytes && binaries.is_empty() {
+        return None;
+    }
+    let outcome = line::outcome(&body, line::Flags::of(&message.extra));
+    let mut lines = vec![format!(
+        "{DIGEST_MARK} {} → {}; {}",
+        line::clip(writ, opts.writ_max_bytes),
+        outcome.render(body.len(), opts.error_max_bytes),
+        hint(&result_handle(message, &body)),
+    )];
+    let dropped = binaries.len();
+    lines.extend(binaries);
+    lines.extend(line::notes(&body, opts.note_max_bytes));
+    let text = lines.join("\n");
+    replace(message, body.len(), text, dropped, report).inspect(|_| report.results_digested += 1)
+}
+
+fn digest_envelope(
+    message: &Message,
+    opts: &DigestOptions,
+    report: &mut DigestReport,
+) -> Option<Message> {
+    let text = message.text();
+    if envelope::is_digested(&text) || !accounted(message) {
+        return None;
+    }
+    let binaries = binary_lines(message, opts);
+    if text.len() < opts.min_bytes && binaries.is_empty() {
+        return None;
+    }
+    let blocks = envelope::blocks(&text);
+    if blocks.is_empty() {
+        return None;
+    }
+    let mut lines = vec![ENVELOPE_HEADER.to_owned()];
+    for block in &blocks {
+        let outcome = line::outcome(block.body, line::Flags::default());
+        lines.push(format!(
+            "{} → {}; {}",
+            line::clip(block.writ, opts.writ_max_bytes),
+            outcome.render(block.body.len(), opts.error_max_bytes),
+            hint(&hash_handle(block.body)),
+        ));
+    }
+    let dropped = binaries.len();
+    lines.extend(binaries);
+    lines.extend(line::notes(&text, opts.note_max_bytes));
+    lines.push(envelope::END_TOOL_RESULTS.to_owned());
+    let new = lines.join("\n");
+    replace(message, text.len(), new, dropped, report).inspect(|_| report.envelopes_digested += 1)
+}
+
+/// A copy of `message` with `text` as its content, unless that would not
+/// make a text-only message shorter.
+fn replace(
+    message: &Message,
+    before: usize,
+    text: String,
+    dropped: usize,
+    report: &mut DigestReport,
+) -> Option<Message> {
+    if dropped == 0 && text.len() >= before {
+        return None;
+    }
+    report.binary_parts_dropped += dropped;
+    report.bytes_before += before;
+    report.bytes_after += text.len();
+    let mut out = message.clone();
+    out.content = Content::Text(text);
+    Some(out)
+}

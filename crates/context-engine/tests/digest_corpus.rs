@@ -1,0 +1,156 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The digest on real agent transcripts, replayed turn by turn: each
+//! assistant message is one model call whose request is everything before
+//! it. Checks prefix stability (only the previously newest batch changes from
+//! one request to the next) and prints the tokens the digest saves.
+//! Skipped with a printed reason when the corpus is absent.
+
+use std::path::PathBuf;
+
+use context_engine::Message;
+use context_engine::digest::{DigestOptions, digest, digest_with_report};
+use context_engine::message::Role;
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine::transcript::Transcript;
+use context_engine::validate::{Profile, is_tool_reentry, validate};
+
+fn corpus_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: corpus directory {} not found", dir.display());
+        None
+    }
+}
+
+fn transcripts() -> Vec<(String, Vec<Message>)> {
+    let Some(dir) = corpus_dir() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json") || n.ends_with(".traj"))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let t = Transcript::load(dir.join(&n)).unwrap();
+            (n, t.messages)
+        })
+        .collect()
+}
+
+/// The request of every model call in the replay.
+fn requests(m: &[Message]) -> impl Iterator<Item = &[Message]> {
+    m.iter()
+        .enumerate()
+        .filter(|(_, x)| x.role == Role::Assistant)
+        .map(|(i, _)| &m[..i])
+}
+
+/// Where the `keep`-th newest batch starts; the length when there are
+/// fewer batches (nothing is digested, so everything must stay).
+fn kept_batches_start(m: &[Message], keep: usize) -> usize {
+    let starts: Vec<usize> = m
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.has_tool_calls() || x.function_call.is_some() || is_tool_reentry(x))
+        .map(|(i, _)| i)
+        .collect();
+    match starts.len().checked_sub(keep) {
+        Some(k) => starts[k],
+        None => m.len(),
+    }
+}
+
+fn json(m: &Message) -> String {
+    m.to_value().to_string()
+}
+
+#[test]
+fn replayed_corpus_requests_keep_their_prefix() {
+    for keep in [1, 2] {
+        replay_keeps_prefix(&DigestOptions {
+            keep_batches: keep,
+            ..DigestOptions::default()
+        });
+    }
+}
+
+fn replay_keeps_prefix(opts: &DigestOptions) {
+    let mut digested_any = false;
+    for (name, m) in transcripts() {
+        let mut previous: Option<(Vec<Message>, usize)> = None;
+        for request in requests(&m) {
+            let before: Vec<String> = request.iter().map(json).collect();
+            let (view, report) = digest_with_report(request, opts);
+            digested_any |= report.results_digested > 0;
+            // The stored history is untouched, the view is a valid request
+            // exactly when the history is, and nothing but content changed.
+            assert_eq!(before, request.iter().map(json).collect::<Vec<_>>());
+            assert_eq!(
+                validate(&view, Profile::OpenAi),
+                validate(request, Profile::OpenAi),
+                "{name}"
+            );
+            assert_eq!(view.len(), request.len());
+            for (a, b) in view.iter().zip(request) {
+                assert_eq!((&a.role, &a.tool_call_id), (&b.role, &b.tool_call_id));
+            }
+            // Same history, same bytes.
+            let again: Vec<String> = digest(request, opts).iter().map(json).collect();
+            assert_eq!(again, view.iter().map(json).collect::<Vec<_>>(), "{name}");
+            // Only the previously newest batch may differ from last turn.
+            if let Some((prev, stable_until)) = &previous {
+                for (j, (p, v)) in prev.iter().zip(&view).enumerate() {
+                    if j < *stable_until {
+                        assert_eq!(json(p), json(v), "{name}: message {j} changed");
+                    }
+                }
+            }
+            previous = Some((view, kept_batches_start(request, opts.keep_batches)));
+        }
+    }
+    if corpus_dir().is_some() {
+        assert!(digested_any, "no corpus transcript had a result to digest");
+    }
+}
+
+/// Cumulative prompt tokens over each replayed session, with and without
+/// the digest (printed: run with `--nocapture` to see the figures).
+#[test]
+fn tokens_saved_on_the_corpus() {
+    let counter = CachedCounter::new(BpeCounter::new(Encoding::O200kBase));
+    for min_bytes in [4096, 1024] {
+        let opts = DigestOptions {
+            min_bytes,
+            ..DigestOptions::default()
+        };
+        for (name, m) in transcripts() {
+            let (mut without, mut with, mut calls) = (0usize, 0usize, 0usize);
+            for request in requests(&m) {
+                calls += 1;
+                without += counter.count_messages(request);
+                with += counter.count_messages(&digest(request, &opts));
+            }
+            assert!(with <= without, "{name}");
+            // The tool-calling runs re-send large outputs; the text-action
+            // ones have no tool results to digest.
+            if name.starts_with("mini_astropy") || name.starts_with("sweagent_fc_replace") {
+                assert!(with < without, "{name}: nothing saved");
+            }
+            let saved = without - with;
+            let pct = if without == 0 {
+                0.0
+            } else {
+                100.0 * saved as f64 / without as f64
+            };
+            eprintln!(
+                "min_bytes {min_bytes}: {name}: {calls} calls, cumulative prompt tokens {without} without digest, {with} with, saved {saved} ({pct:.1}%)"
+            );
+        }
+    }
+}
