@@ -147,7 +147,9 @@ async fn handle(
             .header("content-type", "application/json")
             .header("content-length", "4096")
             .body(TestBody {
-                data: Some(Bytes::from_static(b"{\"choices\":[{\"message\":{\"content\":\"par")),
+                data: Some(Bytes::from_static(
+                    b"{\"choices\":[{\"message\":{\"content\":\"par",
+                )),
                 fail_after: true,
             })
             .unwrap(),
@@ -231,7 +233,9 @@ fn run(config: OpenAiConfig) -> (Result<String, SummarizeError>, CallStats) {
 
 #[test]
 fn success_sends_the_openai_request_shape() {
-    let server = Server::start(vec![Reply::Completion("  ## Primary request and intent\nDeploy.\n")]);
+    let server = Server::start(vec![Reply::Completion(
+        "  ## Primary request and intent\nDeploy.\n",
+    )]);
     let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
     let turns = turns();
     let summary = summarizer
@@ -296,7 +300,8 @@ fn rate_limit_waits_for_retry_after_then_succeeds() {
 #[test]
 fn retry_after_beyond_the_cap_gives_up_at_once() {
     let server = Server::start(vec![Reply::Status(429, Some("120"), "{}")]);
-    let (result, stats) = run(config(&server.base_url()).with_max_retry_wait(Duration::from_secs(5)));
+    let (result, stats) =
+        run(config(&server.base_url()).with_max_retry_wait(Duration::from_secs(5)));
     let error = result.unwrap_err();
     assert!(
         matches!(error, SummarizeError::RateLimited { retry_after: Some(d) } if d == Duration::from_secs(120)),
@@ -392,9 +397,16 @@ fn a_reply_that_is_not_json_is_malformed() {
 
 #[test]
 fn a_wrongly_shaped_reply_is_malformed() {
-    let server = Server::start(vec![Reply::Status(200, None, r#"{"object":"list","data":[]}"#)]);
+    let server = Server::start(vec![Reply::Status(
+        200,
+        None,
+        r#"{"object":"list","data":[]}"#,
+    )]);
     let (result, stats) = run(config(&server.base_url()));
-    assert!(matches!(result, Err(SummarizeError::Malformed(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(SummarizeError::Malformed(_))),
+        "{result:?}"
+    );
     assert_eq!(stats.attempts, 1);
 }
 
@@ -449,4 +461,38 @@ fn works_through_the_trait_object() {
             .unwrap(),
         "via dyn"
     );
+}
+
+#[test]
+fn the_input_is_bounded_and_previous_summary_is_updated() {
+    let server = Server::start(vec![Reply::Completion("updated")]);
+    let config = config(&server.base_url())
+        .with_max_input_chars(6_000)
+        .with_max_message_chars(500);
+    let summarizer = OpenAiSummarizer::new(config).unwrap();
+    let turns: Vec<Message> = (0..200)
+        .map(|i| Message::user(format!("turn {i}: {}", "z".repeat(900))))
+        .collect();
+    let request =
+        SummaryRequest::new(&turns, 300).with_previous_summary("## Current state\nlexer ported");
+    assert_eq!(summarizer.summarize(&request).unwrap(), "updated");
+
+    let seen = server.seen.lock().unwrap();
+    let messages = seen[0].body["messages"].as_array().unwrap();
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.contains("Update this summary with the new turns"));
+    let user = messages[1]["content"].as_str().unwrap();
+    // The cap plus the omission markers; each message keeps head and tail.
+    assert!(
+        user.chars().count() <= 6_000 + 100,
+        "{}",
+        user.chars().count()
+    );
+    assert!(
+        user.contains("<previous-summary>\n## Current state\nlexer ported\n</previous-summary>")
+    );
+    assert!(user.contains("turn 0: "));
+    assert!(user.contains("turn 199: "));
+    assert!(!user.contains("turn 100: "));
+    assert!(user.contains("characters omitted"));
 }

@@ -251,14 +251,12 @@ impl OpenAiSummarizer {
         }
         let key = match config.api_key.take() {
             Some(key) => key,
-            None => env(&config.api_key_env)
-                .map(ApiKey)
-                .ok_or_else(|| {
-                    SummarizeError::NotConfigured(format!(
-                        "openai summarizer: environment variable {} is not set",
-                        config.api_key_env
-                    ))
-                })?,
+            None => env(&config.api_key_env).map(ApiKey).ok_or_else(|| {
+                SummarizeError::NotConfigured(format!(
+                    "openai summarizer: environment variable {} is not set",
+                    config.api_key_env
+                ))
+            })?,
         };
         if key.expose().trim().is_empty() {
             return Err(SummarizeError::NotConfigured(format!(
@@ -445,8 +443,10 @@ fn check_endpoint(endpoint: &str) -> Result<(), SummarizeError> {
 
 /// `base * 2^(attempt-1)`, saturating.
 fn backoff(base: Duration, attempt: u32) -> Duration {
-    let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-    base.saturating_mul(factor)
+    match 1u32.checked_shl(attempt.saturating_sub(1)) {
+        Some(factor) => base.saturating_mul(factor),
+        None => Duration::MAX,
+    }
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare on these APIs and is
@@ -485,9 +485,8 @@ fn classify(error: ureq::Error, endpoint: &str, timeout: Duration) -> SummarizeE
 
 /// The summary text from a chat-completions reply body.
 fn parse_reply(bytes: &[u8]) -> Result<String, SummarizeError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        SummarizeError::Malformed(format!("not JSON ({e}): {}", excerpt(bytes)))
-    })?;
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| SummarizeError::Malformed(format!("not JSON ({e}): {}", excerpt(bytes))))?;
     let Some(choices) = value.get("choices") else {
         if value.get("error").is_some() {
             return Err(SummarizeError::Malformed(format!(
@@ -495,7 +494,9 @@ fn parse_reply(bytes: &[u8]) -> Result<String, SummarizeError> {
                 error_message(bytes)
             )));
         }
-        return Err(SummarizeError::Malformed("no `choices` in the reply".into()));
+        return Err(SummarizeError::Malformed(
+            "no `choices` in the reply".into(),
+        ));
     };
     let first = choices
         .as_array()
@@ -531,10 +532,10 @@ fn parse_reply(bytes: &[u8]) -> Result<String, SummarizeError> {
 /// (served by Ollama or vLLM) put in `content`.
 fn strip_think(text: &str) -> &str {
     let trimmed = text.trim_start();
-    if let Some(rest) = trimmed.strip_prefix("<think>") {
-        if let Some(end) = rest.find("</think>") {
-            return &rest[end + "</think>".len()..];
-        }
+    if let Some(rest) = trimmed.strip_prefix("<think>")
+        && let Some(end) = rest.find("</think>")
+    {
+        return &rest[end + "</think>".len()..];
     }
     text
 }
@@ -580,7 +581,10 @@ mod tests {
             OpenAiSummarizer::with_env(OpenAiConfig::new("ftp://x/v1", "m"), |_| Some("k".into())),
         ];
         for case in cases {
-            assert!(matches!(case, Err(SummarizeError::NotConfigured(_))), "{case:?}");
+            assert!(
+                matches!(case, Err(SummarizeError::NotConfigured(_))),
+                "{case:?}"
+            );
         }
     }
 
@@ -655,7 +659,10 @@ mod tests {
             br#"{"choices":[{"message":{"content":7}}]}"#,
             br#"{"error":{"message":"model overloaded"}}"#,
         ] {
-            assert!(matches!(parse_reply(bad), Err(SummarizeError::Malformed(_))));
+            assert!(matches!(
+                parse_reply(bad),
+                Err(SummarizeError::Malformed(_))
+            ));
         }
     }
 
