@@ -208,10 +208,12 @@ impl Body for TestBody {
 
 const KEY: &str = "sk-test-0123456789";
 
+/// A generous timeout so that a loaded machine does not turn a success into
+/// a timeout; the timeout test sets its own short one.
 fn config(base_url: &str) -> OpenAiConfig {
     OpenAiConfig::new(base_url, "test-model")
         .with_api_key(KEY)
-        .with_timeout(Duration::from_millis(300))
+        .with_timeout(Duration::from_secs(20))
         .with_retry_base_delay(Duration::from_millis(10))
 }
 
@@ -270,7 +272,7 @@ fn success_sends_the_openai_request_shape() {
 #[test]
 fn slow_reply_past_the_timeout_is_a_timeout_and_falls_back() {
     let server = Server::start(vec![Reply::Slow(Duration::from_secs(3), "late")]);
-    let (result, stats) = run(config(&server.base_url()));
+    let (result, stats) = run(config(&server.base_url()).with_timeout(Duration::from_millis(300)));
     let error = result.unwrap_err();
     assert!(
         matches!(error, SummarizeError::Timeout(d) if d == Duration::from_millis(300)),
