@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use crate::message::Message;
 
+pub mod openai;
+mod prompt;
+
 /// What to summarise. Everything here has already been redacted and, for
 /// tool results, digested by the caller: a summarizer never sees a secret
 /// or a second copy of a file body.

@@ -1,0 +1,679 @@
+//! A [`Summarizer`] backed by any OpenAI-compatible chat-completions endpoint
+//! (OpenAI, OpenRouter, vLLM, llama.cpp server, Ollama).
+//!
+//! The client is blocking ([`ureq`]) because a summary is one call per
+//! compaction and the [`Summarizer`] trait is blocking. Every failure is
+//! mapped to the [`SummarizeError`] variant the compressor's policy needs:
+//! credentials refused (401/402/403) and unreachable endpoints abort,
+//! everything else falls back to the extractive summary. 429 and 5xx are
+//! retried with exponential backoff, honouring `Retry-After`.
+//!
+//! No `max_tokens` is sent: a capped reply is a truncated summary, and local
+//! servers disagree on what the field means. The input is bounded instead
+//! (see [`OpenAiConfig::max_input_chars`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use context_engine::summarize::openai::{OpenAiConfig, OpenAiSummarizer};
+//! use context_engine::summarize::{Summarizer, SummaryRequest};
+//! use context_engine::Message;
+//!
+//! let config = OpenAiConfig::new("http://127.0.0.1:8080/v1", "qwen2.5-7b-instruct")
+//!     .with_api_key_env("LLAMA_API_KEY")
+//!     .with_timeout(Duration::from_secs(60));
+//! let summarizer = OpenAiSummarizer::new(config)?;
+//! let turns = [Message::user("port the lexer to Rust")];
+//! let summary = summarizer.summarize(&SummaryRequest::new(&turns, 500))?;
+//! # Ok::<(), context_engine::summarize::SummarizeError>(())
+//! ```
+
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::prompt::{self, Limits};
+use super::{SummarizeError, Summarizer, SummaryRequest};
+
+/// Longest excerpt of a server's error body kept in an error message.
+const ERROR_EXCERPT_CHARS: usize = 300;
+
+/// An API key. Its `Debug` output is a placeholder so the key never ends up
+/// in logs or error reports.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<hidden>)")
+    }
+}
+
+/// Settings of an [`OpenAiSummarizer`]. Start from [`OpenAiConfig::new`] (or
+/// `Default` and set `base_url` and `model`) and adjust with the `with_*`
+/// methods.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// Base URL as in the OpenAI SDKs, e.g. `http://127.0.0.1:8080/v1`; the
+    /// client posts to `{base_url}/chat/completions`.
+    pub base_url: String,
+    /// Model name sent in the request.
+    pub model: String,
+    /// Environment variable the key is read from at construction when
+    /// [`api_key`](Self::api_key) is not set. Default `OPENAI_API_KEY`.
+    pub api_key_env: String,
+    /// A key given directly; takes precedence over the environment.
+    pub api_key: Option<ApiKey>,
+    /// Whole-request deadline (connect, send, wait, read). Default 120 s.
+    pub timeout: Duration,
+    /// Deadline for establishing the connection (capped by `timeout`).
+    /// Default 10 s.
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt for 408, 429 and 5xx. Default 3.
+    pub max_retries: u32,
+    /// First backoff delay when the server gives no `Retry-After`; doubles on
+    /// each retry. Default 1 s.
+    pub retry_base_delay: Duration,
+    /// Longest single wait between attempts. A `Retry-After` beyond it ends
+    /// the retries at once: the caller's cooldown is the better place to wait
+    /// that long. Default 30 s.
+    pub max_retry_wait: Duration,
+    /// Cap on the rendered input, in characters; past it the turns keep their
+    /// first 45% and last 55%. Default 400 000 (about 100k tokens).
+    pub max_input_chars: usize,
+    /// Cap on one message's text or one tool call's arguments, in
+    /// characters; past it the text keeps its head and tail. Default 20 000.
+    pub max_message_chars: usize,
+    /// Largest reply body accepted, in bytes. Default 8 MiB.
+    pub max_reply_bytes: u64,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            max_retries: 3,
+            retry_base_delay: Duration::from_secs(1),
+            max_retry_wait: Duration::from_secs(30),
+            max_input_chars: 400_000,
+            max_message_chars: 20_000,
+            max_reply_bytes: 8 << 20,
+        }
+    }
+}
+
+impl OpenAiConfig {
+    /// Defaults with the endpoint and model set.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            ..OpenAiConfig::default()
+        }
+    }
+
+    /// Sets [`api_key`](Self::api_key).
+    pub fn with_api_key(mut self, key: impl Into<String>) -> OpenAiConfig {
+        self.api_key = Some(ApiKey::new(key));
+        self
+    }
+
+    /// Sets [`api_key_env`](Self::api_key_env).
+    pub fn with_api_key_env(mut self, name: impl Into<String>) -> OpenAiConfig {
+        self.api_key_env = name.into();
+        self
+    }
+
+    /// Sets [`timeout`](Self::timeout).
+    pub fn with_timeout(mut self, timeout: Duration) -> OpenAiConfig {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> OpenAiConfig {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_retries`](Self::max_retries).
+    pub fn with_max_retries(mut self, retries: u32) -> OpenAiConfig {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Sets [`retry_base_delay`](Self::retry_base_delay).
+    pub fn with_retry_base_delay(mut self, delay: Duration) -> OpenAiConfig {
+        self.retry_base_delay = delay;
+        self
+    }
+
+    /// Sets [`max_retry_wait`](Self::max_retry_wait).
+    pub fn with_max_retry_wait(mut self, wait: Duration) -> OpenAiConfig {
+        self.max_retry_wait = wait;
+        self
+    }
+
+    /// Sets [`max_input_chars`](Self::max_input_chars).
+    pub fn with_max_input_chars(mut self, chars: usize) -> OpenAiConfig {
+        self.max_input_chars = chars;
+        self
+    }
+
+    /// Sets [`max_message_chars`](Self::max_message_chars).
+    pub fn with_max_message_chars(mut self, chars: usize) -> OpenAiConfig {
+        self.max_message_chars = chars;
+        self
+    }
+
+    /// Sets [`max_reply_bytes`](Self::max_reply_bytes).
+    pub fn with_max_reply_bytes(mut self, bytes: u64) -> OpenAiConfig {
+        self.max_reply_bytes = bytes;
+        self
+    }
+}
+
+/// What one [`OpenAiSummarizer::summarize_with_stats`] call did, for reports
+/// and for tests that pin the retry policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// HTTP attempts made (1 when the first succeeded or failed for good).
+    pub attempts: u32,
+    /// Total time slept between attempts.
+    pub waited: Duration,
+}
+
+/// The OpenAI-compatible summarizer. Cheap to share: one connection pool,
+/// and `&self` methods only.
+pub struct OpenAiSummarizer {
+    config: OpenAiConfig,
+    key: ApiKey,
+    endpoint: String,
+    name: String,
+    agent: ureq::Agent,
+    last: Mutex<CallStats>,
+}
+
+impl fmt::Debug for OpenAiSummarizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiSummarizer")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.config.model)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiSummarizer {
+    /// Builds the client, reading the key from the environment variable
+    /// named by `config.api_key_env` unless `config.api_key` is set.
+    /// A missing base URL, model or key is [`SummarizeError::NotConfigured`].
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiSummarizer, SummarizeError> {
+        OpenAiSummarizer::with_env(config, |name| std::env::var(name).ok())
+    }
+
+    /// Like [`new`](Self::new) with the environment looked up through
+    /// `env`, for hosts that keep their own settings (and for tests).
+    pub fn with_env(
+        mut config: OpenAiConfig,
+        env: impl FnOnce(&str) -> Option<String>,
+    ) -> Result<OpenAiSummarizer, SummarizeError> {
+        let base = config.base_url.trim().trim_end_matches('/');
+        if base.is_empty() {
+            return Err(SummarizeError::NotConfigured(
+                "openai summarizer: no base URL".into(),
+            ));
+        }
+        let endpoint = format!("{base}/chat/completions");
+        check_endpoint(&endpoint)?;
+        if config.model.trim().is_empty() {
+            return Err(SummarizeError::NotConfigured(
+                "openai summarizer: no model".into(),
+            ));
+        }
+        let key = match config.api_key.take() {
+            Some(key) => key,
+            None => env(&config.api_key_env).map(ApiKey).ok_or_else(|| {
+                SummarizeError::NotConfigured(format!(
+                    "openai summarizer: environment variable {} is not set",
+                    config.api_key_env
+                ))
+            })?,
+        };
+        if key.expose().trim().is_empty() {
+            return Err(SummarizeError::NotConfigured(format!(
+                "openai summarizer: empty API key (from {})",
+                config.api_key_env
+            )));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            // Statuses are classified here (auth vs retry), not by ureq.
+            .http_status_as_error(false)
+            .timeout_global(Some(config.timeout))
+            .timeout_connect(Some(config.connect_timeout.min(config.timeout)))
+            .user_agent(concat!("context-engine/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Ok(OpenAiSummarizer {
+            name: format!("openai:{}", config.model),
+            config,
+            key,
+            endpoint,
+            agent,
+            last: Mutex::new(CallStats::default()),
+        })
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The settings (the key, if one was given directly, is moved out).
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The stats of the most recent call (default before any).
+    pub fn last_call(&self) -> CallStats {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// HTTP attempts of the most recent call.
+    pub fn last_attempts(&self) -> u32 {
+        self.last_call().attempts
+    }
+
+    /// [`Summarizer::summarize`] that also says how many attempts it took
+    /// and how long it waited between them.
+    pub fn summarize_with_stats(
+        &self,
+        request: &SummaryRequest<'_>,
+    ) -> (Result<String, SummarizeError>, CallStats) {
+        let prompt = prompt::build(
+            request,
+            Limits {
+                max_input_chars: self.config.max_input_chars,
+                max_message_chars: self.config.max_message_chars,
+            },
+        );
+        let body = json!({
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": prompt.system},
+                {"role": "user", "content": prompt.user},
+            ],
+            "temperature": 0,
+        })
+        .to_string();
+        let mut stats = CallStats::default();
+        let result = loop {
+            stats.attempts += 1;
+            let failure = match self.attempt(&body) {
+                Ok(text) => break Ok(text),
+                Err(failure) => failure,
+            };
+            if !failure.retryable || stats.attempts > self.config.max_retries {
+                break Err(failure.error);
+            }
+            let wait = match failure.retry_after {
+                Some(wait) if wait > self.config.max_retry_wait => break Err(failure.error),
+                Some(wait) => wait,
+                None => backoff(self.config.retry_base_delay, stats.attempts)
+                    .min(self.config.max_retry_wait),
+            };
+            std::thread::sleep(wait);
+            stats.waited += wait;
+        };
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = stats;
+        (result, stats)
+    }
+
+    fn attempt(&self, body: &str) -> Result<String, Failure> {
+        let mut response = self
+            .agent
+            .post(&self.endpoint)
+            .header("Authorization", format!("Bearer {}", self.key.expose()))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .send(body)
+            .map_err(|e| self.transport_failure(e))?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(self.config.max_reply_bytes)
+            .read_to_vec()
+            .map_err(|e| self.transport_failure(e))?;
+        match status {
+            200..=299 => parse_reply(&bytes).map_err(Failure::final_),
+            401..=403 => Err(Failure::final_(SummarizeError::Auth {
+                status,
+                message: error_message(&bytes),
+            })),
+            429 => Err(Failure {
+                error: SummarizeError::RateLimited { retry_after },
+                retryable: true,
+                retry_after,
+            }),
+            408 | 500..=599 => Err(Failure {
+                error: SummarizeError::Server {
+                    status,
+                    message: error_message(&bytes),
+                },
+                retryable: true,
+                retry_after,
+            }),
+            _ => Err(Failure::final_(SummarizeError::Server {
+                status,
+                message: error_message(&bytes),
+            })),
+        }
+    }
+
+    fn transport_failure(&self, error: ureq::Error) -> Failure {
+        Failure::final_(classify(error, &self.endpoint, self.config.timeout))
+    }
+}
+
+impl Summarizer for OpenAiSummarizer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError> {
+        self.summarize_with_stats(request).0
+    }
+}
+
+/// One failed attempt and whether another may follow.
+struct Failure {
+    error: SummarizeError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn final_(error: SummarizeError) -> Failure {
+        Failure {
+            error,
+            retryable: false,
+            retry_after: None,
+        }
+    }
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), SummarizeError> {
+    let bad = |why: &str| {
+        SummarizeError::NotConfigured(format!("openai summarizer: base URL {endpoint}: {why}"))
+    };
+    let uri: ureq::http::Uri = endpoint.parse().map_err(|e| bad(&format!("{e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(bad("scheme must be http or https")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    Ok(())
+}
+
+/// `base * 2^(attempt-1)`, saturating.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    match 1u32.checked_shl(attempt.saturating_sub(1)) {
+        Some(factor) => base.saturating_mul(factor),
+        None => Duration::MAX,
+    }
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is rare on these APIs and is
+/// treated as absent, which falls back to the backoff).
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    value
+        .parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+}
+
+/// Maps a transport error. Connection problems (refused, DNS, reset, a body
+/// cut short) are `Network`; running out of the overall deadline is
+/// `Timeout`; a connect timeout is `Network` too (the host is unreachable,
+/// not slow to answer).
+fn classify(error: ureq::Error, endpoint: &str, timeout: Duration) -> SummarizeError {
+    use std::io::ErrorKind;
+    match error {
+        ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => {
+            SummarizeError::Network(format!("{endpoint}: could not connect in time"))
+        }
+        ureq::Error::Timeout(_) => SummarizeError::Timeout(timeout),
+        ureq::Error::Io(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
+            SummarizeError::Timeout(timeout)
+        }
+        ureq::Error::BodyExceedsLimit(limit) => {
+            SummarizeError::Malformed(format!("reply larger than {limit} bytes"))
+        }
+        other => SummarizeError::Network(format!("{endpoint}: {other}")),
+    }
+}
+
+/// The summary text from a chat-completions reply body.
+fn parse_reply(bytes: &[u8]) -> Result<String, SummarizeError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| SummarizeError::Malformed(format!("not JSON ({e}): {}", excerpt(bytes))))?;
+    let Some(choices) = value.get("choices") else {
+        if value.get("error").is_some() {
+            return Err(SummarizeError::Malformed(format!(
+                "error object instead of a completion: {}",
+                error_message(bytes)
+            )));
+        }
+        return Err(SummarizeError::Malformed(
+            "no `choices` in the reply".into(),
+        ));
+    };
+    let first = choices
+        .as_array()
+        .and_then(|c| c.first())
+        .ok_or_else(|| SummarizeError::Malformed("`choices` is not a non-empty array".into()))?;
+    let message = first
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| SummarizeError::Malformed("`choices[0].message` missing".into()))?;
+    let text = match message.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(other) => {
+            return Err(SummarizeError::Malformed(format!(
+                "`choices[0].message.content` is {}",
+                crate::message::json_type(other)
+            )));
+        }
+    };
+    let text = strip_think(&text).trim();
+    if text.is_empty() {
+        return Err(SummarizeError::Empty);
+    }
+    Ok(text.to_owned())
+}
+
+/// Drops a leading `<think>...</think>` block that some reasoning models
+/// (served by Ollama or vLLM) put in `content`.
+fn strip_think(text: &str) -> &str {
+    let trimmed = text.trim_start();
+    if let Some(rest) = trimmed.strip_prefix("<think>")
+        && let Some(end) = rest.find("</think>")
+    {
+        return &rest[end + "</think>".len()..];
+    }
+    text
+}
+
+/// The message of an error body (`{"error": {"message": ..}}`, `{"error":
+/// ".."}`, `{"message": ..}`), or an excerpt of the raw body.
+fn error_message(bytes: &[u8]) -> String {
+    let from_json = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
+        let error = v.get("error");
+        error
+            .and_then(|e| e.get("message"))
+            .or(error)
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let text = from_json.unwrap_or_else(|| excerpt(bytes));
+    prompt::clip_middle(&text, ERROR_EXCERPT_CHARS).into_owned()
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    prompt::clip_middle(text.trim(), ERROR_EXCERPT_CHARS).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> OpenAiConfig {
+        OpenAiConfig::new("http://127.0.0.1:9/v1/", "m")
+    }
+
+    #[test]
+    fn missing_base_url_model_or_key_is_not_configured() {
+        let cases = [
+            OpenAiSummarizer::with_env(OpenAiConfig::default(), |_| Some("k".into())),
+            OpenAiSummarizer::with_env(OpenAiConfig::new("http://127.0.0.1:9/v1", " "), |_| {
+                Some("k".into())
+            }),
+            OpenAiSummarizer::with_env(config(), |_| None),
+            OpenAiSummarizer::with_env(config(), |_| Some("  ".into())),
+            OpenAiSummarizer::with_env(OpenAiConfig::new("ftp://x/v1", "m"), |_| Some("k".into())),
+        ];
+        for case in cases {
+            assert!(
+                matches!(case, Err(SummarizeError::NotConfigured(_))),
+                "{case:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_comes_from_the_named_variable_and_never_shows_in_debug() {
+        let mut asked = String::new();
+        let s = OpenAiSummarizer::with_env(config().with_api_key_env("MY_KEY"), |name| {
+            asked = name.to_owned();
+            Some("sk-secret-123".into())
+        })
+        .unwrap();
+        assert_eq!(asked, "MY_KEY");
+        assert_eq!(s.endpoint(), "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(s.name(), "openai:m");
+        let debug = format!("{s:?} {:?}", config().with_api_key("sk-secret-123"));
+        assert!(!debug.contains("sk-secret"), "{debug}");
+        assert!(debug.contains("<hidden>"));
+    }
+
+    #[test]
+    fn explicit_key_wins_over_the_environment() {
+        let s = OpenAiSummarizer::with_env(config().with_api_key("explicit"), |_| {
+            panic!("environment must not be read")
+        })
+        .unwrap();
+        assert_eq!(s.key.expose(), "explicit");
+    }
+
+    #[test]
+    fn default_config_matches_the_documented_values() {
+        let c = OpenAiConfig::default();
+        assert_eq!(c.api_key_env, "OPENAI_API_KEY");
+        assert_eq!(c.timeout, Duration::from_secs(120));
+        assert_eq!(c.max_retries, 3);
+    }
+
+    #[test]
+    fn backoff_doubles_and_saturates() {
+        let base = Duration::from_millis(100);
+        assert_eq!(backoff(base, 1), base);
+        assert_eq!(backoff(base, 3), Duration::from_millis(400));
+        assert_eq!(backoff(base, 200), Duration::MAX);
+    }
+
+    #[test]
+    fn retry_after_seconds_are_parsed() {
+        assert_eq!(parse_retry_after(" 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn replies_are_parsed_or_classified() {
+        let ok = br#"{"choices":[{"message":{"role":"assistant","content":"  ## Summary\n"}}]}"#;
+        assert_eq!(parse_reply(ok).unwrap(), "## Summary");
+        let parts = br#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#;
+        assert_eq!(parse_reply(parts).unwrap(), "a\nb");
+        let think = br#"{"choices":[{"message":{"content":"<think>hmm</think>\nthe summary"}}]}"#;
+        assert_eq!(parse_reply(think).unwrap(), "the summary");
+        for empty in [
+            &br#"{"choices":[{"message":{"content":" \n "}}]}"#[..],
+            br#"{"choices":[{"message":{"content":null}}]}"#,
+            br#"{"choices":[{"message":{"content":"<think>only thoughts</think>"}}]}"#,
+        ] {
+            assert!(matches!(parse_reply(empty), Err(SummarizeError::Empty)));
+        }
+        for bad in [
+            &b"<html>oops</html>"[..],
+            br#"{"choices":[]}"#,
+            br#"{"choices":[{"text":"legacy"}]}"#,
+            br#"{"choices":[{"message":{"content":7}}]}"#,
+            br#"{"error":{"message":"model overloaded"}}"#,
+        ] {
+            assert!(matches!(
+                parse_reply(bad),
+                Err(SummarizeError::Malformed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn error_bodies_give_their_message() {
+        assert_eq!(
+            error_message(br#"{"error":{"message":"Invalid API key","type":"auth"}}"#),
+            "Invalid API key"
+        );
+        assert_eq!(error_message(br#"{"error":"nope"}"#), "nope");
+        assert_eq!(error_message(b"  Bad Gateway\n"), "Bad Gateway");
+        assert!(error_message(&vec![b'x'; 5000]).len() < 400);
+    }
+}

@@ -1,0 +1,500 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The OpenAI-compatible summarizer against a real HTTP server on loopback
+//! that speaks the chat-completions protocol and injects faults.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use context_engine::Message;
+use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
+use context_engine::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{Value, json};
+
+/// What the server does for one request.
+#[derive(Clone, Debug)]
+enum Reply {
+    /// 200 with a completion whose content is this text.
+    Completion(&'static str),
+    /// Waits, then answers like `Completion`.
+    Slow(Duration, &'static str),
+    /// This status with this body and optional `Retry-After`.
+    Status(u16, Option<&'static str>, &'static str),
+    /// 200 with a body that is not JSON.
+    NotJson,
+    /// 200 announcing a long body, sending part of it, then closing.
+    Truncated,
+}
+
+/// One request as the server saw it.
+#[derive(Debug)]
+struct Seen {
+    path: String,
+    authorization: Option<String>,
+    body: Value,
+    at: Instant,
+}
+
+struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    /// Starts a server answering the n-th request with `script[n]` (the last
+    /// entry repeats).
+    fn start(script: Vec<Reply>) -> Server {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let state = (Arc::new(script), seen.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| {
+                            let (script, seen) = state.clone();
+                            handle(req, script, seen)
+                        });
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
+        });
+        Server { addr, seen }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1/", self.addr)
+    }
+
+    fn seen_count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    script: Arc<Vec<Reply>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) -> Result<Response<TestBody>, Infallible> {
+    let at = Instant::now();
+    let path = req.uri().path().to_owned();
+    let authorization = req
+        .headers()
+        .get("authorization")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let mut body = req.into_body();
+    let mut bytes = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            bytes.extend_from_slice(&data);
+        }
+    }
+    let index = {
+        let mut seen = seen.lock().unwrap();
+        seen.push(Seen {
+            path,
+            authorization,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            at,
+        });
+        seen.len() - 1
+    };
+    let reply = script[index.min(script.len() - 1)].clone();
+    let response = match reply {
+        Reply::Completion(text) => completion(text),
+        Reply::Slow(delay, text) => {
+            tokio::time::sleep(delay).await;
+            completion(text)
+        }
+        Reply::Status(status, retry_after, body) => {
+            let mut builder = Response::builder()
+                .status(status)
+                .header("content-type", "application/json");
+            if let Some(secs) = retry_after {
+                builder = builder.header("retry-after", secs);
+            }
+            builder.body(TestBody::full(body)).unwrap()
+        }
+        Reply::NotJson => Response::builder()
+            .header("content-type", "text/html")
+            .body(TestBody::full("<html>502 from a proxy</html>"))
+            .unwrap(),
+        Reply::Truncated => Response::builder()
+            .header("content-type", "application/json")
+            .header("content-length", "4096")
+            .body(TestBody {
+                data: Some(Bytes::from_static(
+                    b"{\"choices\":[{\"message\":{\"content\":\"par",
+                )),
+                fail_after: true,
+            })
+            .unwrap(),
+    };
+    Ok(response)
+}
+
+fn completion(text: &str) -> Response<TestBody> {
+    let body = json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "test-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(TestBody::full(body.to_string()))
+        .unwrap()
+}
+
+/// A response body that can break off after its first frame.
+struct TestBody {
+    data: Option<Bytes>,
+    fail_after: bool,
+}
+
+impl TestBody {
+    fn full(text: impl Into<String>) -> TestBody {
+        TestBody {
+            data: Some(Bytes::from(text.into())),
+            fail_after: false,
+        }
+    }
+}
+
+impl Body for TestBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if let Some(data) = self.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if self.fail_after {
+            self.fail_after = false;
+            return Poll::Ready(Some(Err(io::Error::other("connection dropped"))));
+        }
+        Poll::Ready(None)
+    }
+}
+
+const KEY: &str = "sk-test-0123456789";
+
+/// A generous timeout so that a loaded machine does not turn a success into
+/// a timeout; the timeout test sets its own short one.
+fn config(base_url: &str) -> OpenAiConfig {
+    OpenAiConfig::new(base_url, "test-model")
+        .with_api_key(KEY)
+        .with_timeout(Duration::from_secs(20))
+        .with_retry_base_delay(Duration::from_millis(10))
+}
+
+fn turns() -> Vec<Message> {
+    vec![
+        Message::user("deploy with token [REDACTED:api_key] and fix src/main.rs"),
+        Message::assistant("Looking at src/main.rs."),
+    ]
+}
+
+fn run(config: OpenAiConfig) -> (Result<String, SummarizeError>, CallStats) {
+    let summarizer = OpenAiSummarizer::new(config).unwrap();
+    let turns = turns();
+    let outcome = summarizer.summarize_with_stats(&SummaryRequest::new(&turns, 400));
+    assert_eq!(summarizer.last_call(), outcome.1);
+    assert_eq!(summarizer.last_attempts(), outcome.1.attempts);
+    outcome
+}
+
+#[test]
+fn success_sends_the_openai_request_shape() {
+    let server = Server::start(vec![Reply::Completion(
+        "  ## Primary request and intent\nDeploy.\n",
+    )]);
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
+    let turns = turns();
+    let summary = summarizer
+        .summarize(&SummaryRequest::new(&turns, 400).with_focus_topic("deploy"))
+        .unwrap();
+    assert_eq!(summary, "## Primary request and intent\nDeploy.");
+    assert_eq!(summarizer.last_attempts(), 1);
+
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let request = &seen[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(
+        request.authorization.as_deref(),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let body = request.body.as_object().unwrap();
+    assert_eq!(body["model"], "test-model");
+    assert_eq!(body["temperature"], 0);
+    assert!(!body.contains_key("max_tokens"));
+    assert!(!body.contains_key("max_completion_tokens"));
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[1]["role"], "user");
+    let user = messages[1]["content"].as_str().unwrap();
+    assert!(user.contains("deploy with token [REDACTED:api_key] and fix src/main.rs"));
+    assert!(user.contains("<focus-topic>\ndeploy\n</focus-topic>"));
+    assert!(!messages[0]["content"].as_str().unwrap().contains(KEY));
+}
+
+#[test]
+fn slow_reply_past_the_timeout_is_a_timeout_and_falls_back() {
+    let server = Server::start(vec![Reply::Slow(Duration::from_secs(3), "late")]);
+    let (result, stats) = run(config(&server.base_url()).with_timeout(Duration::from_millis(300)));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(error, SummarizeError::Timeout(d) if d == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 1);
+    assert_eq!(server.seen_count(), 1);
+}
+
+#[test]
+fn rate_limit_waits_for_retry_after_then_succeeds() {
+    let server = Server::start(vec![
+        Reply::Status(429, Some("1"), r#"{"error":{"message":"slow down"}}"#),
+        Reply::Completion("summary after the wait"),
+    ]);
+    let (result, stats) = run(config(&server.base_url()));
+    assert_eq!(result.unwrap(), "summary after the wait");
+    assert_eq!(stats.attempts, 2);
+    // Retry-After (1 s) wins over the 10 ms backoff.
+    assert!(stats.waited >= Duration::from_secs(1), "{stats:?}");
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[1].at.duration_since(seen[0].at) >= Duration::from_secs(1));
+}
+
+#[test]
+fn retry_after_beyond_the_cap_gives_up_at_once() {
+    let server = Server::start(vec![Reply::Status(429, Some("120"), "{}")]);
+    let (result, stats) =
+        run(config(&server.base_url()).with_max_retry_wait(Duration::from_secs(5)));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(error, SummarizeError::RateLimited { retry_after: Some(d) } if d == Duration::from_secs(120)),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 1);
+    assert_eq!(stats.waited, Duration::ZERO);
+}
+
+#[test]
+fn repeated_server_errors_spend_the_retries() {
+    let server = Server::start(vec![Reply::Status(
+        500,
+        None,
+        r#"{"error":{"message":"internal error"}}"#,
+    )]);
+    let (result, stats) = run(config(&server.base_url()));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, SummarizeError::Server { status: 500, message } if message == "internal error"),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    // max_retries (3) + 1, with backoff 10 + 20 + 40 ms between them.
+    assert_eq!(stats.attempts, 4);
+    assert_eq!(stats.waited, Duration::from_millis(70));
+    assert_eq!(server.seen_count(), 4);
+}
+
+#[test]
+fn a_transient_server_error_is_retried() {
+    let server = Server::start(vec![
+        Reply::Status(503, None, "Service Unavailable"),
+        Reply::Completion("second time lucky"),
+    ]);
+    let (result, stats) = run(config(&server.base_url()));
+    assert_eq!(result.unwrap(), "second time lucky");
+    assert_eq!(stats.attempts, 2);
+    assert_eq!(stats.waited, Duration::from_millis(10));
+}
+
+#[test]
+fn auth_and_quota_errors_abort_without_retry() {
+    for status in [401, 402, 403] {
+        let server = Server::start(vec![Reply::Status(
+            status,
+            None,
+            r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#,
+        )]);
+        let (result, stats) = run(config(&server.base_url()));
+        let error = result.unwrap_err();
+        assert!(
+            matches!(&error, SummarizeError::Auth { status: s, message } if *s == status && message == "Incorrect API key provided"),
+            "{error:?}"
+        );
+        assert_eq!(error.action(), FailureAction::Abort);
+        assert_eq!(stats.attempts, 1);
+        assert_eq!(server.seen_count(), 1);
+        assert!(!error.to_string().contains(KEY));
+    }
+}
+
+#[test]
+fn other_client_errors_are_not_retried() {
+    let server = Server::start(vec![Reply::Status(
+        400,
+        None,
+        r#"{"error":{"message":"context length exceeded"}}"#,
+    )]);
+    let (result, stats) = run(config(&server.base_url()));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(error, SummarizeError::Server { status: 400, .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 1);
+}
+
+#[test]
+fn a_reply_that_is_not_json_is_malformed() {
+    let server = Server::start(vec![Reply::NotJson]);
+    let (result, stats) = run(config(&server.base_url()));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, SummarizeError::Malformed(m) if m.contains("<html>502 from a proxy</html>")),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 1);
+}
+
+#[test]
+fn a_wrongly_shaped_reply_is_malformed() {
+    let server = Server::start(vec![Reply::Status(
+        200,
+        None,
+        r#"{"object":"list","data":[]}"#,
+    )]);
+    let (result, stats) = run(config(&server.base_url()));
+    assert!(
+        matches!(result, Err(SummarizeError::Malformed(_))),
+        "{result:?}"
+    );
+    assert_eq!(stats.attempts, 1);
+}
+
+#[test]
+fn whitespace_content_is_empty() {
+    let server = Server::start(vec![Reply::Completion(" \n\t ")]);
+    let (result, stats) = run(config(&server.base_url()));
+    let error = result.unwrap_err();
+    assert!(matches!(error, SummarizeError::Empty), "{error:?}");
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 1);
+}
+
+#[test]
+fn a_connection_dropped_mid_body_is_a_network_failure() {
+    let server = Server::start(vec![Reply::Truncated]);
+    let (result, stats) = run(config(&server.base_url()));
+    let error = result.unwrap_err();
+    assert!(matches!(error, SummarizeError::Network(_)), "{error:?}");
+    assert_eq!(error.action(), FailureAction::Abort);
+    assert_eq!(stats.attempts, 1);
+    assert_eq!(server.seen_count(), 1);
+}
+
+#[test]
+fn connection_refused_is_a_network_failure() {
+    // Bind to learn a free loopback port, then close it: nothing listens.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (result, stats) = run(config(&format!("http://127.0.0.1:{port}/v1")));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, SummarizeError::Network(m) if m.contains(&format!("127.0.0.1:{port}/v1/chat/completions"))),
+        "{error:?}"
+    );
+    assert_eq!(error.action(), FailureAction::Abort);
+    assert_eq!(stats.attempts, 1);
+}
+
+#[test]
+fn works_through_the_trait_object() {
+    let server = Server::start(vec![Reply::Completion("via dyn")]);
+    let summarizer: Box<dyn Summarizer> =
+        Box::new(OpenAiSummarizer::new(config(&server.base_url())).unwrap());
+    assert_eq!(summarizer.name(), "openai:test-model");
+    let turns = turns();
+    assert_eq!(
+        summarizer
+            .summarize(&SummaryRequest::new(&turns, 100))
+            .unwrap(),
+        "via dyn"
+    );
+}
+
+#[test]
+fn the_input_is_bounded_and_previous_summary_is_updated() {
+    let server = Server::start(vec![Reply::Completion("updated")]);
+    let config = config(&server.base_url())
+        .with_max_input_chars(6_000)
+        .with_max_message_chars(500);
+    let summarizer = OpenAiSummarizer::new(config).unwrap();
+    let turns: Vec<Message> = (0..200)
+        .map(|i| Message::user(format!("turn {i}: {}", "z".repeat(900))))
+        .collect();
+    let request =
+        SummaryRequest::new(&turns, 300).with_previous_summary("## Current state\nlexer ported");
+    assert_eq!(summarizer.summarize(&request).unwrap(), "updated");
+
+    let seen = server.seen.lock().unwrap();
+    let messages = seen[0].body["messages"].as_array().unwrap();
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.contains("Update this summary with the new turns"));
+    let user = messages[1]["content"].as_str().unwrap();
+    // The cap plus the omission markers; each message keeps head and tail.
+    assert!(
+        user.chars().count() <= 6_000 + 100,
+        "{}",
+        user.chars().count()
+    );
+    assert!(
+        user.contains("<previous-summary>\n## Current state\nlexer ported\n</previous-summary>")
+    );
+    assert!(user.contains("turn 0: "));
+    assert!(user.contains("turn 199: "));
+    assert!(!user.contains("turn 100: "));
+    assert!(user.contains("characters omitted"));
+}
