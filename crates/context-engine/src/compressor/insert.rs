@@ -85,7 +85,16 @@ fn side(message: &Message) -> Option<bool> {
 
 /// Where the summary goes between `before` (head and pinned messages) and
 /// `after` (the tail). `user_survives`: some real user message stays.
-pub fn choose_placement(before: &[Message], after: &[Message], user_survives: bool) -> Placement {
+/// `strict`: roles must alternate, so a summary whose both roles collide is
+/// merged into the first tail message; otherwise the preferred role is used
+/// as it is (OpenAI accepts consecutive same-role messages), which keeps
+/// every kept message verbatim.
+pub fn choose_placement(
+    before: &[Message],
+    after: &[Message],
+    user_survives: bool,
+    strict: bool,
+) -> Placement {
     let prev = before.iter().rev().find_map(side);
     let next = after.iter().find_map(side);
     let fits = |is_user: bool| {
@@ -104,6 +113,9 @@ pub fn choose_placement(before: &[Message], after: &[Message], user_survives: bo
     } else {
         (Placement::Assistant, Placement::User)
     };
+    if !strict {
+        return first;
+    }
     for placement in [first, second] {
         if fits(placement == Placement::User) {
             return placement;
@@ -178,14 +190,36 @@ mod tests {
         let asst = [Message::assistant("a")];
         let tool = [Message::tool_result("c", "r")];
         // After the system prompt: user, unless the tail starts with a user.
-        assert_eq!(choose_placement(&sys, &asst, true), Placement::User);
-        assert_eq!(choose_placement(&sys, &user, true), Placement::Merged);
+        assert_eq!(choose_placement(&sys, &asst, true, true), Placement::User);
+        assert_eq!(choose_placement(&sys, &user, true, true), Placement::Merged);
         // Between an assistant and a user turn both roles collide.
-        assert_eq!(choose_placement(&asst, &user, true), Placement::Merged);
-        assert_eq!(choose_placement(&user, &user, true), Placement::Assistant);
-        assert_eq!(choose_placement(&asst, &asst, true), Placement::User);
-        assert_eq!(choose_placement(&tool, &user, true), Placement::Assistant);
-        assert_eq!(choose_placement(&tool, &asst, true), Placement::Merged);
+        assert_eq!(
+            choose_placement(&asst, &user, true, true),
+            Placement::Merged
+        );
+        assert_eq!(
+            choose_placement(&user, &user, true, true),
+            Placement::Assistant
+        );
+        assert_eq!(choose_placement(&asst, &asst, true, true), Placement::User);
+        assert_eq!(
+            choose_placement(&tool, &user, true, true),
+            Placement::Assistant
+        );
+        assert_eq!(
+            choose_placement(&tool, &asst, true, true),
+            Placement::Merged
+        );
+        // Without alternation rules nothing is merged.
+        assert_eq!(choose_placement(&asst, &user, true, false), Placement::User);
+        assert_eq!(
+            choose_placement(&tool, &asst, true, false),
+            Placement::Assistant
+        );
+        assert_eq!(
+            choose_placement(&user, &asst, false, false),
+            Placement::User
+        );
     }
 
     #[test]

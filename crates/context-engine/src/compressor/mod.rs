@@ -552,7 +552,7 @@ impl Compressor {
         let body = redact(&body, &force()).into_owned();
         let wrapped = wrap_summary(&body);
 
-        let (out, placement) = assemble(messages, &plan, &wrapped);
+        let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
         let tokens_after = self.counter.count_messages(&out) as u64;
         let report = CompactionReport {
             outcome,
@@ -666,7 +666,12 @@ fn with_text(message: &Message, text: String) -> Message {
 
 /// The compacted transcript: head (system note added), pinned user
 /// message, summary, tail.
-fn assemble(messages: &[Message], plan: &Plan, wrapped: &str) -> (Vec<Message>, Placement) {
+fn assemble(
+    messages: &[Message],
+    plan: &Plan,
+    wrapped: &str,
+    profile: Profile,
+) -> (Vec<Message>, Placement) {
     let mut out: Vec<Message> = Vec::with_capacity(plan.kept() + 1);
     let system = messages[..plan.head_end]
         .iter()
@@ -686,7 +691,7 @@ fn assemble(messages: &[Message], plan: &Plan, wrapped: &str) -> (Vec<Message>, 
         .iter()
         .chain(tail)
         .any(|m| crate::validate::is_real_user_turn(m) && !is_summary(m));
-    let placement = insert::choose_placement(&out, tail, user_survives);
+    let placement = insert::choose_placement(&out, tail, user_survives, profile == Profile::Strict);
     match placement {
         Placement::User => out.push(Message::user(wrapped)),
         Placement::Assistant => out.push(Message::assistant(wrapped)),

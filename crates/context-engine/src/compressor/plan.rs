@@ -6,7 +6,7 @@ use super::CompressorOptions;
 use super::insert::{find_summary, is_summary};
 use crate::message::{Message, Role};
 use crate::tokens::TokenCounter;
-use crate::validate::{CutPoints, is_real_user_turn};
+use crate::validate::{CutPoints, Profile, is_real_user_turn};
 
 /// The cut of one compaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub(super) fn plan(
     } else {
         opts.protect_first_n
     };
-    let head_end = cuts.at_or_after((leading + extra).min(n));
+    let mut head_end = cuts.at_or_after((leading + extra).min(n));
 
     // Tail: walk back within the token budget, at least `floor` messages.
     let tokens: Vec<usize> = messages.iter().map(|m| counter.count_message(m)).collect();
@@ -121,10 +121,18 @@ pub(super) fn plan(
         && u >= head_end
         && u < tail_start
     {
-        if cuts.is_safe(u) && cuts.is_safe(u + 1) {
-            pinned = Some(u);
-        } else {
-            tail_start = cuts.at_or_before(u).max(head_end);
+        // Under strict alternation the head must end with an assistant
+        // turn (or nothing) for a user message to follow it: grow the head
+        // to such a boundary if there is one before `u`.
+        let joinable =
+            |b: usize| opts.profile != Profile::Strict || !ends_on_user_side(&messages[..b]);
+        let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));
+        match head {
+            Some(b) if cuts.is_safe(u) && cuts.is_safe(u + 1) => {
+                head_end = b;
+                pinned = Some(u);
+            }
+            _ => tail_start = cuts.at_or_before(u).max(head_end),
         }
     }
     if previous.as_ref().is_some_and(|(s, _)| *s >= tail_start) {
@@ -144,4 +152,18 @@ pub(super) fn plan(
         ));
     }
     Ok(plan)
+}
+
+/// Whether the last conversational message of `messages` is on the user's
+/// side (a user message or a tool result).
+fn ends_on_user_side(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m.role {
+            Role::User | Role::Tool | Role::Function => Some(true),
+            Role::Assistant => Some(false),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
