@@ -236,6 +236,9 @@ pub struct CompactionReport {
     pub reason: Option<String>,
     /// The cooldown started by a failure.
     pub cooldown_seconds: Option<u64>,
+    /// The result is at or under the threshold (false when the kept head
+    /// and tail alone exceed it).
+    pub within_budget: bool,
 }
 
 impl CompactionReport {
@@ -258,6 +261,7 @@ impl CompactionReport {
             iterative: false,
             reason: None,
             cooldown_seconds: None,
+            within_budget: tokens <= threshold,
         }
     }
 }
@@ -387,9 +391,15 @@ impl Compressor {
 
     /// Where the next compaction would cut `messages`, or why it cannot.
     pub fn plan(&self, messages: &[Message]) -> Result<Plan, String> {
+        // The state's protections win: hosts adjust them there.
+        let options = CompressorOptions {
+            protect_first_n: self.state.protect_first_n,
+            protect_last_n: self.state.protect_last_n,
+            ..self.options.clone()
+        };
         plan::plan(
             messages,
-            &self.options,
+            &options,
             self.state.threshold_tokens,
             self.state.compression_count,
             self.counter.as_ref(),
@@ -578,6 +588,7 @@ impl Compressor {
             iterative: plan.previous.is_some(),
             reason,
             cooldown_seconds: cooldown,
+            within_budget: tokens_after <= threshold,
         };
         if tokens_after >= tokens_before {
             let why = format!(

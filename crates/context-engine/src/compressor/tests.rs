@@ -526,3 +526,43 @@ fn update_model_keeps_the_reply_reserve() {
     engine.update_model(&ModelInfo::new("gpt-4o", 200_000));
     assert_eq!(engine.state().threshold_tokens, 142_500);
 }
+
+#[test]
+fn tail_keeps_a_floor_of_messages_and_starts_at_a_safe_cut() {
+    // Every tool result is far over the tail budget on its own.
+    let mut history = session(30);
+    for m in history.iter_mut().filter(|m| m.is_tool_result()) {
+        m.content = Content::Text("z ".repeat(20_000));
+    }
+    let engine = Compressor::new(counter(), 20_000);
+    let plan = engine.plan(&history).unwrap();
+    let n = history.len();
+    assert!(n - plan.tail_start >= 3, "{plan:?}");
+    assert!(!history[plan.tail_start].is_tool_result());
+    assert!(crate::validate::CutPoints::new(&history).is_safe(plan.tail_start));
+    // The latest assistant text and user ask are in the tail.
+    assert!(plan.tail_start <= n - 2);
+}
+
+#[test]
+fn protections_come_from_the_state() {
+    let mut engine = Compressor::new(counter(), 20_000);
+    engine.state_mut().protect_first_n = 0;
+    let plan = engine.plan(&session(40)).unwrap();
+    // Only the system prompt; the first task is summarized (the latest ask
+    // is in the tail, so nothing is pinned).
+    assert_eq!(plan.head_end, 1);
+    assert_eq!(plan.pinned, None);
+    assert_eq!(plan.middle().next(), Some(1));
+}
+
+#[test]
+fn report_says_whether_the_result_fits() {
+    let mut engine = Compressor::new(counter(), 20_000);
+    engine
+        .compress(&session(40), &CompressRequest::new())
+        .unwrap();
+    let report = engine.last_report().unwrap();
+    assert!(report.within_budget);
+    assert!(report.tokens_after <= report.threshold_tokens);
+}
