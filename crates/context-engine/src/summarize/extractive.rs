@@ -276,6 +276,18 @@ impl Facts {
             }
             *action = format!("{}. {action}", i + 1);
         }
+        if focus.is_none()
+            && let Some(last) = turns.iter().rev().find(|m| {
+                m.role == Role::User && is_real_user_turn(m) && !m.text().trim().is_empty()
+            })
+            && let Some(slot) = facts.asks.last_mut()
+        {
+            let text = last.text();
+            let full = clip_middle(text.trim(), ASK_MAX_CHARS * 4);
+            if full.starts_with(slot.split(" […] ").next().unwrap_or(slot.as_str())) {
+                *slot = full;
+            }
+        }
         facts.files = files.list;
         facts.recent = turns
             .iter()
@@ -303,6 +315,8 @@ impl Facts {
         if text.is_empty() {
             return;
         }
+        // Without a focus topic the latest ask is the focus: `gather`
+        // re-clips it at the larger size once the span is read.
         let focused = focus.is_some_and(|f| text.to_lowercase().contains(f));
         let max = if focused {
             ASK_MAX_CHARS * 4
@@ -762,6 +776,17 @@ mod tests {
         // Observations are not user asks.
         assert!(!s.contains("- <returncode>"), "{s}");
         assert!(s.contains("astropy/io/fits.py"));
+    }
+
+    #[test]
+    fn without_a_focus_the_latest_ask_keeps_more_detail() {
+        let long = |tag: &str| format!("{tag} {}", "detail ".repeat(300));
+        let turns = vec![Message::user(long("first")), Message::user(long("latest"))];
+        let s = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, 4000));
+        let first = s.lines().find(|l| l.starts_with("- first")).unwrap();
+        let latest = s.lines().find(|l| l.starts_with("- latest")).unwrap();
+        assert!(first.len() <= ASK_MAX_CHARS + 2);
+        assert!(latest.len() > ASK_MAX_CHARS * 2, "{}", latest.len());
     }
 
     #[test]
