@@ -29,6 +29,7 @@
 //! # Ok::<(), context_engine::transcript::LoadError>(())
 //! ```
 
+pub mod compressor;
 pub mod digest;
 pub mod engine;
 pub mod message;

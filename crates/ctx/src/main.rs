@@ -51,6 +51,14 @@ enum Command {
                             ctx digest session.traj --keep-batches 2 --json > view.json"
     )]
     Digest(cmd::digest::DigestArgs),
+    /// Compact a transcript: keep head and tail, summarize the middle.
+    #[command(
+        after_help = "Writes the compacted transcript (same format as the input) on stdout or -o, \
+                      and a report on stderr.\n\n\
+                      Example:\n  ctx compact session.traj --context-length 32000 -o compacted.traj\n  \
+                            ctx compact session.json --context-length 8000 --focus \"the parser bug\" --report json"
+    )]
+    Compact(cmd::compact::CompactArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +68,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Redact(args) => cmd::redact::run(args),
         Command::Digest(args) => cmd::digest::run(args),
+        Command::Compact(args) => cmd::compact::run(args),
     };
     match result {
         Ok(code) => code,

@@ -11,6 +11,8 @@
 //! summary is one call per compaction, seconds long, and implementations
 //! enforce their own timeouts.
 
+pub mod extractive;
+
 use std::time::Duration;
 
 use crate::message::Message;

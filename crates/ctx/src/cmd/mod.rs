@@ -1,6 +1,7 @@
 //! One module per `ctx` command. Each exposes its `clap::Args` and a `run`
 //! that returns the process exit code.
 
+pub mod compact;
 pub mod digest;
 pub mod inspect;
 pub mod redact;

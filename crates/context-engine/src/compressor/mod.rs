@@ -1,0 +1,882 @@
+//! The built-in `compressor` engine: threshold compaction that keeps the head
+//! and a token-budgeted tail verbatim and replaces the middle with one
+//! structured summary.
+//!
+//! Policy lives here; the pieces it relies on live elsewhere: safe cut points
+//! in [`crate::validate`], the tool-result digest in [`crate::digest`],
+//! redaction in [`crate::redact`], summaries behind [`Summarizer`]. The
+//! engine never hands back a transcript with a violation its input did not
+//! have, and never silently loses the middle: it compacts with the primary
+//! summary or the extractive fallback, or leaves the input unchanged and
+//! says why ([`Compressor::last_report`]).
+
+mod clock;
+mod insert;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::digest::{
+    DigestOptions, RECALL_TOOL, digest_with_report, handle_recall_call, recall_tool_schema,
+    summarizer_input,
+};
+use crate::engine::{
+    BlockReason, CompressDecision, CompressRequest, ContextEngine, DEFAULT_PROTECT_FIRST_N,
+    DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineError, EngineState, EngineStatus,
+    ModelInfo, PromptTokens, SelectRequest, ToolCallContext, Usage, sanitize_memory_context,
+    unknown_tool,
+};
+use crate::message::{Content, ContentPart, Message};
+use crate::redact::{RedactOptions, redact};
+use crate::summarize::extractive::ExtractiveSummarizer;
+use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
+use crate::tokens::TokenCounter;
+use crate::validate::{Profile, Rule, validate};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use insert::{
+    Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
+    wrap_summary,
+};
+pub use plan::Plan;
+
+/// The engine's name.
+pub const NAME: &str = "compressor";
+/// Cooldown after the summarizer reported it is not configured.
+pub const COOLDOWN_NOT_CONFIGURED: Duration = Duration::from_secs(600);
+/// Cooldowns after repeated timeouts, 429s and 5xx: first, second, third on.
+pub const COOLDOWN_TRANSIENT: [Duration; 3] = [
+    Duration::from_secs(60),
+    Duration::from_secs(300),
+    Duration::from_secs(900),
+];
+/// Cooldown after a malformed or empty reply.
+pub const COOLDOWN_MALFORMED: Duration = Duration::from_secs(30);
+/// Cooldown after any other failure (auth, network).
+pub const COOLDOWN_OTHER: Duration = Duration::from_secs(60);
+/// Fraction of the window used as the threshold when the configured one
+/// would reach the window itself (small windows, big reply reserves).
+pub const SMALL_WINDOW_PERCENT: f64 = 0.85;
+
+/// Tuning of the compressor. `Default` is the documented behaviour.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct CompressorOptions {
+    /// Fraction of the usable window at which compaction fires.
+    pub threshold_percent: f64,
+    /// Tokens reserved for the reply, subtracted from the window first.
+    pub max_tokens: Option<u64>,
+    /// Non-system head messages kept verbatim on the first compaction
+    /// (later ones keep only the system prompt, so early turns do not
+    /// fossilise).
+    pub protect_first_n: usize,
+    /// Tail messages kept at least (clamped to 3..=8).
+    pub protect_last_n: usize,
+    /// Tail budget as a fraction of the threshold.
+    pub tail_ratio: f64,
+    /// How far past the tail budget a cut point may push the tail.
+    pub tail_ceiling: f64,
+    /// Summary target as a fraction of the tokens it replaces.
+    pub summary_ratio: f64,
+    /// Summary target at most this fraction of the window.
+    pub summary_window_ratio: f64,
+    /// Summary target at most this many tokens.
+    pub summary_max_tokens: usize,
+    /// The provider rules the output must keep.
+    pub profile: Profile,
+    /// The digest applied to the summarizer's input and to request views.
+    pub digest: DigestOptions,
+    /// Per-model threshold overrides (see
+    /// [`resolve_model_threshold`](crate::engine::resolve_model_threshold)).
+    pub model_thresholds: BTreeMap<String, f64>,
+}
+
+impl Default for CompressorOptions {
+    fn default() -> CompressorOptions {
+        CompressorOptions {
+            threshold_percent: DEFAULT_THRESHOLD_PERCENT,
+            max_tokens: None,
+            protect_first_n: DEFAULT_PROTECT_FIRST_N,
+            protect_last_n: DEFAULT_PROTECT_LAST_N,
+            tail_ratio: 0.20,
+            tail_ceiling: 1.5,
+            summary_ratio: 0.20,
+            summary_window_ratio: 0.05,
+            summary_max_tokens: 12_000,
+            profile: Profile::OpenAi,
+            digest: DigestOptions::default(),
+            model_thresholds: BTreeMap::new(),
+        }
+    }
+}
+
+impl CompressorOptions {
+    /// Sets [`profile`](Self::profile).
+    pub fn with_profile(mut self, profile: Profile) -> CompressorOptions {
+        self.profile = profile;
+        self
+    }
+
+    /// Sets [`max_tokens`](Self::max_tokens).
+    pub fn with_max_tokens(mut self, tokens: u64) -> CompressorOptions {
+        self.max_tokens = Some(tokens);
+        self
+    }
+
+    /// Sets [`threshold_percent`](Self::threshold_percent).
+    pub fn with_threshold_percent(mut self, percent: f64) -> CompressorOptions {
+        self.threshold_percent = percent;
+        self
+    }
+
+    /// Sets [`protect_first_n`](Self::protect_first_n).
+    pub fn with_protect_first_n(mut self, n: usize) -> CompressorOptions {
+        self.protect_first_n = n;
+        self
+    }
+
+    /// Sets [`protect_last_n`](Self::protect_last_n).
+    pub fn with_protect_last_n(mut self, n: usize) -> CompressorOptions {
+        self.protect_last_n = n;
+        self
+    }
+
+    /// Sets [`digest`](Self::digest).
+    pub fn with_digest(mut self, digest: DigestOptions) -> CompressorOptions {
+        self.digest = digest;
+        self
+    }
+}
+
+/// The prompt size at which compaction fires: `percent` of the window less
+/// the reply reserve, but never at or above the window itself (85% of it
+/// then), so that small windows still compact before they overflow.
+pub fn compaction_threshold(context_length: u64, percent: f64, reserve: Option<u64>) -> u64 {
+    let reserve = reserve.unwrap_or(0);
+    let usable = context_length.saturating_sub(reserve);
+    let t = crate::engine::threshold_tokens(usable, percent);
+    if context_length > 0 && (t >= context_length || usable == 0) {
+        crate::engine::threshold_tokens(context_length, SMALL_WINDOW_PERCENT)
+    } else {
+        t
+    }
+}
+
+/// How the last compaction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The primary summarizer wrote the summary.
+    Compacted,
+    /// The primary failed; the extractive summary was inserted.
+    Fallback,
+    /// The summarizer failed in a way that must not be papered over
+    /// (auth, network): the transcript is unchanged.
+    Aborted,
+    /// Nothing between the head and the tail, or no saving possible.
+    NothingToCompress,
+    /// A cooldown or the anti-thrash guard declined an unforced compaction.
+    Blocked,
+    /// The result would have broken a provider rule; unchanged.
+    InvalidOutput,
+}
+
+/// A range of message indices of the input, `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// First index.
+    pub start: usize,
+    /// One past the last index.
+    pub end: usize,
+}
+
+/// What the last [`compress`](ContextEngine::compress) did, for reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct CompactionReport {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Messages in and out.
+    pub messages_before: usize,
+    /// Messages in the result (the input's count when unchanged).
+    pub messages_after: usize,
+    /// Tokens of the input, by the engine's counter.
+    pub tokens_before: u64,
+    /// Tokens of the result (the input's when unchanged).
+    pub tokens_after: u64,
+    /// The threshold at the time.
+    pub threshold_tokens: u64,
+    /// The head kept verbatim.
+    pub head: Option<Span>,
+    /// The latest user message, kept verbatim between head and summary.
+    pub pinned: Option<usize>,
+    /// The tail kept verbatim.
+    pub tail: Option<Span>,
+    /// Messages replaced by the summary.
+    pub summarized_messages: usize,
+    /// The summarizer whose text was inserted (or that failed).
+    pub summarizer: Option<String>,
+    /// Where the summary went.
+    pub placement: Option<Placement>,
+    /// The size the summary aimed for, and what it took.
+    pub target_tokens: usize,
+    /// Tokens of the inserted summary message text.
+    pub summary_tokens: usize,
+    /// A previous summary was updated rather than summarised again.
+    pub iterative: bool,
+    /// Why it fell back, aborted, was blocked or had nothing to do.
+    pub reason: Option<String>,
+    /// The cooldown started by a failure.
+    pub cooldown_seconds: Option<u64>,
+    /// The result is at or under the threshold (false when the kept head
+    /// and tail alone exceed it).
+    pub within_budget: bool,
+}
+
+impl CompactionReport {
+    fn unchanged(outcome: Outcome, messages: usize, tokens: u64, threshold: u64) -> Self {
+        CompactionReport {
+            outcome,
+            messages_before: messages,
+            messages_after: messages,
+            tokens_before: tokens,
+            tokens_after: tokens,
+            threshold_tokens: threshold,
+            head: None,
+            pinned: None,
+            tail: None,
+            summarized_messages: 0,
+            summarizer: None,
+            placement: None,
+            target_tokens: 0,
+            summary_tokens: 0,
+            iterative: false,
+            reason: None,
+            cooldown_seconds: None,
+            within_budget: tokens <= threshold,
+        }
+    }
+}
+
+/// The built-in engine (see the module docs).
+pub struct Compressor {
+    state: EngineState,
+    counter: Arc<dyn TokenCounter>,
+    primary: Box<dyn Summarizer>,
+    fallback: ExtractiveSummarizer,
+    options: CompressorOptions,
+    clock: Arc<dyn Clock>,
+    cooldown_until: Option<Duration>,
+    transient_failures: usize,
+    fallback_streak: u32,
+    ineffective_streak: u32,
+    last_savings_percent: f64,
+    /// Tokens before the last compaction, while its effect is unknown.
+    awaiting_effect: Option<u64>,
+    seen_real_usage: bool,
+    last_report: Option<CompactionReport>,
+}
+
+impl std::fmt::Debug for Compressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compressor")
+            .field("state", &self.state)
+            .field("summarizer", &self.primary.name())
+            .field("options", &self.options)
+            .field("cooldown_until", &self.cooldown_until)
+            .field("fallback_streak", &self.fallback_streak)
+            .field("ineffective_streak", &self.ineffective_streak)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Compressor {
+    /// A compressor with the default options and the extractive summarizer,
+    /// for a model with a `context_length` window (0 when unknown).
+    pub fn new(counter: Arc<dyn TokenCounter>, context_length: u64) -> Compressor {
+        Compressor::with_options(counter, context_length, CompressorOptions::default())
+    }
+
+    /// A compressor with `options` and the extractive summarizer.
+    pub fn with_options(
+        counter: Arc<dyn TokenCounter>,
+        context_length: u64,
+        options: CompressorOptions,
+    ) -> Compressor {
+        let state = EngineState {
+            context_length,
+            threshold_percent: options.threshold_percent,
+            protect_first_n: options.protect_first_n,
+            protect_last_n: options.protect_last_n,
+            model_thresholds: options.model_thresholds.clone(),
+            threshold_tokens: compaction_threshold(
+                context_length,
+                options.threshold_percent,
+                options.max_tokens,
+            ),
+            ..EngineState::default()
+        };
+        Compressor {
+            state,
+            counter,
+            primary: Box::new(ExtractiveSummarizer),
+            fallback: ExtractiveSummarizer,
+            options,
+            clock: Arc::new(SystemClock::new()),
+            cooldown_until: None,
+            transient_failures: 0,
+            fallback_streak: 0,
+            ineffective_streak: 0,
+            last_savings_percent: 0.0,
+            awaiting_effect: None,
+            seen_real_usage: false,
+            last_report: None,
+        }
+    }
+
+    /// Uses `summarizer` as the primary (the extractive one stays the
+    /// fallback).
+    pub fn with_summarizer(mut self, summarizer: Box<dyn Summarizer>) -> Compressor {
+        self.primary = summarizer;
+        self
+    }
+
+    /// Uses `clock` for cooldowns.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Compressor {
+        self.clock = clock;
+        self
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &CompressorOptions {
+        &self.options
+    }
+
+    /// The primary summarizer's name.
+    pub fn summarizer_name(&self) -> &str {
+        self.primary.name()
+    }
+
+    /// What the last [`compress`](ContextEngine::compress) did.
+    pub fn last_report(&self) -> Option<&CompactionReport> {
+        self.last_report.as_ref()
+    }
+
+    /// Seconds left on the summarizer cooldown, if one is running.
+    pub fn cooldown_seconds_left(&self) -> Option<u64> {
+        let until = self.cooldown_until?;
+        let now = self.clock.now();
+        (until > now).then(|| (until - now).as_secs_f64().ceil() as u64)
+    }
+
+    /// Why an unforced compaction would be declined now, if it would.
+    pub fn block_reason(&self) -> Option<BlockReason> {
+        if let Some(seconds_left) = self.cooldown_seconds_left() {
+            return Some(BlockReason::Cooldown { seconds_left });
+        }
+        let attempts = self.ineffective_streak.max(self.fallback_streak);
+        (attempts >= 2).then_some(BlockReason::Ineffective {
+            attempts,
+            last_savings_percent: self.last_savings_percent,
+        })
+    }
+
+    /// Where the next compaction would cut `messages`, or why it cannot.
+    pub fn plan(&self, messages: &[Message]) -> Result<Plan, String> {
+        // The state's protections win: hosts adjust them there.
+        let options = CompressorOptions {
+            protect_first_n: self.state.protect_first_n,
+            protect_last_n: self.state.protect_last_n,
+            ..self.options.clone()
+        };
+        plan::plan(
+            messages,
+            &options,
+            self.state.threshold_tokens,
+            self.state.compression_count,
+            self.counter.as_ref(),
+        )
+    }
+
+    fn recompute_threshold(&mut self) {
+        self.state.threshold_tokens = compaction_threshold(
+            self.state.context_length,
+            self.state.threshold_percent,
+            self.options.max_tokens,
+        );
+    }
+
+    /// The size the summary aims for: a fifth of what it replaces, at most
+    /// 5% of the window and 12k tokens.
+    fn target_tokens(&self, span_tokens: usize) -> usize {
+        let mut target = (span_tokens as f64 * self.options.summary_ratio) as usize;
+        if self.state.context_length > 0 {
+            let window =
+                (self.state.context_length as f64 * self.options.summary_window_ratio) as usize;
+            target = target.min(window);
+        }
+        target.min(self.options.summary_max_tokens).max(64)
+    }
+
+    fn start_cooldown(&mut self, error: &SummarizeError) -> Duration {
+        let length = match error {
+            SummarizeError::NotConfigured(_) => COOLDOWN_NOT_CONFIGURED,
+            SummarizeError::Timeout(_)
+            | SummarizeError::RateLimited { .. }
+            | SummarizeError::Server { .. } => {
+                let i = self.transient_failures.min(COOLDOWN_TRANSIENT.len() - 1);
+                self.transient_failures += 1;
+                COOLDOWN_TRANSIENT[i]
+            }
+            SummarizeError::Malformed(_) | SummarizeError::Empty => COOLDOWN_MALFORMED,
+            _ => COOLDOWN_OTHER,
+        };
+        self.cooldown_until = Some(self.clock.now() + length);
+        length
+    }
+
+    fn finish(&mut self, report: CompactionReport) {
+        self.last_report = Some(report);
+    }
+
+    fn compress_inner(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Result<Vec<Message>, EngineError> {
+        let tokens_before = self.counter.count_messages(messages) as u64;
+        let threshold = self.state.threshold_tokens;
+        let unchanged = |outcome| {
+            CompactionReport::unchanged(outcome, messages.len(), tokens_before, threshold)
+        };
+        if !request.force
+            && let Some(reason) = self.block_reason()
+        {
+            self.finish(CompactionReport {
+                reason: Some(reason.to_string()),
+                ..unchanged(Outcome::Blocked)
+            });
+            return Err(EngineError::Blocked {
+                engine: NAME.to_owned(),
+                reason,
+            });
+        }
+        let plan = match self.plan(messages) {
+            Ok(plan) => plan,
+            Err(why) => {
+                self.finish(CompactionReport {
+                    reason: Some(why.clone()),
+                    ..unchanged(Outcome::NothingToCompress)
+                });
+                return Err(EngineError::NothingToCompress {
+                    engine: NAME.to_owned(),
+                    reason: why,
+                });
+            }
+        };
+
+        // The span, without the previous summary's own text.
+        let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
+        let span: Vec<Message> = plan
+            .middle()
+            .filter_map(|i| {
+                let m = &messages[i];
+                if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                    let own = insert::without_summary(&m.text());
+                    return (!own.is_empty()).then(|| with_text(m, own));
+                }
+                Some(m.clone())
+            })
+            .collect();
+        let span_tokens = self.counter.count_messages(&span);
+        let target = self.target_tokens(span_tokens);
+        let turns: Vec<Message> = summarizer_input(&span, &self.options.digest)
+            .messages
+            .iter()
+            .map(redact_message)
+            .collect();
+        let previous = previous.map(|p| redact(p, &force()).into_owned());
+        let focus = request
+            .focus_topic
+            .as_deref()
+            .map(|f| redact(f, &force()).into_owned());
+        let memory =
+            Some(sanitize_memory_context(&request.memory_context)).filter(|m| !m.is_empty());
+        let mut summary_request = SummaryRequest::new(&turns, target);
+        if let Some(p) = &previous {
+            summary_request = summary_request.with_previous_summary(p);
+        }
+        if let Some(f) = &focus {
+            summary_request = summary_request.with_focus_topic(f);
+        }
+        if let Some(m) = &memory {
+            summary_request = summary_request.with_memory_context(m);
+        }
+
+        let primary_name = self.primary.name().to_owned();
+        let result = match self.primary.summarize(&summary_request) {
+            Ok(text) if text.trim().is_empty() => Err(SummarizeError::Empty),
+            other => other,
+        };
+        let (body, outcome, summarizer, reason, cooldown) = match result {
+            Ok(text) => {
+                self.cooldown_until = None;
+                self.transient_failures = 0;
+                self.fallback_streak = 0;
+                (text, Outcome::Compacted, primary_name, None, None)
+            }
+            Err(error) => {
+                let cooldown = self.start_cooldown(&error);
+                if error.action() == FailureAction::Abort {
+                    self.finish(CompactionReport {
+                        summarizer: Some(primary_name),
+                        reason: Some(error.to_string()),
+                        cooldown_seconds: Some(cooldown.as_secs()),
+                        ..unchanged(Outcome::Aborted)
+                    });
+                    return Err(EngineError::Summarizer {
+                        engine: NAME.to_owned(),
+                        reason: error.to_string(),
+                        source: Some(Box::new(error)),
+                    });
+                }
+                self.fallback_streak = self.fallback_streak.saturating_add(1);
+                let text = self.fallback.summarize_span(&summary_request);
+                (
+                    text,
+                    Outcome::Fallback,
+                    self.fallback.name().to_owned(),
+                    Some(error.to_string()),
+                    Some(cooldown.as_secs()),
+                )
+            }
+        };
+        let body = redact(&body, &force()).into_owned();
+        let wrapped = wrap_summary(&body);
+
+        let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
+        let tokens_after = self.counter.count_messages(&out) as u64;
+        let report = CompactionReport {
+            outcome,
+            messages_before: messages.len(),
+            messages_after: out.len(),
+            tokens_before,
+            tokens_after,
+            threshold_tokens: threshold,
+            head: Some(Span {
+                start: 0,
+                end: plan.head_end,
+            }),
+            pinned: plan.pinned,
+            tail: Some(Span {
+                start: plan.tail_start,
+                end: messages.len(),
+            }),
+            summarized_messages: plan.middle().count(),
+            summarizer: Some(summarizer),
+            placement: Some(placement),
+            target_tokens: target,
+            summary_tokens: self.counter.count_text(&wrapped),
+            iterative: plan.previous.is_some(),
+            reason,
+            cooldown_seconds: cooldown,
+            within_budget: tokens_after <= threshold,
+        };
+        if tokens_after >= tokens_before {
+            let why = format!(
+                "the summary would not be smaller than the {} messages it replaces",
+                report.summarized_messages
+            );
+            self.finish(CompactionReport {
+                reason: Some(why.clone()),
+                ..unchanged(Outcome::NothingToCompress)
+            });
+            return Err(EngineError::NothingToCompress {
+                engine: NAME.to_owned(),
+                reason: why,
+            });
+        }
+        if let Some((index, violation)) = new_violation(messages, &out, self.options.profile) {
+            self.finish(CompactionReport {
+                reason: Some(format!("message {index}: {violation}")),
+                ..unchanged(Outcome::InvalidOutput)
+            });
+            return Err(EngineError::InvalidOutput {
+                engine: NAME.to_owned(),
+                index,
+                violation,
+            });
+        }
+        self.finish(report);
+        self.state.record_compression();
+        self.awaiting_effect = Some(tokens_before);
+        Ok(out)
+    }
+}
+
+/// Redaction that ignores the user's opt-out: the text leaves the process.
+fn force() -> RedactOptions {
+    RedactOptions {
+        force: true,
+        url_credentials: true,
+        ..RedactOptions::default()
+    }
+}
+
+/// A copy of `message` with every text that could reach a summarizer
+/// redacted: content, tool-call arguments, reasoning.
+fn redact_message(message: &Message) -> Message {
+    let mut out = message.clone();
+    let opts = force();
+    match &mut out.content {
+        Content::Text(text) => {
+            if let Cow::Owned(r) = redact(text, &opts) {
+                *text = r;
+            }
+        }
+        Content::Parts(parts) => {
+            for part in parts.iter_mut() {
+                if let Some(text) = part.text()
+                    && let Cow::Owned(r) = redact(text, &opts)
+                {
+                    *part = ContentPart::new_text(r);
+                }
+            }
+        }
+        Content::Absent | Content::Null => {}
+    }
+    for call in out.tool_calls.iter_mut().flatten() {
+        if let Some(function) = &mut call.function
+            && let Cow::Owned(r) = redact(&function.arguments, &opts)
+        {
+            function.arguments = r;
+        }
+    }
+    if let Some(reasoning) = &mut out.reasoning_content
+        && let Cow::Owned(r) = redact(reasoning, &opts)
+    {
+        *reasoning = r;
+    }
+    out
+}
+
+/// `message` with its content replaced by `text`.
+fn with_text(message: &Message, text: String) -> Message {
+    let mut out = message.clone();
+    out.content = Content::Text(text);
+    out
+}
+
+/// The compacted transcript: head (system note added), pinned user
+/// message, summary, tail.
+fn assemble(
+    messages: &[Message],
+    plan: &Plan,
+    wrapped: &str,
+    profile: Profile,
+) -> (Vec<Message>, Placement) {
+    let mut out: Vec<Message> = Vec::with_capacity(plan.kept() + 1);
+    let system = messages[..plan.head_end]
+        .iter()
+        .position(|m| m.role == crate::message::Role::System);
+    for (i, m) in messages[..plan.head_end].iter().enumerate() {
+        out.push(if Some(i) == system {
+            insert::with_system_note(m)
+        } else {
+            m.clone()
+        });
+    }
+    if let Some(u) = plan.pinned {
+        out.push(messages[u].clone());
+    }
+    let tail = &messages[plan.tail_start..];
+    let user_survives = out
+        .iter()
+        .chain(tail)
+        .any(|m| crate::validate::is_real_user_turn(m) && !is_summary(m));
+    let placement = insert::choose_placement(&out, tail, user_survives, profile == Profile::Strict);
+    match placement {
+        Placement::User => out.push(Message::user(wrapped)),
+        Placement::Assistant => out.push(Message::assistant(wrapped)),
+        Placement::Merged => {}
+    }
+    for (k, m) in tail.iter().enumerate() {
+        if k == 0 && placement == Placement::Merged {
+            out.push(insert::prepend_text(m, wrapped));
+        } else {
+            out.push(m.clone());
+        }
+    }
+    (out, placement)
+}
+
+/// The first violation of `profile` in `output` that `input` did not
+/// already have (compared rule by rule, by count): compaction never adds a
+/// problem, and is not the place to repair one the host sent in.
+fn new_violation(
+    input: &[Message],
+    output: &[Message],
+    profile: Profile,
+) -> Option<(usize, String)> {
+    let mut budget: HashMap<Rule, usize> = HashMap::new();
+    for v in validate(input, profile) {
+        *budget.entry(v.rule).or_default() += 1;
+    }
+    for v in validate(output, profile) {
+        match budget.get_mut(&v.rule) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => return Some((v.index, format!("{}: {}", v.rule.name(), v.detail))),
+        }
+    }
+    None
+}
+
+impl ContextEngine for Compressor {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn state(&self) -> &EngineState {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut EngineState {
+        &mut self.state
+    }
+
+    /// Records usage; the first real count after a compaction decides
+    /// whether it was effective (still at or over the threshold: not).
+    fn update_from_response(&mut self, usage: &Usage) {
+        self.state.record_usage(usage);
+        self.seen_real_usage = true;
+        if let Some(before) = self.awaiting_effect.take() {
+            let after = usage.prompt_tokens;
+            self.last_savings_percent = if before == 0 {
+                0.0
+            } else {
+                (before as f64 - after as f64) / before as f64 * 100.0
+            };
+            if self.state.threshold_tokens > 0 && after >= self.state.threshold_tokens {
+                self.ineffective_streak = self.ineffective_streak.saturating_add(1);
+            } else {
+                self.ineffective_streak = 0;
+            }
+        }
+    }
+
+    fn should_compress(&self, prompt_tokens: Option<u64>) -> bool {
+        self.should_compress_info(prompt_tokens).should_compress
+    }
+
+    fn should_compress_info(&self, prompt_tokens: Option<u64>) -> CompressDecision {
+        if !self.state.exceeds_threshold(prompt_tokens) {
+            return CompressDecision::plain(false);
+        }
+        match self.block_reason() {
+            Some(reason) => CompressDecision::blocked(reason),
+            None => CompressDecision::plain(true),
+        }
+    }
+
+    fn compress(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Result<Vec<Message>, EngineError> {
+        self.compress_inner(messages, request)
+    }
+
+    fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {
+        let (view, report) = digest_with_report(request.request_messages, &self.options.digest);
+        let changed =
+            report.results_digested + report.envelopes_digested + report.binary_parts_dropped > 0;
+        changed.then_some(view)
+    }
+
+    fn should_compress_preflight(&self, messages: &[Message]) -> bool {
+        let rough = self.counter.count_messages(messages) as u64;
+        self.state.exceeds_threshold(Some(rough))
+            && !self.should_defer_preflight_to_real_usage(rough)
+            && self.block_reason().is_none()
+    }
+
+    /// Defer while awaiting real usage, and while the last real count was
+    /// under the threshold and the estimate grew by at most max(4096, 5% of
+    /// the threshold) since.
+    fn should_defer_preflight_to_real_usage(&self, rough_tokens: u64) -> bool {
+        match self.state.last_prompt_tokens {
+            PromptTokens::AwaitingRealUsage => true,
+            PromptTokens::Known(last) => {
+                let threshold = self.state.threshold_tokens;
+                let slack = (threshold / 20).max(4096);
+                self.seen_real_usage
+                    && last < threshold
+                    && rough_tokens <= last.saturating_add(slack)
+            }
+        }
+    }
+
+    fn has_content_to_compress(&self, messages: &[Message]) -> bool {
+        self.plan(messages).is_ok()
+    }
+
+    fn on_session_reset(&mut self) {
+        self.state.reset_counters();
+        self.cooldown_until = None;
+        self.transient_failures = 0;
+        self.fallback_streak = 0;
+        self.ineffective_streak = 0;
+        self.last_savings_percent = 0.0;
+        self.awaiting_effect = None;
+        self.seen_real_usage = false;
+        self.last_report = None;
+    }
+
+    fn tool_schemas(&self) -> Vec<Value> {
+        vec![recall_tool_schema()]
+    }
+
+    fn handle_tool_call(&mut self, name: &str, args: &Value, ctx: &ToolCallContext<'_>) -> String {
+        if name != RECALL_TOOL {
+            return unknown_tool(name);
+        }
+        match ctx.messages {
+            Some(messages) => handle_recall_call(messages, args),
+            None => {
+                json!({ "error": "context_recall needs the conversation; the host passed none" })
+                    .to_string()
+            }
+        }
+    }
+
+    fn status(&self) -> EngineStatus {
+        let mut status = self.state.status();
+        status
+            .extra
+            .insert("summarizer".into(), json!(self.primary.name()));
+        status.extra.insert(
+            "cooldown_seconds_left".into(),
+            json!(self.cooldown_seconds_left()),
+        );
+        status
+            .extra
+            .insert("fallback_streak".into(), json!(self.fallback_streak));
+        status
+            .extra
+            .insert("ineffective_streak".into(), json!(self.ineffective_streak));
+        status
+    }
+
+    fn update_model(&mut self, model: &ModelInfo) {
+        self.state.apply_model(model);
+        self.recompute_threshold();
+    }
+}

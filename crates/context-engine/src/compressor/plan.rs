@@ -1,0 +1,169 @@
+//! Where a compaction cuts: the head and tail kept verbatim, the latest user
+//! message pinned, the middle summarised. Cuts only at the safe boundaries
+//! [`CutPoints`] gives; this module never re-derives tool-call groups.
+
+use super::CompressorOptions;
+use super::insert::{find_summary, is_summary};
+use crate::message::{Message, Role};
+use crate::tokens::TokenCounter;
+use crate::validate::{CutPoints, Profile, is_real_user_turn};
+
+/// The cut of one compaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Messages `..head_end` are kept verbatim.
+    pub head_end: usize,
+    /// The latest real user message, when it would otherwise fall in the
+    /// middle: kept verbatim right after the head.
+    pub pinned: Option<usize>,
+    /// Messages `tail_start..` are kept verbatim.
+    pub tail_start: usize,
+    /// The previous summary inside the middle: its index and body.
+    pub previous: Option<(usize, String)>,
+}
+
+impl Plan {
+    /// Indices of the messages the summary replaces.
+    pub fn middle(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.head_end..self.tail_start).filter(move |i| Some(*i) != self.pinned)
+    }
+
+    /// Number of messages kept verbatim, out of `len`.
+    pub fn kept(&self) -> usize {
+        self.head_end + usize::from(self.pinned.is_some())
+    }
+}
+
+/// The plan for `messages`, or why there is nothing to compress.
+pub(super) fn plan(
+    messages: &[Message],
+    opts: &CompressorOptions,
+    threshold: u64,
+    compression_count: u64,
+    counter: &dyn TokenCounter,
+) -> Result<Plan, String> {
+    let n = messages.len();
+    let cuts = CutPoints::with_profile(messages, opts.profile);
+    let previous = find_summary(messages);
+
+    // Head: the leading instructions plus, until the first compaction,
+    // `protect_first_n` more messages.
+    let leading = messages
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    let extra = if compression_count > 0 || previous.is_some() {
+        0
+    } else {
+        opts.protect_first_n
+    };
+    let mut head_end = cuts.at_or_after((leading + extra).min(n));
+
+    // Tail: walk back within the token budget, at least `floor` messages.
+    let tokens: Vec<usize> = messages.iter().map(|m| counter.count_message(m)).collect();
+    let total: usize = tokens.iter().sum();
+    let basis = if threshold > 0 {
+        threshold as f64
+    } else {
+        total as f64
+    };
+    let budget = (basis * opts.tail_ratio) as usize;
+    let ceiling = (budget as f64 * opts.tail_ceiling) as usize;
+    let floor = opts.protect_last_n.clamp(3, 8);
+    let mut start = n;
+    let mut acc = 0usize;
+    while start > head_end {
+        let cost = tokens[start - 1];
+        if n - start >= floor && acc + cost > budget {
+            break;
+        }
+        acc += cost;
+        start -= 1;
+    }
+    let suffix = |from: usize| tokens[from.min(n)..].iter().sum::<usize>();
+    let mut tail_start = cuts.at_or_before(start);
+    if suffix(tail_start) > ceiling {
+        let smaller = cuts.at_or_after(start);
+        if smaller < n && smaller > tail_start {
+            tail_start = smaller;
+        }
+    }
+    tail_start = tail_start.max(head_end);
+
+    // A previous summary belongs to the middle, to be updated.
+    let mut previous = previous.filter(|(i, _)| *i >= head_end);
+    if let Some((s, _)) = &previous
+        && *s >= tail_start
+    {
+        tail_start = cuts.at_or_after(s + 1);
+    }
+    let summary_at = previous.as_ref().map(|(s, _)| *s);
+
+    // The latest assistant text stays in the tail.
+    let latest_text = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant && !m.text().trim().is_empty() && !is_summary(m));
+    if let Some(a) = latest_text
+        && a >= head_end
+        && a < tail_start
+        && summary_at.is_none_or(|s| a > s)
+    {
+        tail_start = cuts.at_or_before(a).max(head_end);
+    }
+
+    // The latest user message stays verbatim: in the head, the tail, or
+    // pinned between them.
+    let mut pinned = None;
+    let latest_user = messages
+        .iter()
+        .rposition(|m| is_real_user_turn(m) && !is_summary(m));
+    if let Some(u) = latest_user
+        && u >= head_end
+        && u < tail_start
+    {
+        // Under strict alternation the head must end with an assistant
+        // turn (or nothing) for a user message to follow it: grow the head
+        // to such a boundary if there is one before `u`.
+        let joinable =
+            |b: usize| opts.profile != Profile::Strict || !ends_on_user_side(&messages[..b]);
+        let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));
+        match head {
+            Some(b) if cuts.is_safe(u) && cuts.is_safe(u + 1) => {
+                head_end = b;
+                pinned = Some(u);
+            }
+            _ => tail_start = cuts.at_or_before(u).max(head_end),
+        }
+    }
+    if previous.as_ref().is_some_and(|(s, _)| *s >= tail_start) {
+        previous = None;
+    }
+
+    let plan = Plan {
+        head_end,
+        pinned,
+        tail_start,
+        previous,
+    };
+    if plan.middle().next().is_none() {
+        return Err(format!(
+            "nothing between the protected head ({head_end} messages) and the tail ({} messages)",
+            n - tail_start
+        ));
+    }
+    Ok(plan)
+}
+
+/// Whether the last conversational message of `messages` is on the user's
+/// side (a user message or a tool result).
+fn ends_on_user_side(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m.role {
+            Role::User | Role::Tool | Role::Function => Some(true),
+            Role::Assistant => Some(false),
+            _ => None,
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,103 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Compacts every corpus transcript with the extractive summarizer at a
+//! context length of half its size: every output keeps the provider rules
+//! (no violation the input did not already have; the inputs' own defects,
+//! such as mini-swe-agent's trailing `exit` role, are the host's) and is
+//! smaller. Prints tokens before/after and the time.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use context_engine::compressor::{Compressor, Outcome};
+use context_engine::engine::{CompressRequest, ContextEngine, EngineError};
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine::transcript::Transcript;
+use context_engine::validate::{Profile, Rule, validate};
+
+fn corpus() -> Option<Vec<PathBuf>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("skipped: no corpus at {}", dir.display());
+        return None;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "json" || e == "traj" || e == "jsonl")
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        eprintln!("skipped: corpus at {} is empty", dir.display());
+        return None;
+    }
+    Some(files)
+}
+
+fn rule_counts(messages: &[context_engine::Message], profile: Profile) -> HashMap<Rule, usize> {
+    let mut counts = HashMap::new();
+    for v in validate(messages, profile) {
+        *counts.entry(v.rule).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn every_corpus_transcript_compacts_to_a_valid_smaller_one() {
+    let Some(files) = corpus() else { return };
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let mut compacted = 0;
+    for path in &files {
+        let transcript = Transcript::load(path).unwrap();
+        let messages = &transcript.messages;
+        let before = counter.count_messages(messages) as u64;
+        for profile in Profile::ALL {
+            let mut engine = Compressor::with_options(
+                counter.clone(),
+                before / 2,
+                context_engine::compressor::CompressorOptions::default().with_profile(profile),
+            );
+            let started = Instant::now();
+            let result = engine.compress(messages, &CompressRequest::new().with_force(true));
+            let elapsed = started.elapsed();
+            let report = engine.last_report().unwrap().clone();
+            match result {
+                Ok(out) => {
+                    compacted += 1;
+                    let input = rule_counts(messages, profile);
+                    for (rule, n) in rule_counts(&out, profile) {
+                        assert!(
+                            n <= input.get(&rule).copied().unwrap_or(0),
+                            "{}: {profile}: compaction added {rule:?}",
+                            path.display()
+                        );
+                    }
+                    let after = counter.count_messages(&out) as u64;
+                    assert!(after < before);
+                    assert_eq!(report.tokens_after, after);
+                    assert!(matches!(report.outcome, Outcome::Compacted));
+                    eprintln!(
+                        "{} [{profile}]: {} -> {} tokens, {} -> {} messages, {:.1} ms",
+                        path.file_name().unwrap().to_string_lossy(),
+                        before,
+                        after,
+                        messages.len(),
+                        out.len(),
+                        elapsed.as_secs_f64() * 1000.0
+                    );
+                }
+                Err(EngineError::NothingToCompress { reason, .. }) => eprintln!(
+                    "{} [{profile}]: unchanged ({reason})",
+                    path.file_name().unwrap().to_string_lossy()
+                ),
+                Err(other) => panic!("{}: {profile}: {other}", path.display()),
+            }
+        }
+    }
+    assert!(compacted > 0, "no corpus transcript was compacted");
+}
