@@ -131,8 +131,9 @@ fn too_short_is_written_back_unchanged_with_the_reason() {
 }
 
 #[test]
-fn openai_summarizer_is_an_error_until_built() {
-    let o = ctx(&[
+fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
+    // Nothing listens on the discard port: a network failure, which aborts.
+    let args = [
         "compact",
         "examples/bugfix-session.json",
         "--context-length",
@@ -143,9 +144,41 @@ fn openai_summarizer_is_an_error_until_built() {
         "http://127.0.0.1:9/v1",
         "--model",
         "m",
-    ]);
+        "--api-key-env",
+        "CTX_TEST_SUMMARY_KEY",
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_ctx"))
+        .args(args)
+        .current_dir(root())
+        .env("CTX_TEST_SUMMARY_KEY", "test-key-not-real")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach the summarizer"),
+        "{}",
+        stderr(&o)
+    );
+    // The transcript comes back unchanged.
+    let out: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let original: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/bugfix-session.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(out, original);
+    // Without the key the summarizer is not configured: an error, exit 2.
+    let o = Command::new(env!("CARGO_BIN_EXE_ctx"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("CTX_TEST_SUMMARY_KEY")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("openai summarizer not built yet"));
+    assert!(
+        stderr(&o).contains("CTX_TEST_SUMMARY_KEY"),
+        "{}",
+        stderr(&o)
+    );
     let o = ctx(&[
         "compact",
         "examples/bugfix-session.json",

@@ -13,6 +13,7 @@ use anyhow::Context;
 use context_engine::compressor::{CompactionReport, Compressor, CompressorOptions, Outcome};
 use context_engine::engine::{CompressRequest, ContextEngine};
 use context_engine::summarize::Summarizer;
+use context_engine::summarize::openai::{OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
 };
@@ -61,6 +62,10 @@ pub struct CompactArgs {
     /// tokenizer choice (o200k when absent).
     #[arg(long)]
     pub model: Option<String>,
+    /// Environment variable holding the summarizer's API key (sent as a
+    /// Bearer token; the key itself is never taken as a flag).
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
     /// Write the compacted transcript here instead of stdout.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -90,10 +95,17 @@ struct Report<'a> {
     elapsed_ms: f64,
 }
 
-/// Builds the OpenAI-compatible summarizer.
-pub fn openai_summarizer(base_url: &str, model: &str) -> anyhow::Result<Box<dyn Summarizer>> {
-    let _ = (base_url, model);
-    anyhow::bail!("openai summarizer not built yet")
+/// Builds the OpenAI-compatible summarizer; the key comes from the
+/// environment variable named `api_key_env`.
+pub fn openai_summarizer(
+    base_url: &str,
+    model: &str,
+    api_key_env: &str,
+) -> anyhow::Result<Box<dyn Summarizer>> {
+    let config = OpenAiConfig::new(base_url, model).with_api_key_env(api_key_env);
+    let summarizer = OpenAiSummarizer::new(config)
+        .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
+    Ok(Box::new(summarizer))
 }
 
 /// Run `ctx compact`. Exit 0 when compacted (or nothing to compact), 1 when
@@ -116,7 +128,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             .model
             .as_deref()
             .context("--summarizer openai needs --model")?;
-        engine = engine.with_summarizer(openai_summarizer(base_url, model)?);
+        engine = engine.with_summarizer(openai_summarizer(base_url, model, &args.api_key_env)?);
     }
     let mut request = CompressRequest::new().with_force(true);
     if let Some(focus) = &args.focus {
