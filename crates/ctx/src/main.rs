@@ -51,6 +51,13 @@ enum Command {
                             ctx digest session.traj --keep-batches 2 --json > view.json"
     )]
     Digest(cmd::digest::DigestArgs),
+    /// Prune old tool output: duplicates, superseded reads, re-runs, large results, long arguments.
+    #[command(
+        after_help = "Prints the pruned transcript as JSON on stdout and a report on stderr.\n\n\
+                      Example:\n  ctx prune examples/bugfix-session.json --min-reclaim 0\n  \
+                            ctx prune session.traj --current-tokens 90000 --threshold 60000 > pruned.json"
+    )]
+    Prune(cmd::prune::PruneArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +67,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Redact(args) => cmd::redact::run(args),
         Command::Digest(args) => cmd::digest::run(args),
+        Command::Prune(args) => cmd::prune::run(args),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 
 pub mod digest;
 pub mod inspect;
+pub mod prune;
 pub mod redact;
 pub mod validate;
 
