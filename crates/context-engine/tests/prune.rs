@@ -368,3 +368,24 @@ fn pruning_twice_changes_nothing_more() {
         vec![PruneReason::SupersededRead, PruneReason::Duplicate]
     );
 }
+
+#[test]
+fn reused_call_ids_answer_the_nearest_call() {
+    // Some SWE-agent trajectories reuse one id for several calls.
+    let m = vec![
+        bash("c1", "python r.py"),
+        Message::tool_result("c1", body("run 1")),
+        bash("c1", "ls -F"),
+        Message::tool_result("c1", body("listing")),
+        bash("c1", "python r.py"),
+        Message::tool_result("c1", body("run 2")),
+    ];
+    let out = prune(&m, None, &eager(0), &counter());
+    assert_eq!(out.pruned, 1, "{:?}", out.changes);
+    assert!(
+        out.messages[1]
+            .text()
+            .starts_with(r#"[pruned] bash {"command":"python r.py"} → superseded by re-run"#)
+    );
+    assert_eq!(out.messages[3], m[3]);
+}

@@ -325,12 +325,7 @@ struct FileEvent<'m> {
 fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, PruneReason)> {
     let tail = protected_from(messages, opts.protect_last_n);
     let calls = call_infos(messages);
-    let by_id: HashMap<&str, usize> = calls
-        .iter()
-        .enumerate()
-        .rev()
-        .filter_map(|(k, c)| c.call.id.as_deref().map(|id| (id, k)))
-        .collect();
+    let result_call = result_calls(messages, &calls);
     let mut files: HashMap<&str, Vec<FileEvent>> = HashMap::new();
     let mut last_run: HashMap<&str, (usize, &str)> = HashMap::new();
     for c in &calls {
@@ -370,11 +365,11 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
         if text.starts_with(PRUNE_MARK) || text.starts_with(DIGEST_MARK) {
             continue;
         }
-        let info = m
-            .tool_call_id
-            .as_deref()
-            .and_then(|id| by_id.get(id))
-            .and_then(|k| calls.get(*k));
+        let info = result_call
+            .get(i)
+            .copied()
+            .flatten()
+            .and_then(|k| calls.get(k));
         let found = duplicate_of(messages, &newest, i, text)
             .or_else(|| info.and_then(|c| superseded_read(c, &files)))
             .or_else(|| info.and_then(|c| rerun_of(c, &last_run)));
@@ -449,6 +444,30 @@ fn call_infos(messages: &[Message]) -> Vec<CallInfo<'_>> {
                 rerun_key,
             });
         }
+    }
+    out
+}
+
+/// For each message, the index in `calls` of the call it answers: the
+/// latest call with its `tool_call_id` made before it (agents that reuse
+/// ids, as some SWE-agent trajectories do, answer the nearest call).
+fn result_calls(messages: &[Message], calls: &[CallInfo<'_>]) -> Vec<Option<usize>> {
+    let mut open: HashMap<&str, usize> = HashMap::new();
+    let mut next = 0;
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        while let Some(c) = calls.get(next).filter(|c| c.at == i) {
+            if let Some(id) = c.call.id.as_deref() {
+                open.insert(id, next);
+            }
+            next += 1;
+        }
+        let answered = m.is_tool_result().then_some(()).and_then(|()| {
+            m.tool_call_id
+                .as_deref()
+                .and_then(|id| open.get(id).copied())
+        });
+        out.push(answered);
     }
     out
 }
