@@ -389,3 +389,22 @@ fn reused_call_ids_answer_the_nearest_call() {
     );
     assert_eq!(out.messages[3], m[3]);
 }
+
+#[test]
+fn options_deserialize_with_defaults() {
+    let opts: PruneOptions = serde_json::from_str(
+        r#"{"proactive_prune_tokens": 50000, "protect_last_n": 10, "digest": {"min_bytes": 1024}}"#,
+    )
+    .unwrap();
+    assert_eq!(opts.proactive_prune_tokens, 50_000);
+    assert_eq!(opts.protect_last_n, 10);
+    assert_eq!(opts.min_reclaim_tokens, 4096);
+    assert_eq!(opts.args_max_chars, 500);
+    assert_eq!(opts.digest.min_bytes, 1024);
+    assert_eq!(
+        opts.digest.keep_batches,
+        DigestOptions::default().keep_batches
+    );
+    let empty: PruneOptions = serde_json::from_str("{}").unwrap();
+    assert_eq!(empty, PruneOptions::default());
+}
