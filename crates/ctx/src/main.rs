@@ -59,6 +59,13 @@ enum Command {
                             ctx compact session.json --context-length 8000 --focus \"the parser bug\" --report json"
     )]
     Compact(cmd::compact::CompactArgs),
+    /// Prune old tool output: duplicates, superseded reads, re-runs, large results, long arguments.
+    #[command(
+        after_help = "Prints the pruned transcript as JSON on stdout and a report on stderr.\n\n\
+                      Example:\n  ctx prune examples/bugfix-session.json --min-reclaim 0\n  \
+                            ctx prune session.traj --current-tokens 90000 --threshold 60000 > pruned.json"
+    )]
+    Prune(cmd::prune::PruneArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +76,7 @@ fn main() -> ExitCode {
         Command::Redact(args) => cmd::redact::run(args),
         Command::Digest(args) => cmd::digest::run(args),
         Command::Compact(args) => cmd::compact::run(args),
+        Command::Prune(args) => cmd::prune::run(args),
     };
     match result {
         Ok(code) => code,

@@ -35,6 +35,7 @@ use crate::engine::{
     unknown_tool,
 };
 use crate::message::{Content, ContentPart, Message};
+use crate::prune::{PruneOptions, prune};
 use crate::redact::{RedactOptions, redact};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
@@ -94,6 +95,11 @@ pub struct CompressorOptions {
     pub profile: Profile,
     /// The digest applied to the summarizer's input and to request views.
     pub digest: DigestOptions,
+    /// The proactive prune behind
+    /// [`prune_tool_results_only`](ContextEngine::prune_tool_results_only);
+    /// off until `proactive_prune_tokens` is set, because every prune costs
+    /// the provider's cached prefix.
+    pub prune: PruneOptions,
     /// Per-model threshold overrides (see
     /// [`resolve_model_threshold`](crate::engine::resolve_model_threshold)).
     pub model_thresholds: BTreeMap<String, f64>,
@@ -113,6 +119,7 @@ impl Default for CompressorOptions {
             summary_max_tokens: 12_000,
             profile: Profile::OpenAi,
             digest: DigestOptions::default(),
+            prune: PruneOptions::default(),
             model_thresholds: BTreeMap::new(),
         }
     }
@@ -792,6 +799,20 @@ impl ContextEngine for Compressor {
         request: &CompressRequest,
     ) -> Result<Vec<Message>, EngineError> {
         self.compress_inner(messages, request)
+    }
+
+    fn prune_tool_results_only<'a>(
+        &mut self,
+        messages: &'a [Message],
+        current_tokens: Option<u64>,
+    ) -> (Cow<'a, [Message]>, usize) {
+        let outcome = prune(
+            messages,
+            current_tokens,
+            &self.options.prune,
+            self.counter.as_ref(),
+        );
+        (outcome.messages, outcome.pruned)
     }
 
     fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {

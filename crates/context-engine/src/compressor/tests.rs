@@ -566,3 +566,41 @@ fn report_says_whether_the_result_fits() {
     assert!(report.within_budget);
     assert!(report.tokens_after <= report.threshold_tokens);
 }
+
+#[test]
+fn proactive_prune_is_off_by_default_and_prunes_when_configured() {
+    // Every turn reads the same file: older reads are superseded.
+    let mut messages = vec![Message::system("s"), Message::user("Fix src/lib.rs.")];
+    for i in 0..12 {
+        let id = format!("r{i}");
+        messages.push(Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                id.clone(),
+                "bash",
+                r#"{"command": "cat src/lib.rs"}"#,
+            )],
+        ));
+        messages.push(Message::tool_result(
+            id,
+            format!("fn v{i}() {{}}\n").repeat(400),
+        ));
+    }
+    messages.push(Message::assistant("Done."));
+    let before = messages.clone();
+
+    let mut off = Compressor::new(counter(), 200_000);
+    let (out, pruned) = off.prune_tool_results_only(&messages, None);
+    assert_eq!(pruned, 0);
+    assert!(matches!(out, Cow::Borrowed(_)));
+
+    let mut options = CompressorOptions::default();
+    options.prune.proactive_prune_tokens = 1;
+    options.prune.min_reclaim_tokens = 1;
+    let mut on = Compressor::with_options(counter(), 200_000, options);
+    let (out, pruned) = on.prune_tool_results_only(&messages, None);
+    assert!(pruned >= 5, "pruned {pruned}");
+    assert!(validate(&out, Profile::OpenAi).is_empty());
+    assert!(on.counter.count_messages(&out) < on.counter.count_messages(&messages));
+    assert_eq!(messages, before, "stored history is untouched");
+}

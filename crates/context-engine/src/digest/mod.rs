@@ -320,6 +320,13 @@ fn writ_of(
     }
 }
 
+/// The writ of a call (name and arguments on one line) clipped to `max`
+/// bytes: how `prune`'s markers name the call whose output they replace,
+/// in the same words as a digest line.
+pub(crate) fn clipped_writ(name: &str, arguments: &str, max: usize) -> String {
+    line::clip(&line::call_writ(name, arguments), max)
+}
+
 /// The recall handle of a result: its `tool_call_id`, or a hash of its body
 /// when it has none.
 pub(crate) fn result_handle(message: &Message, body: &str) -> String {

@@ -4,6 +4,7 @@
 pub mod compact;
 pub mod digest;
 pub mod inspect;
+pub mod prune;
 pub mod redact;
 pub mod validate;
 
