@@ -6,7 +6,6 @@
 //! smaller. Prints tokens before/after and the time.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,27 +15,8 @@ use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, Rule, validate};
 
-fn corpus() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("skipped: no corpus at {}", dir.display());
-        return None;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|e| e == "json" || e == "traj" || e == "jsonl")
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        eprintln!("skipped: corpus at {} is empty", dir.display());
-        return None;
-    }
-    Some(files)
-}
+mod common;
+use common::corpus_files as corpus;
 
 fn rule_counts(messages: &[context_engine::Message], profile: Profile) -> HashMap<Rule, usize> {
     let mut counts = HashMap::new();

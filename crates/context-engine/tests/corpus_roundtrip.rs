@@ -9,29 +9,8 @@ use context_engine::message::Role;
 use context_engine::transcript::{Format, Transcript};
 use serde_json::Value;
 
-/// The corpus files, or `None` (with the reason printed) when the corpus is
-/// not checked out next to the repository.
-fn corpus() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("skipped: no corpus at {}", dir.display());
-        return None;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|e| e == "json" || e == "traj" || e == "jsonl")
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        eprintln!("skipped: corpus at {} has no transcripts", dir.display());
-        return None;
-    }
-    Some(files)
-}
+mod common;
+use common::corpus_files as corpus;
 
 fn read_value(path: &PathBuf) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()

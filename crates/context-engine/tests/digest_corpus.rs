@@ -5,8 +5,6 @@
 //! one request to the next) and prints the tokens the digest saves.
 //! Skipped with a printed reason when the corpus is absent.
 
-use std::path::PathBuf;
-
 use context_engine::Message;
 use context_engine::digest::{DigestOptions, digest, digest_with_report};
 use context_engine::message::Role;
@@ -14,32 +12,15 @@ use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, is_tool_reentry, validate};
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: corpus directory {} not found", dir.display());
-        None
-    }
-}
+mod common;
 
 fn transcripts() -> Vec<(String, Vec<Message>)> {
-    let Some(dir) = corpus_dir() else {
+    let Some(files) = common::corpus_files() else {
         return Vec::new();
     };
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".json") || n.ends_with(".traj"))
-        .collect();
-    names.sort();
-    names
-        .into_iter()
-        .map(|n| {
-            let t = Transcript::load(dir.join(&n)).unwrap();
-            (n, t.messages)
-        })
+    files
+        .iter()
+        .map(|p| (common::name(p), Transcript::load(p).unwrap().messages))
         .collect()
 }
 
@@ -114,7 +95,7 @@ fn replay_keeps_prefix(opts: &DigestOptions) {
             previous = Some((view, kept_batches_start(request, opts.keep_batches)));
         }
     }
-    if corpus_dir().is_some() {
+    if common::corpus_dir().is_some() {
         assert!(digested_any, "no corpus transcript had a result to digest");
     }
 }

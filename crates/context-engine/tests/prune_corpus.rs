@@ -4,34 +4,18 @@
 //! min-reclaim gate) and checks the output stays as valid as the input.
 //! Skipped with a printed reason when the corpus is absent.
 
-use std::path::PathBuf;
-
 use context_engine::prune::{PruneOptions, prune};
 use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: corpus directory {} not found", dir.display());
-        None
-    }
-}
+mod common;
 
 #[test]
 fn prune_reclaims_tokens_on_the_corpus() {
-    let Some(dir) = corpus_dir() else {
+    let Some(files) = common::corpus_files() else {
         return;
     };
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".json") || n.ends_with(".traj"))
-        .collect();
-    names.sort();
     let counter = BpeCounter::new(Encoding::O200kBase);
     let opts = PruneOptions {
         proactive_prune_tokens: 1,
@@ -39,8 +23,9 @@ fn prune_reclaims_tokens_on_the_corpus() {
         ..PruneOptions::default()
     };
     let mut total = 0;
-    for name in names {
-        let m = Transcript::load(dir.join(&name)).unwrap().messages;
+    for path in &files {
+        let name = common::name(path);
+        let m = Transcript::load(path).unwrap().messages;
         let out = prune(&m, None, &opts, &counter);
         let after = counter.count_messages(&out.messages) as u64;
         assert_eq!(after, out.tokens_after, "{name}");

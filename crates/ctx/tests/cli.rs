@@ -1,44 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! End-to-end tests of the `ctx` binary: exit codes, tables, JSON, errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn ctx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-fn corpus() -> Option<PathBuf> {
-    let dir = root().join("../shared/corpus");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: {} is absent", dir.display());
-        None
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn inspect_example_breaks_tokens_down() {

@@ -2,29 +2,12 @@
 //! End-to-end tests of `ctx compact`: the compacted transcript on stdout or
 //! in `-o`, in the input's format; the report on stderr.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::*;
 
-fn ctx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("CTX_TOOL_DIGEST_DISABLED")
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ctx-compact-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
@@ -147,12 +130,7 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
         "--api-key-env",
         "CTX_TEST_SUMMARY_KEY",
     ];
-    let o = Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(args)
-        .current_dir(root())
-        .env("CTX_TEST_SUMMARY_KEY", "test-key-not-real")
-        .output()
-        .unwrap();
+    let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("cannot reach the summarizer"),
@@ -167,9 +145,8 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
     .unwrap();
     assert_eq!(out, original);
     // Without the key the summarizer is not configured: an error, exit 2.
-    let o = Command::new(env!("CARGO_BIN_EXE_ctx"))
+    let o = command()
         .args(args)
-        .current_dir(root())
         .env_remove("CTX_TEST_SUMMARY_KEY")
         .output()
         .unwrap();

@@ -2,29 +2,10 @@
 //! End-to-end tests of `ctx digest`: the request view on stdout, the report
 //! on stderr, the environment switch.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn ctx(args: &[&str], env: Option<(&str, &str)>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctx"));
-    cmd.args(args)
-        .current_dir(root())
-        .env_remove("CTX_TOOL_DIGEST_DISABLED");
-    if let Some((k, v)) = env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
+mod common;
+use common::*;
 
 fn digested(view: &[Value]) -> Vec<&Value> {
     view.iter()
@@ -38,7 +19,7 @@ fn digested(view: &[Value]) -> Vec<&Value> {
 
 #[test]
 fn digest_prints_the_view_and_a_report() {
-    let o = ctx(
+    let o = ctx_env(
         &[
             "digest",
             "examples/bugfix-session.json",
@@ -79,7 +60,7 @@ fn digest_prints_the_view_and_a_report() {
 #[test]
 fn thresholds_and_env_switch() {
     let file = "examples/bugfix-session.json";
-    let keep_all = ctx(
+    let keep_all = ctx_env(
         &["digest", file, "--keep-batches", "100", "--min-bytes", "1"],
         None,
     );
@@ -88,7 +69,7 @@ fn thresholds_and_env_switch() {
     assert!(digested(&view).is_empty());
     assert!(stderr(&keep_all).contains("0 tool results and 0 envelopes digested"));
 
-    let off = ctx(
+    let off = ctx_env(
         &["digest", file, "--min-bytes", "1"],
         Some(("CTX_TOOL_DIGEST_DISABLED", "1")),
     );
@@ -97,6 +78,6 @@ fn thresholds_and_env_switch() {
     assert!(digested(&view).is_empty());
     assert!(stderr(&off).contains("disabled"), "{}", stderr(&off));
 
-    let missing = ctx(&["digest", "no/such/file.json"], None);
+    let missing = ctx_env(&["digest", "no/such/file.json"], None);
     assert_eq!(missing.status.code(), Some(2));
 }

@@ -2,28 +2,12 @@
 //! End-to-end tests of `ctx prune`: the pruned transcript on stdout, the
 //! report on stderr, both gates.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
+mod common;
+use common::*;
+
 const FILE: &str = "examples/bugfix-session.json";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn ctx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
 
 fn original() -> Vec<Value> {
     serde_json::from_str(&std::fs::read_to_string(root().join(FILE)).unwrap()).unwrap()

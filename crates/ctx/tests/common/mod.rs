@@ -1,0 +1,63 @@
+//! Helpers shared by the `ctx` end-to-end tests: run the binary from the
+//! repository root with a clean environment, read its output, find the
+//! fixtures and the shared corpus.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root (commands run there, as in the README).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A file of `crates/ctx/tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// `ctx` from the repository root, without the switches a developer's shell
+/// might carry (digest and redaction opt-outs).
+pub fn command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctx"));
+    cmd.current_dir(root())
+        .env_remove("CTX_TOOL_DIGEST_DISABLED")
+        .env_remove("CTX_REDACT_SECRETS");
+    cmd
+}
+
+/// Runs `ctx ARGS`.
+pub fn ctx(args: &[&str]) -> Output {
+    command().args(args).output().unwrap()
+}
+
+/// Runs `ctx ARGS` with one extra environment variable.
+pub fn ctx_env(args: &[&str], env: Option<(&str, &str)>) -> Output {
+    let mut cmd = command();
+    cmd.args(args);
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// `../shared/corpus`, or `None` with the reason printed.
+pub fn corpus() -> Option<PathBuf> {
+    let dir = root().join("../shared/corpus");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: {} is absent", dir.display());
+        None
+    }
+}
