@@ -2,24 +2,14 @@
 //! `CTX_TOOL_DIGEST_DISABLED=1`, checked in a child process (setting the
 //! variable in this process would race with other tests).
 
-use std::process::Command;
-
 use context_engine::digest::{DISABLE_ENV, DigestOptions, digest};
 use context_engine::{Message, ToolCall};
 
+mod common;
+
 #[test]
 fn env_switch_disables_the_digest() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_with_digest_disabled", "--include-ignored"])
-        .env(DISABLE_ENV, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_child_with_env("child_with_digest_disabled", DISABLE_ENV, "1");
 }
 
 #[test]

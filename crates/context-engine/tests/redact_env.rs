@@ -2,25 +2,15 @@
 //! The `CTX_REDACT_SECRETS=0` opt-out, checked in a child process (setting
 //! the variable in this process would race with other tests).
 
-use std::process::Command;
-
 use context_engine::redact::{RedactOptions, redact};
+
+mod common;
 
 const TEXT: &str = "export GITHUB_TOKEN=ghp_R4nd0mT0k3nF0rT3st1ngOnlyAbCdEf123456";
 
 #[test]
 fn env_opt_out_is_honoured_unless_forced() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_with_opt_out", "--include-ignored"])
-        .env("CTX_REDACT_SECRETS", "0")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_child_with_env("child_with_opt_out", "CTX_REDACT_SECRETS", "0");
 }
 
 #[test]

@@ -44,3 +44,21 @@ pub fn name(path: &std::path::Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+/// Re-runs the ignored test `child` of this test binary in a child process
+/// with `key=value` set, and asserts it passed. Environment switches are
+/// checked this way because setting a variable in this process would race
+/// with the other tests.
+pub fn run_child_with_env(child: &str, key: &str, value: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--include-ignored"])
+        .env(key, value)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child {child} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -17,7 +17,6 @@ use context_engine::summarize::openai::{OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
 };
-use context_engine::transcript::Format;
 use context_engine::validate::{Profile, validate};
 use serde::Serialize;
 
@@ -44,8 +43,8 @@ pub enum ReportFormat {
 /// Arguments of `ctx compact`.
 #[derive(Debug, clap::Args)]
 pub struct CompactArgs {
-    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: super::Input,
     /// The model's context window, in tokens.
     #[arg(long)]
     pub context_length: u64,
@@ -75,10 +74,6 @@ pub struct CompactArgs {
     /// Provider rules the result must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
-    /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
-    #[arg(long)]
-    pub format: Option<Format>,
 }
 
 /// The stderr report.
@@ -112,7 +107,7 @@ pub fn openai_summarizer(
 /// the compaction was aborted, blocked or refused (the input is written
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
-    let mut transcript = super::load(&args.file, args.format)?;
+    let mut transcript = args.input.load()?;
     let counter: Arc<dyn TokenCounter> = match &args.model {
         Some(model) => counter_for_model(model),
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
@@ -159,7 +154,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         None => println!("{}", transcript.to_json_string_pretty().trim_end()),
     }
     let out = Report {
-        file: args.file.display().to_string(),
+        file: args.input.file.display().to_string(),
         context_length: args.context_length,
         profile: args.profile.name(),
         compaction: &report,

@@ -2,12 +2,10 @@
 //! view of a transcript, with older bulky tool results digested, on stdout;
 //! what the digest did on stderr.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use context_engine::digest::{DigestOptions, DigestReport, digest_with_report};
 use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
-use context_engine::transcript::Format;
 use serde::Serialize;
 
 use crate::output::{self, thousands};
@@ -15,18 +13,14 @@ use crate::output::{self, thousands};
 /// Arguments of `ctx digest`.
 #[derive(Debug, clap::Args)]
 pub struct DigestArgs {
-    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: super::Input,
     /// Keep this many of the newest tool batches whole.
     #[arg(long, default_value_t = DigestOptions::default().keep_batches)]
     pub keep_batches: usize,
     /// Digest older results of at least this many bytes (images always).
     #[arg(long, default_value_t = DigestOptions::default().min_bytes)]
     pub min_bytes: usize,
-    /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
-    #[arg(long)]
-    pub format: Option<Format>,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -51,7 +45,7 @@ struct Report {
 /// Run `ctx digest`. Honours `CTX_TOOL_DIGEST_DISABLED=1` (the view is then
 /// the transcript unchanged).
 pub fn run(args: &DigestArgs) -> anyhow::Result<ExitCode> {
-    let transcript = super::load(&args.file, args.format)?;
+    let transcript = args.input.load()?;
     let messages = &transcript.messages;
     let opts = DigestOptions {
         keep_batches: args.keep_batches,
@@ -61,7 +55,7 @@ pub fn run(args: &DigestArgs) -> anyhow::Result<ExitCode> {
     let (view, digest) = digest_with_report(messages, &opts);
     let counter = BpeCounter::new(Encoding::O200kBase);
     let report = Report {
-        file: args.file.display().to_string(),
+        file: args.input.file.display().to_string(),
         enabled: opts.enabled,
         messages: messages.len(),
         digest,

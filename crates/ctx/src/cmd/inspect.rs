@@ -1,7 +1,6 @@
 //! `ctx inspect`: a transcript broken down by tokens.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use context_engine::message::Message;
@@ -9,7 +8,6 @@ use context_engine::tokens::{
     BpeCounter, CalibrationReport, CountOptions, Encoding, EstimateCounter, TokenCounter,
     calibrate, recorded_model,
 };
-use context_engine::transcript::Format;
 use context_engine::validate::{Profile, Rule, is_tool_reentry, validate};
 use serde::Serialize;
 
@@ -27,15 +25,11 @@ enum EncodingArg {
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
-    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
-    file: PathBuf,
+    #[command(flatten)]
+    pub input: super::Input,
     /// How to count tokens.
     #[arg(long, value_enum, default_value = "o200k")]
     encoding: EncodingArg,
-    /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
-    #[arg(long)]
-    format: Option<Format>,
     /// How many of the largest messages to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -104,7 +98,7 @@ struct Calibration {
 }
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
-    let transcript = super::load(&args.file, args.format)?;
+    let transcript = args.input.load()?;
     let messages = &transcript.messages;
     let counter: Box<dyn TokenCounter> = match args.encoding {
         EncodingArg::O200k => Box::new(BpeCounter::new(Encoding::O200kBase)),
@@ -117,7 +111,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let tokens = counter.request_overhead() as u64 + counts.iter().sum::<u64>();
     let report = Report {
-        file: args.file.display().to_string(),
+        file: args.input.file.display().to_string(),
         format: transcript.format.name(),
         encoding: match args.encoding {
             EncodingArg::O200k => Encoding::O200kBase.name(),

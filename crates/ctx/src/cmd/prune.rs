@@ -2,12 +2,10 @@
 //! the proactive prune of a transcript on stdout (JSON), what it did on
 //! stderr.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use context_engine::prune::{PruneChange, PruneCounts, PruneOptions, PruneSkip, prune};
 use context_engine::tokens::{BpeCounter, Encoding};
-use context_engine::transcript::Format;
 use serde::Serialize;
 
 use crate::output::{self, thousands};
@@ -15,8 +13,8 @@ use crate::output::{self, thousands};
 /// Arguments of `ctx prune`.
 #[derive(Debug, clap::Args)]
 pub struct PruneArgs {
-    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: super::Input,
     /// The prompt's size as the provider last reported it; counted (o200k)
     /// when not given.
     #[arg(long)]
@@ -31,10 +29,6 @@ pub struct PruneArgs {
     /// Never touch the last N messages (extended back to whole tool batches).
     #[arg(long, default_value_t = PruneOptions::default().protect_last_n)]
     pub protect_last: usize,
-    /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
-    #[arg(long)]
-    pub format: Option<Format>,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -57,7 +51,7 @@ struct Report {
 
 /// Run `ctx prune`.
 pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
-    let transcript = super::load(&args.file, args.format)?;
+    let transcript = args.input.load()?;
     let messages = &transcript.messages;
     let opts = PruneOptions {
         proactive_prune_tokens: args.threshold,
@@ -69,7 +63,7 @@ pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
     let out = prune(messages, args.current_tokens, &opts, &counter);
     output::json(&out.messages)?;
     let report = Report {
-        file: args.file.display().to_string(),
+        file: args.input.file.display().to_string(),
         messages: messages.len(),
         pruned: out.pruned,
         counts: out.counts,

@@ -1,9 +1,7 @@
 //! `ctx validate`: check a transcript against a provider's rules.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use context_engine::transcript::Format;
 use context_engine::validate::{Profile, Violation, validate};
 use serde::Serialize;
 
@@ -11,16 +9,12 @@ use crate::output::{self, Table};
 
 #[derive(clap::Args)]
 pub struct ValidateArgs {
-    /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
-    file: PathBuf,
+    #[command(flatten)]
+    pub input: super::Input,
     /// Provider rules: `openai`, or `strict` (Anthropic-like: starts with a
     /// user turn, roles alternate).
     #[arg(long, default_value = "openai")]
     profile: Profile,
-    /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
-    #[arg(long)]
-    format: Option<Format>,
     /// Print a JSON report instead of a table.
     #[arg(long)]
     json: bool,
@@ -37,10 +31,10 @@ struct Report<'a> {
 }
 
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
-    let transcript = super::load(&args.file, args.format)?;
+    let transcript = args.input.load()?;
     let violations = validate(&transcript.messages, args.profile);
     let report = Report {
-        file: args.file.display().to_string(),
+        file: args.input.file.display().to_string(),
         format: transcript.format.name(),
         profile: args.profile.name(),
         messages: transcript.messages.len(),
