@@ -32,6 +32,7 @@
 pub mod compressor;
 pub mod digest;
 pub mod engine;
+pub mod host;
 pub mod message;
 pub mod prune;
 pub mod redact;
