@@ -36,6 +36,7 @@ pub mod host;
 pub mod message;
 pub mod prune;
 pub mod redact;
+pub mod replay;
 pub mod summarize;
 pub mod tokens;
 pub mod transcript;
