@@ -1,0 +1,129 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `ctx replay` end to end: the shipped example and every corpus transcript
+//! replay with figures that hold together, and bad input says why.
+
+mod common;
+
+use common::ctx;
+use serde_json::Value;
+
+const EXAMPLE: &str = "examples/bugfix-session.json";
+const EXAMPLE_WINDOW: &str = "8000";
+
+fn replay_json(file: &str, window: &str) -> Value {
+    let out = ctx(&["replay", file, "--context-length", window, "--json"]);
+    assert!(
+        out.status.success(),
+        "{file}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap()
+}
+
+/// The report's figures agree with each other.
+fn assert_consistent(r: &Value) {
+    let calls = r["calls"].as_array().unwrap();
+    assert!(!calls.is_empty());
+    let (mut with, mut without) = (0, 0);
+    for c in calls {
+        assert!(
+            u(&c["tokens_with_engine"]) <= u(&c["tokens_without_engine"]),
+            "{c}"
+        );
+        assert_eq!(u(&c["violations_introduced"]), 0, "{c}");
+        with += u(&c["tokens_with_engine"]);
+        without += u(&c["tokens_without_engine"]);
+    }
+    let t = &r["totals"];
+    assert_eq!(u(&t["prompt_tokens_with_engine"]), with);
+    assert_eq!(u(&t["prompt_tokens_without_engine"]), without);
+    assert!(u(&t["cache_hit_tokens"]) <= with);
+    assert!(
+        t["estimated_cost_with_engine"].as_f64().unwrap()
+            <= t["estimated_cost_without_engine"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn the_example_replays_with_a_compaction_and_consistent_figures() {
+    let r = replay_json(EXAMPLE, EXAMPLE_WINDOW);
+    assert_consistent(&r);
+    assert!(u(&r["totals"]["compactions"]) >= 1);
+    assert_eq!(r["engine"], "compressor");
+}
+
+#[test]
+fn the_table_explains_itself() {
+    let out = ctx(&["replay", EXAMPLE, "--context-length", EXAMPLE_WINDOW]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "model calls replayed through engine `compressor`",
+        "without engine",
+        "with engine",
+        "prompt tokens sent",
+        "prompt-cache hits",
+        "estimated cost",
+        "compactions  1",
+        "engine time per call",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn the_json_report_is_stable_apart_from_timings() {
+    let r = replay_json(EXAMPLE, EXAMPLE_WINDOW);
+    insta::assert_json_snapshot!("replay_example", r, {
+        ".totals.engine_time.*" => "[ms]",
+        ".calls[].engine_time" => "[ms]",
+        ".calls[].compaction.elapsed" => "[ms]",
+    });
+}
+
+#[test]
+fn every_corpus_transcript_replays_at_half_its_peak() {
+    let Some(dir) = common::corpus() else {
+        return;
+    };
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x != "md"))
+        .collect();
+    files.sort();
+    for file in files {
+        let file = file.display().to_string();
+        let full = replay_json(&file, "10000000");
+        let peak = u(&full["totals"]["largest_request_without_engine"]);
+        let r = replay_json(&file, &(peak / 2).to_string());
+        assert_consistent(&r);
+    }
+}
+
+#[test]
+fn a_transcript_without_model_calls_is_refused_with_a_reason() {
+    let dir = std::env::temp_dir().join(format!("ctx-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("no-calls.json");
+    std::fs::write(&path, r#"[{"role":"user","content":"hi"}]"#).unwrap();
+    let out = ctx(&["replay", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("no assistant message"), "{err}");
+
+    std::fs::write(
+        &path,
+        r#"[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"x","content":"?"},{"role":"assistant","content":"ok"}]"#,
+    )
+    .unwrap();
+    let out = ctx(&["replay", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("message 1: orphan-tool-result"), "{err}");
+    assert!(err.contains("ctx validate"), "{err}");
+}
