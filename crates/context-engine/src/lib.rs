@@ -35,6 +35,7 @@ pub mod engine;
 pub mod message;
 pub mod prune;
 pub mod redact;
+pub mod retention;
 pub mod summarize;
 pub mod tokens;
 pub mod transcript;

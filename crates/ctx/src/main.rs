@@ -5,6 +5,8 @@
 //! 2 error.
 
 mod cmd;
+#[allow(dead_code)] // called by `ctx replay` (in progress on main)
+mod plot;
 mod output;
 
 use std::process::ExitCode;
