@@ -71,8 +71,8 @@ fn file_paths_from_json_arguments_editors_and_shell_deduped() {
         vec![
             "/testbed/src/a.py",
             "docs/b.md",
-            "hits.txt",
             "src/c.py",
+            "hits.txt",
             "src/d.py"
         ]
     );

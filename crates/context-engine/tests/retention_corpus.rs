@@ -1,0 +1,132 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Retention probes on every corpus transcript: the transcript itself keeps
+//! everything verbatim, the digest loses nothing (what it hides is
+//! recallable), and a compaction with the extractive summarizer keeps the
+//! latest ask verbatim. Prints the counts.
+
+use std::sync::Arc;
+
+use context_engine::Message;
+use context_engine::compressor::Compressor;
+use context_engine::digest::{DigestOptions, digest};
+use context_engine::engine::{CompressRequest, ContextEngine};
+use context_engine::retention::{
+    ProbeKind, ProbeStatus, RetentionReport, check, extract_probes, statuses,
+};
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine::transcript::Transcript;
+
+mod common;
+use common::{corpus_files, name};
+
+fn adds_up(r: &RetentionReport) {
+    assert_eq!(r.verbatim + r.in_summary + r.recallable + r.lost, r.probes);
+    assert_eq!(r.lost_probes.len(), r.lost);
+}
+
+fn load_all() -> Option<Vec<(String, Vec<Message>)>> {
+    let files = corpus_files()?;
+    Some(
+        files
+            .iter()
+            .map(|p| (name(p), Transcript::load(p).unwrap().messages))
+            .collect(),
+    )
+}
+
+#[test]
+fn every_transcript_has_probes_of_each_main_kind_and_keeps_them_verbatim() {
+    let Some(all) = load_all() else { return };
+    for (file, messages) in &all {
+        let probes = extract_probes(messages);
+        assert!(!probes.is_empty(), "{file}: no probes");
+        assert!(
+            probes.iter().any(|p| p.kind == ProbeKind::UserAsk),
+            "{file}: no ask"
+        );
+        assert!(
+            probes.iter().any(|p| p.kind == ProbeKind::Command)
+                || probes.iter().any(|p| p.kind == ProbeKind::FilePath),
+            "{file}: no command and no file"
+        );
+        let report = check(&probes, messages, messages);
+        adds_up(&report);
+        assert_eq!(
+            report.verbatim, report.probes,
+            "{file}: lost {:?}",
+            report.lost_probes
+        );
+        let count = |k| probes.iter().filter(|p| p.kind == k).count();
+        eprintln!(
+            "{file}: {} probes ({} asks, {} files, {} commands, {} errors)",
+            probes.len(),
+            count(ProbeKind::UserAsk),
+            count(ProbeKind::FilePath),
+            count(ProbeKind::Command),
+            count(ProbeKind::ErrorMessage),
+        );
+    }
+}
+
+#[test]
+fn the_digest_loses_nothing() {
+    let Some(all) = load_all() else { return };
+    let opts = DigestOptions {
+        min_bytes: 256,
+        ..DigestOptions::default()
+    };
+    for (file, messages) in &all {
+        let probes = extract_probes(messages);
+        let view = digest(messages, &opts);
+        let report = check(&probes, &view, messages);
+        adds_up(&report);
+        assert_eq!(report.lost, 0, "{file}: lost {:?}", report.lost_probes);
+        assert_eq!(report.in_summary, 0, "{file}");
+        eprintln!(
+            "{file}: digest: {} verbatim, {} recallable of {}",
+            report.verbatim, report.recallable, report.probes
+        );
+    }
+}
+
+#[test]
+fn a_compaction_keeps_the_latest_ask_verbatim() {
+    let Some(all) = load_all() else { return };
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let mut compacted = 0;
+    for (file, messages) in &all {
+        let probes = extract_probes(messages);
+        let before = counter.count_messages(messages) as u64;
+        let mut engine = Compressor::new(counter.clone(), before / 2);
+        let Ok(out) = engine.compress(messages, &CompressRequest::new().with_force(true)) else {
+            eprintln!("{file}: not compacted");
+            continue;
+        };
+        compacted += 1;
+        let report = check(&probes, &out, &out);
+        adds_up(&report);
+        let status = statuses(&probes, &out, &out);
+        let latest_ask = probes
+            .iter()
+            .rposition(|p| p.kind == ProbeKind::UserAsk)
+            .unwrap();
+        assert_eq!(
+            status[latest_ask],
+            ProbeStatus::Verbatim,
+            "{file}: {:?}",
+            probes[latest_ask]
+        );
+        eprintln!(
+            "{file}: compaction {} -> {} messages: {} verbatim, {} in summary, {} recallable, {} lost of {}",
+            messages.len(),
+            out.len(),
+            report.verbatim,
+            report.in_summary,
+            report.recallable,
+            report.lost,
+            report.probes
+        );
+    }
+    assert!(compacted > 0, "no corpus transcript compacted");
+}
