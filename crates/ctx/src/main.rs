@@ -5,9 +5,9 @@
 //! 2 error.
 
 mod cmd;
+mod output;
 #[allow(dead_code)] // called by `ctx replay` (in progress on main)
 mod plot;
-mod output;
 
 use std::process::ExitCode;
 

@@ -87,9 +87,8 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
     let vertical = |x: usize, color: RGBColor| {
         PathElement::new(vec![(x, 0), (x, y_max)], color.stroke_width(1))
     };
-    let horizontal = |y: u64, color: RGBColor| {
-        PathElement::new(vec![(0, y), (x_max, y)], color.stroke_width(1))
-    };
+    let horizontal =
+        |y: u64, color: RGBColor| PathElement::new(vec![(0, y), (x_max, y)], color.stroke_width(1));
     let legend = |color: RGBColor| {
         move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
     };

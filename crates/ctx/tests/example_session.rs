@@ -28,9 +28,12 @@ fn coding_session_peaks_above_the_default_threshold_of_a_32k_window() {
 
 #[test]
 fn coding_session_is_in_sync_with_its_generator() {
-    let python = ["python3", "python"]
-        .into_iter()
-        .find(|p| std::process::Command::new(p).arg("--version").output().is_ok());
+    let python = ["python3", "python"].into_iter().find(|p| {
+        std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok()
+    });
     let Some(python) = python else {
         eprintln!("skipped: no python3 to run scripts/make-example-session.py");
         return;
@@ -42,11 +45,7 @@ fn coding_session_is_in_sync_with_its_generator() {
         .arg(&dir)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for name in ["coding-session.json", "bugfix-session.json"] {
         let generated = std::fs::read(dir.join(name)).unwrap();
         let committed = std::fs::read(root().join("examples").join(name)).unwrap();

@@ -125,10 +125,7 @@ fn commands_carry_their_exit_status_and_failures_their_error() {
     // is no failure.
     assert_eq!(
         errors,
-        vec![
-            ("KeyError: 'x'", 6),
-            ("error[E0308]: mismatched types", 8)
-        ]
+        vec![("KeyError: 'x'", 6), ("error[E0308]: mismatched types", 8)]
     );
 }
 
@@ -138,7 +135,9 @@ fn text_action_commands_and_their_observations() {
         Message::system("one bash block per reply"),
         Message::user("Please solve this issue: the build breaks"),
         Message::assistant("THOUGHT: read it\n\n```mswea_bash_command\ncat src/main.py\n```"),
-        Message::user("<returncode>1</returncode>\n<output>\ncat: src/main.py: No such file or directory\n</output>"),
+        Message::user(
+            "<returncode>1</returncode>\n<output>\ncat: src/main.py: No such file or directory\n</output>",
+        ),
         Message::assistant("Use the right place.\n\n```bash\npython app/main.py --check\n```"),
         Message::user("<returncode>0</returncode>\n<output>\nok\n</output>"),
         Message::user("thanks, now update the docs"),
@@ -240,8 +239,14 @@ fn a_summary_alone_is_not_verbatim_and_matches_never_span_messages() {
         Message::user("bug report"),
     ];
     let probes = vec![probe(ProbeKind::UserAsk, "fix the bug")];
-    assert_eq!(statuses(&probes, &view, &view), vec![ProbeStatus::InSummary]);
-    assert_eq!(statuses(&probes, &view[1..], &view), vec![ProbeStatus::Lost]);
+    assert_eq!(
+        statuses(&probes, &view, &view),
+        vec![ProbeStatus::InSummary]
+    );
+    assert_eq!(
+        statuses(&probes, &view[1..], &view),
+        vec![ProbeStatus::Lost]
+    );
 }
 
 #[test]
