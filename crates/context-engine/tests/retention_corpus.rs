@@ -4,7 +4,9 @@
 //! recallable), and a compaction with the extractive summarizer keeps the
 //! latest ask verbatim. Prints the counts.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use context_engine::Message;
 use context_engine::compressor::Compressor;
@@ -38,7 +40,9 @@ fn load_all() -> Option<Vec<(String, Vec<Message>)>> {
 fn every_transcript_has_probes_of_each_main_kind_and_keeps_them_verbatim() {
     let Some(all) = load_all() else { return };
     for (file, messages) in &all {
+        let started = Instant::now();
         let probes = extract_probes(messages);
+        let extracted = started.elapsed();
         assert!(!probes.is_empty(), "{file}: no probes");
         assert!(
             probes.iter().any(|p| p.kind == ProbeKind::UserAsk),
@@ -49,7 +53,9 @@ fn every_transcript_has_probes_of_each_main_kind_and_keeps_them_verbatim() {
                 || probes.iter().any(|p| p.kind == ProbeKind::FilePath),
             "{file}: no command and no file"
         );
+        let started = Instant::now();
         let report = check(&probes, messages, messages);
+        let checked = started.elapsed();
         adds_up(&report);
         assert_eq!(
             report.verbatim, report.probes,
@@ -58,12 +64,14 @@ fn every_transcript_has_probes_of_each_main_kind_and_keeps_them_verbatim() {
         );
         let count = |k| probes.iter().filter(|p| p.kind == k).count();
         eprintln!(
-            "{file}: {} probes ({} asks, {} files, {} commands, {} errors)",
+            "{file}: {} probes ({} asks, {} files, {} commands, {} errors); extract {:.2} ms, check {:.2} ms",
             probes.len(),
             count(ProbeKind::UserAsk),
             count(ProbeKind::FilePath),
             count(ProbeKind::Command),
             count(ProbeKind::ErrorMessage),
+            extracted.as_secs_f64() * 1000.0,
+            checked.as_secs_f64() * 1000.0,
         );
     }
 }
@@ -129,4 +137,42 @@ fn a_compaction_keeps_the_latest_ask_verbatim() {
         );
     }
     assert!(compacted > 0, "no corpus transcript compacted");
+}
+
+/// The project's long example session, compacted for a 32k window at the
+/// default 75% threshold (what `ctx replay --context-length 32000` does).
+#[test]
+fn the_example_coding_session_compacts_keeping_the_latest_ask() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/coding-session.json");
+    let messages = Transcript::load(&path).unwrap().messages;
+    let probes = extract_probes(&messages);
+    let count = |k| probes.iter().filter(|p| p.kind == k).count();
+    assert_eq!(count(ProbeKind::UserAsk), 4);
+    assert!(count(ProbeKind::FilePath) >= 8);
+    assert!(count(ProbeKind::ErrorMessage) >= 2);
+    assert_eq!(check(&probes, &messages, &messages).lost, 0);
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let mut engine = Compressor::new(counter, 32_000);
+    let out = engine
+        .compress(&messages, &CompressRequest::new().with_force(true))
+        .unwrap();
+    assert!(out.len() < messages.len());
+    let report = check(&probes, &out, &out);
+    adds_up(&report);
+    let status = statuses(&probes, &out, &out);
+    let latest_ask = probes
+        .iter()
+        .rposition(|p| p.kind == ProbeKind::UserAsk)
+        .unwrap();
+    assert_eq!(status[latest_ask], ProbeStatus::Verbatim);
+    eprintln!(
+        "coding-session.json: compaction {} -> {} messages: {} verbatim, {} in summary, {} recallable, {} lost of {}",
+        messages.len(),
+        out.len(),
+        report.verbatim,
+        report.in_summary,
+        report.recallable,
+        report.lost,
+        report.probes
+    );
 }
