@@ -6,10 +6,12 @@
 
 use crate::prune::effect::{is_assignment, logical_lines, pipelines, sed_files, split_redirect};
 
-/// Commands whose non-flag arguments are all files they read or write.
+/// Commands whose non-flag arguments are files they read or write
+/// (`open` and `create` are SWE-agent's editor commands; a line number
+/// after the file is not a path, see [`looks_like_path`]).
 const FILE_ARGS: &[&str] = &[
     "cat", "less", "more", "nl", "wc", "tac", "touch", "rm", "cp", "mv", "tee", "truncate", "diff",
-    "stat", "chmod", "vim", "vi", "nano",
+    "stat", "open", "create",
 ];
 
 /// Flags of `head`/`tail` that take a value.
@@ -126,10 +128,12 @@ fn grep_files(args: &[&str]) -> Vec<String> {
     out
 }
 
-/// Whether a word can be a file path: not empty, not `.`/`..`, no glob,
-/// variable, command substitution or descriptor, not `/dev/…`.
+/// Whether a word can be a file path: not empty, not `.`/`..`, not a
+/// number, no glob, variable, command substitution or descriptor, not
+/// `/dev/…`.
 fn looks_like_path(p: &str) -> bool {
     !p.is_empty()
+        && !p.bytes().all(|b| b.is_ascii_digit() || b == b':')
         && p != "."
         && p != ".."
         && !p.starts_with('-')
@@ -224,6 +228,10 @@ mod tests {
         assert_eq!(
             shell_paths("cat > fix.py <<'EOF'\nprint(open('x').read())\nEOF\npython fix.py"),
             vec!["fix.py", "fix.py"]
+        );
+        assert_eq!(
+            shell_paths("open src/big.py 120\ncreate reproduce.py"),
+            vec!["src/big.py", "reproduce.py"]
         );
         assert!(shell_paths("cd /testbed && ls -la").is_empty());
         assert!(shell_paths("cat *.py $HOME/x 2>/dev/null").is_empty());
