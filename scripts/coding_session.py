@@ -867,34 +867,6 @@ def pytest_header(collected):
     ]
 
 
-TEST_FILES = [
-    ("tests/test_broker.py", 31),
-    ("tests/test_config.py", 42),
-    ("tests/test_queue.py", 27),
-    ("tests/test_retry.py", 26),
-    ("tests/test_worker.py", 35),
-]
-
-
-def pytest_run(failing_retry=None, extra_retry=0, total_secs="3.84s"):
-    files = [(f, n + (extra_retry if f == "tests/test_retry.py" else 0)) for f, n in TEST_FILES]
-    collected = sum(n for _, n in files)
-    out = pytest_header(collected)
-    done = 0
-    for f, n in files:
-        done += n
-        marks = "." * n
-        if failing_retry and f == "tests/test_retry.py":
-            marks = "." * 2 + "F" + "." * (n - 3)
-        out.append(f"{f} {marks:<50} [{100 * done // collected:3d}%]")
-    if failing_retry:
-        out += failing_retry
-        out.append(f"========================= 1 failed, {collected - 1} passed in {total_secs} =========================")
-    else:
-        out += ["", f"============================== {collected} passed in {total_secs} =============================="]
-    return "\n".join(out)
-
-
 def cap_failure():
     return [
         "",
@@ -1316,9 +1288,11 @@ def test_worker_py():
     return "\n".join(out)
 
 
-def pytest_verbose(extra_retry):
+def test_names(stage):
+    """Every test id by file: stage 0 before the session's changes, 1 with the
+    jitter tests, 2 with the alias test too."""
     names = {
-        "tests/test_broker.py": [f"test_{op}_{case}" for op, *_ in BROKER_OPS for case in ("roundtrip", "unavailable")][:31],
+        "tests/test_broker.py": [f"test_{op}_{case}" for op, *_ in BROKER_OPS for case in ("roundtrip", "unavailable")],
         "tests/test_config.py": [f"test_{name}_{case}" for name, *_ in CONFIG_FIELDS for case in ("default", "from_env")][:42],
         "tests/test_queue.py": [f"test_enqueue_{h}" for h in HANDLERS] + [f"test_{x}" for x in ("status_unknown", "result_timeout", "result_dead", "cancel_started", "cancel_queued", "len", "json_error", "delay", "retry_override", "handle_fields", "typed_shortcuts", "dead_lookup", "ttl", "statuses", "broker_url")],
         "tests/test_retry.py": [],
@@ -1331,11 +1305,37 @@ def pytest_verbose(extra_retry):
         retry_names.append(f"test_{snake}_is_{'transient' if ok else 'permanent'}")
         names["tests/test_worker.py"].append(f"test_{snake}_is_{'retried' if ok else 'buried'}")
     retry_names += ["test_retry_call_retries_transient_errors", "test_retry_call_gives_up_on_permanent_errors", "test_retry_call_stops_after_max_attempts", "test_schedule_adds_run_time_and_delay"]
-    retry_names += [f"test_jitter_shortens_the_delay_by_up_to_its_fraction[{d}-{e}]" for d, e in (("0.0", "6.0"), ("0.5", "7.0"), ("1.0", "8.0"))]
-    retry_names += ["test_no_jitter_by_default", "test_jitter_outside_unit_interval_is_rejected[-0.1]", "test_jitter_outside_unit_interval_is_rejected[1.5]", "test_retry_jitter_is_read_from_the_env", "test_backoff_is_a_deprecated_alias"]
+    if stage >= 1:
+        retry_names += [f"test_jitter_shortens_the_delay_by_up_to_its_fraction[{d}-{e}]" for d, e in (("0.0", "6.0"), ("0.5", "7.0"), ("1.0", "8.0"))]
+        retry_names += ["test_no_jitter_by_default", "test_jitter_outside_unit_interval_is_rejected[-0.1]", "test_jitter_outside_unit_interval_is_rejected[1.5]", "test_retry_jitter_is_read_from_the_env"]
+    if stage >= 2:
+        retry_names += ["test_backoff_is_a_deprecated_alias"]
     names["tests/test_retry.py"] = retry_names
     names["tests/test_worker.py"] += ["test_last_attempt_is_buried_with_the_reason", "test_unknown_handler_is_buried_without_running"] + [f"test_fetch_respects_prefetch[{c}-{p}]" for c, p in ((1, 1), (4, 8), (8, 8))]
-    rows = [f"{f}::{t}" for f, ts in names.items() for t in ts]
+    return names
+
+
+def test_count(stage, file=None):
+    names = test_names(stage)
+    return len(names[file]) if file else sum(len(v) for v in names.values())
+
+
+def pytest_run(stage, total_secs):
+    """A passing `pytest -q` of the whole suite."""
+    names = test_names(stage)
+    collected = test_count(stage)
+    out = pytest_header(collected)
+    done = 0
+    for f, tests in names.items():
+        done += len(tests)
+        out.append(f"{f} {'.' * len(tests):<50} [{100 * done // collected:3d}%]")
+    out += ["", f"============================== {collected} passed in {total_secs} =============================="]
+    return "\n".join(out)
+
+
+def pytest_verbose(stage):
+    """A passing `pytest -v` of the whole suite."""
+    rows = [f"{f}::{t}" for f, ts in test_names(stage).items() for t in ts]
     out = pytest_header(len(rows))
     for i, row in enumerate(rows, start=1):
         out.append(f"{row} PASSED{' ' * max(1, 100 - len(row))}[{100 * i // len(rows):3d}%]")
@@ -1409,7 +1409,7 @@ def build():
          "old": "        capped_base = min(self.base_delay, self.max_delay)\n        delay = capped_base * self.factor ** (attempt - 1)",
          "new": "        raw = self.base_delay * self.factor ** (attempt - 1)\n        delay = min(raw, self.max_delay)"},
         "Replaced 1 occurrence in tinyq/retry.py (lines 97-98).")
-    s.call(None, bash, {"command": "cd /work/tinyq && python -m pytest -q"}, bash_result(0, pytest_run(total_secs="3.91s")))
+    s.call(None, bash, {"command": "cd /work/tinyq && python -m pytest -q"}, bash_result(0, pytest_run(0, "3.91s")))
     s.call("All green. Here is the change:", bash, {"command": "cd /work/tinyq && git diff"},
            bash_result(0, "\n".join(diff("tinyq/retry.py", [("@@ -94,8 +94,8 @@ class Backoff:", [
                '         """Seconds to wait before retry number `attempt` (from 1)."""',
@@ -1425,7 +1425,8 @@ def build():
     s.say(
         "Fixed. `Backoff.delay()` capped `base_delay` before multiplying by `factor ** (attempt - 1)`, so every delay "
         "after the first could exceed `max_delay` (attempt 10 waited 512 s instead of 30 s). It now caps the product "
-        "(tinyq/retry.py:97-98). The test was correct and is unchanged; the full suite passes (161 tests)."
+        "(tinyq/retry.py:97-98). The test was correct and is unchanged; "
+        f"the full suite passes ({test_count(0)} tests)."
     )
 
     # Ask 2: a feature.
@@ -1460,7 +1461,7 @@ def build():
            bash_result(0, 'def _check_retry_jitter(value: float) -> None:\n    """Fraction of each retry delay drawn at random."""\n    if not 0.0 <= value <= 1.0:\n        raise ConfigError("retry_jitter", f"must be within [0, 1], got {value}")'))
     s.call("Now the policy: a `jitter` field, validated, applied after the cap, with an injectable random source for tests.",
            "write_file", {"path": "tinyq/retry.py", "content": retry_py(fixed=True, jitter=True)},
-           "Wrote 9874 bytes to tinyq/retry.py.")
+           f"Wrote {len(retry_py(fixed=True, jitter=True).encode())} bytes to tinyq/retry.py.")
     jitter_tests = "\n".join([
         "",
         "",
@@ -1495,19 +1496,20 @@ def build():
     ])
     s.call("Tests for the jitter and for reading the setting:", bash,
            {"command": "cd /work/tinyq && cat >> tests/test_retry.py <<'EOF'" + jitter_tests + "EOF\npython -m pytest -q tests/test_retry.py 2>&1 | tail -40"},
-           bash_result(1, "\n".join(["..........................F......"] + jitter_failure()[1:] + ["1 failed, 33 passed in 0.34s"])))
+           bash_result(1, "\n".join(["." * (test_count(1, "tests/test_retry.py") - 1) + "F"] + jitter_failure()[1:] + [f"1 failed, {test_count(1, 'tests/test_retry.py') - 1} passed in 0.34s"])))
     s.call("The new test uses `WorkerConfig`, which the test module does not import yet.", "str_replace",
            {"path": "tests/test_retry.py", "old": "from tinyq import errors\n", "new": "from tinyq import errors\nfrom tinyq.config import WorkerConfig\n"},
            "Replaced 1 occurrence in tests/test_retry.py (line 5).")
-    s.call(None, bash, {"command": "cd /work/tinyq && python -m pytest -q"}, bash_result(0, pytest_run(extra_retry=8, total_secs="4.02s")))
+    s.call(None, bash, {"command": "cd /work/tinyq && python -m pytest -q"}, bash_result(0, pytest_run(1, "4.02s")))
     s.call(None, bash, {"command": "cd /work/tinyq && git diff --stat"},
            bash_result(0, " tinyq/config.py     |  9 +++++++\n tinyq/retry.py      | 16 +++++++++++++---\n tests/test_retry.py | 31 +++++++++++++++++++++++++++++++\n 3 files changed, 53 insertions(+), 3 deletions(-)"))
     s.say(
         "Added jitter. `WorkerConfig.retry_jitter` (default 0.0, validated to [0, 1], read from TOML and "
         "`TINYQ_RETRY_JITTER`) feeds `Backoff(jitter=...)`; `Backoff.delay(attempt, rng=None)` takes away a random "
-        "part of up to `jitter * delay` after the cap, so delays never exceed `max_delay`. Eight new tests in "
+        "part of up to `jitter * delay` after the cap, so delays never exceed `max_delay`. "
+        f"{test_count(1) - test_count(0)} new tests in "
         "tests/test_retry.py (fixed random source, default off, bounds, env); the first run failed only because the "
-        "test module lacked the `WorkerConfig` import, now added. All 169 tests pass."
+        f"test module lacked the `WorkerConfig` import, now added. All {test_count(1)} tests pass."
     )
 
     # Ask 3: a rename.
@@ -1539,7 +1541,7 @@ def build():
            "Replaced 1 occurrence in tinyq/__init__.py (line 9).")
     s.call("A test that the alias still works and warns:", bash,
            {"command": "cd /work/tinyq && cat >> tests/test_retry.py <<'EOF'\n\n\ndef test_backoff_is_a_deprecated_alias():\n    import tinyq.retry\n\n    with pytest.warns(DeprecationWarning, match=\"RetryPolicy\"):\n        alias = tinyq.retry.Backoff\n    assert alias is RetryPolicy\nEOF\npython -m pytest -v -W error::DeprecationWarning"},
-           bash_result(0, pytest_verbose(9)))
+           bash_result(0, pytest_verbose(2)))
     s.call(None, bash, {"command": "cd /work/tinyq && git diff tinyq/worker.py tinyq/__init__.py"},
            bash_result(0, "\n".join(
                diff("tinyq/__init__.py", [("@@ -6,7 +6,15 @@", [
@@ -1591,7 +1593,7 @@ def build():
     s.call(None, "read_file", {"path": "README.md"}, numbered(readme_md()))
     s.call("I'll regenerate the README's configuration table and retries section from the new names.", "write_file",
            {"path": "README.md", "content": readme_md(cls="RetryPolicy", jitter=True)},
-           "Wrote 7391 bytes to README.md.")
+           f"Wrote {len(readme_md(cls='RetryPolicy', jitter=True).encode())} bytes to README.md.")
     s.call(None, bash, {"command": "cd /work/tinyq && sed -n 1,40p docs/retries.md"},
            bash_result(0, "\n".join([
                "# Retries", "", "`Backoff` decides when a failed job runs again.", "",
@@ -1612,13 +1614,13 @@ def build():
            "Replaced 1 occurrence in CHANGELOG.md (line 3).")
     s.call("Final check: tests, and no stale name outside the alias and the changelog.", bash,
            {"command": "cd /work/tinyq && python -m pytest -q && grep -rn \"Backoff\" --include=*.py --include=*.md . | grep -v CHANGELOG"},
-           bash_result(0, pytest_run(extra_retry=9, total_secs="3.95s") + "\ntinyq/retry.py:133:    if name == \"Backoff\":\ntinyq/retry.py:136:        warnings.warn(\"tinyq.retry.Backoff is deprecated; use RetryPolicy\", DeprecationWarning, stacklevel=2)\ntinyq/__init__.py:13:    if name == \"Backoff\":\ntinyq/__init__.py:16:        return retry.Backoff  # warns\ntests/test_retry.py:198:def test_backoff_is_a_deprecated_alias():\ntests/test_retry.py:202:        alias = tinyq.retry.Backoff\ndocs/retries.md:41:`Backoff` is a deprecated alias of `RetryPolicy` and will be removed in 0.9."))
+           bash_result(0, pytest_run(2, "3.95s") + "\ntinyq/retry.py:133:    if name == \"Backoff\":\ntinyq/retry.py:136:        warnings.warn(\"tinyq.retry.Backoff is deprecated; use RetryPolicy\", DeprecationWarning, stacklevel=2)\ntinyq/__init__.py:13:    if name == \"Backoff\":\ntinyq/__init__.py:16:        return retry.Backoff  # warns\ntests/test_retry.py:198:def test_backoff_is_a_deprecated_alias():\ntests/test_retry.py:202:        alias = tinyq.retry.Backoff\ndocs/retries.md:41:`Backoff` is a deprecated alias of `RetryPolicy` and will be removed in 0.9."))
     s.say(
         "Docs updated: README.md (the configuration table has `retry_jitter` / `TINYQ_RETRY_JITTER`; the retries "
         "section uses `RetryPolicy` and explains jitter), docs/retries.md (new name, a Jitter section, the "
         "deprecation note), and CHANGELOG.md under Unreleased (Fixed: the cap; Added: jitter; Changed: the rename "
         "and the deprecated alias, removed in 0.9). The remaining `Backoff` mentions are the alias itself, its "
-        "test and the deprecation notes. All 170 tests pass."
+        f"test and the deprecation notes. All {test_count(2)} tests pass."
     )
     return s.messages
 
