@@ -14,6 +14,7 @@ import json
 import pathlib
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import coding_session  # noqa: E402
 
