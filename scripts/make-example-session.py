@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
-"""Writes examples/bugfix-session.json: the project's own example transcript.
+"""Writes the project's own example transcripts into examples/ (or --out-dir):
 
-A made-up but realistic OpenAI tool-calling session (an agent fixing a rounding
-bug in a small invoicing library), with bulky tool output the way real agents
-produce it. Deterministic: re-running gives the same file.
+- bugfix-session.json: a short, made-up but realistic OpenAI tool-calling
+  session (an agent fixing a rounding bug in a small invoicing library), with
+  bulky tool output the way real agents produce it;
+- coding-session.json: a long multi-turn session (four asks, ~50k tokens at
+  its peak) built by coding_session.py, for replays that compact.
+
+Deterministic: re-running gives the same bytes. Standard library only.
 """
+import argparse
 import json
 import pathlib
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import coding_session  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -58,8 +68,8 @@ def call(cid, name, args):
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def main():
-    m = [
+def bugfix_session():
+    return [
         {"role": "system", "content": "You are a careful coding agent working in /repo. Use the bash tool to inspect and change files. Run the tests before you finish."},
         {"role": "user", "content": "Invoices for kind-37 lines come out as floats and the nightly reconciliation fails with `TypeError: unsupported operand type(s) for +: 'float' and 'decimal.Decimal'`. Please find the cause and fix it without changing the public API."},
         {"role": "assistant", "content": "I'll start by locating the line-total functions.", "tool_calls": [call("call_01", "bash", {"command": "grep -rn 'line_total_' billing tests | head -100"})]},
@@ -79,9 +89,20 @@ def main():
         {"role": "tool", "tool_call_id": "call_06", "content": test_log(False)},
         {"role": "assistant", "content": "Fixed. `line_total_37` now quantizes the Decimal like the other kinds (billing/invoice.py:187), and `reconcile()` raises a TypeError naming the line if a total is ever not a Decimal (billing/reconcile.py:9). All 184 tests pass."},
     ]
-    out = ROOT / "examples" / "bugfix-session.json"
-    out.write_text(json.dumps(m, indent=2, ensure_ascii=False) + "\n")
-    print(f"wrote {out} ({len(m)} messages)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out-dir", type=pathlib.Path, default=ROOT / "examples")
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    bugfix = bugfix_session()
+    out = args.out_dir / "bugfix-session.json"
+    out.write_text(json.dumps(bugfix, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {out} ({len(bugfix)} messages)")
+    out = args.out_dir / "coding-session.json"
+    out.write_text(coding_session.render())
+    print(f"wrote {out} ({len(coding_session.build())} messages)")
 
 
 if __name__ == "__main__":

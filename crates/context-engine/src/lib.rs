@@ -37,6 +37,7 @@ pub mod message;
 pub mod prune;
 pub mod redact;
 pub mod replay;
+pub mod retention;
 pub mod summarize;
 pub mod tokens;
 pub mod transcript;

@@ -81,6 +81,8 @@ use crate::message::{Content, FunctionCall, Message, ToolCall};
 use crate::validate::is_tool_reentry;
 
 pub use envelope::ENVELOPE_HEADER;
+// The outcome readers, shared with `crate::retention`.
+pub(crate) use line::{Flags, exit_code, outcome};
 pub use recall::{
     LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
 };

@@ -55,7 +55,7 @@ impl Effect {
 }
 
 /// Tools that take a shell command in `command` or `cmd`.
-fn is_shell_tool(name: &str) -> bool {
+pub(crate) fn is_shell_tool(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     [
         "bash",
@@ -237,7 +237,7 @@ pub(crate) fn of_shell(command: &str) -> Effect {
 /// Lines of a script with `\` continuations joined and heredoc bodies
 /// dropped (the line that opens a heredoc stays: it says where the text
 /// goes).
-fn logical_lines(command: &str) -> Vec<String> {
+pub(crate) fn logical_lines(command: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut pending = String::new();
     let mut heredoc: Option<String> = None;
@@ -280,7 +280,7 @@ fn heredoc_marker(line: &str) -> Option<String> {
 
 /// Words split into pipelines (at `&&`, `||`, `;`, `&`), each a list of
 /// stages (at `|`).
-fn pipelines(words: Vec<String>) -> Vec<Vec<Vec<String>>> {
+pub(crate) fn pipelines(words: Vec<String>) -> Vec<Vec<Vec<String>>> {
     let mut out = Vec::new();
     let mut stages: Vec<Vec<String>> = Vec::new();
     let mut stage: Vec<String> = Vec::new();
@@ -356,7 +356,7 @@ fn split_redirects(stage: &[String]) -> (Vec<String>, Vec<String>, bool) {
 
 /// `>`, `>>`, `2>`, `&>`, `<`, `<<`, `<<<` at the start of a word, and what
 /// follows it in the same word.
-fn split_redirect(word: &str) -> (Option<&str>, Option<&str>) {
+pub(crate) fn split_redirect(word: &str) -> (Option<&str>, Option<&str>) {
     let digits = word.bytes().take_while(u8::is_ascii_digit).count();
     let start = if word[digits..].starts_with('&') {
         digits + 1
@@ -464,7 +464,7 @@ fn pipeline_effect(stages: &[Vec<String>], cwd: &mut Option<String>, effect: &mu
     }
 }
 
-fn is_assignment(word: &str) -> bool {
+pub(crate) fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(k, _)| {
         !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
@@ -477,7 +477,7 @@ fn has_flag(args: &[String], flag: &str) -> bool {
 
 /// The files of a `sed` command: the words after the script (the first
 /// non-flag word, unless `-e`/`-f` gave it).
-fn sed_files(args: &[String]) -> Vec<&str> {
+pub(crate) fn sed_files(args: &[String]) -> Vec<&str> {
     let mut script_given = false;
     let mut out = Vec::new();
     let mut it = args.iter();

@@ -61,7 +61,7 @@
 //! ```
 
 mod args;
-mod effect;
+pub(crate) mod effect;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -1,0 +1,252 @@
+//! File paths in shell commands, and the commands in an assistant's text.
+//!
+//! Paths are kept as the command wrote them (not resolved against a `cd`):
+//! a probe must be found word for word in the view, and the view holds the
+//! command as written.
+
+use crate::prune::effect::{is_assignment, logical_lines, pipelines, sed_files, split_redirect};
+
+/// Commands whose non-flag arguments are files they read or write
+/// (`open` and `create` are SWE-agent's editor commands; a line number
+/// after the file is not a path, see [`looks_like_path`]).
+const FILE_ARGS: &[&str] = &[
+    "cat", "less", "more", "nl", "wc", "tac", "touch", "rm", "cp", "mv", "tee", "truncate", "diff",
+    "stat", "open", "create",
+];
+
+/// Flags of `head`/`tail` that take a value.
+const VALUE_FLAGS: &[&str] = &["-n", "-c", "--lines", "--bytes"];
+
+/// Prefixes that run the command after them.
+const WRAPPERS: &[&str] = &["sudo", "env", "time", "nohup", "exec", "command"];
+
+/// The files a shell command reads or writes, as written, in order (may
+/// repeat). `cd` changes no file; anything with a glob or a variable is not
+/// a path yet.
+pub(crate) fn shell_paths(command: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in logical_lines(command) {
+        let Some(words) = shlex::split(&line) else {
+            continue;
+        };
+        for pipeline in pipelines(words) {
+            for stage in &pipeline {
+                stage_paths(stage, &mut out);
+            }
+        }
+    }
+    out.retain(|p| looks_like_path(p) && command.contains(p.as_str()));
+    out
+}
+
+fn stage_paths(stage: &[String], out: &mut Vec<String>) {
+    let mut words = Vec::new();
+    let mut it = stage.iter();
+    while let Some(w) = it.next() {
+        match split_redirect(w) {
+            (Some(op), target) => {
+                let target = target.map(str::to_owned).or_else(|| it.next().cloned());
+                // `<<` and `<<<` take text, not a file; `>&2` a descriptor.
+                if let Some(t) = target
+                    && !op.ends_with("<<")
+                    && !op.ends_with("<<<")
+                    && !t.starts_with('&')
+                {
+                    out.push(t);
+                }
+            }
+            (None, _) => words.push(w.as_str()),
+        }
+    }
+    let start = words
+        .iter()
+        .position(|w| !is_assignment(w) && !WRAPPERS.contains(w))
+        .unwrap_or(words.len());
+    let Some((cmd, args)) = words[start..].split_first() else {
+        return;
+    };
+    let cmd = cmd.rsplit('/').next().unwrap_or(cmd);
+    let plain = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .filter(|a| !a.starts_with('-'))
+            .map(|a| (*a).to_owned())
+            .collect()
+    };
+    match cmd {
+        c if FILE_ARGS.contains(&c) => out.extend(plain(args)),
+        "head" | "tail" => {
+            let mut it = args.iter();
+            while let Some(a) = it.next() {
+                if VALUE_FLAGS.contains(a) {
+                    it.next();
+                } else if !a.starts_with('-') && !a.starts_with('+') {
+                    out.push((*a).to_owned());
+                }
+            }
+        }
+        "sed" => {
+            let owned: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            out.extend(sed_files(&owned).into_iter().map(str::to_owned));
+        }
+        "grep" | "egrep" | "fgrep" | "rg" => out.extend(grep_files(args)),
+        c if c.starts_with("python") => {
+            // `python x.py args`: the script; `python -m mod`, `-c code`: none.
+            for a in args {
+                if *a == "-m" || *a == "-c" {
+                    break;
+                }
+                if !a.starts_with('-') {
+                    out.push((*a).to_owned());
+                    break;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The files of a `grep`: the words after the pattern (the first non-flag
+/// word, unless `-e`/`-f` gave it).
+fn grep_files(args: &[&str]) -> Vec<String> {
+    let mut pattern_given = false;
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if matches!(*a, "-e" | "-f" | "--regexp" | "--file") {
+            pattern_given = true;
+            it.next();
+        } else if matches!(*a, "-A" | "-B" | "-C" | "-m" | "--include" | "--exclude") {
+            it.next();
+        } else if a.starts_with('-') {
+            continue;
+        } else if !pattern_given {
+            pattern_given = true;
+        } else {
+            out.push((*a).to_owned());
+        }
+    }
+    out
+}
+
+/// Whether a word can be a file path: not empty, not `.`/`..`, not a
+/// number, no glob, variable, command substitution or descriptor, not
+/// `/dev/…`.
+fn looks_like_path(p: &str) -> bool {
+    !p.is_empty()
+        && !p.bytes().all(|b| b.is_ascii_digit() || b == b':')
+        && p != "."
+        && p != ".."
+        && !p.starts_with('-')
+        && !p.starts_with("/dev/")
+        && !p.contains(['*', '?', '[', '$', '`', '{', '(', '\n'])
+}
+
+/// Fence labels of a shell command in an assistant's text (mini-swe-agent
+/// writes `mswea_bash_command`).
+const SHELL_FENCES: &[&str] = &[
+    "bash",
+    "sh",
+    "shell",
+    "console",
+    "zsh",
+    "mswea_bash_command",
+];
+
+/// The commands of a text-action assistant message: the bodies of its
+/// fenced blocks labelled as shell, or, when it has no such block, of its
+/// last unlabelled block (SWE-agent's text actions), as those agents run
+/// them.
+pub(crate) fn fenced_commands(text: &str) -> Vec<String> {
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut open: Option<(String, Vec<&str>)> = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        match open.take() {
+            None => {
+                if let Some(info) = trimmed.strip_prefix("```") {
+                    open = Some((info.trim().to_ascii_lowercase(), Vec::new()));
+                }
+            }
+            Some((info, mut body)) => {
+                if trimmed == "```" {
+                    blocks.push((info, body.join("\n")));
+                } else {
+                    body.push(line);
+                    open = Some((info, body));
+                }
+            }
+        }
+    }
+    let shell: Vec<String> = blocks
+        .iter()
+        .filter(|(info, _)| SHELL_FENCES.contains(&info.as_str()))
+        .map(|(_, body)| body.clone())
+        .collect();
+    let commands = if shell.is_empty() {
+        blocks
+            .into_iter()
+            .next_back()
+            .filter(|(info, _)| info.is_empty())
+            .map(|(_, body)| body)
+            .into_iter()
+            .collect()
+    } else {
+        shell
+    };
+    commands
+        .into_iter()
+        .filter(|c| !c.trim().is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_writes_and_scripts() {
+        assert_eq!(
+            shell_paths("cd /testbed && cat astropy/modeling/separable.py | head -50"),
+            vec!["astropy/modeling/separable.py"]
+        );
+        assert_eq!(
+            shell_paths("sed -n '10,20p' src/a.py && head -n 5 b.txt && tail -3 c.log"),
+            vec!["src/a.py", "b.txt", "c.log"]
+        );
+        assert_eq!(
+            shell_paths("grep -rn 'def foo' src/pkg tests/test_x.py"),
+            vec!["src/pkg", "tests/test_x.py"]
+        );
+        assert_eq!(
+            shell_paths("echo hi > out.txt; echo more >> log.txt 2>&1"),
+            vec!["out.txt", "log.txt"]
+        );
+        assert_eq!(
+            shell_paths("python reproduce.py --fast && python -m pytest -q"),
+            vec!["reproduce.py"]
+        );
+        assert_eq!(
+            shell_paths("cat > fix.py <<'EOF'\nprint(open('x').read())\nEOF\npython fix.py"),
+            vec!["fix.py", "fix.py"]
+        );
+        assert_eq!(
+            shell_paths("open src/big.py 120\ncreate reproduce.py"),
+            vec!["src/big.py", "reproduce.py"]
+        );
+        assert!(shell_paths("cd /testbed && ls -la").is_empty());
+        assert!(shell_paths("cat *.py $HOME/x 2>/dev/null").is_empty());
+        assert!(shell_paths("grep -e foo").is_empty());
+    }
+
+    #[test]
+    fn fenced_commands_by_label() {
+        let text = "THOUGHT: look\n\n```bash\ncat a.py\n```\n";
+        assert_eq!(fenced_commands(text), vec!["cat a.py"]);
+        let text = "x\n```mswea_bash_command\nls -la\n```";
+        assert_eq!(fenced_commands(text), vec!["ls -la"]);
+        let text = "code:\n```python\nprint(1)\n```\nnow run\n```\npython reproduce_bug.py\n```";
+        assert_eq!(fenced_commands(text), vec!["python reproduce_bug.py"]);
+        assert!(fenced_commands("```python\nprint(1)\n```").is_empty());
+        assert!(fenced_commands("no fences").is_empty());
+    }
+}
