@@ -6,7 +6,6 @@
 
 mod cmd;
 mod output;
-#[allow(dead_code)] // called by `ctx replay` (in progress on main)
 mod plot;
 
 use std::process::ExitCode;

@@ -7,8 +7,8 @@ mod common;
 use common::ctx;
 use serde_json::Value;
 
-const EXAMPLE: &str = "examples/bugfix-session.json";
-const EXAMPLE_WINDOW: &str = "8000";
+const EXAMPLE: &str = "examples/coding-session.json";
+const EXAMPLE_WINDOW: &str = "16000";
 
 fn replay_json(file: &str, window: &str) -> Value {
     let out = ctx(&["replay", file, "--context-length", window, "--json"]);
@@ -54,6 +54,14 @@ fn the_example_replays_with_a_compaction_and_consistent_figures() {
     assert_consistent(&r);
     assert!(u(&r["totals"]["compactions"]) >= 1);
     assert_eq!(r["engine"], "compressor");
+    let compactions = r["compactions"].as_array().unwrap();
+    assert_eq!(compactions.len() as u64, u(&r["totals"]["compactions"]));
+    for ret in std::iter::once(&r["retention"]).chain(compactions.iter().map(|c| &c["retention"])) {
+        let sum =
+            u(&ret["verbatim"]) + u(&ret["in_summary"]) + u(&ret["recallable"]) + u(&ret["lost"]);
+        assert_eq!(sum, u(&ret["probes"]), "{ret}");
+        assert!(u(&ret["probes"]) > 0);
+    }
 }
 
 #[test]
@@ -70,6 +78,7 @@ fn the_table_explains_itself() {
         "estimated cost",
         "compactions  1",
         "engine time per call",
+        "retention",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -80,8 +89,9 @@ fn the_json_report_is_stable_apart_from_timings() {
     let r = replay_json(EXAMPLE, EXAMPLE_WINDOW);
     insta::assert_json_snapshot!("replay_example", r, {
         ".totals.engine_time.*" => "[ms]",
-        ".calls[].engine_time" => "[ms]",
-        ".calls[].compaction.elapsed" => "[ms]",
+        ".calls[].engine_time_ms" => "[ms]",
+        ".calls[].compaction.elapsed_ms" => "[ms]",
+        ".compactions[].elapsed_ms" => "[ms]",
     });
 }
 
@@ -102,6 +112,35 @@ fn every_corpus_transcript_replays_at_half_its_peak() {
         let peak = u(&full["totals"]["largest_request_without_engine"]);
         let r = replay_json(&file, &(peak / 2).to_string());
         assert_consistent(&r);
+        let ret = &r["retention"];
+        let sum =
+            u(&ret["verbatim"]) + u(&ret["in_summary"]) + u(&ret["recallable"]) + u(&ret["lost"]);
+        assert_eq!(sum, u(&ret["probes"]), "{file}: {ret}");
+    }
+}
+
+#[test]
+fn the_plot_is_an_svg_with_both_series() {
+    let dir = std::env::temp_dir().join(format!("ctx-replay-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("replay.svg");
+    let out = ctx(&[
+        "replay",
+        EXAMPLE,
+        "--context-length",
+        EXAMPLE_WINDOW,
+        "--plot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for label in ["without engine", "with engine", "compaction", "threshold"] {
+        assert!(svg.contains(label), "missing {label}");
     }
 }
 

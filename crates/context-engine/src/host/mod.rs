@@ -127,7 +127,7 @@ pub struct Compaction {
     /// Messages after the last accepted pass.
     pub messages_after: usize,
     /// Wall time of all passes (summarizer calls included).
-    #[serde(serialize_with = "as_millis")]
+    #[serde(rename = "elapsed_ms", serialize_with = "as_millis")]
     pub elapsed: Duration,
 }
 
@@ -267,16 +267,28 @@ impl Session {
     /// `history` (the persisted conversation, system prompt included).
     pub fn before_request(&mut self, history: &[Message]) -> Prepared {
         let mut update = Update::default();
-        let rough = self.counter.count_messages(history) as u64;
+        // Preflight measures the request that would be sent, after
+        // selection: a digest that keeps requests small also postpones
+        // compaction, which keeps detail and the prompt cache longer.
+        let (mut view, mut selected) = self.select(history, &mut update.notices);
         if !self.awaiting_usage {
-            if self.engine.should_compress_preflight(history) {
+            let request = view.as_deref().unwrap_or(history);
+            let rough = self.counter.count_messages(request) as u64;
+            if self.engine.should_compress_preflight(request) {
+                let tokens = match view {
+                    Some(_) => self.counter.count_messages(history) as u64,
+                    None => rough,
+                };
                 self.compact(
                     history,
-                    rough,
+                    tokens,
                     Trigger::Preflight,
                     CompressRequest::new(),
                     &mut update,
                 );
+                if let Some(new) = &update.new_history {
+                    (view, selected) = self.select(new, &mut update.notices);
+                }
             } else if !self.engine.should_defer_preflight_to_real_usage(rough) {
                 let decision = self.engine.should_compress_info(Some(rough));
                 if let Some(reason) = decision.block_reason {
@@ -287,15 +299,11 @@ impl Session {
             }
         }
         let base = update.new_history.as_deref().unwrap_or(history);
-        let (request, selected) = self.select(base, &mut update.notices);
-        let request_tokens = match &request {
-            Some(view) => self.counter.count_messages(view) as u64,
-            None if update.new_history.is_some() => self.counter.count_messages(base) as u64,
-            None => rough,
-        };
+        let request = view.unwrap_or_else(|| base.to_vec());
+        let request_tokens = self.counter.count_messages(&request) as u64;
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         Prepared {
-            request: request.unwrap_or_else(|| base.to_vec()),
+            request,
             selected,
             request_tokens,
             update,

@@ -215,10 +215,10 @@ fn a_quiet_turn_calls_the_hooks_in_the_reference_order() {
         take(&log),
         [
             "on_session_start s1",
+            "select_context",
             "should_compress_preflight",
             "should_defer_preflight_to_real_usage",
             &format!("should_compress_info Some({rough})"),
-            "select_context",
             "update_from_response 50",
             "should_compress_info None",
             "prune Some(50)",
@@ -426,7 +426,7 @@ fn engine_tools_merge_without_duplicates_and_route_calls() {
 fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
     let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
     let engine = crate::compressor::Compressor::new(Arc::clone(&counter), 8000);
-    let mut s = Session::new("s2", Box::new(engine), counter);
+    let mut s = Session::new("s2", Box::new(engine), Arc::clone(&counter));
     let mut h = vec![Message::system("You are a coding agent.")];
     for i in 0..12 {
         h.push(Message::user(format!("step {i}: look at file_{i}.py")));
@@ -445,6 +445,21 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
         ));
         h.push(Message::assistant(format!("file_{i}.py sets x to {i}.")));
     }
+    // The digested request fits: no compaction, the history stays whole.
+    let prepared = s.before_request(&h);
+    assert!(prepared.selected);
+    assert!(prepared.update.compaction.is_none());
+    let full = counter.count_messages(&h) as u64;
+    assert!(full > 8000 && prepared.request_tokens < 6000);
+
+    // Without the digest the same request is over the threshold.
+    let options =
+        crate::compressor::CompressorOptions::default().with_digest(crate::digest::DigestOptions {
+            enabled: false,
+            ..Default::default()
+        });
+    let engine = crate::compressor::Compressor::with_options(Arc::clone(&counter), 8000, options);
+    let mut s = Session::new("s3", Box::new(engine), counter);
     let prepared = s.before_request(&h);
     let new = prepared
         .update
@@ -452,8 +467,7 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
         .expect("over the threshold: compacted");
     let c = prepared.update.compaction.clone().unwrap();
     assert!(c.tokens_before > 8000 && c.tokens_after < 6000, "{c:?}");
-    // The request view digests older tool output of the compacted history.
-    assert!(prepared.request_tokens <= c.tokens_after);
+    assert_eq!(prepared.request_tokens, c.tokens_after);
     assert!(new.len() < h.len());
     assert_eq!(s.status().compression_count, 1);
     assert_eq!(

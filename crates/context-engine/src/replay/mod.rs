@@ -23,6 +23,7 @@ use thiserror::Error;
 use crate::engine::Usage;
 use crate::host::{Compaction, Notice, Session};
 use crate::message::{Message, Role};
+use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
     Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
@@ -121,7 +122,7 @@ pub struct CallRecord {
     pub violations_introduced: usize,
     /// Time spent in the engine for this call (preflight, selection,
     /// post-tool checks and usage update), summarizer calls included.
-    #[serde(serialize_with = "millis")]
+    #[serde(rename = "engine_time_ms", serialize_with = "millis")]
     pub engine_time: Duration,
     /// Notices the driver raised for this call.
     pub notices: Vec<Notice>,
@@ -191,6 +192,11 @@ pub struct ReplayReport {
     pub price: PriceModel,
     /// Sums.
     pub totals: Totals,
+    /// What survived in the last request: probes (user asks, files,
+    /// commands, errors) of the messages seen until then.
+    pub retention: RetentionReport,
+    /// Every accepted compaction, with what survived right after it.
+    pub compactions: Vec<CompactionRecord>,
     /// One entry per model call.
     pub calls: Vec<CallRecord>,
     /// The request of the last call, as the engine prepared it.
@@ -203,6 +209,19 @@ pub struct ReplayReport {
     /// it produced, and the stored history then (for retention checks).
     #[serde(skip)]
     pub compaction_views: Vec<CompactionView>,
+}
+
+/// One accepted compaction and what survived it.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompactionRecord {
+    /// The call before which it ran (from 0).
+    pub call: usize,
+    /// What the driver reported of it.
+    #[serde(flatten)]
+    pub compaction: Compaction,
+    /// Probes of the messages seen until then, checked in the request sent
+    /// right after it and the stored history then.
+    pub retention: RetentionReport,
 }
 
 /// The state right after one compaction, kept for retention checks.
@@ -392,12 +411,35 @@ pub fn replay(
     session.end(&history);
 
     let totals = totals(&calls, &options.price);
+    let probes = extract_probes(recording);
+    let seen = |n: usize| -> Vec<Probe> {
+        probes
+            .iter()
+            .filter(|p| p.source_index < n)
+            .cloned()
+            .collect()
+    };
+    let last_seen = calls.last().map_or(0, |c| c.message_index);
+    let retention = check(&seen(last_seen), &final_request, &history);
+    let compactions = compaction_views
+        .iter()
+        .filter_map(|v| {
+            let compaction = calls.get(v.call)?.compaction.clone()?;
+            Some(CompactionRecord {
+                call: v.call,
+                compaction,
+                retention: check(&seen(v.seen), &v.request, &v.history),
+            })
+        })
+        .collect();
     Ok(ReplayReport {
         engine: session.engine().name().to_owned(),
         context_length,
         threshold_tokens,
         price: options.price.clone(),
         totals,
+        retention,
+        compactions,
         calls,
         final_request,
         final_history: history,

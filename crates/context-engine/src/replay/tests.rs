@@ -59,6 +59,15 @@ fn assert_consistent(r: &ReplayReport) {
         r.calls.iter().filter(|c| c.compaction.is_some()).count()
     );
     assert_eq!(r.compaction_views.len(), r.totals.compactions);
+    assert_eq!(r.compactions.len(), r.totals.compactions);
+    for ret in std::iter::once(&r.retention).chain(r.compactions.iter().map(|c| &c.retention)) {
+        assert_eq!(
+            ret.verbatim + ret.in_summary + ret.recallable + ret.lost,
+            ret.probes,
+            "{ret:?}"
+        );
+        assert_eq!(ret.lost, ret.lost_probes.len());
+    }
     assert!(r.totals.engine_time.median_ms <= r.totals.engine_time.p99_ms);
     assert!(r.totals.engine_time.p99_ms <= r.totals.engine_time.max_ms);
 }
@@ -105,6 +114,9 @@ fn an_unmanaged_window_changes_nothing_but_the_digest() {
         r.calls[1].cache_hit_tokens_without_engine
     );
     assert_eq!(r.final_history, messages);
+    // Nothing is compacted: every probe is in the last request.
+    assert!(r.retention.probes > 0);
+    assert_eq!(r.retention.lost, 0, "{:?}", r.retention.lost_probes);
 }
 
 #[test]

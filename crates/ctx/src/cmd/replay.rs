@@ -4,6 +4,7 @@
 //! information survived.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use serde::Serialize;
 
 use super::compact::{SummarizerKind, openai_summarizer};
 use crate::output::{Table, json, thousands};
+use crate::plot::{PlotData, write_svg};
 
 /// Arguments of `ctx replay`.
 #[derive(Debug, clap::Args)]
@@ -59,9 +61,12 @@ pub struct ReplayArgs {
     /// One JSON report on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Also list every call.
+    /// Also list every call and every lost probe.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Draw prompt tokens per call, with and without the engine, as SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
@@ -139,6 +144,27 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }
 
     let file = args.input.file.display().to_string();
+    if let Some(path) = &args.plot {
+        let data = PlotData {
+            title: format!("{file}: prompt tokens per model call"),
+            with_engine: report.calls.iter().map(|c| c.tokens_with_engine).collect(),
+            without_engine: report
+                .calls
+                .iter()
+                .map(|c| c.tokens_without_engine)
+                .collect(),
+            compactions: report.compactions.iter().map(|c| c.call).collect(),
+            prunes: report
+                .calls
+                .iter()
+                .filter(|c| c.pruned > 0)
+                .map(|c| c.call)
+                .collect(),
+            threshold: Some(report.threshold_tokens).filter(|t| *t > 0),
+            context_length: Some(report.context_length).filter(|t| *t > 0),
+        };
+        write_svg(path, &data)?;
+    }
     if args.json {
         json(&JsonReport {
             file: &file,
@@ -279,6 +305,24 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             "  warnings    {} (first: {first})\n",
             warnings.len()
         ));
+    }
+    let ret = &r.retention;
+    s.push_str(&format!(
+        "  retention   of {} facts in the session (user asks, files touched, commands, errors), the last request has\n              {} verbatim, {} in a summary, {} recallable with context_recall, {} lost\n",
+        ret.probes, ret.verbatim, ret.in_summary, ret.recallable, ret.lost
+    ));
+    if verbose && !ret.lost_probes.is_empty() {
+        s.push_str("\n  lost facts\n");
+        for p in &ret.lost_probes {
+            let kind = serde_json::to_value(p.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "    message {:>4}  {kind:<13}  {}\n",
+                p.source_index, p.text
+            ));
+        }
     }
     if verbose {
         let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
