@@ -33,6 +33,7 @@ pub mod compressor;
 pub mod digest;
 pub mod engine;
 pub mod message;
+pub mod plugin;
 pub mod prune;
 pub mod redact;
 pub mod summarize;
