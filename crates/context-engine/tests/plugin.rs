@@ -73,7 +73,9 @@ fn session(turns: usize) -> Vec<Message> {
     let mut out = vec![Message::system("You are a careful coding agent.")];
     for t in 0..turns {
         let id = format!("call_{t}");
-        out.push(Message::user(format!("Task {t}: look at file_{t}.py and fix it.")));
+        out.push(Message::user(format!(
+            "Task {t}: look at file_{t}.py and fix it."
+        )));
         out.push(Message::assistant_tool_calls(
             "",
             vec![ToolCall::function(
@@ -82,7 +84,10 @@ fn session(turns: usize) -> Vec<Message> {
                 format!("{{\"command\": \"cat file_{t}.py\"}}"),
             )],
         ));
-        out.push(Message::tool_result(id, format!("def f_{t}():\n    return {t}\n").repeat(20)));
+        out.push(Message::tool_result(
+            id,
+            format!("def f_{t}():\n    return {t}\n").repeat(20),
+        ));
         out.push(Message::assistant(format!("Fixed file_{t}.py.")));
     }
     out
@@ -120,8 +125,8 @@ fn failures(engine: &ProcessEngine) -> Vec<(FailureKind, String)> {
 
 #[test]
 fn builtin_compressor_is_selected_by_name() {
-    let selected = select_engine("compressor", EngineContext::new(counter(), 1000), &[], true)
-        .unwrap();
+    let selected =
+        select_engine("compressor", EngineContext::new(counter(), 1000), &[], true).unwrap();
     assert_eq!(selected.engine.name(), "compressor");
     assert_eq!(selected.source, EngineSource::Builtin);
     assert!(selected.warnings.is_empty());
@@ -130,8 +135,13 @@ fn builtin_compressor_is_selected_by_name() {
 #[test]
 fn unknown_name_falls_back_to_the_compressor_with_a_warning() {
     let dirs = vec![PathBuf::from("/nonexistent/one"), test_plugins()];
-    let selected =
-        select_engine("no-such-engine", EngineContext::new(counter(), 1000), &dirs, false).unwrap();
+    let selected = select_engine(
+        "no-such-engine",
+        EngineContext::new(counter(), 1000),
+        &dirs,
+        false,
+    )
+    .unwrap();
     assert_eq!(selected.engine.name(), "compressor");
     assert_eq!(
         selected.source,
@@ -142,13 +152,19 @@ fn unknown_name_falls_back_to_the_compressor_with_a_warning() {
     assert_eq!(selected.warnings.len(), 1);
     let warning = &selected.warnings[0];
     assert!(warning.contains("`no-such-engine` not found"), "{warning}");
-    assert!(warning.contains("/nonexistent/one/context_engine/no-such-engine"), "{warning}");
+    assert!(
+        warning.contains("/nonexistent/one/context_engine/no-such-engine"),
+        "{warning}"
+    );
     assert!(warning.contains("built-in compressor"), "{warning}");
 }
 
 #[test]
 fn unknown_required_engine_is_an_error_naming_the_searched_folders() {
-    let dirs = vec![PathBuf::from("/nonexistent/a"), PathBuf::from("/nonexistent/b")];
+    let dirs = vec![
+        PathBuf::from("/nonexistent/a"),
+        PathBuf::from("/nonexistent/b"),
+    ];
     let err = select_engine("lcm", EngineContext::new(counter(), 1000), &dirs, true).unwrap_err();
     let PluginError::NotFound { name, searched } = &err else {
         panic!("expected NotFound, got {err}");
@@ -157,7 +173,10 @@ fn unknown_required_engine_is_an_error_naming_the_searched_folders() {
     assert_eq!(searched.len(), 4);
     let text = err.to_string();
     assert!(text.contains("/nonexistent/a/context_engine/lcm"), "{text}");
-    assert!(text.contains("/nonexistent/b/plugins/context_engine/lcm"), "{text}");
+    assert!(
+        text.contains("/nonexistent/b/plugins/context_engine/lcm"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -171,12 +190,21 @@ fn broken_manifest_is_reported_with_file_and_line() {
     )
     .unwrap();
     let dirs = vec![dir.clone()];
-    let err = select_engine("broken", EngineContext::new(counter(), 1000), &dirs, true).unwrap_err();
-    assert!(matches!(err, PluginError::Manifest { line: 5, .. }), "{err}");
+    let err =
+        select_engine("broken", EngineContext::new(counter(), 1000), &dirs, true).unwrap_err();
+    assert!(
+        matches!(err, PluginError::Manifest { line: 5, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("plugin.yaml:5"), "{err}");
-    let selected = select_engine("broken", EngineContext::new(counter(), 1000), &dirs, false).unwrap();
+    let selected =
+        select_engine("broken", EngineContext::new(counter(), 1000), &dirs, false).unwrap();
     assert_eq!(selected.engine.name(), "compressor");
-    assert!(selected.warnings[0].contains("plugin.yaml:5"), "{:?}", selected.warnings);
+    assert!(
+        selected.warnings[0].contains("plugin.yaml:5"),
+        "{:?}",
+        selected.warnings
+    );
 }
 
 #[test]
@@ -190,10 +218,12 @@ fn plugin_that_cannot_start_falls_back_or_errors_when_required() {
     )
     .unwrap();
     let dirs = vec![dir.clone()];
-    let err = select_engine("nostart", EngineContext::new(counter(), 1000), &dirs, true).unwrap_err();
+    let err =
+        select_engine("nostart", EngineContext::new(counter(), 1000), &dirs, true).unwrap_err();
     assert!(matches!(err, PluginError::Start { .. }), "{err}");
     assert!(err.to_string().contains("does-not-exist"), "{err}");
-    let selected = select_engine("nostart", EngineContext::new(counter(), 1000), &dirs, false).unwrap();
+    let selected =
+        select_engine("nostart", EngineContext::new(counter(), 1000), &dirs, false).unwrap();
     assert_eq!(selected.engine.name(), "compressor");
     assert!(matches!(selected.source, EngineSource::Fallback { .. }));
 }
@@ -250,7 +280,10 @@ fn example_plugin_end_to_end() {
     // Two turns only: nothing left to drop, reported as such.
     assert!(!engine.has_content_to_compress(&out));
     let err = engine.compress(&out, &CompressRequest::new()).unwrap_err();
-    assert!(matches!(err, EngineError::NothingToCompress { .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::NothingToCompress { .. }),
+        "{err}"
+    );
 
     let status = engine.status();
     assert_eq!(status.compression_count, 1);
@@ -289,7 +322,11 @@ fn undeclared_hooks_cost_no_round_trip() {
     let _ = engine.should_compress_preflight(&messages);
     let _ = engine.should_defer_preflight_to_real_usage(10);
     let _ = engine.has_content_to_compress(&messages);
-    assert!(engine.select_context(&SelectRequest::new(&messages, &messages)).is_none());
+    assert!(
+        engine
+            .select_context(&SelectRequest::new(&messages, &messages))
+            .is_none()
+    );
     let (pruned, n) = engine.prune_tool_results_only(&messages, Some(10));
     assert_eq!((pruned.len(), n), (messages.len(), 0));
     engine.on_turn_complete(&messages, None, &TurnInfo::default());
@@ -322,7 +359,10 @@ fn compress_fails_open(mode: &str, kind: FailureKind) {
         .compress(&messages, &CompressRequest::new())
         .expect_err(mode);
     assert!(
-        matches!(err, EngineError::Plugin { .. } | EngineError::InvalidOutput { .. }),
+        matches!(
+            err,
+            EngineError::Plugin { .. } | EngineError::InvalidOutput { .. }
+        ),
         "{mode}: {err}"
     );
     assert_eq!(messages, before);
@@ -372,7 +412,11 @@ fn invalid_select_context_is_ignored() {
     }
     let mut engine = misbehave(json!({"mode": "invalid", "on": "select_context"}));
     let messages = short_session();
-    assert!(engine.select_context(&SelectRequest::new(&messages, &messages)).is_none());
+    assert!(
+        engine
+            .select_context(&SelectRequest::new(&messages, &messages))
+            .is_none()
+    );
     let seen = failures(&engine);
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].0, FailureKind::InvalidResult);
@@ -417,11 +461,22 @@ fn repeated_failures_fall_back_to_the_builtin_compressor() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("built-in compressor"), "{warnings:?}");
     assert!(warnings[0].contains("3 times"), "{warnings:?}");
-    assert!(engine.take_warnings().is_empty(), "each warning is taken once");
+    assert!(
+        engine.take_warnings().is_empty(),
+        "each warning is taken once"
+    );
     let status = engine.status();
     assert_eq!(status.extra["plugin"]["fallback"], json!(true));
-    assert_eq!(status.extra["plugin"]["warnings"].as_array().unwrap().len(), 1);
-    assert!(engine.events().iter().any(|e| e.kind == EventKind::Fallback));
+    assert_eq!(
+        status.extra["plugin"]["warnings"].as_array().unwrap().len(),
+        1
+    );
+    assert!(
+        engine
+            .events()
+            .iter()
+            .any(|e| e.kind == EventKind::Fallback)
+    );
 
     // From now on the compressor answers, with no round trip.
     let seen = requests(&log).len();

@@ -237,7 +237,8 @@ mod tests {
         let e = parse("name: x\nversion: '1'\ncommand: []\n").unwrap_err();
         let text = e.to_string();
         assert!(text.contains("/plugins/x/plugin.yaml:3"), "{text}");
-        let e = parse("name: x\nversion: '1'\ncommand: [a]\ntimeouts:\n  call_sec: 3\n").unwrap_err();
+        let e =
+            parse("name: x\nversion: '1'\ncommand: [a]\ntimeouts:\n  call_sec: 3\n").unwrap_err();
         let text = e.to_string();
         assert!(text.contains("/plugins/x/plugin.yaml:5"), "{text}");
         let e = parse("name: x\ncommand: [a]\n").unwrap_err();

@@ -35,7 +35,9 @@ use crate::tokens::TokenCounter;
 
 pub use events::{EventKind, FailureKind, PluginEvent};
 pub use manifest::{DEFAULT_MAX_FAILURES, MANIFEST_FILE, PluginManifest, Timeouts};
-pub use process::{ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, HOOKS, PROTOCOL_VERSION, ProcessEngine};
+pub use process::{
+    ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, HOOKS, PROTOCOL_VERSION, ProcessEngine,
+};
 
 /// Names of the engines built into the library.
 pub const BUILTIN_ENGINES: &[&str] = &[crate::compressor::NAME];

@@ -480,11 +480,7 @@ impl ProcessEngine {
         inner.failures = inner.failures.saturating_add(1);
         inner.total_failures = inner.total_failures.saturating_add(1);
         inner.restart_at = Some(Instant::now() + self.manifest.timeouts.backoff(inner.failures));
-        inner.push(
-            EventKind::Failure(kind),
-            Some(method),
-            redact_text(detail),
-        );
+        inner.push(EventKind::Failure(kind), Some(method), redact_text(detail));
         inner.failures >= self.manifest.max_failures
     }
 
@@ -537,7 +533,10 @@ impl ProcessEngine {
         match self.call(hook, params, self.manifest.timeouts.call()) {
             Ok(Value::Bool(b)) => b,
             Ok(other) => {
-                self.reject(hook, &format!("expected true or false, got {}", clip_json(&other)));
+                self.reject(
+                    hook,
+                    &format!("expected true or false, got {}", clip_json(&other)),
+                );
                 default
             }
             Err(_) => default,
@@ -622,7 +621,9 @@ fn parse_initialize(result: &Value) -> Result<Init, String> {
     if version != Some(PROTOCOL_VERSION) {
         return Err(format!(
             "the plugin speaks protocol version {}, this host speaks {PROTOCOL_VERSION}",
-            o.get("protocol_version").map(clip_json).unwrap_or_else(|| "none".to_owned())
+            o.get("protocol_version")
+                .map(clip_json)
+                .unwrap_or_else(|| "none".to_owned())
         ));
     }
     let mut capabilities = BTreeSet::new();
@@ -641,7 +642,12 @@ fn parse_initialize(result: &Value) -> Result<Init, String> {
                 }
             }
         }
-        Some(other) => return Err(format!("capabilities must be a list, got {}", clip_json(other))),
+        Some(other) => {
+            return Err(format!(
+                "capabilities must be a list, got {}",
+                clip_json(other)
+            ));
+        }
     }
     let tools = match o.get("tools") {
         None | Some(Value::Null) => Vec::new(),
@@ -664,7 +670,10 @@ fn parse_initialize(result: &Value) -> Result<Init, String> {
 /// The `messages` list of an answer.
 fn parse_messages(value: &Value) -> Result<Vec<Message>, String> {
     let Some(items) = value.as_array() else {
-        return Err(format!("`messages` must be a list, got {}", clip_json(value)));
+        return Err(format!(
+            "`messages` must be a list, got {}",
+            clip_json(value)
+        ));
     };
     items
         .iter()
@@ -711,7 +720,11 @@ fn apply_state(state: &mut EngineState, answer: &Value) {
 
 /// The first violation of `profile` in `output` that `input` did not have
 /// (rule by rule, by count): a plugin may not add a problem.
-fn new_violation(input: &[Message], output: &[Message], profile: Profile) -> Option<(usize, String)> {
+fn new_violation(
+    input: &[Message],
+    output: &[Message],
+    profile: Profile,
+) -> Option<(usize, String)> {
     let mut budget: HashMap<Rule, usize> = HashMap::new();
     for v in validate(input, profile) {
         *budget.entry(v.rule).or_default() += 1;
@@ -947,7 +960,9 @@ impl ContextEngine for ProcessEngine {
             let before = self.counter.count_messages(messages);
             let after = self.counter.count_messages(&out);
             if after > before {
-                return Err(format!("the result is larger ({after} tokens, input {before})"));
+                return Err(format!(
+                    "the result is larger ({after} tokens, input {before})"
+                ));
             }
             Ok(out)
         });
@@ -982,7 +997,9 @@ impl ContextEngine for ProcessEngine {
             "budget_tokens": request.budget_tokens,
             "state": self.state_value(),
         });
-        let answer = self.call(hook, params, self.manifest.timeouts.call()).ok()?;
+        let answer = self
+            .call(hook, params, self.manifest.timeouts.call())
+            .ok()?;
         let value = match &answer {
             Value::Null => return None,
             Value::Object(o) => o.get("messages").unwrap_or(&Value::Null),
@@ -1029,7 +1046,8 @@ impl ContextEngine for ProcessEngine {
         if !self.declares(hook) {
             return false;
         }
-        let params = json!({"messages": self.messages_value(messages), "state": self.state_value()});
+        let params =
+            json!({"messages": self.messages_value(messages), "state": self.state_value()});
         self.ask_bool(hook, params, false)
     }
 
@@ -1053,7 +1071,8 @@ impl ContextEngine for ProcessEngine {
         if !self.declares(hook) {
             return true;
         }
-        let params = json!({"messages": self.messages_value(messages), "state": self.state_value()});
+        let params =
+            json!({"messages": self.messages_value(messages), "state": self.state_value()});
         self.ask_bool(hook, params, true)
     }
 
@@ -1078,7 +1097,8 @@ impl ContextEngine for ProcessEngine {
             return c.on_session_end(session_id, messages);
         }
         if self.declares("on_session_end") {
-            let params = json!({"session_id": session_id, "messages": self.messages_value(messages)});
+            let params =
+                json!({"session_id": session_id, "messages": self.messages_value(messages)});
             self.notify_hook("on_session_end", params);
         }
     }
@@ -1145,7 +1165,10 @@ impl ContextEngine for ProcessEngine {
                 }
                 Ok(Value::Null) | Err(_) => {}
                 Ok(other) => {
-                    self.reject("get_status", &format!("expected an object, got {}", clip_json(&other)));
+                    self.reject(
+                        "get_status",
+                        &format!("expected an object, got {}", clip_json(&other)),
+                    );
                 }
             }
         }
@@ -1153,7 +1176,10 @@ impl ContextEngine for ProcessEngine {
         let mut plugin = Map::new();
         plugin.insert("name".into(), json!(self.manifest.name));
         plugin.insert("version".into(), json!(self.manifest.version));
-        plugin.insert("manifest".into(), json!(self.manifest.path.to_string_lossy()));
+        plugin.insert(
+            "manifest".into(),
+            json!(self.manifest.path.to_string_lossy()),
+        );
         plugin.insert("engine_name".into(), json!(inner.remote_name));
         plugin.insert("running".into(), json!(inner.conn.is_some()));
         plugin.insert("consecutive_failures".into(), json!(inner.failures));
@@ -1205,7 +1231,9 @@ mod tests {
         assert_eq!(ok.unknown_hooks, vec!["telepathy"]);
         assert_eq!(ok.tools.len(), 1);
         assert!(parse_initialize(&json!({"protocol_version": 2})).is_err());
-        assert!(parse_initialize(&json!({"protocol_version": 1, "capabilities": "compress"})).is_err());
+        assert!(
+            parse_initialize(&json!({"protocol_version": 1, "capabilities": "compress"})).is_err()
+        );
         assert!(parse_initialize(&json!([1])).is_err());
     }
 

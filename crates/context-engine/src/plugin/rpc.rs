@@ -346,7 +346,10 @@ mod tests {
             Err(CallError::Failure(FailureKind::Malformed, _))
         ));
         assert!(matches!(
-            parse_answer(r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"no"}}"#, 3),
+            parse_answer(
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"no"}}"#,
+                3
+            ),
             Err(CallError::Remote { code: 1, .. })
         ));
         assert!(matches!(
