@@ -525,3 +525,40 @@ fn log_notifications_are_recorded() {
     let answer = engine.handle_tool_call("noop", &json!({}), &ToolCallContext::default());
     assert_eq!(answer, r#"{"ok": "noop"}"#);
 }
+
+#[test]
+fn within_the_restart_pause_hooks_answer_their_default_without_a_round_trip() {
+    if !python() {
+        return;
+    }
+    let dir = scratch("backoff");
+    let folder = dir.join("context_engine/slow-restart");
+    std::fs::create_dir_all(&folder).unwrap();
+    let script = test_plugins().join("context_engine/misbehave/engine.py");
+    std::fs::write(
+        folder.join("plugin.yaml"),
+        format!(
+            "name: slow-restart\nversion: '1'\ncommand: [python3, {}]\ntimeouts:\n  restart_backoff_ms: 60000\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.join("requests.log");
+    let manifest =
+        PluginManifest::load(&find_plugin("slow-restart", &[dir.clone()]).unwrap()).unwrap();
+    let ctx =
+        EngineContext::new(counter(), 10_000).with_section(json!({"mode": "crash", "log": log}));
+    let mut engine = ProcessEngine::new(manifest, ctx);
+    engine.start().unwrap();
+    let messages = short_session();
+    assert!(engine.compress(&messages, &CompressRequest::new()).is_err());
+    let err = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap_err();
+    assert!(err.to_string().contains("waiting to restart"), "{err}");
+    // The threshold default answers, with no process behind it.
+    assert!(engine.should_compress(Some(9_000)));
+    assert_eq!(requests(&log), vec!["initialize", "compress"]);
+    assert_eq!(engine.consecutive_failures(), 1);
+    assert!(engine.pid().is_none());
+}
