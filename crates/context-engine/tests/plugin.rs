@@ -562,3 +562,35 @@ fn within_the_restart_pause_hooks_answer_their_default_without_a_round_trip() {
     assert_eq!(engine.consecutive_failures(), 1);
     assert!(engine.pid().is_none());
 }
+
+#[test]
+fn a_plugin_that_hangs_in_initialize_is_abandoned_at_the_startup_deadline() {
+    if !python() {
+        return;
+    }
+    let dir = scratch("slow-start");
+    let folder = dir.join("context_engine/slow-start");
+    std::fs::create_dir_all(&folder).unwrap();
+    let script = test_plugins().join("context_engine/misbehave/engine.py");
+    std::fs::write(
+        folder.join("plugin.yaml"),
+        format!(
+            "name: slow-start\nversion: '1'\ncommand: [python3, {}]\ntimeouts:\n  startup_ms: 700\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let section = json!({"mode": "hang", "on": "initialize"});
+    let dirs = vec![dir.clone()];
+    let ctx = || EngineContext::new(counter(), 1000).with_section(section.clone());
+    let err = select_engine("slow-start", ctx(), &dirs, true).unwrap_err();
+    assert!(matches!(err, PluginError::Start { .. }), "{err}");
+    assert!(err.to_string().contains("no answer within 700 ms"), "{err}");
+    let selected = select_engine("slow-start", ctx(), &dirs, false).unwrap();
+    assert_eq!(selected.engine.name(), "compressor");
+    assert!(
+        selected.warnings[0].contains("failed to start"),
+        "{:?}",
+        selected.warnings
+    );
+}

@@ -223,12 +223,22 @@ impl ProcessEngine {
             conn.kill();
         }
         let mut inner = self.inner.borrow_mut();
-        self.connect(&mut inner)
-            .map_err(|(_, reason)| PluginError::Start {
+        self.connect(&mut inner).map_err(|(kind, reason)| {
+            inner.drain_output();
+            if let Some(mut conn) = inner.conn.take() {
+                conn.kill();
+            }
+            inner.push(
+                EventKind::Failure(kind),
+                Some("initialize"),
+                redact_text(&reason),
+            );
+            PluginError::Start {
                 engine: self.manifest.name.clone(),
                 manifest: self.manifest.path.clone(),
                 reason,
-            })
+            }
+        })
     }
 
     /// The plugin's manifest.
