@@ -4,6 +4,8 @@
 //! test plugin that misbehaves on demand (`tests/plugins/.../misbehave`).
 //! Skipped, with the reason printed, where `python3` is missing.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use context_engine::plugin::{
     ProcessEngine, find_plugin, select_engine,
 };
 use context_engine::tokens::{CountOptions, EstimateCounter, TokenCounter};
+use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
 use serde_json::{Value, json};
 
@@ -593,4 +596,44 @@ fn a_plugin_that_hangs_in_initialize_is_abandoned_at_the_startup_deadline() {
         "{:?}",
         selected.warnings
     );
+}
+
+#[test]
+fn example_plugin_compacts_the_corpus_validly() {
+    if !python() {
+        return;
+    }
+    let Some(files) = common::corpus_files() else {
+        return;
+    };
+    let path = find_plugin("last-turns", &[repo_root()]).unwrap();
+    let manifest = PluginManifest::load(&path).unwrap();
+    let ctx = EngineContext::new(counter(), 128_000).with_section(json!({"keep_turns": 2}));
+    let mut engine = ProcessEngine::new(manifest, ctx);
+    engine.start().unwrap();
+    let mut compacted = 0;
+    for file in &files {
+        let transcript = Transcript::load(file).unwrap();
+        let messages = transcript.messages;
+        match engine.compress(&messages, &CompressRequest::new()) {
+            Ok(out) => {
+                compacted += 1;
+                assert!(out.len() < messages.len(), "{}", common::name(file));
+                assert!(
+                    validate(&out, Profile::OpenAi).len()
+                        <= validate(&messages, Profile::OpenAi).len(),
+                    "{}",
+                    common::name(file)
+                );
+            }
+            Err(EngineError::NothingToCompress { .. }) => {}
+            Err(e) => panic!("{}: {e}", common::name(file)),
+        }
+    }
+    assert!(
+        compacted > 0,
+        "no corpus transcript had more than 2 user turns"
+    );
+    assert!(failures(&engine).is_empty(), "{:?}", failures(&engine));
+    assert_eq!(engine.status().extra["compressions"], json!(compacted));
 }
