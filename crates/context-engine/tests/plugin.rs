@@ -548,7 +548,8 @@ fn within_the_restart_pause_hooks_answer_their_default_without_a_round_trip() {
     .unwrap();
     let log = dir.join("requests.log");
     let manifest =
-        PluginManifest::load(&find_plugin("slow-restart", &[dir.clone()]).unwrap()).unwrap();
+        PluginManifest::load(&find_plugin("slow-restart", std::slice::from_ref(&dir)).unwrap())
+            .unwrap();
     let ctx =
         EngineContext::new(counter(), 10_000).with_section(json!({"mode": "crash", "log": log}));
     let mut engine = ProcessEngine::new(manifest, ctx);
