@@ -341,6 +341,7 @@ fn undeclared_hooks_cost_no_round_trip() {
     engine.on_session_end("s1", &messages);
     assert_eq!(requests(&log), vec!["initialize"]);
     assert_eq!(engine.state().context_length, 128_000);
+    assert_eq!(engine.state().threshold_tokens, 96_000);
 
     let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
     assert_eq!(out.len(), 2);

@@ -162,6 +162,7 @@ pub struct ProcessEngine {
     model: Option<String>,
     redact: bool,
     profile: Profile,
+    max_tokens: Option<u64>,
     counter: Arc<dyn TokenCounter>,
     state: EngineState,
     inner: RefCell<Inner>,
@@ -204,6 +205,7 @@ impl ProcessEngine {
             model: ctx.model,
             redact: ctx.redact,
             profile: options.profile,
+            max_tokens: options.max_tokens,
             counter: ctx.counter,
             state,
             inner: RefCell::new(Inner::default()),
@@ -1206,6 +1208,12 @@ impl ContextEngine for ProcessEngine {
             return c.update_model(model);
         }
         self.state.apply_model(model);
+        // The same threshold the compressor would use: less the reply reserve.
+        self.state.threshold_tokens = compaction_threshold(
+            self.state.context_length,
+            self.state.threshold_percent,
+            self.max_tokens,
+        );
         if let Some(parts) = self.parts.get_mut() {
             parts.context_length = model.context_length;
         }
