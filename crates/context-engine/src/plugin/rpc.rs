@@ -7,7 +7,7 @@
 //! by a third thread into a bounded buffer the engine drains into its events.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,10 @@ use wait_timeout::ChildExt;
 use super::events::FailureKind;
 use super::manifest::PluginManifest;
 
+/// The longest answer line accepted (a plugin cannot exhaust the host's
+/// memory by never ending a line).
+const MAX_LINE: u64 = 256 * 1024 * 1024;
+
 /// Stderr lines kept between two drains; older ones are dropped.
 const STDERR_LINES: usize = 256;
 
@@ -27,7 +31,7 @@ const STDERR_LINES: usize = 256;
 enum ReadEvent {
     Line(String),
     Eof,
-    Error(String),
+    Error(FailureKind, String),
 }
 
 /// Why a call produced no result.
@@ -77,10 +81,19 @@ impl Connection {
             let mut reader = BufReader::new(stdout);
             loop {
                 let mut line = String::new();
-                let event = match reader.read_line(&mut line) {
+                let event = match (&mut reader).take(MAX_LINE).read_line(&mut line) {
                     Ok(0) => ReadEvent::Eof,
+                    Ok(n) if n as u64 == MAX_LINE && !line.ends_with('\n') => ReadEvent::Error(
+                        FailureKind::Malformed,
+                        format!("a line longer than {MAX_LINE} bytes"),
+                    ),
                     Ok(_) => ReadEvent::Line(line),
-                    Err(e) => ReadEvent::Error(e.to_string()),
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        ReadEvent::Error(FailureKind::Malformed, format!("not UTF-8: {e}"))
+                    }
+                    Err(e) => {
+                        ReadEvent::Error(FailureKind::Crash, format!("reading stdout failed: {e}"))
+                    }
                 };
                 let stop = !matches!(event, ReadEvent::Line(_));
                 if line_tx.send(event).is_err() || stop {
@@ -146,11 +159,8 @@ impl Connection {
                 Ok(ReadEvent::Eof) | Err(RecvTimeoutError::Disconnected) => {
                     return Err(CallError::Failure(FailureKind::Crash, self.exit_detail()));
                 }
-                Ok(ReadEvent::Error(e)) => {
-                    return Err(CallError::Failure(
-                        FailureKind::Crash,
-                        format!("reading stdout failed: {e}"),
-                    ));
+                Ok(ReadEvent::Error(kind, detail)) => {
+                    return Err(CallError::Failure(kind, detail));
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(CallError::Failure(
