@@ -34,6 +34,7 @@ pub mod digest;
 pub mod engine;
 pub mod host;
 pub mod message;
+pub mod plugin;
 pub mod prune;
 pub mod redact;
 pub mod replay;
