@@ -4,9 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use context_engine::config::{
-    Config, ConfigError, ConfigLoader, Loaded, Source, SummarizerKind,
-};
+use context_engine::config::{Config, ConfigError, ConfigLoader, Loaded, Source, SummarizerKind};
 
 /// A fresh folder for one test.
 fn temp_dir(name: &str) -> PathBuf {
@@ -23,9 +21,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
-    ConfigLoader::new()
-        .with_file(Some(path.to_owned()))
-        .load()
+    ConfigLoader::new().with_file(Some(path.to_owned())).load()
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -212,7 +208,11 @@ fn wrong_type_is_an_error_with_file_line_column_and_type() {
     );
     let err = load_file(&file).unwrap_err();
     match &err {
-        ConfigError::Invalid { key, origin, message } => {
+        ConfigError::Invalid {
+            key,
+            origin,
+            message,
+        } => {
             assert_eq!(key, "context.protect_first_n");
             assert_eq!(file_line(origin), 4);
             assert!(message.contains("expected usize"), "{message}");
@@ -253,14 +253,20 @@ fn explicit_missing_file_is_an_error_default_missing_is_not() {
         .unwrap_err();
     assert!(matches!(err, ConfigError::NotFound { .. }), "{err}");
     let err = ConfigLoader::new()
-        .with_env(env(&[("CTX_CONFIG", dir.join("absent.yaml").to_str().unwrap())]))
+        .with_env(env(&[(
+            "CTX_CONFIG",
+            dir.join("absent.yaml").to_str().unwrap(),
+        )]))
         .load()
         .unwrap_err();
     assert!(err.to_string().contains("CTX_CONFIG"), "{err}");
     // Nothing in the search folders: defaults.
     let loaded = ConfigLoader::new()
         .with_cwd(&dir)
-        .with_env(env(&[("XDG_CONFIG_HOME", dir.join("xdg").to_str().unwrap())]))
+        .with_env(env(&[(
+            "XDG_CONFIG_HOME",
+            dir.join("xdg").to_str().unwrap(),
+        )]))
         .load()
         .unwrap();
     assert!(loaded.file.is_none());
@@ -303,10 +309,7 @@ fn file_lookup_order() {
         .with_cwd(&cwd)
         .with_env(env(&[xdg_env, ("CTX_CONFIG", named.to_str().unwrap())]));
     assert_eq!(found(l.clone()), Some(named));
-    assert_eq!(
-        found(l.with_file(Some(explicit.clone()))),
-        Some(explicit)
-    );
+    assert_eq!(found(l.with_file(Some(explicit.clone()))), Some(explicit));
     // Search off: nothing.
     let l = ConfigLoader::new()
         .with_cwd(&cwd)
@@ -338,7 +341,10 @@ fn plugin_dirs_resolve_against_the_file_folder() {
         .load()
         .unwrap();
     assert_eq!(loaded.config.plugins.dirs, vec![PathBuf::from("local")]);
-    assert!(matches!(loaded.source("plugins.dirs.0"), Source::Flag { .. }));
+    assert!(matches!(
+        loaded.source("plugins.dirs.0"),
+        Source::Flag { .. }
+    ));
 }
 
 #[test]
@@ -354,7 +360,10 @@ fn api_key_literal_is_refused() {
     assert!(msg.contains("summarizer.api_key"), "{msg}");
     assert!(msg.contains("c.yaml:3:"), "{msg}");
     assert!(msg.contains("api_key_env"), "{msg}");
-    assert!(!msg.contains("abcdefghijkl"), "the key must not be echoed: {msg}");
+    assert!(
+        !msg.contains("abcdefghijkl"),
+        "the key must not be echoed: {msg}"
+    );
 
     let err = ConfigLoader::new()
         .with_search(false)
@@ -426,11 +435,7 @@ fn override_syntax_errors() {
 #[test]
 fn later_list_replaces_earlier_list_and_its_sources() {
     let dir = temp_dir("lists");
-    let file = write(
-        &dir,
-        "c.yaml",
-        "security:\n  redact_patterns: [a, b, c]\n",
-    );
+    let file = write(&dir, "c.yaml", "security:\n  redact_patterns: [a, b, c]\n");
     let loaded = ConfigLoader::new()
         .with_file(Some(file))
         .with_env(env(&[("CTX_SECURITY__REDACT_PATTERNS", "[z]")]))

@@ -67,8 +67,10 @@ enum Command {
     )]
     Prune(cmd::prune::PruneArgs),
     /// Show the effective configuration with each value's source, or check a config file.
-    #[command(after_help = "Example:\n  ctx config show --set context.threshold_percent=60\n  \
-                            ctx config check config.example.yaml")]
+    #[command(
+        after_help = "Example:\n  ctx config show --set context.threshold_percent=60\n  \
+                            ctx config check config.example.yaml"
+    )]
     Config(cmd::config::ConfigArgs),
 }
 

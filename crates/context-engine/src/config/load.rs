@@ -341,9 +341,7 @@ impl ConfigLoader {
         }
         let config_home = match self.env_var("XDG_CONFIG_HOME") {
             Some(x) if Path::new(x).is_absolute() => Some(PathBuf::from(x)),
-            _ => self
-                .env_var("HOME")
-                .map(|h| Path::new(h).join(".config")),
+            _ => self.env_var("HOME").map(|h| Path::new(h).join(".config")),
         };
         Ok(config_home
             .map(|d| d.join("context-engine").join(FILE_NAME))
@@ -676,7 +674,11 @@ fn error_segments(path: &serde_path_to_error::Path) -> Vec<String> {
 /// Refuses an API key written into the configuration: under any key whose
 /// name starts with `api_key` (any case) a string must be the NAME of an
 /// environment variable, and must not look like a secret to the redactor.
-fn check_api_keys(value: &Value, path: &mut Vec<String>, merged: &Merged) -> Result<(), ConfigError> {
+fn check_api_keys(
+    value: &Value,
+    path: &mut Vec<String>,
+    merged: &Merged,
+) -> Result<(), ConfigError> {
     match value {
         Value::Object(map) => {
             for (k, v) in map {

@@ -28,7 +28,10 @@ fn compressor_options_take_the_context_section() {
     assert_eq!(o.model_thresholds["gpt-4o"], 0.9);
     assert_eq!(o.digest.min_bytes, 10);
     assert_eq!(o.prune.proactive_prune_tokens, 1000);
-    assert_eq!(o.summary_max_tokens, CompressorOptions::default().summary_max_tokens);
+    assert_eq!(
+        o.summary_max_tokens,
+        CompressorOptions::default().summary_max_tokens
+    );
 }
 
 #[test]

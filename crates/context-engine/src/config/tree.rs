@@ -181,9 +181,13 @@ fn convert_plain(node: Node) -> Value {
         Node::Bool(b) => Value::Bool(b),
         Node::Int(i) => Value::from(i),
         Node::UInt(u) => Value::from(u),
-        Node::Float(f) => Number::from_f64(f).map_or_else(|| Value::String(f.to_string()), Value::Number),
+        Node::Float(f) => {
+            Number::from_f64(f).map_or_else(|| Value::String(f.to_string()), Value::Number)
+        }
         Node::Str(s) => Value::String(s),
-        Node::Seq(items) => Value::Array(items.into_iter().map(|i| convert_plain(i.value)).collect()),
+        Node::Seq(items) => {
+            Value::Array(items.into_iter().map(|i| convert_plain(i.value)).collect())
+        }
         Node::Map(entries) => Value::Object(
             entries
                 .into_iter()
@@ -291,7 +295,11 @@ mod tests {
 
     #[test]
     fn dotted_paths_round_trip() {
-        let p = vec!["context".to_owned(), "model_thresholds".into(), "gpt-4.1".into()];
+        let p = vec![
+            "context".to_owned(),
+            "model_thresholds".into(),
+            "gpt-4.1".into(),
+        ];
         let s = join(&p);
         assert_eq!(s, "context.model_thresholds.\"gpt-4.1\"");
         assert_eq!(split(&s).unwrap(), p);

@@ -140,5 +140,9 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             Some(e) => eprintln!("ctx: error: {e}"),
         }
     }
-    Ok(if valid { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
