@@ -107,17 +107,24 @@ pub(crate) struct SyntaxError {
     pub message: String,
 }
 
+/// YAML 1.2 booleans only: `no`, `y` or `off` stay strings (a model or
+/// engine name must not turn into `false`).
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true }
+}
+
 /// Parses one YAML document.
 pub(crate) fn parse(text: &str) -> Result<Tree, SyntaxError> {
-    let root: Spanned<Node> = serde_saphyr::from_str(text).map_err(|e| SyntaxError {
-        pos: e.location().and_then(|l| {
-            (l.line() > 0).then_some(Pos {
-                line: l.line(),
-                column: l.column(),
-            })
-        }),
-        message: e.without_snippet().to_string(),
-    })?;
+    let root: Spanned<Node> =
+        serde_saphyr::from_str_with_options(text, options()).map_err(|e| SyntaxError {
+            pos: e.location().and_then(|l| {
+                (l.line() > 0).then_some(Pos {
+                    line: l.line(),
+                    column: l.column(),
+                })
+            }),
+            message: e.without_snippet().to_string(),
+        })?;
     let mut tree = Tree::default();
     let pos = pos_of(&root);
     tree.value = convert(root.value, &mut Vec::new(), pos, &mut tree.positions);
@@ -127,7 +134,7 @@ pub(crate) fn parse(text: &str) -> Result<Tree, SyntaxError> {
 /// Parses a variable's or a flag's value as a YAML value; text that is not
 /// valid YAML is taken as a plain string.
 pub(crate) fn parse_scalar(text: &str) -> Value {
-    match serde_saphyr::from_str::<Node>(text) {
+    match serde_saphyr::from_str_with_options::<Node>(text, options()) {
         Ok(node) => convert_plain(node),
         Err(_) => Value::String(text.to_owned()),
     }
@@ -283,6 +290,7 @@ mod tests {
         assert_eq!(parse_scalar("0.6"), serde_json::json!(0.6));
         assert_eq!(parse_scalar("true"), serde_json::json!(true));
         assert_eq!(parse_scalar("openai"), serde_json::json!("openai"));
+        assert_eq!(parse_scalar("no"), serde_json::json!("no"));
         assert_eq!(parse_scalar("[a, b]"), serde_json::json!(["a", "b"]));
         assert_eq!(parse_scalar("\"12\""), serde_json::json!("12"));
     }
