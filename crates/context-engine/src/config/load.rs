@@ -686,7 +686,7 @@ fn check_api_keys(
                 let lower = k.to_ascii_lowercase();
                 if (lower.starts_with("api_key") || lower.starts_with("apikey"))
                     && let Value::String(s) = v
-                    && !(is_env_name(s) && !looks_secret(s))
+                    && (!is_env_name(s) || looks_secret(s))
                 {
                     return Err(ConfigError::Invalid {
                         key: tree::join(path),

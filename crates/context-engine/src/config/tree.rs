@@ -123,7 +123,7 @@ pub(crate) fn parse(text: &str) -> Result<Tree, SyntaxError> {
                     column: l.column(),
                 })
             }),
-            message: e.without_snippet().to_string(),
+            message: strip_position(e.without_snippet().to_string()),
         })?;
     let mut tree = Tree::default();
     let pos = pos_of(&root);
@@ -137,6 +137,15 @@ pub(crate) fn parse_scalar(text: &str) -> Value {
     match serde_saphyr::from_str_with_options::<Node>(text, options()) {
         Ok(node) => convert_plain(node),
         Err(_) => Value::String(text.to_owned()),
+    }
+}
+
+/// The parser ends its message with the position, which the error already
+/// gives as `FILE:LINE:COLUMN`.
+fn strip_position(message: String) -> String {
+    match message.rfind(" at line ") {
+        Some(i) if message[i..].contains(", column ") => message[..i].to_owned(),
+        _ => message,
     }
 }
 
@@ -298,7 +307,8 @@ mod tests {
     #[test]
     fn syntax_error_has_line() {
         let e = parse("a: 1\nb: [1, 2\n").unwrap_err();
-        assert!(e.pos.is_some(), "{e:?}");
+        assert_eq!(e.pos.map(|p| p.line), Some(2), "{e:?}");
+        assert!(!e.message.contains("at line"), "{}", e.message);
     }
 
     #[test]
