@@ -166,3 +166,45 @@ fn check_usage_errors_exit_2() {
     let out = ctx(&["config", "check", "no/such/file.yaml"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn check_json_reports_error_and_warnings() {
+    let dir = temp_dir("json");
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, "extra: 1\ncontext:\n  tail_ratio: 2\n").unwrap();
+    let out = config_cmd(&dir)
+        .args(["config", "check", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["valid"], false);
+    let error = v["error"].as_str().unwrap();
+    assert!(error.contains("c.yaml:3:3: context.tail_ratio"), "{error}");
+
+    std::fs::write(&file, "extra: 1\n").unwrap();
+    let out = config_cmd(&dir)
+        .args(["config", "check", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["warnings"][0]["path"], "extra");
+    assert_eq!(v["warnings"][0]["source"]["line"], 1);
+}
+
+#[test]
+fn show_refuses_an_invalid_override() {
+    let dir = temp_dir("badset");
+    let out = config_cmd(&dir)
+        .args(["config", "show", "--set", "context.protect_first_n=many"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("context.protect_first_n"), "{err}");
+    assert!(err.contains("flag"), "{err}");
+}
