@@ -30,6 +30,7 @@
 //! ```
 
 pub mod compressor;
+pub mod config;
 pub mod digest;
 pub mod engine;
 pub mod host;

@@ -75,6 +75,12 @@ enum Command {
                             ctx prune session.traj --current-tokens 90000 --threshold 60000 > pruned.json"
     )]
     Prune(cmd::prune::PruneArgs),
+    /// Show the effective configuration with each value's source, or check a config file.
+    #[command(
+        after_help = "Example:\n  ctx config show --set context.threshold_percent=60\n  \
+                            ctx config check config.example.yaml"
+    )]
+    Config(cmd::config::ConfigArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +93,7 @@ fn main() -> ExitCode {
         Command::Digest(args) => cmd::digest::run(args),
         Command::Compact(args) => cmd::compact::run(args),
         Command::Prune(args) => cmd::prune::run(args),
+        Command::Config(args) => cmd::config::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 //! that returns the process exit code.
 
 pub mod compact;
+pub mod config;
 pub mod digest;
 pub mod inspect;
 pub mod prune;

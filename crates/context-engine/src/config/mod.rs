@@ -1,0 +1,300 @@
+//! Layered configuration: built-in defaults < YAML file < environment
+//! (`CTX_<SECTION>__<KEY>`) < command-line overrides (`key.path=value`).
+//!
+//! [`ConfigLoader`] finds and merges the layers and deserializes the result
+//! once into [`Config`], so a wrong value is reported the same way wherever
+//! it came from: with the file, line and column, the variable or the flag
+//! ([`Source`]). Unknown keys are warnings ([`ConfigWarning`]), not errors,
+//! so that an older binary still runs with a newer file.
+//!
+//! ```
+//! use context_engine::config::{ConfigLoader, Source};
+//!
+//! let loaded = ConfigLoader::new()
+//!     .with_search(false)
+//!     .with_env([("CTX_CONTEXT__THRESHOLD_PERCENT".to_owned(), "60".to_owned())])
+//!     .with_overrides(["summarizer.kind=openai"])
+//!     .load()?;
+//! assert_eq!(loaded.config.context.threshold_percent, 0.6); // 60 read as a percent
+//! assert_eq!(loaded.source("summarizer.kind"), Source::Flag { arg: "summarizer.kind=openai".into() });
+//! assert_eq!(loaded.source("context.engine"), Source::Default);
+//! # Ok::<(), context_engine::config::ConfigError>(())
+//! ```
+
+mod load;
+mod tree;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::compressor::CompressorOptions;
+use crate::digest::DigestOptions;
+use crate::engine::{DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT};
+use crate::prune::PruneOptions;
+use crate::redact::{RedactError, Redactor};
+use crate::summarize::openai::OpenAiConfig;
+
+pub use load::{
+    ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
+};
+
+/// Name of the config file looked up in the working directory and in the
+/// user's config folder (`$XDG_CONFIG_HOME/context-engine/`).
+pub const FILE_NAME: &str = "config.yaml";
+
+/// The whole configuration. Every section and field has a default, so an
+/// empty file (or none) is a valid configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// When and how the context is compacted.
+    pub context: ContextConfig,
+    /// Who writes the summaries.
+    pub summarizer: SummarizerConfig,
+    /// What is masked before text leaves the process.
+    pub security: SecurityConfig,
+    /// Where engine plugins are found.
+    pub plugins: PluginsConfig,
+    /// Engine-specific sections, passed to the engine of that name untyped:
+    /// the engine, not this crate, knows their shape.
+    pub engines: BTreeMap<String, serde_json::Value>,
+}
+
+/// `context`: the engine and its compaction policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContextConfig {
+    /// Name of the engine that manages the context (`compressor` is built in).
+    pub engine: String,
+    /// Fail when the named engine cannot be loaded instead of falling back to
+    /// `compressor`: for setups where a silent fallback would hide a broken
+    /// plugin.
+    pub engine_required: bool,
+    /// Fraction of the usable window at which compaction fires, in (0, 1].
+    /// A value above 1 (up to 100) is read as a percent: `75` = `0.75`;
+    /// `1` means the whole window.
+    #[serde(deserialize_with = "de_percent")]
+    pub threshold_percent: f64,
+    /// Non-system head messages kept verbatim on the first compaction.
+    pub protect_first_n: usize,
+    /// Tail messages kept verbatim at least (the engine clamps to 3..=8).
+    pub protect_last_n: usize,
+    /// Tail budget as a fraction of the threshold, in (0, 1).
+    #[serde(deserialize_with = "de_fraction")]
+    pub tail_ratio: f64,
+    /// Per-model threshold overrides: key `"substring"` or
+    /// `"provider:substring"` of the model name, value as for
+    /// `threshold_percent` (see
+    /// [`resolve_model_threshold`](crate::engine::resolve_model_threshold)).
+    #[serde(deserialize_with = "de_percent_map")]
+    pub model_thresholds: BTreeMap<String, f64>,
+    /// The model's window in tokens, for hosts that do not know it.
+    pub context_length: Option<u64>,
+    /// The tool-result digest of request views and summarizer input.
+    pub digest: DigestOptions,
+    /// The proactive prune (off until `proactive_prune_tokens` is set).
+    pub prune: PruneOptions,
+}
+
+impl Default for ContextConfig {
+    fn default() -> ContextConfig {
+        let c = CompressorOptions::default();
+        ContextConfig {
+            engine: "compressor".to_owned(),
+            engine_required: false,
+            threshold_percent: DEFAULT_THRESHOLD_PERCENT,
+            protect_first_n: DEFAULT_PROTECT_FIRST_N,
+            protect_last_n: DEFAULT_PROTECT_LAST_N,
+            tail_ratio: c.tail_ratio,
+            model_thresholds: BTreeMap::new(),
+            context_length: None,
+            digest: DigestOptions::default(),
+            prune: PruneOptions::default(),
+        }
+    }
+}
+
+/// Which summarizer writes compaction summaries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SummarizerKind {
+    /// Offline and deterministic, built from the span itself.
+    #[default]
+    Extractive,
+    /// An OpenAI-compatible chat-completions endpoint.
+    Openai,
+}
+
+/// `summarizer`: the summary writer and, for `openai`, its endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SummarizerConfig {
+    /// `extractive` (default, offline) or `openai`.
+    pub kind: SummarizerKind,
+    /// Base URL as in the OpenAI SDKs (`http://127.0.0.1:8080/v1`); needed
+    /// for `openai`.
+    pub base_url: Option<String>,
+    /// Model name sent to the endpoint; needed for `openai`.
+    pub model: Option<String>,
+    /// NAME of the environment variable holding the API key. The key itself
+    /// never goes in the file: a key-looking value under any `api_key*` key
+    /// is an error.
+    pub api_key_env: String,
+    /// Whole-request deadline of one summary call, in seconds.
+    pub timeout_seconds: u64,
+    /// The summary model's window in tokens, when it is smaller than the
+    /// agent model's (bounds the summarizer input).
+    pub context_length: Option<u64>,
+    /// Cap on the summary length in tokens; `None` lets the engine's target
+    /// size decide.
+    pub max_output_tokens: Option<u32>,
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> SummarizerConfig {
+        let openai = OpenAiConfig::default();
+        SummarizerConfig {
+            kind: SummarizerKind::Extractive,
+            base_url: None,
+            model: None,
+            api_key_env: openai.api_key_env,
+            timeout_seconds: openai.timeout.as_secs(),
+            context_length: None,
+            max_output_tokens: None,
+        }
+    }
+}
+
+/// `security`: redaction of secrets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SecurityConfig {
+    /// Mask secrets in text shown or stored; text sent to a summarizer or a
+    /// plugin is redacted whatever this says.
+    pub redact_secrets: bool,
+    /// Extra regexes whose matches are masked, on top of the built-in rules.
+    pub redact_patterns: Vec<String>,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> SecurityConfig {
+        SecurityConfig {
+            redact_secrets: true,
+            redact_patterns: Vec::new(),
+        }
+    }
+}
+
+/// `plugins`: where engine plugins live.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PluginsConfig {
+    /// Folders searched for plugins, in order. Relative paths given in a
+    /// file are resolved against that file's folder by the loader (so a
+    /// project's config works from any working directory); from the
+    /// environment or a flag, against the working directory.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Config {
+    /// The untyped section `engines.<name>`, `Null` when absent: what a
+    /// plugin or custom engine receives as its settings.
+    pub fn engine_section(&self, name: &str) -> serde_json::Value {
+        self.engines
+            .get(name)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Options of the built-in `compressor` engine: threshold, protections,
+    /// tail ratio, per-model thresholds, digest and prune from `context`;
+    /// everything else at its default.
+    pub fn compressor_options(&self) -> CompressorOptions {
+        let c = &self.context;
+        CompressorOptions {
+            threshold_percent: c.threshold_percent,
+            protect_first_n: c.protect_first_n,
+            protect_last_n: c.protect_last_n,
+            tail_ratio: c.tail_ratio,
+            model_thresholds: c.model_thresholds.clone(),
+            digest: c.digest.clone(),
+            prune: c.prune.clone(),
+            ..CompressorOptions::default()
+        }
+    }
+
+    /// A redactor with `security.redact_secrets` and the user's
+    /// `security.redact_patterns` (already checked by the loader, so this
+    /// fails only for a `Config` built by hand).
+    pub fn redactor(&self) -> Result<Redactor, RedactError> {
+        Redactor::builder()
+            .enabled(self.security.redact_secrets)
+            .patterns(self.security.redact_patterns.iter().cloned())
+            .build()
+    }
+
+    /// Settings of the OpenAI-compatible summarizer (endpoint, model, key
+    /// variable, timeout), or `None` when `summarizer.kind` is not `openai`
+    /// or `base_url` or `model` is missing.
+    pub fn openai_config(&self) -> Option<OpenAiConfig> {
+        let s = &self.summarizer;
+        if s.kind != SummarizerKind::Openai {
+            return None;
+        }
+        let (base_url, model) = (s.base_url.as_deref()?, s.model.as_deref()?);
+        Some(
+            OpenAiConfig::new(base_url, model)
+                .with_api_key_env(s.api_key_env.clone())
+                .with_timeout(Duration::from_secs(s.timeout_seconds)),
+        )
+    }
+}
+
+/// Reads a threshold: a fraction in (0, 1], or a percent in (1, 100].
+fn percent(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else if value.is_finite() && value > 1.0 && value <= 100.0 {
+        Ok(value / 100.0)
+    } else {
+        Err(format!(
+            "invalid value: {value}, expected a fraction in (0, 1] or a percent in (1, 100]"
+        ))
+    }
+}
+
+fn de_percent<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    percent(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn de_fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if value.is_finite() && value > 0.0 && value < 1.0 {
+        Ok(value)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "invalid value: {value}, expected a fraction in (0, 1)"
+        )))
+    }
+}
+
+/// A map entry's threshold, normalised like `threshold_percent`; a newtype
+/// so that an error names the entry, not the whole map.
+struct Percent(f64);
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Percent, D::Error> {
+        de_percent(d).map(Percent)
+    }
+}
+
+fn de_percent_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    let map = BTreeMap::<String, Percent>::deserialize(d)?;
+    Ok(map.into_iter().map(|(k, v)| (k, v.0)).collect())
+}
+
+#[cfg(test)]
+mod tests;
