@@ -4,6 +4,7 @@
 pub mod compact;
 pub mod config;
 pub mod digest;
+pub mod engine;
 pub mod inspect;
 pub mod prune;
 pub mod redact;

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::compressor::{Compressor, CompressorOptions};
-use context_engine::engine::ContextEngine;
+use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
 use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
 use context_engine::tokens::{
@@ -19,7 +18,6 @@ use context_engine::tokens::{
 use context_engine::validate::Profile;
 use serde::Serialize;
 
-use super::compact::{SummarizerKind, openai_summarizer};
 use crate::output::{Table, json, thousands};
 use crate::plot::{PlotData, write_svg};
 
@@ -28,24 +26,15 @@ use crate::plot::{PlotData, write_svg};
 pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window the engine manages, in tokens.
-    #[arg(long, default_value_t = 128_000)]
-    pub context_length: u64,
+    /// The model's context window the engine manages, in tokens
+    /// (default: `context.context_length`, else 128000).
+    #[arg(long)]
+    pub context_length: Option<u64>,
     /// The agent's model: picks the tokenizer (o200k when absent).
     #[arg(long)]
     pub model: Option<String>,
-    /// Who writes compaction summaries.
-    #[arg(long, value_enum, default_value_t = SummarizerKind::Extractive)]
-    pub summarizer: SummarizerKind,
-    /// Base URL of the OpenAI-compatible summarizer endpoint.
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Model name for the summarizer (defaults to --model).
-    #[arg(long)]
-    pub summarizer_model: Option<String>,
-    /// Environment variable holding the summarizer's API key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub api_key_env: String,
+    #[command(flatten)]
+    pub engine: super::engine::EngineArgs,
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
@@ -77,26 +66,28 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         Some(model) => counter_for_model(model),
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
     };
-    let mut engine: Box<dyn ContextEngine> = {
-        let options = CompressorOptions::default().with_profile(args.profile);
-        let mut compressor =
-            Compressor::with_options(Arc::clone(&counter), args.context_length, options);
-        if args.summarizer == SummarizerKind::Openai {
-            let base_url = args
-                .base_url
-                .as_deref()
-                .context("--summarizer openai needs --base-url")?;
-            let model = args
-                .summarizer_model
-                .as_deref()
-                .or(args.model.as_deref())
-                .context("--summarizer openai needs --summarizer-model (or --model)")?;
-            compressor =
-                compressor.with_summarizer(openai_summarizer(base_url, model, &args.api_key_env)?);
-        }
-        Box::new(compressor)
-    };
-    engine.state_mut().context_length = args.context_length;
+    let (config, config_warnings, config_file) = args.engine.load_config()?;
+    let context_length = args
+        .context_length
+        .or(config.context.context_length)
+        .unwrap_or(128_000);
+    let built = args.engine.build(
+        config,
+        config_file,
+        Arc::clone(&counter),
+        context_length,
+        args.profile,
+    )?;
+    for w in config_warnings.iter().chain(&built.warnings) {
+        eprintln!("ctx: warning: {w}");
+    }
+    let mut engine = built.engine;
+    if engine.state().context_length != context_length {
+        engine.update_model(&ModelInfo::new(
+            args.model.clone().unwrap_or_default(),
+            context_length,
+        ));
+    }
     let mut session = Session::new("replay", engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
     let mut price = PriceModel::default();
