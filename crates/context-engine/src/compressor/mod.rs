@@ -36,7 +36,7 @@ use crate::engine::{
 };
 use crate::message::{Content, ContentPart, Message};
 use crate::prune::{PruneOptions, prune};
-use crate::redact::{RedactOptions, redact};
+use crate::redact::{RedactOptions, Redactor, redact};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
@@ -290,6 +290,9 @@ pub struct Compressor {
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
     last_report: Option<CompactionReport>,
+    /// The user's redactor (extra patterns from `security.redact_patterns`);
+    /// the built-in rules when `None`.
+    redactor: Option<Arc<Redactor>>,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -346,7 +349,16 @@ impl Compressor {
             awaiting_effect: None,
             seen_real_usage: false,
             last_report: None,
+            redactor: None,
         }
+    }
+
+    /// Redacts with `redactor` (e.g. the built-in rules plus the user's
+    /// patterns) instead of the built-in rules alone. Text that leaves the
+    /// process is always redacted, whatever the redactor's opt-out.
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Compressor {
+        self.redactor = Some(redactor);
+        self
     }
 
     /// Uses `summarizer` as the primary (the extractive one stays the
@@ -508,13 +520,14 @@ impl Compressor {
         let turns: Vec<Message> = summarizer_input(&span, &self.options.digest)
             .messages
             .iter()
-            .map(redact_message)
+            .map(|m| redact_message(m, self.redactor.as_deref()))
             .collect();
-        let previous = previous.map(|p| redact(p, &force()).into_owned());
+        let redactor = self.redactor.as_deref();
+        let previous = previous.map(|p| scrub(redactor, p).into_owned());
         let focus = request
             .focus_topic
             .as_deref()
-            .map(|f| redact(f, &force()).into_owned());
+            .map(|f| scrub(redactor, f).into_owned());
         let memory =
             Some(sanitize_memory_context(&request.memory_context)).filter(|m| !m.is_empty());
         let mut summary_request = SummaryRequest::new(&turns, target);
@@ -566,7 +579,7 @@ impl Compressor {
                 )
             }
         };
-        let body = redact(&body, &force()).into_owned();
+        let body = scrub(self.redactor.as_deref(), &body).into_owned();
         let wrapped = wrap_summary(&body);
 
         let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
@@ -638,21 +651,33 @@ fn force() -> RedactOptions {
     }
 }
 
+/// `text` redacted by `redactor`, or the built-in rules, forced.
+fn scrub<'a>(redactor: Option<&Redactor>, text: &'a str) -> Cow<'a, str> {
+    match redactor {
+        Some(r) => r.redact(text, &force()),
+        None => redact(text, &force()),
+    }
+}
+
 /// A copy of `message` with every text that could reach a summarizer
 /// redacted: content, tool-call arguments, reasoning.
-fn redact_message(message: &Message) -> Message {
+fn redact_message(message: &Message, redactor: Option<&Redactor>) -> Message {
     let mut out = message.clone();
-    let opts = force();
+    // Only a changed text is written back.
+    let redact = |text: &str| match scrub(redactor, text) {
+        Cow::Owned(r) => Some(r),
+        Cow::Borrowed(_) => None,
+    };
     match &mut out.content {
         Content::Text(text) => {
-            if let Cow::Owned(r) = redact(text, &opts) {
+            if let Some(r) = redact(text) {
                 *text = r;
             }
         }
         Content::Parts(parts) => {
             for part in parts.iter_mut() {
                 if let Some(text) = part.text()
-                    && let Cow::Owned(r) = redact(text, &opts)
+                    && let Some(r) = redact(text)
                 {
                     *part = ContentPart::new_text(r);
                 }
@@ -662,13 +687,13 @@ fn redact_message(message: &Message) -> Message {
     }
     for call in out.tool_calls.iter_mut().flatten() {
         if let Some(function) = &mut call.function
-            && let Cow::Owned(r) = redact(&function.arguments, &opts)
+            && let Some(r) = redact(&function.arguments)
         {
             function.arguments = r;
         }
     }
     if let Some(reasoning) = &mut out.reasoning_content
-        && let Cow::Owned(r) = redact(reasoning, &opts)
+        && let Some(r) = redact(reasoning)
     {
         *reasoning = r;
     }

@@ -455,6 +455,36 @@ fn everything_crossing_to_the_summarizer_is_redacted() {
 }
 
 #[test]
+fn the_users_redaction_patterns_apply_to_what_leaves() {
+    const INTERNAL: &str = "ACME-7731-ZZQX-0042";
+    let mut history = session(40);
+    history[10] = Message::tool_result("c4", format!("ticket key {INTERNAL}\n"));
+    let redactor = crate::redact::Redactor::builder()
+        .pattern(r"ACME-\d{4}-[A-Z]{4}-\d{4}")
+        .build()
+        .unwrap();
+    // Without the pattern the built-in rules do not know this key.
+    let (stub, seen) = Stub::new(vec![Ok("summary".into())]);
+    let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
+    engine.compress(&history, &CompressRequest::new()).unwrap();
+    assert!(seen.lock().unwrap()[0].contains(INTERNAL));
+    // With it, the key never reaches the summarizer.
+    let (stub, seen) = Stub::new(vec![Ok(format!("saw {INTERNAL}"))]);
+    let mut engine = Compressor::new(counter(), 20_000)
+        .with_summarizer(stub)
+        .with_redactor(Arc::new(redactor));
+    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    assert!(!seen.lock().unwrap()[0].contains(INTERNAL));
+    let summary = out
+        .iter()
+        .find(|m| is_summary(m))
+        .unwrap()
+        .text()
+        .into_owned();
+    assert!(!summary.contains(INTERNAL), "{summary}");
+}
+
+#[test]
 fn summarizer_input_is_digested() {
     let mut history = session(40);
     history[10] = Message::tool_result("c4", "big output\n".repeat(1000));

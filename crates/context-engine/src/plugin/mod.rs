@@ -30,6 +30,7 @@ use thiserror::Error;
 
 use crate::compressor::{Compressor, CompressorOptions};
 use crate::engine::ContextEngine;
+use crate::redact::Redactor;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 
@@ -134,6 +135,9 @@ pub struct EngineContext {
     /// Redact message text before it reaches a plugin (default on; the
     /// redacted text is what a plugin's answer carries back).
     pub redact: bool,
+    /// The user's redactor for the built-in compressor (built-in rules plus
+    /// `security.redact_patterns`); the built-in rules when `None`.
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl std::fmt::Debug for EngineContext {
@@ -160,7 +164,14 @@ impl EngineContext {
             section: Value::Object(serde_json::Map::new()),
             model: None,
             redact: true,
+            redactor: None,
         }
+    }
+
+    /// Sets [`redactor`](Self::redactor).
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> EngineContext {
+        self.redactor = Some(redactor);
+        self
     }
 
     /// Sets [`compressor_options`](Self::compressor_options).
@@ -195,8 +206,11 @@ impl EngineContext {
 
     /// The built-in compressor made of this context.
     pub fn into_compressor(self) -> Compressor {
-        let compressor =
+        let mut compressor =
             Compressor::with_options(self.counter, self.context_length, self.compressor_options);
+        if let Some(redactor) = self.redactor {
+            compressor = compressor.with_redactor(redactor);
+        }
         match self.summarizer {
             Some(s) => compressor.with_summarizer(s),
             None => compressor,
