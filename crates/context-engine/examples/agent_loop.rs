@@ -151,204 +151,211 @@ pub struct Stats {
     pub manual: Option<(u64, u64)>,
 }
 
-/// Replaces the persisted history when the driver says so, and prints why.
-fn apply(history: &mut Vec<Message>, update: Update, stats: &mut Stats) {
-    if let Some(c) = &update.compaction {
-        if c.trigger != Trigger::Manual {
-            stats.auto_compactions += 1;
-        }
-        println!(
-            "    compaction ({:?}, {} pass): {} → {} tokens, {} → {} messages",
-            c.trigger,
-            c.passes,
-            c.tokens_before,
-            c.tokens_after,
-            c.messages_before,
-            c.messages_after
-        );
-    }
-    if let Some(new) = update.new_history {
-        println!(
-            "    history replaced: {} → {} messages",
-            history.len(),
-            new.len()
-        );
-        *history = new;
-    }
-    for notice in &update.notices {
-        println!("    notice ({:?}): {}", notice.kind, notice.text);
-    }
+/// The agent: its session, model, persisted history and tool outputs.
+struct Agent {
+    session: Session,
+    model: ScriptedModel,
+    history: Vec<Message>,
+    outputs: HashMap<String, String>,
+    stats: Stats,
 }
 
-/// One user turn: model calls and tool runs until the model answers.
-fn run_turn(
-    s: &mut Session,
-    model: &mut ScriptedModel,
-    history: &mut Vec<Message>,
-    ask: &str,
-    stats: &mut Stats,
-    outputs: &mut HashMap<String, String>,
-) -> Result<()> {
-    let tools = s.tools(&agent_tools());
-    println!("user: {ask}");
-    history.push(Message::user(ask));
-    loop {
-        let prepared = s.before_request(history);
-        apply(history, prepared.update, stats);
-        let violations = validate(&prepared.request, Profile::OpenAi);
-        if let Some(v) = violations.first() {
-            return Err(format!(
-                "request {} is not valid for OpenAI: {v}",
-                stats.requests + 1
-            )
-            .into());
+impl Agent {
+    /// Replaces the persisted history when the driver says so, and says why.
+    fn apply(&mut self, update: Update) {
+        if let Some(c) = &update.compaction {
+            self.stats.auto_compactions += usize::from(c.trigger != Trigger::Manual);
+            let (t, m) = (
+                (c.tokens_before, c.tokens_after),
+                (c.messages_before, c.messages_after),
+            );
+            println!(
+                "    compaction {:?} ({} pass): {t:?} tokens, {m:?} messages",
+                c.trigger, c.passes
+            );
         }
-        let history_tokens = model.counter.count_messages(history) as u64;
-        stats.requests += 1;
-        if prepared.selected && prepared.request_tokens < history_tokens {
-            stats.digest_views += 1;
+        if let Some(new) = update.new_history {
+            println!(
+                "    history replaced: {} → {} messages",
+                self.history.len(),
+                new.len()
+            );
+            self.history = new;
         }
-        let (reply, usage) = model.complete(&prepared.request, &tools)?;
-        let what = match reply.tool_calls().first().and_then(|c| c.function.as_ref()) {
-            Some(f) => format!("{} {}", f.name, f.arguments),
-            None => format!("answer: {}", reply.text()),
-        };
-        println!(
-            "call {:>2} | history {:>5} tok, {:>2} msgs | request {:>5} tok{} | {what}",
-            stats.requests,
-            history_tokens,
-            history.len(),
-            prepared.request_tokens,
-            if prepared.selected { " (digested)" } else { "" },
-        );
-        history.push(reply.clone());
-        s.after_response(&usage);
-        if !reply.has_tool_calls() {
-            return Ok(());
+        for notice in &update.notices {
+            println!("    notice ({:?}): {}", notice.kind, notice.text);
         }
-        for call in reply.tool_calls() {
-            let (id, f) = match (&call.id, &call.function) {
-                (Some(id), Some(f)) => (id.clone(), f),
-                _ => return Err("the model sent a tool call without id or function".into()),
-            };
-            let output = match s.handle_tool_call(&f.name, &f.arguments, history) {
-                Some(answer) => {
-                    check_recall(&answer, outputs, stats)?;
-                    answer
-                }
-                None => run_agent_tool(&f.name, &f.arguments),
-            };
-            outputs.insert(id.clone(), output.clone());
-            history.push(Message::tool_result(id, output));
-        }
-        let update = s.after_tools(history);
-        apply(history, update, stats);
     }
-}
 
-/// A recall must give back exactly what the tool returned at the time.
-fn check_recall(answer: &str, outputs: &HashMap<String, String>, stats: &mut Stats) -> Result<()> {
-    let answer: Value = serde_json::from_str(answer)?;
-    let handle = answer["handle"]
-        .as_str()
-        .ok_or(format!("recall failed: {answer}"))?;
-    let original = outputs
-        .get(handle)
-        .ok_or(format!("recall of unknown call {handle}"))?;
-    if answer["content"].as_str() != Some(original.as_str()) {
-        return Err(format!("context_recall {handle} did not return the original bytes").into());
+    /// One user turn: model calls and tool runs until the model answers.
+    fn turn(&mut self, ask: &str) -> Result<()> {
+        let tools = self.session.tools(&agent_tools());
+        println!("user: {ask}");
+        self.history.push(Message::user(ask));
+        loop {
+            let prepared = self.session.before_request(&self.history);
+            self.apply(prepared.update);
+            if let Some(v) = validate(&prepared.request, Profile::OpenAi).first() {
+                return Err(format!(
+                    "request {} is invalid for OpenAI: {v}",
+                    self.stats.requests + 1
+                )
+                .into());
+            }
+            let history_tokens = self.model.counter.count_messages(&self.history) as u64;
+            self.stats.requests += 1;
+            if prepared.selected && prepared.request_tokens < history_tokens {
+                self.stats.digest_views += 1;
+            }
+            let (reply, usage) = self.model.complete(&prepared.request, &tools)?;
+            let what = match reply.tool_calls().first().and_then(|c| c.function.as_ref()) {
+                Some(f) => format!("{} {}", f.name, f.arguments),
+                None => format!("answer: {}", reply.text()),
+            };
+            let digested = if prepared.selected { " (digested)" } else { "" };
+            println!(
+                "call {:>2} | history {history_tokens:>5} tok, {:>2} msgs | request {:>5} tok{digested} | {what}",
+                self.stats.requests,
+                self.history.len(),
+                prepared.request_tokens,
+            );
+            self.history.push(reply.clone());
+            self.session.after_response(&usage);
+            if !reply.has_tool_calls() {
+                return Ok(());
+            }
+            for call in reply.tool_calls() {
+                let (Some(id), Some(f)) = (&call.id, &call.function) else {
+                    return Err("the model sent a tool call without id or function".into());
+                };
+                // Engine tools first (Some); the agent runs the others itself.
+                let output =
+                    match self
+                        .session
+                        .handle_tool_call(&f.name, &f.arguments, &self.history)
+                    {
+                        Some(answer) => self.check_recall(answer)?,
+                        None => run_agent_tool(&f.name, &f.arguments),
+                    };
+                self.outputs.insert(id.clone(), output.clone());
+                self.history.push(Message::tool_result(id, output));
+            }
+            let update = self.session.after_tools(&self.history);
+            self.apply(update);
+        }
     }
-    println!(
-        "    context_recall {handle}: {} original bytes back",
-        original.len()
-    );
-    stats.exact_recalls += 1;
-    Ok(())
+
+    /// A recall must give back exactly what the tool returned at the time.
+    fn check_recall(&mut self, answer: String) -> Result<String> {
+        let value: Value = serde_json::from_str(&answer)?;
+        let handle = value["handle"]
+            .as_str()
+            .ok_or(format!("recall failed: {answer}"))?;
+        let original = self
+            .outputs
+            .get(handle)
+            .ok_or(format!("recall of unknown call {handle}"))?;
+        if value["content"].as_str() != Some(original.as_str()) {
+            return Err(
+                format!("context_recall {handle} did not return the original bytes").into(),
+            );
+        }
+        println!(
+            "    context_recall {handle}: the original {} bytes back",
+            original.len()
+        );
+        self.stats.exact_recalls += 1;
+        Ok(answer)
+    }
 }
 
 /// Runs the whole scenario and checks that it showed what it is meant to.
 pub fn run() -> Result<Stats> {
     let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
     let engine = Compressor::new(Arc::clone(&counter), CONTEXT_LENGTH);
-    let mut s = Session::new("demo", Box::new(engine), Arc::clone(&counter));
-    s.start(
-        &SessionInfo::default()
-            .with_platform("example")
-            .with_model("scripted"),
-    );
-    let names: Vec<Value> = s
-        .tools(&agent_tools())
-        .iter()
-        .map(|t| t["function"]["name"].clone())
-        .collect();
-    println!("tools sent to the model: {}", Value::Array(names));
+    let mut session = Session::new("demo", Box::new(engine), Arc::clone(&counter));
+    session.start(&SessionInfo::default().with_platform("example"));
+    let tools = session.tools(&agent_tools());
+    let names: Vec<&Value> = tools.iter().map(|t| &t["function"]["name"]).collect();
+    println!("tools sent to the model: {names:?}");
 
-    let mut model = ScriptedModel {
-        script: VecDeque::from([
-            Step::Call("bash", r#"{"command":"pytest -x tests/test_parser.py"}"#),
-            Step::Call("read_file", r#"{"path":"src/parser/core.py"}"#),
-            Step::Call("bash", r#"{"command":"grep -rn \"split(',')\" src/"}"#),
-            Step::RecallDigested,
-            Step::Call("read_file", r#"{"path":"src/parser/lexer.py"}"#),
-            Step::Call("read_file", r#"{"path":"src/parser/tokens.py"}"#),
-            Step::Call("read_file", r#"{"path":"tests/test_parser.py"}"#),
-            Step::Answer(
-                "The parser keeps an empty item after a trailing comma; core.py now drops it.",
-            ),
-            Step::Call("bash", r#"{"command":"pytest -q"}"#),
-            Step::Call("read_file", r#"{"path":"CHANGELOG.md"}"#),
-            Step::Answer("All 312 tests pass; the fix is noted in CHANGELOG.md."),
-        ]),
-        counter: Arc::clone(&counter),
+    let script = [
+        Step::Call("bash", r#"{"command":"pytest -x tests/test_parser.py"}"#),
+        Step::Call("read_file", r#"{"path":"src/parser/core.py"}"#),
+        Step::Call("bash", r#"{"command":"grep -rn \"split(',')\" src/"}"#),
+        Step::RecallDigested,
+        Step::Call("read_file", r#"{"path":"src/parser/lexer.py"}"#),
+        Step::Call("read_file", r#"{"path":"src/parser/tokens.py"}"#),
+        Step::Call("read_file", r#"{"path":"tests/test_parser.py"}"#),
+        Step::Answer(
+            "The parser keeps an empty item after a trailing comma; core.py now drops it.",
+        ),
+        Step::Call("bash", r#"{"command":"pytest -q"}"#),
+        Step::Call("read_file", r#"{"path":"CHANGELOG.md"}"#),
+        Step::Answer("All 312 tests pass; the fix is noted in CHANGELOG.md."),
+    ];
+    let model = ScriptedModel {
+        script: script.into(),
+        counter,
         calls: 0,
     };
-    let mut history = vec![Message::system(
-        "You are a careful coding agent. Use the tools.",
-    )];
-    let mut stats = Stats::default();
-    let mut outputs = HashMap::new();
+    let system = Message::system("You are a careful coding agent. Use the tools.");
+    let (history, outputs, stats) = (vec![system], HashMap::new(), Stats::default());
+    let mut agent = Agent {
+        session,
+        model,
+        history,
+        outputs,
+        stats,
+    };
     let asks = [
         "tests/test_parser.py fails on trailing commas; find out why and fix it.",
         "Now run the whole test suite and update the changelog.",
     ];
-    for (i, ask) in asks.iter().enumerate() {
-        run_turn(
-            &mut s,
-            &mut model,
-            &mut history,
-            ask,
-            &mut stats,
-            &mut outputs,
-        )?;
-        s.turn_complete(
-            &history,
-            &TurnInfo::default().with_turn_id(format!("t{}", i + 1)),
-        );
+    for (i, ask) in asks.into_iter().enumerate() {
+        agent.turn(ask)?;
+        let turn = TurnInfo::default().with_turn_id(format!("t{}", i + 1));
+        agent.session.turn_complete(&agent.history, &turn);
     }
 
     println!("/compress parser fix");
-    let update = s.compact_now(&history, Some("parser fix"));
-    stats.manual = update
+    let update = agent
+        .session
+        .compact_now(&agent.history, Some("parser fix"));
+    agent.stats.manual = update
         .compaction
         .as_ref()
         .map(|c| (c.tokens_before, c.tokens_after));
-    apply(&mut history, update, &mut stats);
-    s.end(&history);
-    println!("status: {}", serde_json::to_string(&s.status())?);
+    agent.apply(update);
+    agent.session.end(&agent.history);
+    println!(
+        "status: {}",
+        serde_json::to_string(&agent.session.status())?
+    );
 
-    if stats.digest_views == 0 {
-        return Err("no request view digested tool output below the history's size".into());
+    let stats = agent.stats;
+    let checks = [
+        (
+            stats.digest_views > 0,
+            "no request view digested tool output below the history's size",
+        ),
+        (
+            stats.auto_compactions > 0,
+            "no automatic compaction happened",
+        ),
+        (
+            stats.exact_recalls > 0,
+            "context_recall never gave back a digested result's bytes",
+        ),
+        (
+            stats.manual.is_some(),
+            "the manual compaction was not accepted",
+        ),
+    ];
+    match checks.into_iter().find(|(ok, _)| !ok) {
+        Some((_, why)) => Err(why.into()),
+        None => Ok(stats),
     }
-    if stats.auto_compactions == 0 {
-        return Err("no automatic compaction happened".into());
-    }
-    if stats.exact_recalls == 0 {
-        return Err("context_recall never returned the original bytes of a digested result".into());
-    }
-    if stats.manual.is_none() {
-        return Err("the manual compaction was not accepted".into());
-    }
-    Ok(stats)
 }
 
 fn main() -> Result<()> {
