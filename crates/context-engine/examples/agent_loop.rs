@@ -56,11 +56,11 @@ impl ScriptedModel {
         let call = |name: &str, args: String| {
             Message::assistant_tool_calls("", vec![ToolCall::function(&id, name, args)])
         };
-        let reply = match self
+        let step = self
             .script
             .pop_front()
-            .ok_or("the model's script ran out")?
-        {
+            .ok_or("the model's script ran out")?;
+        let reply = match step {
             Step::Call(name, args) => call(name, args.to_owned()),
             Step::RecallDigested => {
                 // A real model reads the handle off the digest line it sees.
@@ -104,35 +104,21 @@ fn agent_tools() -> Vec<Value> {
 /// Canned outputs of the agent's tools: test logs and grep hits are large
 /// (digested once older), source files are medium (always sent whole).
 fn run_agent_tool(name: &str, args: &str) -> String {
-    let args: Value = serde_json::from_str(args).unwrap_or_default();
-    let arg = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or("");
-    let lines = |n: usize, f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<String>();
-    match (name, arg("command"), arg("path")) {
-        ("bash", "pytest -x tests/test_parser.py", _) => format!(
-            "{}tests/test_parser.py:88: in test_trailing_comma\n    assert parse(\"[1, 2,]\") == [1, 2]\n\
-             E   AssertionError: assert [1, 2, None] == [1, 2]\nFAILED tests/test_parser.py::test_trailing_comma\n[exit 1]\n",
-            lines(140, &|i| format!(
-                "tests/test_parser.py::test_case_{i:03} PASSED [{:>3}%]\n",
-                i * 100 / 141
-            ))
-        ),
-        ("bash", "grep -rn \"split(',')\" src/", _) => lines(110, &|i| {
-            format!(
-                "src/parser/module_{i:03}.py:{}:    items = text.split(',')  # fields\n",
-                10 + i
-            )
-        }),
-        ("bash", "pytest -q", _) => format!(
-            "{}312 passed in 4.21s\n[exit 0]\n",
-            lines(160, &|i| format!(
-                "tests/test_module_{i:03}.py ..................  [{:>3}%]\n",
-                i * 100 / 160
-            ))
-        ),
-        ("read_file", _, path) if !path.is_empty() => lines(60, &|i| {
-            format!("    value_{i} = tokens[{i}].strip()  # {path}:{}\n", i + 1)
-        }),
-        _ => json!({ "error": format!("unknown tool call {name} {args}") }).to_string(),
+    let lines = |n: usize, line: &str| {
+        (1..=n)
+            .map(|i| format!("{line} #{i}\n"))
+            .collect::<String>()
+    };
+    let end =
+        "E   AssertionError: assert [1, 2, None] == [1, 2]\nFAILED test_trailing_comma\n[exit 1]\n";
+    match (name, args) {
+        ("bash", a) if a.contains("pytest -x") => lines(140, "tests/test_parser.py PASSED") + end,
+        ("bash", a) if a.contains("grep") => lines(110, "src/parser/fields.py:12: text.split(',')"),
+        ("bash", _) => {
+            lines(160, "tests/test_suite.py ......... [ ok ]") + "312 passed\n[exit 0]\n"
+        }
+        ("read_file", path) => lines(55, &format!("    value = tokens.pop().strip()  # {path}")),
+        _ => json!({ "error": format!("unknown tool {name}") }).to_string(),
     }
 }
 
@@ -147,8 +133,8 @@ pub struct Stats {
     pub auto_compactions: usize,
     /// `context_recall` calls that returned the original bytes.
     pub exact_recalls: usize,
-    /// Tokens of the history before and after the manual compaction.
-    pub manual: Option<(u64, u64)>,
+    /// Manual compactions accepted.
+    pub manual_compactions: usize,
 }
 
 /// The agent: its session, model, persisted history and tool outputs.
@@ -164,22 +150,13 @@ impl Agent {
     /// Replaces the persisted history when the driver says so, and says why.
     fn apply(&mut self, update: Update) {
         if let Some(c) = &update.compaction {
-            self.stats.auto_compactions += usize::from(c.trigger != Trigger::Manual);
-            let (t, m) = (
-                (c.tokens_before, c.tokens_after),
-                (c.messages_before, c.messages_after),
-            );
-            println!(
-                "    compaction {:?} ({} pass): {t:?} tokens, {m:?} messages",
-                c.trigger, c.passes
-            );
+            let manual = c.trigger == Trigger::Manual;
+            self.stats.manual_compactions += usize::from(manual);
+            self.stats.auto_compactions += usize::from(!manual);
+            println!("    {:?} compaction in {} pass(es)", c.trigger, c.passes);
         }
         if let Some(new) = update.new_history {
-            println!(
-                "    history replaced: {} → {} messages",
-                self.history.len(),
-                new.len()
-            );
+            println!("    history replaced ({} messages)", new.len());
             self.history = new;
         }
         for notice in &update.notices {
@@ -276,7 +253,10 @@ pub fn run() -> Result<Stats> {
     let mut session = Session::new("demo", Box::new(engine), Arc::clone(&counter));
     session.start(&SessionInfo::default().with_platform("example"));
     let tools = session.tools(&agent_tools());
-    let names: Vec<&Value> = tools.iter().map(|t| &t["function"]["name"]).collect();
+    let names: Vec<_> = tools
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
     println!("tools sent to the model: {names:?}");
 
     let script = [
@@ -322,10 +302,6 @@ pub fn run() -> Result<Stats> {
     let update = agent
         .session
         .compact_now(&agent.history, Some("parser fix"));
-    agent.stats.manual = update
-        .compaction
-        .as_ref()
-        .map(|c| (c.tokens_before, c.tokens_after));
     agent.apply(update);
     agent.session.end(&agent.history);
     println!(
@@ -348,7 +324,7 @@ pub fn run() -> Result<Stats> {
             "context_recall never gave back a digested result's bytes",
         ),
         (
-            stats.manual.is_some(),
+            stats.manual_compactions > 0,
             "the manual compaction was not accepted",
         ),
     ];
