@@ -173,11 +173,7 @@ impl Agent {
             let prepared = self.session.before_request(&self.history);
             self.apply(prepared.update);
             if let Some(v) = validate(&prepared.request, Profile::OpenAi).first() {
-                return Err(format!(
-                    "request {} is invalid for OpenAI: {v}",
-                    self.stats.requests + 1
-                )
-                .into());
+                return Err(format!("invalid request for OpenAI: {v}").into());
             }
             let history_tokens = self.model.counter.count_messages(&self.history) as u64;
             self.stats.requests += 1;
@@ -206,14 +202,13 @@ impl Agent {
                     return Err("the model sent a tool call without id or function".into());
                 };
                 // Engine tools first (Some); the agent runs the others itself.
-                let output =
-                    match self
-                        .session
-                        .handle_tool_call(&f.name, &f.arguments, &self.history)
-                    {
-                        Some(answer) => self.check_recall(answer)?,
-                        None => run_agent_tool(&f.name, &f.arguments),
-                    };
+                let engine = self
+                    .session
+                    .handle_tool_call(&f.name, &f.arguments, &self.history);
+                let output = match engine {
+                    Some(answer) => self.check_recall(answer)?,
+                    None => run_agent_tool(&f.name, &f.arguments),
+                };
                 self.outputs.insert(id.clone(), output.clone());
                 self.history.push(Message::tool_result(id, output));
             }
@@ -227,18 +222,16 @@ impl Agent {
         let value: Value = serde_json::from_str(&answer)?;
         let handle = value["handle"]
             .as_str()
-            .ok_or(format!("recall failed: {answer}"))?;
+            .ok_or(format!("recall: {answer}"))?;
         let original = self
             .outputs
             .get(handle)
-            .ok_or(format!("recall of unknown call {handle}"))?;
+            .ok_or("recall of an unknown call")?;
         if value["content"].as_str() != Some(original.as_str()) {
-            return Err(
-                format!("context_recall {handle} did not return the original bytes").into(),
-            );
+            return Err(format!("recall of {handle} changed its bytes").into());
         }
         println!(
-            "    context_recall {handle}: the original {} bytes back",
+            "    context_recall {handle}: {} original bytes",
             original.len()
         );
         self.stats.exact_recalls += 1;
@@ -253,11 +246,8 @@ pub fn run() -> Result<Stats> {
     let mut session = Session::new("demo", Box::new(engine), Arc::clone(&counter));
     session.start(&SessionInfo::default().with_platform("example"));
     let tools = session.tools(&agent_tools());
-    let names: Vec<_> = tools
-        .iter()
-        .filter_map(|t| t["function"]["name"].as_str())
-        .collect();
-    println!("tools sent to the model: {names:?}");
+    let names = tools.iter().filter_map(|t| t["function"]["name"].as_str());
+    println!("tools sent to the model: {:?}", names.collect::<Vec<_>>());
 
     let script = [
         Step::Call("bash", r#"{"command":"pytest -x tests/test_parser.py"}"#),
@@ -267,9 +257,7 @@ pub fn run() -> Result<Stats> {
         Step::Call("read_file", r#"{"path":"src/parser/lexer.py"}"#),
         Step::Call("read_file", r#"{"path":"src/parser/tokens.py"}"#),
         Step::Call("read_file", r#"{"path":"tests/test_parser.py"}"#),
-        Step::Answer(
-            "The parser keeps an empty item after a trailing comma; core.py now drops it.",
-        ),
+        Step::Answer("A trailing comma left an empty item; core.py now drops it."),
         Step::Call("bash", r#"{"command":"pytest -q"}"#),
         Step::Call("read_file", r#"{"path":"CHANGELOG.md"}"#),
         Step::Answer("All 312 tests pass; the fix is noted in CHANGELOG.md."),
@@ -299,39 +287,26 @@ pub fn run() -> Result<Stats> {
     }
 
     println!("/compress parser fix");
-    let update = agent
-        .session
-        .compact_now(&agent.history, Some("parser fix"));
+    let session = &mut agent.session;
+    let update = session.compact_now(&agent.history, Some("parser fix"));
     agent.apply(update);
     agent.session.end(&agent.history);
-    println!(
-        "status: {}",
-        serde_json::to_string(&agent.session.status())?
-    );
+    let status = serde_json::to_string(&agent.session.status())?;
+    println!("status: {status}");
 
     let stats = agent.stats;
-    let checks = [
-        (
-            stats.digest_views > 0,
-            "no request view digested tool output below the history's size",
-        ),
-        (
-            stats.auto_compactions > 0,
-            "no automatic compaction happened",
-        ),
-        (
-            stats.exact_recalls > 0,
-            "context_recall never gave back a digested result's bytes",
-        ),
-        (
-            stats.manual_compactions > 0,
-            "the manual compaction was not accepted",
-        ),
-    ];
-    match checks.into_iter().find(|(ok, _)| !ok) {
-        Some((_, why)) => Err(why.into()),
-        None => Ok(stats),
-    }
+    let why = if stats.digest_views == 0 {
+        "no request view digested tool output"
+    } else if stats.auto_compactions == 0 {
+        "no automatic compaction happened"
+    } else if stats.exact_recalls == 0 {
+        "no context_recall gave back a digested result's bytes"
+    } else if stats.manual_compactions == 0 {
+        "the manual compaction was not accepted"
+    } else {
+        return Ok(stats);
+    };
+    Err(why.into())
 }
 
 fn main() -> Result<()> {
