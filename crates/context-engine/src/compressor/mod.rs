@@ -642,6 +642,15 @@ impl Compressor {
     }
 }
 
+/// How far the rough estimate may grow past the last real count before
+/// preflight stops trusting it: 5% of the threshold, at least 4096 tokens
+/// (one large tool result) but never more than 10% of the threshold, so a
+/// small window cannot go out over its threshold on the strength of a stale
+/// count.
+fn preflight_slack(threshold: u64) -> u64 {
+    (threshold / 20).max(4096.min(threshold / 10))
+}
+
 /// Redaction that ignores the user's opt-out: the text leaves the process.
 fn force() -> RedactOptions {
     RedactOptions {
@@ -841,7 +850,7 @@ impl ContextEngine for Compressor {
             PromptTokens::AwaitingRealUsage => true,
             PromptTokens::Known(last) => {
                 let threshold = self.state.threshold_tokens;
-                let slack = (threshold / 20).max(4096);
+                let slack = preflight_slack(threshold);
                 self.seen_real_usage
                     && last < threshold
                     && rough_tokens <= last.saturating_add(slack)

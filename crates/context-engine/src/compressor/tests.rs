@@ -417,8 +417,10 @@ fn preflight_defers_to_recent_real_usage() {
     // No real usage yet: nothing to defer to.
     assert!(!engine.should_defer_preflight_to_real_usage(threshold + 1));
     engine.update_from_response(&Usage::new(10_000, 10));
-    let slack = (threshold / 20).max(4096);
-    assert_eq!(slack, 4096);
+    let slack = preflight_slack(threshold);
+    assert_eq!(slack, 1500, "10% of a 15k threshold, under the 4096 floor");
+    assert_eq!(preflight_slack(96_000), 4800);
+    assert_eq!(preflight_slack(60_000), 4096);
     assert!(engine.should_defer_preflight_to_real_usage(10_000 + slack));
     assert!(!engine.should_defer_preflight_to_real_usage(10_000 + slack + 1));
     // Last real count over the threshold: do not defer.
