@@ -32,9 +32,11 @@
 pub mod compressor;
 pub mod digest;
 pub mod engine;
+pub mod host;
 pub mod message;
 pub mod prune;
 pub mod redact;
+pub mod replay;
 pub mod summarize;
 pub mod tokens;
 pub mod transcript;

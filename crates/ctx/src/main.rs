@@ -26,6 +26,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Replay a recorded session through the engine: tokens, cache hits, cost, retention.
+    #[command(
+        after_help = "Drives the engine call by call as an agent would, and compares each request \
+                      with what the unmanaged agent sent.\n\n\
+                      Example:\n  ctx replay examples/bugfix-session.json --context-length 8000\n  \
+                            ctx replay session.traj --context-length 64000 --json > report.json"
+    )]
+    Replay(cmd::replay::ReplayArgs),
     /// Break a transcript down by tokens: roles, tool output, largest messages, pairing.
     #[command(
         after_help = "Example:\n  ctx inspect examples/bugfix-session.json\n  \
@@ -71,6 +79,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Replay(args) => cmd::replay::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Redact(args) => cmd::redact::run(args),

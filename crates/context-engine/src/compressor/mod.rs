@@ -17,7 +17,7 @@ mod plan;
 mod tests;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use crate::redact::{RedactOptions, redact};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, Rule, validate};
+use crate::validate::{Profile, introduced_violation};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use insert::{
@@ -611,15 +611,15 @@ impl Compressor {
                 reason: why,
             });
         }
-        if let Some((index, violation)) = new_violation(messages, &out, self.options.profile) {
+        if let Some(v) = introduced_violation(messages, &out, self.options.profile) {
             self.finish(CompactionReport {
-                reason: Some(format!("message {index}: {violation}")),
+                reason: Some(v.to_string()),
                 ..unchanged(Outcome::InvalidOutput)
             });
             return Err(EngineError::InvalidOutput {
                 engine: NAME.to_owned(),
-                index,
-                violation,
+                index: v.index,
+                violation: format!("{}: {}", v.rule.name(), v.detail),
             });
         }
         self.finish(report);
@@ -723,27 +723,6 @@ fn assemble(
         }
     }
     (out, placement)
-}
-
-/// The first violation of `profile` in `output` that `input` did not
-/// already have (compared rule by rule, by count): compaction never adds a
-/// problem, and is not the place to repair one the host sent in.
-fn new_violation(
-    input: &[Message],
-    output: &[Message],
-    profile: Profile,
-) -> Option<(usize, String)> {
-    let mut budget: HashMap<Rule, usize> = HashMap::new();
-    for v in validate(input, profile) {
-        *budget.entry(v.rule).or_default() += 1;
-    }
-    for v in validate(output, profile) {
-        match budget.get_mut(&v.rule) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => return Some((v.index, format!("{}: {}", v.rule.name(), v.detail))),
-        }
-    }
-    None
 }
 
 impl ContextEngine for Compressor {

@@ -5,6 +5,7 @@ use super::*;
 use crate::engine::{CompactionStatusContext, ToolCallContext};
 use crate::message::{Role, ToolCall};
 use crate::tokens::{CountOptions, EstimateCounter};
+use crate::validate::validate;
 
 const SECRET: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
 

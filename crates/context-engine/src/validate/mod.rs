@@ -41,6 +41,7 @@ mod reentry;
 mod strict;
 mod wire;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -268,4 +269,31 @@ pub fn validate(messages: &[Message], profile: Profile) -> Vec<Violation> {
     // Stable: keeps property order within one message.
     out.sort_by_key(|v| v.index);
     out
+}
+
+/// The first violation of `profile` in `output` that `input` did not
+/// already have (compared rule by rule, by count), or `None`.
+///
+/// Whoever rewrites a transcript (an engine's compaction, a plugin's
+/// result, a request view) must not add a problem, and is not the place to
+/// repair one the host sent in: corpus transcripts are often invalid
+/// already, so "no new violations" is the contract, not "no violations".
+pub fn introduced_violation(
+    input: &[Message],
+    output: &[Message],
+    profile: Profile,
+) -> Option<Violation> {
+    let mut budget: HashMap<Rule, usize> = HashMap::new();
+    for v in validate(input, profile) {
+        *budget.entry(v.rule).or_default() += 1;
+    }
+    validate(output, profile)
+        .into_iter()
+        .find(|v| match budget.get_mut(&v.rule) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
 }

@@ -6,6 +6,7 @@ pub mod digest;
 pub mod inspect;
 pub mod prune;
 pub mod redact;
+pub mod replay;
 pub mod validate;
 
 use std::path::{Path, PathBuf};

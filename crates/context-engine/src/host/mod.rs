@@ -1,0 +1,597 @@
+//! The host side of the engine lifecycle: what an agent loop calls around
+//! each model request so that any [`ContextEngine`] is driven the way the
+//! reference design drives it.
+//!
+//! An agent author holds one [`Session`] and calls, per model call:
+//!
+//! 1. [`before_request`](Session::before_request) with the stored history:
+//!    preflight (cheap gate, defer to real usage, `should_compress` with its
+//!    block reason, compaction in at most three passes that each must save
+//!    5%), then `select_context`. It returns the request to send and, when a
+//!    compaction was accepted, the history the caller should persist;
+//! 2. [`after_response`](Session::after_response) with the provider's usage;
+//! 3. [`after_tools`](Session::after_tools) once tool results are appended:
+//!    the post-tool `should_compress` on real tokens, then the proactive
+//!    prune on its own trigger;
+//! 4. [`turn_complete`](Session::turn_complete) when the user's turn ends.
+//!
+//! Around them: [`start`](Session::start), [`compact_now`](Session::compact_now)
+//! (manual `/compress`), [`tools`](Session::tools) and
+//! [`handle_tool_call`](Session::handle_tool_call), [`end`](Session::end).
+//!
+//! The driver never changes the caller's history: it returns replacements
+//! ([`Update::new_history`]) and the caller decides to persist them. It
+//! fails open: an engine error, an empty result or a result that breaks a
+//! provider rule the input kept leaves the history (or request) as it was
+//! and becomes a [`Notice`].
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::{
+    CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineError,
+    EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo, Usage,
+    automatic_compaction_status_message,
+};
+use crate::message::Message;
+use crate::tokens::TokenCounter;
+use crate::validate::{Profile, introduced_violation};
+
+/// How the driver runs compaction; defaults follow the reference host.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct HostOptions {
+    /// Compaction passes per trigger: a pass that still leaves the prompt
+    /// over the threshold may be followed by another, up to this many.
+    pub max_passes: u32,
+    /// A pass that saves less than this share of the prompt ends the loop:
+    /// another would thrash (summaries of summaries) for nothing.
+    pub min_pass_savings: f64,
+    /// Provider rules every engine output must keep (no new violations).
+    pub profile: Profile,
+}
+
+impl Default for HostOptions {
+    fn default() -> HostOptions {
+        HostOptions {
+            max_passes: 3,
+            min_pass_savings: 0.05,
+            profile: Profile::OpenAi,
+        }
+    }
+}
+
+impl HostOptions {
+    /// Sets [`profile`](Self::profile).
+    pub fn with_profile(mut self, profile: Profile) -> HostOptions {
+        self.profile = profile;
+        self
+    }
+
+    /// Sets [`max_passes`](Self::max_passes).
+    pub fn with_max_passes(mut self, passes: u32) -> HostOptions {
+        self.max_passes = passes;
+        self
+    }
+}
+
+/// How loudly a [`Notice`] should reach the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// An automatic compaction's status; the engine decided to show it.
+    Status,
+    /// Something went wrong or was held back; always shown.
+    Warning,
+    /// The result of a manual compaction; always shown.
+    Manual,
+}
+
+/// A message for the user, from the driver or the engine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    /// How it should be shown.
+    pub kind: NoticeKind,
+    /// The text, one line.
+    pub text: String,
+}
+
+impl Notice {
+    fn warning(text: impl Into<String>) -> Notice {
+        Notice {
+            kind: NoticeKind::Warning,
+            text: text.into(),
+        }
+    }
+}
+
+/// One accepted compaction (all its passes).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Compaction {
+    /// Where it was triggered.
+    pub trigger: Trigger,
+    /// Passes whose result was accepted.
+    pub passes: u32,
+    /// Tokens of the history before the first pass.
+    pub tokens_before: u64,
+    /// Tokens of the history after the last accepted pass.
+    pub tokens_after: u64,
+    /// Messages before and after.
+    pub messages_before: usize,
+    /// Messages after the last accepted pass.
+    pub messages_after: usize,
+    /// Wall time of all passes (summarizer calls included).
+    #[serde(serialize_with = "as_millis")]
+    pub elapsed: Duration,
+}
+
+/// What set a compaction off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Before a request, from the counted size of the history.
+    Preflight,
+    /// After tool results, from the provider's real usage.
+    PostTool,
+    /// A manual `/compress`.
+    Manual,
+}
+
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// What a driver step changed. The caller's history is never touched: when
+/// [`new_history`](Self::new_history) is set, the caller replaces its
+/// persisted history with it (a compaction or prune was accepted).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Update {
+    /// The history to persist instead of the caller's, if anything changed.
+    pub new_history: Option<Vec<Message>>,
+    /// The compaction accepted in this step, if any.
+    pub compaction: Option<Compaction>,
+    /// Tool results the proactive prune shortened in this step.
+    pub pruned: usize,
+    /// What to tell the user.
+    pub notices: Vec<Notice>,
+}
+
+/// What [`Session::before_request`] prepared.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Prepared {
+    /// The messages to send in this request (a request view: never persist
+    /// it, unless it is also [`Update::new_history`]).
+    pub request: Vec<Message>,
+    /// Whether `select_context` replaced the request (digest, retrieval).
+    pub selected: bool,
+    /// Tokens of `request`, counted exactly.
+    pub request_tokens: u64,
+    /// Compaction and notices of the preflight.
+    pub update: Update,
+}
+
+/// One agent session driven through a [`ContextEngine`].
+pub struct Session {
+    engine: Box<dyn ContextEngine>,
+    counter: Arc<dyn TokenCounter>,
+    options: HostOptions,
+    id: String,
+    started: bool,
+    /// Set when a compaction was accepted and no real usage arrived since:
+    /// the engine's numbers describe the old, longer history, so the next
+    /// checks would compact again for nothing.
+    awaiting_usage: bool,
+    last_usage: Option<Usage>,
+    calls_this_turn: u32,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("engine", &self.engine.name())
+            .field("id", &self.id)
+            .field("started", &self.started)
+            .field("awaiting_usage", &self.awaiting_usage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A session `id` driving `engine`; `counter` measures the history for
+    /// preflight and for the reports.
+    pub fn new(
+        id: impl Into<String>,
+        engine: Box<dyn ContextEngine>,
+        counter: Arc<dyn TokenCounter>,
+    ) -> Session {
+        Session {
+            engine,
+            counter,
+            options: HostOptions::default(),
+            id: id.into(),
+            started: false,
+            awaiting_usage: false,
+            last_usage: None,
+            calls_this_turn: 0,
+        }
+    }
+
+    /// Sets the driver's options.
+    pub fn with_options(mut self, options: HostOptions) -> Session {
+        self.options = options;
+        self
+    }
+
+    /// The engine, for its status and name.
+    pub fn engine(&self) -> &dyn ContextEngine {
+        self.engine.as_ref()
+    }
+
+    /// The engine, mutably (engine-specific calls).
+    pub fn engine_mut(&mut self) -> &mut dyn ContextEngine {
+        self.engine.as_mut()
+    }
+
+    /// The session id given to the engine.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The driver's options.
+    pub fn options(&self) -> &HostOptions {
+        &self.options
+    }
+
+    /// Begins the session (loads engine state). Idempotent.
+    pub fn start(&mut self, info: &SessionInfo) {
+        if !self.started {
+            self.engine.on_session_start(&self.id, info);
+            self.started = true;
+        }
+    }
+
+    /// A model switch or fallback: the engine adopts the new window.
+    pub fn set_model(&mut self, model: &ModelInfo) {
+        self.engine.update_model(model);
+    }
+
+    /// Preflight and context selection for the next model call on
+    /// `history` (the persisted conversation, system prompt included).
+    pub fn before_request(&mut self, history: &[Message]) -> Prepared {
+        let mut update = Update::default();
+        let rough = self.counter.count_messages(history) as u64;
+        if !self.awaiting_usage {
+            if self.engine.should_compress_preflight(history) {
+                self.compact(
+                    history,
+                    rough,
+                    Trigger::Preflight,
+                    CompressRequest::new(),
+                    &mut update,
+                );
+            } else if !self.engine.should_defer_preflight_to_real_usage(rough) {
+                let decision = self.engine.should_compress_info(Some(rough));
+                if let Some(reason) = decision.block_reason {
+                    update.notices.push(Notice::warning(format!(
+                        "context is over the compaction threshold, but compaction is held back: {reason}"
+                    )));
+                }
+            }
+        }
+        let base = update.new_history.as_deref().unwrap_or(history);
+        let (request, selected) = self.select(base, &mut update.notices);
+        let request_tokens = match &request {
+            Some(view) => self.counter.count_messages(view) as u64,
+            None if update.new_history.is_some() => self.counter.count_messages(base) as u64,
+            None => rough,
+        };
+        self.calls_this_turn = self.calls_this_turn.saturating_add(1);
+        Prepared {
+            request: request.unwrap_or_else(|| base.to_vec()),
+            selected,
+            request_tokens,
+            update,
+        }
+    }
+
+    /// Records the provider's usage of the call just made.
+    pub fn after_response(&mut self, usage: &Usage) {
+        self.engine.update_from_response(usage);
+        self.last_usage = Some(*usage);
+        self.awaiting_usage = false;
+    }
+
+    /// After tool results were appended to `history`: the post-tool
+    /// compaction check on the last real usage, then the proactive prune.
+    pub fn after_tools(&mut self, history: &[Message]) -> Update {
+        let mut update = Update::default();
+        let real = self.engine.state().last_prompt_tokens.known();
+        if !self.awaiting_usage {
+            let decision = self.engine.should_compress_info(None);
+            if decision.should_compress {
+                let tokens = real.unwrap_or_else(|| self.counter.count_messages(history) as u64);
+                self.compact(
+                    history,
+                    tokens,
+                    Trigger::PostTool,
+                    CompressRequest::new(),
+                    &mut update,
+                );
+            } else if let Some(reason) = decision.block_reason {
+                update.notices.push(Notice::warning(format!(
+                    "context is over the compaction threshold, but compaction is held back: {reason}"
+                )));
+            }
+        }
+        let base = update.new_history.as_deref().unwrap_or(history);
+        let (pruned, n) = self.engine.prune_tool_results_only(base, real);
+        if n > 0 {
+            match self.check_output(base, &pruned) {
+                Ok(()) => {
+                    let pruned = pruned.into_owned();
+                    update.pruned = n;
+                    update.new_history = Some(pruned);
+                }
+                Err(why) => update.notices.push(Notice::warning(format!(
+                    "engine `{}`: proactive prune ignored: {why}",
+                    self.engine.name()
+                ))),
+            }
+        }
+        update
+    }
+
+    /// The user's turn ended (best effort: abnormal exits may skip it).
+    pub fn turn_complete(&mut self, history: &[Message], turn: &TurnInfo) {
+        let mut turn = turn.clone();
+        if turn.api_call_count == 0 {
+            turn.api_call_count = self.calls_this_turn;
+        }
+        self.engine
+            .on_turn_complete(history, self.last_usage.as_ref(), &turn);
+        self.calls_this_turn = 0;
+    }
+
+    /// A manual `/compress [focus]`: forced past cooldowns, always reported.
+    pub fn compact_now(&mut self, history: &[Message], focus: Option<&str>) -> Update {
+        let mut update = Update::default();
+        if !self.engine.has_content_to_compress(history) {
+            update.notices.push(Notice {
+                kind: NoticeKind::Manual,
+                text: "Nothing to compress yet.".into(),
+            });
+            return update;
+        }
+        let tokens = self.counter.count_messages(history) as u64;
+        let mut request = CompressRequest::new()
+            .with_force(true)
+            .with_current_tokens(tokens);
+        if let Some(focus) = focus {
+            request = request.with_focus_topic(focus);
+        }
+        self.compact(history, tokens, Trigger::Manual, request, &mut update);
+        update
+    }
+
+    /// The engine's tools merged into the agent's: the agent's own tools
+    /// first, then each engine tool whose function name is not taken.
+    pub fn tools(&self, agent_tools: &[Value]) -> Vec<Value> {
+        let mut out = agent_tools.to_vec();
+        for tool in self.engine.tool_schemas() {
+            let name = tool_name(&tool);
+            if name.is_none() || !out.iter().any(|t| tool_name(t) == name) {
+                out.push(tool);
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is one of the engine's tools.
+    pub fn is_engine_tool(&self, name: &str) -> bool {
+        self.engine
+            .tool_schemas()
+            .iter()
+            .any(|t| tool_name(t) == Some(name))
+    }
+
+    /// Runs the engine's tool `name`; `None` when it is not an engine tool
+    /// (the agent runs it itself). `args` is the call's JSON arguments text.
+    pub fn handle_tool_call(
+        &mut self,
+        name: &str,
+        args: &str,
+        history: &[Message],
+    ) -> Option<String> {
+        if !self.is_engine_tool(name) {
+            return None;
+        }
+        let args: Value = match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(e) => {
+                return Some(
+                    serde_json::json!({ "error": format!("arguments are not JSON: {e}") })
+                        .to_string(),
+                );
+            }
+        };
+        let ctx = ToolCallContext::default().with_messages(history);
+        Some(self.engine.handle_tool_call(name, &args, &ctx))
+    }
+
+    /// The engine's status report.
+    pub fn status(&self) -> EngineStatus {
+        self.engine.status()
+    }
+
+    /// `/new` or `/reset`: the engine's per-session state starts over.
+    pub fn reset(&mut self) {
+        self.engine.on_session_reset();
+        self.awaiting_usage = false;
+        self.last_usage = None;
+        self.calls_this_turn = 0;
+    }
+
+    /// A real session boundary (exit, expiry); the engine may persist.
+    pub fn end(&mut self, history: &[Message]) {
+        if self.started {
+            self.engine.on_session_end(&self.id, history);
+            self.started = false;
+        }
+    }
+
+    /// Runs up to `max_passes` compaction passes on `history`, accepting
+    /// each valid result; records everything in `update`.
+    fn compact(
+        &mut self,
+        history: &[Message],
+        tokens: u64,
+        trigger: Trigger,
+        request: CompressRequest,
+        update: &mut Update,
+    ) {
+        let started = Instant::now();
+        let mut current: Option<Vec<Message>> = None;
+        let mut current_tokens = tokens;
+        let mut passes = 0;
+        while passes < self.options.max_passes.max(1) {
+            let input = current.as_deref().unwrap_or(history);
+            let request = request.clone().with_current_tokens(current_tokens);
+            let out = match self.engine.compress(input, &request) {
+                Ok(out) => out,
+                Err(err) => {
+                    if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
+                        update.notices.push(error_notice(&err, trigger));
+                    }
+                    break;
+                }
+            };
+            if let Err(why) = self.check_output(input, &out) {
+                update.notices.push(Notice::warning(format!(
+                    "engine `{}`: compaction result rejected, history unchanged: {why}",
+                    self.engine.name()
+                )));
+                break;
+            }
+            let after = self.counter.count_messages(&out) as u64;
+            passes += 1;
+            let saved = current_tokens.saturating_sub(after) as f64 / current_tokens.max(1) as f64;
+            current = Some(out);
+            current_tokens = after;
+            if trigger == Trigger::Manual
+                || saved < self.options.min_pass_savings
+                || !self.engine.should_compress(Some(after))
+            {
+                break;
+            }
+        }
+        let Some(out) = current else { return };
+        let compaction = Compaction {
+            trigger,
+            passes,
+            tokens_before: tokens,
+            tokens_after: current_tokens,
+            messages_before: history.len(),
+            messages_after: out.len(),
+            elapsed: started.elapsed(),
+        };
+        self.awaiting_usage = true;
+        let text = format!(
+            "Compacted the conversation: {} → {} tokens, {} → {} messages.",
+            tokens,
+            current_tokens,
+            history.len(),
+            out.len()
+        );
+        let notice = match trigger {
+            Trigger::Manual => Some(Notice {
+                kind: NoticeKind::Manual,
+                text,
+            }),
+            Trigger::Preflight | Trigger::PostTool => {
+                let phase = if trigger == Trigger::Preflight {
+                    CompactionPhase::Preflight
+                } else {
+                    CompactionPhase::Compress
+                };
+                let mut context = CompactionStatusContext::default().with_approx_tokens(tokens);
+                let threshold = self.engine.state().threshold_tokens;
+                if threshold > 0 {
+                    context = context.with_threshold_tokens(threshold);
+                }
+                automatic_compaction_status_message(self.engine.as_ref(), phase, &text, &context)
+                    .map(|text| Notice {
+                        kind: NoticeKind::Status,
+                        text,
+                    })
+            }
+        };
+        update.notices.extend(notice);
+        update.new_history = Some(out);
+        update.compaction = Some(compaction);
+    }
+
+    /// `select_context` for `base`, failing open on an empty or invalid view.
+    fn select(
+        &mut self,
+        base: &[Message],
+        notices: &mut Vec<Notice>,
+    ) -> (Option<Vec<Message>>, bool) {
+        let budget = self.engine.state().context_length;
+        let mut request = SelectRequest::new(base, base);
+        if budget > 0 {
+            request = request.with_budget_tokens(budget);
+        }
+        match self.engine.select_context(&request) {
+            None => (None, false),
+            Some(view) => match self.check_output(base, &view) {
+                Ok(()) => (Some(view), true),
+                Err(why) => {
+                    notices.push(Notice::warning(format!(
+                        "engine `{}`: context selection ignored, sending the history as is: {why}",
+                        self.engine.name()
+                    )));
+                    (None, false)
+                }
+            },
+        }
+    }
+
+    /// An engine output is acceptable when it is not empty (for a
+    /// non-empty input) and adds no provider-rule violation.
+    fn check_output(&self, input: &[Message], output: &[Message]) -> Result<(), String> {
+        if output.is_empty() && !input.is_empty() {
+            return Err("the engine returned no messages".into());
+        }
+        match introduced_violation(input, output, self.options.profile) {
+            Some(v) => Err(v.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A tool schema's function name (`{"type":"function","function":{"name"}}`
+/// or a bare `{"name"}`).
+fn tool_name(tool: &Value) -> Option<&str> {
+    tool.get("function")
+        .and_then(|f| f.get("name"))
+        .or_else(|| tool.get("name"))
+        .and_then(Value::as_str)
+}
+
+fn error_notice(err: &EngineError, trigger: Trigger) -> Notice {
+    match err {
+        EngineError::NothingToCompress { .. } if trigger == Trigger::Manual => Notice {
+            kind: NoticeKind::Manual,
+            text: format!("Nothing to compress: {err}"),
+        },
+        _ => Notice::warning(format!("compaction failed, history unchanged: {err}")),
+    }
+}

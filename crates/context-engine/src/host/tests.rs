@@ -1,0 +1,463 @@
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::{EngineState, PromptTokens};
+use crate::message::ToolCall;
+use crate::tokens::{BpeCounter, Encoding};
+
+/// What the scripted engine returns from `compress`.
+#[derive(Clone, Copy, PartialEq)]
+enum CompressMode {
+    /// Keep the first and the last message (a valid, much shorter result).
+    KeepEnds,
+    /// Drop only the oldest non-system message (saves little).
+    DropOne,
+    /// A tool result without its call.
+    Orphan,
+    /// Nothing at all.
+    Empty,
+    /// An error.
+    Fail,
+}
+
+/// An engine that logs every hook it sees and does what the test says.
+struct Scripted {
+    state: EngineState,
+    log: Arc<Mutex<Vec<String>>>,
+    preflight: bool,
+    mode: CompressMode,
+    select: Option<Vec<Message>>,
+    prune: bool,
+}
+
+impl Scripted {
+    fn new(log: &Arc<Mutex<Vec<String>>>) -> Scripted {
+        let state = EngineState {
+            context_length: 1000,
+            threshold_tokens: 100,
+            ..EngineState::default()
+        };
+        Scripted {
+            state,
+            log: Arc::clone(log),
+            preflight: false,
+            mode: CompressMode::KeepEnds,
+            select: None,
+            prune: false,
+        }
+    }
+
+    fn note(&self, what: impl Into<String>) {
+        self.log.lock().unwrap().push(what.into());
+    }
+}
+
+impl ContextEngine for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn state(&self) -> &EngineState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut EngineState {
+        &mut self.state
+    }
+    fn update_from_response(&mut self, usage: &Usage) {
+        self.note(format!("update_from_response {}", usage.prompt_tokens));
+        self.state.record_usage(usage);
+    }
+    fn should_compress(&self, prompt_tokens: Option<u64>) -> bool {
+        self.state.exceeds_threshold(prompt_tokens)
+    }
+    fn should_compress_info(&self, prompt_tokens: Option<u64>) -> crate::engine::CompressDecision {
+        self.note(format!("should_compress_info {prompt_tokens:?}"));
+        crate::engine::CompressDecision::plain(self.should_compress(prompt_tokens))
+    }
+    fn compress(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Result<Vec<Message>, EngineError> {
+        self.note(format!("compress force={}", request.force));
+        let out = match self.mode {
+            CompressMode::KeepEnds => {
+                vec![messages[0].clone(), messages[messages.len() - 1].clone()]
+            }
+            CompressMode::DropOne => {
+                let mut out = messages.to_vec();
+                out.remove(1);
+                out
+            }
+            CompressMode::Orphan => vec![Message::tool_result("nobody", "x")],
+            CompressMode::Empty => Vec::new(),
+            CompressMode::Fail => {
+                return Err(EngineError::Summarizer {
+                    engine: "scripted".into(),
+                    reason: "server down".into(),
+                    source: None,
+                });
+            }
+        };
+        self.state.record_compression();
+        Ok(out)
+    }
+    fn prune_tool_results_only<'a>(
+        &mut self,
+        messages: &'a [Message],
+        current_tokens: Option<u64>,
+    ) -> (Cow<'a, [Message]>, usize) {
+        self.note(format!("prune {current_tokens:?}"));
+        if !self.prune {
+            return (Cow::Borrowed(messages), 0);
+        }
+        let out: Vec<Message> = messages
+            .iter()
+            .map(|m| {
+                if m.is_tool_result() {
+                    let mut m = m.clone();
+                    m.content = crate::message::Content::Text("[pruned]".into());
+                    m
+                } else {
+                    m.clone()
+                }
+            })
+            .collect();
+        (Cow::Owned(out), 1)
+    }
+    fn select_context(&mut self, _request: &SelectRequest<'_>) -> Option<Vec<Message>> {
+        self.note("select_context");
+        self.select.clone()
+    }
+    fn on_turn_complete(&mut self, _messages: &[Message], usage: Option<&Usage>, turn: &TurnInfo) {
+        self.note(format!(
+            "on_turn_complete usage={} calls={}",
+            usage.is_some(),
+            turn.api_call_count
+        ));
+    }
+    fn should_compress_preflight(&self, _messages: &[Message]) -> bool {
+        self.note("should_compress_preflight");
+        self.preflight
+    }
+    fn should_defer_preflight_to_real_usage(&self, _rough: u64) -> bool {
+        self.note("should_defer_preflight_to_real_usage");
+        false
+    }
+    fn on_session_start(&mut self, session_id: &str, _info: &SessionInfo) {
+        self.note(format!("on_session_start {session_id}"));
+    }
+    fn on_session_end(&mut self, session_id: &str, messages: &[Message]) {
+        self.note(format!("on_session_end {session_id} {}", messages.len()));
+    }
+    fn tool_schemas(&self) -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "context_recall", "parameters": {}}}),
+            json!({"type": "function", "function": {"name": "bash", "parameters": {}}}),
+        ]
+    }
+    fn handle_tool_call(&mut self, name: &str, args: &Value, ctx: &ToolCallContext<'_>) -> String {
+        json!({"tool": name, "args": args, "seen": ctx.messages.map(<[Message]>::len)}).to_string()
+    }
+}
+
+fn history(tool_bytes: usize) -> Vec<Message> {
+    vec![
+        Message::system("You are a coding agent."),
+        Message::user("Fix the failing test in parser.rs."),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "c1",
+                "bash",
+                r#"{"command":"cat parser.rs"}"#,
+            )],
+        ),
+        Message::tool_result("c1", "fn parse() {}\n".repeat(tool_bytes / 15 + 1)),
+        Message::assistant("The parser ignores trailing commas."),
+        Message::user("Then fix it."),
+    ]
+}
+
+fn session(engine: Scripted) -> Session {
+    Session::new(
+        "s1",
+        Box::new(engine),
+        Arc::new(BpeCounter::new(Encoding::O200kBase)),
+    )
+}
+
+fn take(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+#[test]
+fn a_quiet_turn_calls_the_hooks_in_the_reference_order() {
+    let log = Arc::default();
+    let mut s = session(Scripted::new(&log));
+    let h = history(10);
+    s.start(&SessionInfo::default());
+    s.start(&SessionInfo::default());
+    let prepared = s.before_request(&h);
+    assert_eq!(prepared.request, h);
+    assert!(!prepared.selected);
+    assert!(prepared.update.new_history.is_none());
+    s.after_response(&Usage::new(50, 5));
+    let update = s.after_tools(&h);
+    assert!(update.new_history.is_none());
+    s.turn_complete(&h, &TurnInfo::default());
+    s.end(&h);
+    s.end(&h);
+    let rough = BpeCounter::new(Encoding::O200kBase).count_messages(&h);
+    assert_eq!(
+        take(&log),
+        [
+            "on_session_start s1",
+            "should_compress_preflight",
+            "should_defer_preflight_to_real_usage",
+            &format!("should_compress_info Some({rough})"),
+            "select_context",
+            "update_from_response 50",
+            "should_compress_info None",
+            "prune Some(50)",
+            "on_turn_complete usage=true calls=1",
+            "on_session_end s1 6",
+        ]
+    );
+}
+
+#[test]
+fn preflight_compaction_is_returned_not_applied_and_not_repeated_before_real_usage() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.preflight = true;
+    let mut s = session(engine);
+    let h = history(4000);
+    let before = h.clone();
+    let prepared = s.before_request(&h);
+    assert_eq!(h, before, "the caller's history is untouched");
+    let new = prepared.update.new_history.clone().unwrap();
+    assert_eq!(new.len(), 2);
+    assert_eq!(prepared.request, new);
+    let c = prepared.update.compaction.unwrap();
+    assert_eq!(c.trigger, Trigger::Preflight);
+    assert_eq!(c.passes, 1, "the result fits: no second pass");
+    assert!(c.tokens_after < c.tokens_before);
+    assert_eq!(prepared.update.notices.len(), 1);
+    assert_eq!(prepared.update.notices[0].kind, NoticeKind::Status);
+    let log_after_compaction = take(&log);
+    assert!(log_after_compaction.contains(&"compress force=false".to_string()));
+
+    // Right after a compaction, neither the next preflight nor the
+    // post-tool check may compact again: the numbers are stale.
+    let again = s.before_request(&h);
+    assert!(again.update.compaction.is_none());
+    let update = s.after_tools(&h);
+    assert!(update.compaction.is_none());
+    let log_now = take(&log);
+    assert!(
+        !log_now.iter().any(|l| l.starts_with("compress")),
+        "{log_now:?}"
+    );
+    assert!(
+        !log_now.iter().any(|l| l.starts_with("should_compress")),
+        "{log_now:?}"
+    );
+
+    // Real usage over the threshold re-arms the post-tool check.
+    s.after_response(&Usage::new(500, 5));
+    let update = s.after_tools(&h);
+    assert_eq!(update.compaction.unwrap().trigger, Trigger::PostTool);
+}
+
+#[test]
+fn passes_stop_at_three_or_when_a_pass_saves_under_five_percent() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.preflight = true;
+    engine.mode = CompressMode::DropOne;
+    // Many equally sized messages: each pass drops one of 40, under 5%.
+    let mut h = vec![Message::system("sys")];
+    for i in 0..40 {
+        h.push(Message::user(format!(
+            "message number {i} {}",
+            "word ".repeat(40)
+        )));
+        h.push(Message::assistant(format!(
+            "answer {i} {}",
+            "word ".repeat(40)
+        )));
+    }
+    let mut s = session(engine);
+    let c = s.before_request(&h).update.compaction.unwrap();
+    assert_eq!(c.passes, 1);
+
+    // Each pass drops one of three big messages: a third each time, still
+    // over the threshold, so the cap of three passes applies.
+    let log2 = Arc::default();
+    let mut engine = Scripted::new(&log2);
+    engine.preflight = true;
+    engine.mode = CompressMode::DropOne;
+    engine.state.threshold_tokens = 1;
+    let h = vec![
+        Message::system("sys"),
+        Message::user("a ".repeat(300)),
+        Message::assistant("b ".repeat(300)),
+        Message::user("c ".repeat(300)),
+        Message::assistant("d ".repeat(300)),
+        Message::user("e"),
+    ];
+    let mut s = session(engine);
+    let c = s.before_request(&h).update.compaction.unwrap();
+    assert_eq!(c.passes, 3);
+    assert_eq!(c.messages_after, 3);
+    let compress_calls = take(&log2)
+        .iter()
+        .filter(|l| l.starts_with("compress"))
+        .count();
+    assert_eq!(compress_calls, 3);
+}
+
+#[test]
+fn invalid_empty_or_failed_results_leave_everything_as_it_was() {
+    for mode in [
+        CompressMode::Orphan,
+        CompressMode::Empty,
+        CompressMode::Fail,
+    ] {
+        let log = Arc::default();
+        let mut engine = Scripted::new(&log);
+        engine.preflight = true;
+        engine.mode = mode;
+        let mut s = session(engine);
+        let h = history(4000);
+        let prepared = s.before_request(&h);
+        assert!(prepared.update.new_history.is_none());
+        assert!(prepared.update.compaction.is_none());
+        assert_eq!(prepared.request, h);
+        assert_eq!(prepared.update.notices.len(), 1);
+        assert_eq!(prepared.update.notices[0].kind, NoticeKind::Warning);
+        assert!(prepared.update.notices[0].text.contains("unchanged"));
+    }
+}
+
+#[test]
+fn a_bad_selection_is_ignored_and_a_good_one_is_request_only() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.select = Some(vec![Message::tool_result("c9", "orphan")]);
+    let mut s = session(engine);
+    let h = history(10);
+    let prepared = s.before_request(&h);
+    assert!(!prepared.selected);
+    assert_eq!(prepared.request, h);
+    assert_eq!(prepared.update.notices[0].kind, NoticeKind::Warning);
+
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    let view = vec![h[0].clone(), h[5].clone()];
+    engine.select = Some(view.clone());
+    let mut s = session(engine);
+    let prepared = s.before_request(&h);
+    assert!(prepared.selected);
+    assert_eq!(prepared.request, view);
+    assert!(
+        prepared.update.new_history.is_none(),
+        "a view is never persisted"
+    );
+}
+
+#[test]
+fn silent_engines_stay_silent_but_manual_compaction_always_reports() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.preflight = true;
+    engine.state.emit_automatic_compaction_status = false;
+    let mut s = session(engine);
+    let h = history(4000);
+    let prepared = s.before_request(&h);
+    assert!(prepared.update.compaction.is_some());
+    assert!(prepared.update.notices.is_empty());
+
+    let update = s.compact_now(&h, Some("parser"));
+    assert!(update.compaction.is_some());
+    assert_eq!(update.notices[0].kind, NoticeKind::Manual);
+    assert!(take(&log).contains(&"compress force=true".to_string()));
+}
+
+#[test]
+fn proactive_prune_is_returned_as_new_history() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.prune = true;
+    let mut s = session(engine);
+    let h = history(10);
+    s.after_response(&Usage::new(50, 5));
+    let update = s.after_tools(&h);
+    assert_eq!(update.pruned, 1);
+    assert_eq!(update.new_history.unwrap()[3].text(), "[pruned]");
+}
+
+#[test]
+fn engine_tools_merge_without_duplicates_and_route_calls() {
+    let log = Arc::default();
+    let mut s = session(Scripted::new(&log));
+    let agent = vec![json!({"type": "function", "function": {"name": "bash"}})];
+    let tools = s.tools(&agent);
+    let names: Vec<_> = tools.iter().filter_map(tool_name).collect();
+    assert_eq!(names, ["bash", "context_recall"]);
+    let h = history(10);
+    assert!(s.handle_tool_call("edit", "{}", &h).is_none());
+    let out = s
+        .handle_tool_call("context_recall", r#"{"handle":"c1"}"#, &h)
+        .unwrap();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["args"]["handle"], "c1");
+    assert_eq!(out["seen"], 6);
+    let bad = s
+        .handle_tool_call("context_recall", "{not json", &h)
+        .unwrap();
+    assert!(bad.contains("not JSON"));
+}
+
+#[test]
+fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let engine = crate::compressor::Compressor::new(Arc::clone(&counter), 8000);
+    let mut s = Session::new("s2", Box::new(engine), counter);
+    let mut h = vec![Message::system("You are a coding agent.")];
+    for i in 0..12 {
+        h.push(Message::user(format!("step {i}: look at file_{i}.py")));
+        let id = format!("call{i}");
+        h.push(Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                &id,
+                "bash",
+                format!(r#"{{"command":"cat file_{i}.py"}}"#),
+            )],
+        ));
+        h.push(Message::tool_result(
+            &id,
+            format!("value_{i} = compute(alpha, beta, gamma)\n").repeat(120),
+        ));
+        h.push(Message::assistant(format!("file_{i}.py sets x to {i}.")));
+    }
+    let prepared = s.before_request(&h);
+    let new = prepared
+        .update
+        .new_history
+        .expect("over the threshold: compacted");
+    let c = prepared.update.compaction.clone().unwrap();
+    assert!(c.tokens_before > 8000 && c.tokens_after < 6000, "{c:?}");
+    // The request view digests older tool output of the compacted history.
+    assert!(prepared.request_tokens <= c.tokens_after);
+    assert!(new.len() < h.len());
+    assert_eq!(s.status().compression_count, 1);
+    assert_eq!(
+        s.engine().state().last_prompt_tokens,
+        PromptTokens::AwaitingRealUsage
+    );
+}

@@ -1,0 +1,495 @@
+//! Replay a recorded agent session through an engine: what would it have
+//! sent, when would it have compacted, what would the provider's prompt
+//! cache have saved, and what survived.
+//!
+//! Each assistant message of the recording is one model call whose request
+//! was everything before it. The replay drives a [`Session`] exactly as an
+//! agent would: the recorded messages are appended to a stored history,
+//! accepted compactions and prunes replace that history, and every request
+//! goes through [`Session::before_request`]. The unmanaged agent's request
+//! is the recording's own prefix, counted with the same tokenizer so that
+//! the two columns compare like with like.
+
+mod price;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::engine::Usage;
+use crate::host::{Compaction, Notice, Session};
+use crate::message::{Message, Role};
+use crate::tokens::{TokenCounter, recorded_prompt_tokens};
+use crate::validate::{
+    Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
+};
+
+pub use price::PriceModel;
+
+/// Why a recording cannot be replayed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// Nothing to replay: no message was written by the model.
+    #[error(
+        "no assistant message: there is no model call to replay (is this an agent transcript? try `ctx inspect`)"
+    )]
+    NoAssistantTurns,
+    /// A request of the recording is one no provider would accept, so no
+    /// engine can be measured against it.
+    #[error(
+        "message {index}: {rule}: {detail}; the recorded requests are not valid, so they cannot be replayed (run `ctx validate` for every problem)"
+    )]
+    BrokenPairing {
+        /// The offending message.
+        index: usize,
+        /// The rule it breaks.
+        rule: Rule,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// Options of a replay.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ReplayOptions {
+    /// Prices for the cost estimate.
+    pub price: PriceModel,
+    /// Rules every request must keep (checked per call: no new violation).
+    pub profile: Profile,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> ReplayOptions {
+        ReplayOptions {
+            price: PriceModel::default(),
+            profile: Profile::OpenAi,
+        }
+    }
+}
+
+impl ReplayOptions {
+    /// Sets [`price`](Self::price).
+    pub fn with_price(mut self, price: PriceModel) -> ReplayOptions {
+        self.price = price;
+        self
+    }
+
+    /// Sets [`profile`](Self::profile).
+    pub fn with_profile(mut self, profile: Profile) -> ReplayOptions {
+        self.profile = profile;
+        self
+    }
+}
+
+/// One model call of the replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct CallRecord {
+    /// Position among the calls, from 0.
+    pub call: usize,
+    /// Index of the assistant message in the recording.
+    pub message_index: usize,
+    /// Prompt tokens the unmanaged agent sent (the recording's prefix).
+    pub tokens_without_engine: u64,
+    /// Prompt tokens of the request the engine prepared.
+    pub tokens_with_engine: u64,
+    /// The provider's recorded prompt tokens for this call, when the
+    /// recording has them.
+    pub recorded_prompt_tokens: Option<u64>,
+    /// Completion tokens of the call (recorded, else counted).
+    pub completion_tokens: u64,
+    /// Longest common prefix with the previous request, in tokens: what a
+    /// provider's prompt cache would serve (with the engine).
+    pub cache_hit_tokens: u64,
+    /// The same for the unmanaged agent.
+    pub cache_hit_tokens_without_engine: u64,
+    /// A compaction accepted before this call.
+    pub compaction: Option<Compaction>,
+    /// Tool results the proactive prune shortened before this call.
+    pub pruned: usize,
+    /// The engine replaced the request (digest, retrieval).
+    pub selected: bool,
+    /// Messages in the request the engine prepared.
+    pub messages_with_engine: usize,
+    /// Violations of the profile this request has that the unmanaged
+    /// request did not (0 for a correct engine).
+    pub violations_introduced: usize,
+    /// Time spent in the engine for this call (preflight, selection,
+    /// post-tool checks and usage update), summarizer calls included.
+    #[serde(serialize_with = "millis")]
+    pub engine_time: Duration,
+    /// Notices the driver raised for this call.
+    pub notices: Vec<Notice>,
+}
+
+/// Sums over all calls.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Totals {
+    /// Model calls replayed.
+    pub calls: usize,
+    /// Prompt tokens sent with the engine.
+    pub prompt_tokens_with_engine: u64,
+    /// Prompt tokens the unmanaged agent sent.
+    pub prompt_tokens_without_engine: u64,
+    /// `with / without`.
+    pub token_ratio: f64,
+    /// Completion tokens (the same with and without: the replay does not
+    /// change what the model answered).
+    pub completion_tokens: u64,
+    /// Prompt-cache hits with the engine.
+    pub cache_hit_tokens: u64,
+    /// Prompt-cache hits without it.
+    pub cache_hit_tokens_without_engine: u64,
+    /// `cache_hit_tokens / prompt_tokens_with_engine`.
+    pub cache_hit_share: f64,
+    /// `cache_hit_tokens_without_engine / prompt_tokens_without_engine`.
+    pub cache_hit_share_without_engine: f64,
+    /// Estimated cost with the engine, in the price model's currency.
+    pub estimated_cost_with_engine: f64,
+    /// Estimated cost without it.
+    pub estimated_cost_without_engine: f64,
+    /// The largest request with the engine.
+    pub largest_request_with_engine: u64,
+    /// The largest request without it.
+    pub largest_request_without_engine: u64,
+    /// Compactions accepted.
+    pub compactions: usize,
+    /// Calls preceded by a proactive prune.
+    pub prunes: usize,
+    /// Calls whose request the engine replaced (digested).
+    pub selected: usize,
+    /// Engine time per call.
+    pub engine_time: TimeStats,
+}
+
+/// Median, 99th percentile and maximum of the engine time per call.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct TimeStats {
+    /// Median, in milliseconds.
+    pub median_ms: f64,
+    /// 99th percentile (nearest rank), in milliseconds.
+    pub p99_ms: f64,
+    /// Maximum, in milliseconds.
+    pub max_ms: f64,
+}
+
+/// Everything a replay measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    /// The engine's name.
+    pub engine: String,
+    /// The model window the engine managed.
+    pub context_length: u64,
+    /// The engine's compaction threshold at the start.
+    pub threshold_tokens: u64,
+    /// The price model of the estimates.
+    pub price: PriceModel,
+    /// Sums.
+    pub totals: Totals,
+    /// One entry per model call.
+    pub calls: Vec<CallRecord>,
+    /// The request of the last call, as the engine prepared it.
+    #[serde(skip)]
+    pub final_request: Vec<Message>,
+    /// The stored history at the end (after compactions and prunes).
+    #[serde(skip)]
+    pub final_history: Vec<Message>,
+    /// Every accepted compaction: the call before which it ran, the request
+    /// it produced, and the stored history then (for retention checks).
+    #[serde(skip)]
+    pub compaction_views: Vec<CompactionView>,
+}
+
+/// The state right after one compaction, kept for retention checks.
+#[derive(Clone, Debug)]
+pub struct CompactionView {
+    /// The call before which it ran.
+    pub call: usize,
+    /// How many messages of the recording had been seen then.
+    pub seen: usize,
+    /// The request sent right after it.
+    pub request: Vec<Message>,
+    /// The stored history right after it.
+    pub history: Vec<Message>,
+}
+
+/// Checks that `messages` can be replayed: at least one model call and no
+/// tool result that no request could carry.
+pub fn check_replayable(messages: &[Message]) -> Result<(), ReplayError> {
+    if !messages.iter().any(|m| m.role == Role::Assistant) {
+        return Err(ReplayError::NoAssistantTurns);
+    }
+    let fatal = [
+        Rule::OrphanToolResult,
+        Rule::ToolResultWithoutId,
+        Rule::DuplicateToolResult,
+    ];
+    if let Some(v) = validate(messages, Profile::OpenAi)
+        .into_iter()
+        .find(|v| fatal.contains(&v.rule))
+    {
+        return Err(ReplayError::BrokenPairing {
+            index: v.index,
+            rule: v.rule,
+            detail: v.detail,
+        });
+    }
+    Ok(())
+}
+
+/// Replays `recording` through `session`; `counter` counts both sides;
+/// `progress(done, total)` is called after each call.
+pub fn replay(
+    recording: &[Message],
+    session: &mut Session,
+    counter: &dyn TokenCounter,
+    options: &ReplayOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ReplayReport, ReplayError> {
+    check_replayable(recording)?;
+    let call_indexes: Vec<usize> = recording
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Assistant)
+        .map(|(i, _)| i)
+        .collect();
+    let total = call_indexes.len();
+    let state = session.engine().state();
+    let context_length = state.context_length;
+    let threshold_tokens = state.threshold_tokens;
+
+    let mut history: Vec<Message> = Vec::new();
+    // Per-message token counts of the recording, summed as the unmanaged
+    // prefix grows (count_message is additive).
+    let mut unmanaged_tokens: u64 = counter.request_overhead() as u64;
+    let mut cursor = 0;
+    let mut previous_request: Vec<Message> = Vec::new();
+    let mut calls = Vec::with_capacity(total);
+    let mut compaction_views = Vec::new();
+    let mut final_request = Vec::new();
+
+    for (call, &index) in call_indexes.iter().enumerate() {
+        let mut engine_time = Duration::ZERO;
+        let mut pruned = 0;
+        let mut compaction = None;
+        let mut notices = Vec::new();
+
+        // What arrived since the last call: tool results first (the agent
+        // ran the tools), then maybe a new user turn.
+        let segment = &recording[cursor..index];
+        let tools_end = segment
+            .iter()
+            .position(|m| !(m.is_tool_result() || is_tool_reentry(m)))
+            .unwrap_or(segment.len());
+        let (tools, rest) = segment.split_at(tools_end);
+        if call > 0 && !tools.is_empty() {
+            history.extend_from_slice(tools);
+            let started = Instant::now();
+            let update = session.after_tools(&history);
+            engine_time += started.elapsed();
+            pruned += update.pruned;
+            notices.extend(update.notices);
+            if let Some(new) = update.new_history {
+                history = new;
+            }
+            if update.compaction.is_some() {
+                compaction = update.compaction;
+            }
+        } else {
+            history.extend_from_slice(tools);
+        }
+        if call > 0 && rest.iter().any(is_real_user_turn) {
+            session.turn_complete(&history, &Default::default());
+        }
+        history.extend_from_slice(rest);
+        for m in segment {
+            unmanaged_tokens += counter.count_message(m) as u64;
+        }
+
+        let started = Instant::now();
+        let prepared = session.before_request(&history);
+        engine_time += started.elapsed();
+        notices.extend(prepared.update.notices);
+        if let Some(new) = prepared.update.new_history {
+            history = new;
+        }
+        if prepared.update.compaction.is_some() {
+            compaction = prepared.update.compaction;
+        }
+        let request = prepared.request;
+        let tokens_with_engine = prepared.request_tokens;
+        let unmanaged = &recording[..index];
+        let violations_introduced =
+            usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
+
+        let cache_hit_tokens = common_prefix_tokens(&previous_request, &request, counter);
+        // The unmanaged agent only appends: its previous request is a prefix.
+        let cache_hit_tokens_without_engine = calls
+            .last()
+            .map_or(0, |c: &CallRecord| c.tokens_without_engine)
+            .saturating_sub(counter.request_overhead() as u64);
+
+        let answer = &recording[index];
+        let recorded = recorded_prompt_tokens(answer);
+        let completion_tokens = recorded_completion_tokens(answer)
+            .unwrap_or_else(|| counter.count_message(answer) as u64);
+        // The provider's count is for the unmanaged request; scale it to
+        // the request the engine made, so the engine sees what the provider
+        // would have reported for it.
+        let prompt_for_engine = match recorded {
+            Some(r) if unmanaged_tokens > 0 => {
+                (r as f64 * tokens_with_engine as f64 / unmanaged_tokens as f64).round() as u64
+            }
+            _ => tokens_with_engine,
+        };
+        history.push(answer.clone());
+        let unmanaged_before_answer = unmanaged_tokens;
+        unmanaged_tokens += counter.count_message(answer) as u64;
+        let started = Instant::now();
+        session.after_response(&Usage::new(prompt_for_engine, completion_tokens));
+        engine_time += started.elapsed();
+        cursor = index + 1;
+
+        if compaction.is_some() {
+            compaction_views.push(CompactionView {
+                call,
+                seen: index,
+                request: request.clone(),
+                history: history[..history.len() - 1].to_vec(),
+            });
+        }
+        calls.push(CallRecord {
+            call,
+            message_index: index,
+            tokens_without_engine: unmanaged_before_answer,
+            tokens_with_engine,
+            recorded_prompt_tokens: recorded,
+            completion_tokens,
+            cache_hit_tokens,
+            cache_hit_tokens_without_engine,
+            compaction,
+            pruned,
+            selected: prepared.selected,
+            messages_with_engine: request.len(),
+            violations_introduced,
+            engine_time,
+            notices,
+        });
+        if call + 1 == total {
+            final_request = request.clone();
+        }
+        previous_request = request;
+        progress(call + 1, total);
+    }
+    // What follows the last call (its tool results, a closing message).
+    history.extend_from_slice(&recording[cursor..]);
+    session.turn_complete(&history, &Default::default());
+    session.end(&history);
+
+    let totals = totals(&calls, &options.price);
+    Ok(ReplayReport {
+        engine: session.engine().name().to_owned(),
+        context_length,
+        threshold_tokens,
+        price: options.price.clone(),
+        totals,
+        calls,
+        final_request,
+        final_history: history,
+        compaction_views,
+    })
+}
+
+/// Tokens of the longest run of identical leading messages.
+fn common_prefix_tokens(a: &[Message], b: &[Message], counter: &dyn TokenCounter) -> u64 {
+    a.iter()
+        .zip(b)
+        .take_while(|(x, y)| x == y)
+        .map(|(m, _)| counter.count_message(m) as u64)
+        .sum()
+}
+
+/// Completion tokens the provider recorded for the call that wrote `m`.
+fn recorded_completion_tokens(m: &Message) -> Option<u64> {
+    let usage = m
+        .extra
+        .get("extra")
+        .and_then(|e| e.get("response"))
+        .or_else(|| m.extra.get("response"))
+        .and_then(|r| r.get("usage"))
+        .or_else(|| m.extra.get("usage"))?;
+    usage
+        .get("completion_tokens")
+        .or_else(|| usage.get("output_tokens"))
+        .and_then(serde_json::Value::as_u64)
+}
+
+fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
+    let mut t = Totals {
+        calls: calls.len(),
+        ..Totals::default()
+    };
+    for c in calls {
+        t.prompt_tokens_with_engine += c.tokens_with_engine;
+        t.prompt_tokens_without_engine += c.tokens_without_engine;
+        t.completion_tokens += c.completion_tokens;
+        t.cache_hit_tokens += c.cache_hit_tokens;
+        t.cache_hit_tokens_without_engine += c.cache_hit_tokens_without_engine;
+        t.estimated_cost_with_engine += price.cost(
+            c.tokens_with_engine,
+            c.cache_hit_tokens,
+            c.completion_tokens,
+        );
+        t.estimated_cost_without_engine += price.cost(
+            c.tokens_without_engine,
+            c.cache_hit_tokens_without_engine,
+            c.completion_tokens,
+        );
+        t.largest_request_with_engine = t.largest_request_with_engine.max(c.tokens_with_engine);
+        t.largest_request_without_engine = t
+            .largest_request_without_engine
+            .max(c.tokens_without_engine);
+        t.compactions += usize::from(c.compaction.is_some());
+        t.prunes += usize::from(c.pruned > 0);
+        t.selected += usize::from(c.selected);
+    }
+    t.token_ratio = ratio(t.prompt_tokens_with_engine, t.prompt_tokens_without_engine);
+    t.cache_hit_share = ratio(t.cache_hit_tokens, t.prompt_tokens_with_engine);
+    t.cache_hit_share_without_engine = ratio(
+        t.cache_hit_tokens_without_engine,
+        t.prompt_tokens_without_engine,
+    );
+    let mut times: Vec<f64> = calls
+        .iter()
+        .map(|c| c.engine_time.as_secs_f64() * 1000.0)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    t.engine_time = TimeStats {
+        median_ms: nearest_rank(&times, 0.5),
+        p99_ms: nearest_rank(&times, 0.99),
+        max_ms: times.last().copied().unwrap_or(0.0),
+    };
+    t
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// The `q` quantile of sorted `xs` by the nearest-rank method.
+fn nearest_rank(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * xs.len() as f64).ceil() as usize;
+    xs[rank.clamp(1, xs.len()) - 1]
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}

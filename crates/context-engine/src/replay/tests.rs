@@ -1,0 +1,172 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::*;
+use crate::compressor::Compressor;
+use crate::message::ToolCall;
+use crate::tokens::{BpeCounter, CachedCounter, Encoding};
+use crate::transcript::Transcript;
+
+fn counter() -> Arc<dyn TokenCounter> {
+    Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)))
+}
+
+fn run(messages: &[Message], context_length: u64) -> ReplayReport {
+    let counter = counter();
+    let engine = Compressor::new(Arc::clone(&counter), context_length);
+    let mut session = Session::new("replay", Box::new(engine), Arc::clone(&counter));
+    let mut seen = Vec::new();
+    let report = replay(
+        messages,
+        &mut session,
+        counter.as_ref(),
+        &ReplayOptions::default(),
+        |done, total| seen.push((done, total)),
+    )
+    .unwrap();
+    assert_eq!(seen.len(), report.calls.len());
+    assert_eq!(seen.last().map(|s| s.0), Some(report.calls.len()));
+    report
+}
+
+/// The figures a replay reports hold together, whatever the input.
+fn assert_consistent(r: &ReplayReport) {
+    let mut with = 0;
+    let mut without = 0;
+    for c in &r.calls {
+        assert!(
+            c.tokens_with_engine <= c.tokens_without_engine,
+            "call {}: {} > {}",
+            c.call,
+            c.tokens_with_engine,
+            c.tokens_without_engine
+        );
+        assert_eq!(
+            c.violations_introduced, 0,
+            "call {}: {:?}",
+            c.call, c.notices
+        );
+        assert!(c.cache_hit_tokens <= c.tokens_with_engine);
+        assert!(c.cache_hit_tokens_without_engine <= c.tokens_without_engine);
+        with += c.tokens_with_engine;
+        without += c.tokens_without_engine;
+    }
+    assert_eq!(r.totals.prompt_tokens_with_engine, with);
+    assert_eq!(r.totals.prompt_tokens_without_engine, without);
+    assert!(r.totals.estimated_cost_with_engine <= r.totals.estimated_cost_without_engine + 1e-9);
+    assert_eq!(
+        r.totals.compactions,
+        r.calls.iter().filter(|c| c.compaction.is_some()).count()
+    );
+    assert_eq!(r.compaction_views.len(), r.totals.compactions);
+    assert!(r.totals.engine_time.median_ms <= r.totals.engine_time.p99_ms);
+    assert!(r.totals.engine_time.p99_ms <= r.totals.engine_time.max_ms);
+}
+
+fn session_messages(rounds: usize, output_lines: usize) -> Vec<Message> {
+    let mut m = vec![
+        Message::system("You are a coding agent."),
+        Message::user("Make the test suite pass."),
+    ];
+    for i in 0..rounds {
+        let id = format!("c{i}");
+        m.push(Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                &id,
+                "bash",
+                format!(r#"{{"command":"cat src/mod_{i}.py"}}"#),
+            )],
+        ));
+        m.push(Message::tool_result(
+            &id,
+            format!("def f_{i}(x):\n    return x * {i}  # compute\n").repeat(output_lines),
+        ));
+    }
+    m.push(Message::assistant("All tests pass."));
+    m
+}
+
+#[test]
+fn an_unmanaged_window_changes_nothing_but_the_digest() {
+    let messages = session_messages(6, 20);
+    let r = run(&messages, 1_000_000);
+    assert_consistent(&r);
+    assert_eq!(r.totals.calls, 7);
+    assert_eq!(r.totals.compactions, 0);
+    // Small outputs: nothing to digest, so requests are the recording's.
+    assert_eq!(
+        r.totals.prompt_tokens_with_engine,
+        r.totals.prompt_tokens_without_engine
+    );
+    // Append-only requests: everything but the newest messages is cached.
+    assert_eq!(
+        r.calls[1].cache_hit_tokens,
+        r.calls[1].cache_hit_tokens_without_engine
+    );
+    assert_eq!(r.final_history, messages);
+}
+
+#[test]
+fn a_small_window_compacts_and_the_figures_hold_together() {
+    let messages = session_messages(30, 60);
+    let r = run(&messages, 12_000);
+    assert_consistent(&r);
+    assert!(r.totals.compactions >= 1, "{:?}", r.totals);
+    assert!(r.totals.token_ratio < 0.8, "{}", r.totals.token_ratio);
+    assert!(r.totals.largest_request_with_engine < 12_000);
+    // After a compaction the stored history is shorter than the recording.
+    assert!(r.final_history.len() < messages.len());
+    // The last recorded answer is the end of the stored history.
+    assert_eq!(r.final_history.last(), messages.last());
+}
+
+#[test]
+fn unreplayable_recordings_say_why() {
+    let none = vec![Message::system("s"), Message::user("hi")];
+    assert!(matches!(
+        check_replayable(&none),
+        Err(ReplayError::NoAssistantTurns)
+    ));
+    let orphan = vec![
+        Message::user("hi"),
+        Message::tool_result("ghost", "x"),
+        Message::assistant("ok"),
+    ];
+    let err = check_replayable(&orphan).unwrap_err();
+    assert!(
+        err.to_string().starts_with("message 1: orphan-tool-result"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("ctx validate"));
+}
+
+fn corpus() -> Option<Vec<PathBuf>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("skipped: no corpus at {}", dir.display());
+        return None;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x != "md"))
+        .collect();
+    files.sort();
+    Some(files)
+}
+
+#[test]
+fn every_corpus_transcript_replays_consistently_at_half_its_peak() {
+    let Some(files) = corpus() else { return };
+    for path in files {
+        let t = Transcript::load(&path).unwrap();
+        let full = run(&t.messages, 10_000_000);
+        assert_consistent(&full);
+        let peak = full.totals.largest_request_without_engine;
+        let r = run(&t.messages, peak / 2);
+        assert_consistent(&r);
+        if let Some(c) = r.calls.iter().find(|c| c.recorded_prompt_tokens.is_some()) {
+            assert!(c.recorded_prompt_tokens.unwrap() > 0);
+        }
+    }
+}

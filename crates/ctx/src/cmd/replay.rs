@@ -1,0 +1,322 @@
+//! `ctx replay FILE`: replay a recorded session through an engine, the way
+//! an agent would have driven it, and report what it would have sent, what
+//! the prompt cache would have saved, what it would have cost, and what
+//! information survived.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use context_engine::compressor::{Compressor, CompressorOptions};
+use context_engine::engine::ContextEngine;
+use context_engine::host::{HostOptions, Session, Trigger};
+use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
+use context_engine::tokens::{
+    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
+};
+use context_engine::validate::Profile;
+use serde::Serialize;
+
+use super::compact::{SummarizerKind, openai_summarizer};
+use crate::output::{Table, json, thousands};
+
+/// Arguments of `ctx replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub input: super::Input,
+    /// The model's context window the engine manages, in tokens.
+    #[arg(long, default_value_t = 128_000)]
+    pub context_length: u64,
+    /// The agent's model: picks the tokenizer (o200k when absent).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Who writes compaction summaries.
+    #[arg(long, value_enum, default_value_t = SummarizerKind::Extractive)]
+    pub summarizer: SummarizerKind,
+    /// Base URL of the OpenAI-compatible summarizer endpoint.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model name for the summarizer (defaults to --model).
+    #[arg(long)]
+    pub summarizer_model: Option<String>,
+    /// Environment variable holding the summarizer's API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// Provider rules every request must keep: `openai` or `strict`.
+    #[arg(long, default_value = "openai")]
+    pub profile: Profile,
+    /// Input price per million tokens (default: gpt-4.1's $2.00).
+    #[arg(long)]
+    pub price_input: Option<f64>,
+    /// Cached-input price per million tokens (default: gpt-4.1's $0.50).
+    #[arg(long)]
+    pub price_cached_input: Option<f64>,
+    /// Output price per million tokens (default: gpt-4.1's $8.00).
+    #[arg(long)]
+    pub price_output: Option<f64>,
+    /// One JSON report on stdout instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list every call.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
+/// invalid request, 2 on errors (including an unreplayable input).
+pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let transcript = args.input.load()?;
+    let counter: Arc<dyn TokenCounter> = match &args.model {
+        Some(model) => counter_for_model(model),
+        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
+    };
+    let mut engine: Box<dyn ContextEngine> = {
+        let options = CompressorOptions::default().with_profile(args.profile);
+        let mut compressor =
+            Compressor::with_options(Arc::clone(&counter), args.context_length, options);
+        if args.summarizer == SummarizerKind::Openai {
+            let base_url = args
+                .base_url
+                .as_deref()
+                .context("--summarizer openai needs --base-url")?;
+            let model = args
+                .summarizer_model
+                .as_deref()
+                .or(args.model.as_deref())
+                .context("--summarizer openai needs --summarizer-model (or --model)")?;
+            compressor =
+                compressor.with_summarizer(openai_summarizer(base_url, model, &args.api_key_env)?);
+        }
+        Box::new(compressor)
+    };
+    engine.state_mut().context_length = args.context_length;
+    let mut session = Session::new("replay", engine, Arc::clone(&counter))
+        .with_options(HostOptions::default().with_profile(args.profile));
+    let mut price = PriceModel::default();
+    if args.price_input.is_some()
+        || args.price_cached_input.is_some()
+        || args.price_output.is_some()
+    {
+        price = PriceModel::new(
+            "custom",
+            args.price_input.unwrap_or(price.input_per_million),
+            args.price_cached_input
+                .unwrap_or(price.cached_input_per_million),
+            args.price_output.unwrap_or(price.output_per_million),
+        );
+    }
+    let options = ReplayOptions::default()
+        .with_price(price)
+        .with_profile(args.profile);
+
+    let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "replaying {bar:30} {pos}/{len} calls {elapsed}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let report = replay(
+        &transcript.messages,
+        &mut session,
+        counter.as_ref(),
+        &options,
+        |done, total| {
+            if let Some(bar) = &bar {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            }
+        },
+    )
+    .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+
+    let file = args.input.file.display().to_string();
+    if args.json {
+        json(&JsonReport {
+            file: &file,
+            report: &report,
+        })?;
+    } else {
+        print!("{}", render(&file, &report, args.verbose));
+    }
+    let invalid = report.calls.iter().any(|c| c.violations_introduced > 0);
+    Ok(if invalid {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    file: &'a str,
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+fn money(x: f64) -> String {
+    if x < 0.1 {
+        format!("${x:.4}")
+    } else {
+        format!("${x:.2}")
+    }
+}
+
+/// The human report: a summary table a newcomer can read without the code.
+fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
+    let n = thousands;
+    let t = &r.totals;
+    let mut s = format!(
+        "{file}: {} model calls replayed through engine `{}`\n  window {} tokens, compaction at {} tokens; prices: {} (${:.2} input, ${:.2} cached, ${:.2} output per 1M)\n\n",
+        t.calls,
+        r.engine,
+        n(r.context_length),
+        n(r.threshold_tokens),
+        r.price.name,
+        r.price.input_per_million,
+        r.price.cached_input_per_million,
+        r.price.output_per_million,
+    );
+    let mut table = Table::new(["", "without engine", "with engine", "change"]);
+    table.row([
+        "prompt tokens sent".to_string(),
+        n(t.prompt_tokens_without_engine),
+        n(t.prompt_tokens_with_engine),
+        change(
+            t.prompt_tokens_without_engine as f64,
+            t.prompt_tokens_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "largest request".to_string(),
+        n(t.largest_request_without_engine),
+        n(t.largest_request_with_engine),
+        change(
+            t.largest_request_without_engine as f64,
+            t.largest_request_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "prompt-cache hits".to_string(),
+        format!(
+            "{} ({})",
+            n(t.cache_hit_tokens_without_engine),
+            percent(t.cache_hit_share_without_engine)
+        ),
+        format!("{} ({})", n(t.cache_hit_tokens), percent(t.cache_hit_share)),
+        String::new(),
+    ]);
+    table.row([
+        "estimated cost".to_string(),
+        money(t.estimated_cost_without_engine),
+        money(t.estimated_cost_with_engine),
+        change(
+            t.estimated_cost_without_engine,
+            t.estimated_cost_with_engine,
+        ),
+    ]);
+    s.push_str(&table.render(2));
+    let compactions: Vec<String> = r
+        .calls
+        .iter()
+        .filter_map(|c| {
+            let k = c.compaction.as_ref()?;
+            let why = match k.trigger {
+                Trigger::Preflight => "before",
+                Trigger::PostTool => "after tools, before",
+                Trigger::Manual => "manual, before",
+            };
+            Some(format!(
+                "{why} call {}: {} -> {} tokens",
+                c.call + 1,
+                n(k.tokens_before),
+                n(k.tokens_after)
+            ))
+        })
+        .collect();
+    s.push_str(&format!(
+        "\n  compactions  {}{}\n",
+        compactions.len(),
+        if compactions.is_empty() {
+            " (the session never reached the threshold)".to_string()
+        } else {
+            format!(" ({})", compactions.join("; "))
+        }
+    ));
+    s.push_str(&format!(
+        "  digested    {} of {} requests carried older tool output as one-line digests\n",
+        t.selected, t.calls
+    ));
+    s.push_str(&format!(
+        "  pruned      {} calls followed a proactive prune\n",
+        t.prunes
+    ));
+    s.push_str(&format!(
+        "  engine time per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms\n",
+        t.engine_time.median_ms, t.engine_time.p99_ms, t.engine_time.max_ms
+    ));
+    let warnings: Vec<&str> = r
+        .calls
+        .iter()
+        .flat_map(|c| &c.notices)
+        .filter(|w| w.kind == context_engine::host::NoticeKind::Warning)
+        .map(|w| w.text.as_str())
+        .collect();
+    if let Some(first) = warnings.first() {
+        s.push_str(&format!(
+            "  warnings    {} (first: {first})\n",
+            warnings.len()
+        ));
+    }
+    if verbose {
+        let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
+        for c in &r.calls {
+            let mut event = Vec::new();
+            if c.compaction.is_some() {
+                event.push("compaction");
+            }
+            if c.pruned > 0 {
+                event.push("prune");
+            }
+            if c.selected {
+                event.push("digest");
+            }
+            calls.row([
+                (c.call + 1).to_string(),
+                c.message_index.to_string(),
+                n(c.tokens_without_engine),
+                n(c.tokens_with_engine),
+                n(c.cache_hit_tokens),
+                event.join(", "),
+            ]);
+        }
+        s.push('\n');
+        s.push_str(&calls.render(2));
+    }
+    s
+}
+
+/// `-42%` style change from `before` to `after`.
+fn change(before: f64, after: f64) -> String {
+    if before <= 0.0 {
+        return String::new();
+    }
+    let pct = (after - before) / before * 100.0;
+    if pct.abs() < 0.05 {
+        "same".into()
+    } else {
+        format!("{pct:+.0}%")
+    }
+}
