@@ -18,7 +18,7 @@ use context_engine::tokens::{
 use context_engine::validate::Profile;
 use serde::Serialize;
 
-use super::compact::{SummarizerKind, openai_summarizer};
+use super::compact::{SummarizerKind, openai_client, openai_config};
 use crate::output::{Table, json, thousands};
 
 /// Arguments of `ctx replay`.
@@ -44,6 +44,12 @@ pub struct ReplayArgs {
     /// Environment variable holding the summarizer's API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
+    /// The summary model's own window, in tokens (see `ctx compact`).
+    #[arg(long)]
+    pub summarizer_context_length: Option<u64>,
+    /// Longest summary reply, in tokens (sent as `max_tokens`).
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
@@ -86,8 +92,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 .as_deref()
                 .or(args.model.as_deref())
                 .context("--summarizer openai needs --summarizer-model (or --model)")?;
-            compressor =
-                compressor.with_summarizer(openai_summarizer(base_url, model, &args.api_key_env)?);
+            let config = openai_config(
+                base_url,
+                model,
+                &args.api_key_env,
+                args.summarizer_context_length,
+                args.max_output_tokens,
+            );
+            compressor = compressor.with_summarizer(Box::new(openai_client(config)?));
         }
         Box::new(compressor)
     };
