@@ -733,7 +733,7 @@ mod tests {
                 vec![ToolCall::function(
                     &id,
                     "bash",
-                    &format!(r#"{{"command":"cat src/mod_{i}.py"}}"#),
+                    format!(r#"{{"command":"cat src/mod_{i}.py"}}"#),
                 )],
             ));
             turns.push(Message::tool_result(

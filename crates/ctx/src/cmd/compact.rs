@@ -134,7 +134,7 @@ impl From<CallStats> for SummarizerCall {
 impl SummarizerCall {
     /// One line for the text report.
     pub fn line(&self) -> String {
-        let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), |n| thousands(n));
+        let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
         format!(
             "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
              reply {} tokens (server){}",
