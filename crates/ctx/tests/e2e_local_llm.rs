@@ -404,10 +404,6 @@ fn replay_with_the_real_summarizer_gives_a_consistent_report() {
     );
     assert_eq!(totals["compactions"].as_u64().unwrap(), compactions);
     assert!(compactions >= 1, "no compaction at this window: {totals}");
-    assert_eq!(
-        report["compaction_views"].as_array().map_or(0, Vec::len) as u64,
-        compactions
-    );
     eprintln!(
         "e2e figures [replay]: {} calls, prompt tokens {without} -> {with}, {compactions} \
          compaction(s)",
