@@ -803,6 +803,34 @@ mod tests {
         assert_eq!(c.api_key_env, "OPENAI_API_KEY");
         assert_eq!(c.timeout, Duration::from_secs(120));
         assert_eq!(c.max_retries, 3);
+        assert_eq!(c.seed, Some(DEFAULT_SEED));
+        assert_eq!(c.token_margin, 1.3);
+        assert!(c.deterministic_sections);
+        assert_eq!((c.context_length, c.max_output_tokens), (None, None));
+    }
+
+    #[test]
+    fn the_reply_reserve_is_the_cap_or_a_quarter_of_the_window() {
+        assert_eq!(config().output_reserve(), None);
+        assert_eq!(
+            config().with_max_output_tokens(300).output_reserve(),
+            Some(300)
+        );
+        assert_eq!(
+            config().with_context_length(8192).output_reserve(),
+            Some(2048)
+        );
+        assert_eq!(
+            config().with_context_length(2000).output_reserve(),
+            Some(500)
+        );
+        assert_eq!(
+            config()
+                .with_context_length(8192)
+                .with_max_output_tokens(512)
+                .output_reserve(),
+            Some(512)
+        );
     }
 
     #[test]
