@@ -243,12 +243,17 @@ fn compact_the_example_session_with_the_real_model() {
         "strict",
     ]);
     assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
-    // The facts a small model may leave out are in the extracted sections.
+    // The facts a small model may leave out are in the extracted sections:
+    // the file read and edited and the failing test run in the summarized
+    // span; the first ask stays verbatim in the kept head.
     let out = temp_dir("bugfix-session").join("compacted.json");
-    let all: String = messages_of(&out).iter().map(text_of).collect();
+    let after = messages_of(&out);
+    let all: String = after.iter().map(text_of).collect();
     let record = &all[all.find(RECORD_HEADING).unwrap()..];
-    assert!(record.contains("Invoices for kind-37 lines come out as floats"));
-    assert!(record.contains("billing/invoice.py"));
+    assert!(record.contains("billing/invoice.py"), "{record}");
+    let errors = &record[record.find("## Errors").unwrap()..];
+    assert!(!errors.contains("(none in this span)"), "{record}");
+    assert!(after.contains(&messages_of(&file)[1]));
 }
 
 #[test]
