@@ -11,7 +11,8 @@
 # Environment: LOCAL_LLM_DIR (default .cache/local-llm) holds the venv and
 # logs; LOCAL_LLM_STATE (default $LOCAL_LLM_DIR/server.state) records the
 # server's PID and port, so two servers can run side by side with two state
-# files. LOCAL_LLM_CTX (default 8192) is the server's context size.
+# files. LOCAL_LLM_CTX (default 8192) is the server's context size,
+# LOCAL_LLM_THREADS (default 2) its thread count.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -114,7 +115,7 @@ cmd_start() {
   # setsid: the server gets its own session, so a test's or CI's process
   # group signals do not reach it; `stop` ends it by PID.
   setsid "$VENV/bin/llama-cpp-server" -m "$model" --host 127.0.0.1 --port "$port" \
-    --ctx-size "$CTX_SIZE" -- -t 2 --jinja >"$log" 2>&1 </dev/null &
+    --ctx-size "$CTX_SIZE" -- -t "${LOCAL_LLM_THREADS:-2}" --jinja >"$log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid $port" >"$STATE"
   local waited=0

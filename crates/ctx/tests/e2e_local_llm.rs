@@ -19,7 +19,10 @@ use common::*;
 /// The summary model's window (the server runs with `--ctx-size 8192`).
 const SERVER_WINDOW: u64 = 8192;
 /// The reply reserve asked of the summarizer.
-const MAX_OUTPUT: u64 = 512;
+const MAX_OUTPUT: u64 = 256;
+/// Deadline of one summary request, in seconds: a busy shared CPU makes a
+/// small model slow.
+const TIMEOUT_SECS: &str = "900";
 /// The variable the key is read from; the local server ignores the key.
 const KEY_ENV: &str = "CTX_E2E_API_KEY";
 
@@ -75,6 +78,8 @@ fn compact_command(base_url: &str, file: &Path, context_length: u64, out: &Path)
         SERVER_WINDOW.to_string().as_ref(),
         "--max-output-tokens".as_ref(),
         MAX_OUTPUT.to_string().as_ref(),
+        "--summarizer-timeout".as_ref(),
+        TIMEOUT_SECS.as_ref(),
         "--profile".as_ref(),
         "strict".as_ref(),
         "--report".as_ref(),

@@ -72,6 +72,10 @@ pub struct CompactArgs {
     /// Longest summary reply, in tokens (sent as `max_tokens`).
     #[arg(long)]
     pub max_output_tokens: Option<u32>,
+    /// Deadline of one summarizer request, in seconds (a small model on a
+    /// busy CPU may need more than the default 120).
+    #[arg(long)]
+    pub summarizer_timeout: Option<u64>,
     /// Write the compacted transcript here instead of stdout.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -200,13 +204,17 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             .model
             .as_deref()
             .context("--summarizer openai needs --model")?;
-        let summarizer = openai_client(openai_config(
+        let mut config = openai_config(
             base_url,
             model,
             &args.api_key_env,
             args.summarizer_context_length,
             args.max_output_tokens,
-        ))?;
+        );
+        if let Some(secs) = args.summarizer_timeout {
+            config = config.with_timeout(std::time::Duration::from_secs(secs));
+        }
+        let summarizer = openai_client(config)?;
         engine = engine.with_summarizer(Box::new(Arc::clone(&summarizer)));
         client = Some(summarizer);
     }
