@@ -175,9 +175,9 @@ fn compact_and_check(label: &str, base_url: &str, file: &Path, context_length: u
     assert_eq!(report["summarizer"], format!("openai:{}", model()));
     check_call(label, &report);
 
-    // Valid under the strict profile: the same rule findings as the input
-    // (none for the project's own session; a recorded corpus session may
-    // end on an unanswered call or an `exit` record, which stay).
+    // Valid under the strict profile as far as the input was: no finding
+    // the input did not have (a recorded corpus session may end on an
+    // unanswered call or an `exit` record, which stay).
     let rules = |path: &Path| -> Vec<String> {
         let v = ctx(&[
             "validate",
@@ -195,8 +195,11 @@ fn compact_and_check(label: &str, base_url: &str, file: &Path, context_length: u
             .collect()
     };
     let (rules_before, rules_after) = (rules(file), rules(&out));
-    assert_eq!(rules_after, rules_before);
-    assert_eq!(report["violations_after"], rules_before.len());
+    assert!(
+        rules_after.iter().all(|r| rules_before.contains(r)),
+        "new findings: {rules_after:?} (input: {rules_before:?})"
+    );
+    assert_eq!(report["violations_after"], rules_after.len());
 
     let before = messages_of(file);
     let after = messages_of(&out);
