@@ -215,6 +215,8 @@ fn config(base_url: &str) -> OpenAiConfig {
         .with_api_key(KEY)
         .with_timeout(Duration::from_secs(20))
         .with_retry_base_delay(Duration::from_millis(10))
+        // These tests pin the transport: the model's text comes back as is.
+        .with_deterministic_sections(false)
 }
 
 fn turns() -> Vec<Message> {
@@ -497,4 +499,70 @@ fn the_input_is_bounded_and_previous_summary_is_updated() {
     assert!(user.contains("turn 199: "));
     assert!(!user.contains("turn 100: "));
     assert!(user.contains("characters omitted"));
+}
+
+#[test]
+fn a_window_bounds_the_request_sends_max_tokens_and_seed_and_appends_the_record() {
+    let server = Server::start(vec![Reply::Completion("The agent fixed the parser.")]);
+    let summarizer = OpenAiSummarizer::new(
+        config(&server.base_url())
+            .with_deterministic_sections(true)
+            .with_context_length(2048)
+            .with_max_output_tokens(300),
+    )
+    .unwrap();
+    let mut turns = vec![Message::user("first ask: port the lexer in src/lexer.rs")];
+    for i in 0..60 {
+        turns.push(Message::assistant(format!(
+            "step {i}: {}",
+            "word ".repeat(300)
+        )));
+    }
+    turns.push(Message::user("LATEST ASK: now fix src/parser.rs"));
+    turns.push(Message::assistant("NEWEST TURN: reading src/parser.rs"));
+    let summary = summarizer
+        .summarize(&SummaryRequest::new(&turns, 5000))
+        .unwrap();
+    // The model's text, then the extracted record with the asks and files.
+    assert!(summary.starts_with("The agent fixed the parser.\n\nRecorded from the messages"));
+    assert!(summary.contains("## User asks\n- first ask: port the lexer in src/lexer.rs\n"));
+    assert!(summary.contains("- LATEST ASK: now fix src/parser.rs"));
+    assert!(summary.contains("## Files\n"));
+    assert!(summary.contains("src/parser.rs"));
+
+    let stats = summarizer.last_call();
+    assert_eq!(stats.max_tokens, Some(300));
+    assert!(stats.counted_prompt_tokens + 300 <= 2048, "{stats:?}");
+    assert_eq!(stats.prompt_tokens, Some(10));
+    assert_eq!(stats.completion_tokens, Some(5));
+    let seen = server.seen.lock().unwrap();
+    let body = seen[0].body.as_object().unwrap();
+    assert_eq!(body["max_tokens"], 300);
+    assert_eq!(body["seed"], 42);
+    assert_eq!(body["temperature"], 0);
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    let user = body["messages"][1]["content"].as_str().unwrap();
+    // The target asked for fits the reply (3/4 of it), not the 5000 requested.
+    assert!(system.contains("Aim for about 225 tokens"), "{system}");
+    let transcript = user.split("<transcript>").nth(1).unwrap();
+    assert!(transcript.contains("NEWEST TURN"));
+    assert!(transcript.contains("LATEST ASK: now fix src/parser.rs"));
+    assert!(transcript.contains("folded to fit the summarizer's window"));
+    assert!(!transcript.contains("step 0:"));
+}
+
+#[test]
+fn a_window_too_small_for_the_instructions_falls_back_without_a_request() {
+    let server = Server::start(vec![Reply::Completion("unused")]);
+    let (result, stats) = run(config(&server.base_url())
+        .with_context_length(600)
+        .with_max_output_tokens(200));
+    let error = result.unwrap_err();
+    assert!(
+        matches!(error, SummarizeError::NotConfigured(ref m) if m.contains("600")),
+        "{error}"
+    );
+    assert_eq!(error.action(), FailureAction::Fallback);
+    assert_eq!(stats.attempts, 0);
+    assert_eq!(server.seen_count(), 0);
 }

@@ -237,7 +237,7 @@ impl Config {
     }
 
     /// Settings of the OpenAI-compatible summarizer (endpoint, model, key
-    /// variable, timeout), or `None` when `summarizer.kind` is not `openai`
+    /// variable, timeout, the summary model's window and reply cap), or `None` when `summarizer.kind` is not `openai`
     /// or `base_url` or `model` is missing.
     pub fn openai_config(&self) -> Option<OpenAiConfig> {
         let s = &self.summarizer;
@@ -245,11 +245,16 @@ impl Config {
             return None;
         }
         let (base_url, model) = (s.base_url.as_deref()?, s.model.as_deref()?);
-        Some(
-            OpenAiConfig::new(base_url, model)
-                .with_api_key_env(s.api_key_env.clone())
-                .with_timeout(Duration::from_secs(s.timeout_seconds)),
-        )
+        let mut config = OpenAiConfig::new(base_url, model)
+            .with_api_key_env(s.api_key_env.clone())
+            .with_timeout(Duration::from_secs(s.timeout_seconds));
+        if let Some(n) = s.context_length {
+            config = config.with_context_length(n);
+        }
+        if let Some(n) = s.max_output_tokens {
+            config = config.with_max_output_tokens(n);
+        }
+        Some(config)
     }
 }
 

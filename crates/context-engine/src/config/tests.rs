@@ -57,6 +57,12 @@ fn openai_config_needs_kind_url_and_model() {
     assert_eq!(o.api_key_env, "MY_KEY");
     assert_eq!(o.timeout, Duration::from_secs(7));
     assert_eq!(o.model, "m");
+    assert_eq!(o.context_length, None);
+    c.summarizer.context_length = Some(8192);
+    c.summarizer.max_output_tokens = Some(256);
+    let o = c.openai_config().unwrap();
+    assert_eq!(o.context_length, Some(8192));
+    assert_eq!(o.max_output_tokens, Some(256));
 }
 
 #[test]

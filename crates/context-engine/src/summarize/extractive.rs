@@ -178,6 +178,22 @@ impl ExtractiveSummarizer {
     }
 }
 
+impl ExtractiveSummarizer {
+    /// The user's asks, the files touched and the errors met in `turns`,
+    /// as `##` sections within about `budget_chars` characters. A model
+    /// summary gets these appended: they come from the messages themselves,
+    /// so what a small model's prose leaves out is still there.
+    pub fn record_sections(&self, turns: &[Message], budget_chars: usize) -> String {
+        let facts = Facts::gather(turns, None);
+        let budget = budget_chars.max(MIN_BUDGET_CHARS);
+        let mut out = String::new();
+        section(&mut out, "User asks", &facts.asks, budget * 50 / 100, false);
+        section(&mut out, "Files", &facts.files, budget * 25 / 100, false);
+        section(&mut out, "Errors", &facts.errors, budget * 25 / 100, false);
+        clip(out.trim(), budget)
+    }
+}
+
 impl Summarizer for ExtractiveSummarizer {
     fn name(&self) -> &str {
         "extractive"
@@ -795,5 +811,18 @@ mod tests {
         assert!(clip(&s, 11).len() <= 11);
         assert!(clip_middle(&s, 21).len() <= 21);
         assert_eq!(clip("short", 10), "short");
+    }
+
+    #[test]
+    fn record_sections_hold_asks_files_and_errors_only() {
+        let turns = span();
+        let s = ExtractiveSummarizer.record_sections(&turns, 2000);
+        assert!(s.starts_with("## User asks\n- Fix the failing test in src/parser.rs."));
+        assert!(s.contains("## Files\n"));
+        assert!(s.contains("src/lexer.rs"));
+        assert!(s.contains("## Errors\n- error[E0308]: mismatched types"));
+        assert!(!s.contains("## Completed actions"));
+        let small = ExtractiveSummarizer.record_sections(&turns, 0);
+        assert!(small.len() <= MIN_BUDGET_CHARS);
     }
 }

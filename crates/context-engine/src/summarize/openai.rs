@@ -8,9 +8,18 @@
 //! everything else falls back to the extractive summary. 429 and 5xx are
 //! retried with exponential backoff, honouring `Retry-After`.
 //!
-//! No `max_tokens` is sent: a capped reply is a truncated summary, and local
-//! servers disagree on what the field means. The input is bounded instead
-//! (see [`OpenAiConfig::max_input_chars`]).
+//! By default no `max_tokens` is sent: a capped reply is a truncated
+//! summary, and the input is bounded instead (see
+//! [`OpenAiConfig::max_input_chars`]). A small local model needs a bound in
+//! tokens: [`OpenAiConfig::with_context_length`] makes every request fit its
+//! window (prompt counted with the project's tokenizer times
+//! [`OpenAiConfig::token_margin`], plus the reply reserve
+//! [`OpenAiConfig::max_output_tokens`], which is then sent as `max_tokens`).
+//! Requests use temperature 0 and a fixed `seed`, so a summary can be
+//! reproduced. The model's text is followed by the user asks, files and
+//! errors extracted from the messages
+//! ([`OpenAiConfig::deterministic_sections`]): a small model's prose may
+//! miss them.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -28,13 +37,22 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::prompt::{self, Limits};
+use super::extractive::ExtractiveSummarizer;
+use super::prompt::{self, Limits, TokenBound};
 use super::{SummarizeError, Summarizer, SummaryRequest};
+use crate::tokens::{TokenCounter, counter_for_model};
+
+/// The seed sent by default: any fixed value makes runs repeatable.
+pub const DEFAULT_SEED: u64 = 42;
+
+/// Opens the extracted sections appended to a model's summary.
+pub const RECORD_HEADING: &str =
+    "Recorded from the messages themselves (extracted, not written by the model):";
 
 /// Longest excerpt of a server's error body kept in an error message.
 const ERROR_EXCERPT_CHARS: usize = 300;
@@ -99,6 +117,23 @@ pub struct OpenAiConfig {
     pub max_message_chars: usize,
     /// Largest reply body accepted, in bytes. Default 8 MiB.
     pub max_reply_bytes: u64,
+    /// The summary model's window, in tokens (`summarizer.context_length`):
+    /// when set, the prompt is bounded so that it plus the reply reserve fits.
+    /// Default none (only the character caps apply).
+    pub context_length: Option<u64>,
+    /// Longest reply, in tokens (`summarizer.max_output_tokens`), sent as
+    /// `max_tokens` and reserved in the window. Default none; with a
+    /// `context_length` the reserve is then a quarter of it, at most 2048.
+    pub max_output_tokens: Option<u32>,
+    /// Multiplies the project's token counts when bounding the prompt: the
+    /// server's tokenizer splits text differently. Default 1.3.
+    pub token_margin: f64,
+    /// Sent as `seed` (with temperature 0) for repeatable summaries.
+    /// Default [`DEFAULT_SEED`].
+    pub seed: Option<u64>,
+    /// Append the user asks, files and errors extracted from the messages
+    /// to the model's summary. Default true.
+    pub deterministic_sections: bool,
 }
 
 impl Default for OpenAiConfig {
@@ -116,6 +151,11 @@ impl Default for OpenAiConfig {
             max_input_chars: 400_000,
             max_message_chars: 20_000,
             max_reply_bytes: 8 << 20,
+            context_length: None,
+            max_output_tokens: None,
+            token_margin: 1.3,
+            seed: Some(DEFAULT_SEED),
+            deterministic_sections: true,
         }
     }
 }
@@ -189,16 +229,68 @@ impl OpenAiConfig {
         self.max_reply_bytes = bytes;
         self
     }
+
+    /// Sets [`context_length`](Self::context_length).
+    pub fn with_context_length(mut self, tokens: u64) -> OpenAiConfig {
+        self.context_length = Some(tokens);
+        self
+    }
+
+    /// Sets [`max_output_tokens`](Self::max_output_tokens).
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> OpenAiConfig {
+        self.max_output_tokens = Some(tokens);
+        self
+    }
+
+    /// Sets [`token_margin`](Self::token_margin) (values below 1 count as 1).
+    pub fn with_token_margin(mut self, factor: f64) -> OpenAiConfig {
+        self.token_margin = factor;
+        self
+    }
+
+    /// Sets [`seed`](Self::seed); `None` sends none.
+    pub fn with_seed(mut self, seed: Option<u64>) -> OpenAiConfig {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets [`deterministic_sections`](Self::deterministic_sections).
+    pub fn with_deterministic_sections(mut self, on: bool) -> OpenAiConfig {
+        self.deterministic_sections = on;
+        self
+    }
+
+    /// The reply reserve: [`max_output_tokens`](Self::max_output_tokens),
+    /// or with only a [`context_length`](Self::context_length) a quarter of
+    /// it (at most 2048); `None` when neither is set.
+    pub fn output_reserve(&self) -> Option<u32> {
+        match (self.max_output_tokens, self.context_length) {
+            (Some(n), _) => Some(n),
+            (None, Some(ctx)) => Some(u32::try_from((ctx / 4).min(2048)).unwrap_or(2048)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What one [`OpenAiSummarizer::summarize_with_stats`] call did, for reports
 /// and for tests that pin the retry policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallStats {
     /// HTTP attempts made (1 when the first succeeded or failed for good).
     pub attempts: u32,
     /// Total time slept between attempts.
     pub waited: Duration,
+    /// Wall time of the whole call (prompt building, attempts, waits).
+    pub elapsed: Duration,
+    /// The prompt as the client counted it (margin and template included).
+    pub counted_prompt_tokens: usize,
+    /// `max_tokens` sent, if any.
+    pub max_tokens: Option<u32>,
+    /// Prompt tokens the server reported in `usage`.
+    pub prompt_tokens: Option<u64>,
+    /// Reply tokens the server reported in `usage`.
+    pub completion_tokens: Option<u64>,
 }
 
 /// The OpenAI-compatible summarizer. Cheap to share: one connection pool,
@@ -209,6 +301,7 @@ pub struct OpenAiSummarizer {
     endpoint: String,
     name: String,
     agent: ureq::Agent,
+    counter: Arc<dyn TokenCounter>,
     last: Mutex<CallStats>,
 }
 
@@ -274,6 +367,7 @@ impl OpenAiSummarizer {
             .into();
         Ok(OpenAiSummarizer {
             name: format!("openai:{}", config.model),
+            counter: counter_for_model(&config.model),
             config,
             key,
             endpoint,
@@ -308,34 +402,93 @@ impl OpenAiSummarizer {
         &self,
         request: &SummaryRequest<'_>,
     ) -> (Result<String, SummarizeError>, CallStats) {
-        let prompt = prompt::build(
-            request,
-            Limits {
-                max_input_chars: self.config.max_input_chars,
-                max_message_chars: self.config.max_message_chars,
-            },
-        );
-        let body = json!({
+        let started = Instant::now();
+        let mut stats = CallStats::default();
+        let result = self.call(request, &mut stats);
+        stats.elapsed = started.elapsed();
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = stats;
+        (result, stats)
+    }
+
+    /// The prompt for `request` and what it counts, bounded by the
+    /// configured window when there is one.
+    fn prompt(
+        &self,
+        request: &SummaryRequest<'_>,
+    ) -> Result<(prompt::Prompt, usize), SummarizeError> {
+        let limits = Limits {
+            max_input_chars: self.config.max_input_chars,
+            max_message_chars: self.config.max_message_chars,
+        };
+        let reserve = self.config.output_reserve();
+        let mut request = *request;
+        if let Some(reserve) = reserve {
+            // Asking for more than the reply may hold gets a cut-off summary.
+            let cap = usize::try_from(reserve).unwrap_or(usize::MAX) * 3 / 4;
+            request.target_tokens = request.target_tokens.min(cap.max(1));
+        }
+        let bound = |max_prompt_tokens| TokenBound {
+            counter: self.counter.as_ref(),
+            factor: self.config.token_margin,
+            max_prompt_tokens,
+        };
+        match self.config.context_length {
+            None => {
+                let p = prompt::build(&request, limits);
+                let counted = bound(usize::MAX).prompt_cost(&p);
+                Ok((p, counted))
+            }
+            Some(window) => {
+                let window = usize::try_from(window).unwrap_or(usize::MAX);
+                let reserve = reserve.map_or(0, |r| usize::try_from(r).unwrap_or(usize::MAX));
+                let bound = bound(window.saturating_sub(reserve));
+                let p = prompt::build_bounded(&request, limits, bound).map_err(|e| {
+                    SummarizeError::NotConfigured(format!(
+                        "openai summarizer: a context length of {window} tokens with {reserve} \
+                         reserved for the reply leaves {} for the prompt, which needs at least {}",
+                        e.available, e.needed
+                    ))
+                })?;
+                let counted = bound.prompt_cost(&p);
+                Ok((p, counted))
+            }
+        }
+    }
+
+    fn call(
+        &self,
+        request: &SummaryRequest<'_>,
+        stats: &mut CallStats,
+    ) -> Result<String, SummarizeError> {
+        let (prompt, counted) = self.prompt(request)?;
+        stats.counted_prompt_tokens = counted;
+        stats.max_tokens = self.config.output_reserve();
+        let mut body = json!({
             "model": self.config.model,
             "messages": [
                 {"role": "system", "content": prompt.system},
                 {"role": "user", "content": prompt.user},
             ],
             "temperature": 0,
-        })
-        .to_string();
-        let mut stats = CallStats::default();
-        let result = loop {
+        });
+        if let Some(max_tokens) = stats.max_tokens {
+            body["max_tokens"] = json!(max_tokens);
+        }
+        if let Some(seed) = self.config.seed {
+            body["seed"] = json!(seed);
+        }
+        let body = body.to_string();
+        let reply = loop {
             stats.attempts += 1;
             let failure = match self.attempt(&body) {
-                Ok(text) => break Ok(text),
+                Ok(reply) => break reply,
                 Err(failure) => failure,
             };
             if !failure.retryable || stats.attempts > self.config.max_retries {
-                break Err(failure.error);
+                return Err(failure.error);
             }
             let wait = match failure.retry_after {
-                Some(wait) if wait > self.config.max_retry_wait => break Err(failure.error),
+                Some(wait) if wait > self.config.max_retry_wait => return Err(failure.error),
                 Some(wait) => wait,
                 None => backoff(self.config.retry_base_delay, stats.attempts)
                     .min(self.config.max_retry_wait),
@@ -343,11 +496,17 @@ impl OpenAiSummarizer {
             std::thread::sleep(wait);
             stats.waited += wait;
         };
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = stats;
-        (result, stats)
+        stats.prompt_tokens = reply.prompt_tokens;
+        stats.completion_tokens = reply.completion_tokens;
+        if !self.config.deterministic_sections {
+            return Ok(reply.text);
+        }
+        let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
+        let record = ExtractiveSummarizer.record_sections(request.turns, budget);
+        Ok(format!("{}\n\n{RECORD_HEADING}\n\n{record}", reply.text))
     }
 
-    fn attempt(&self, body: &str) -> Result<String, Failure> {
+    fn attempt(&self, body: &str) -> Result<Reply, Failure> {
         let mut response = self
             .agent
             .post(&self.endpoint)
@@ -369,7 +528,15 @@ impl OpenAiSummarizer {
             .read_to_vec()
             .map_err(|e| self.transport_failure(e))?;
         match status {
-            200..=299 => parse_reply(&bytes).map_err(Failure::final_),
+            200..=299 => {
+                let text = parse_reply(&bytes).map_err(Failure::final_)?;
+                let (prompt_tokens, completion_tokens) = reply_usage(&bytes);
+                Ok(Reply {
+                    text,
+                    prompt_tokens,
+                    completion_tokens,
+                })
+            }
             401..=403 => Err(Failure::final_(SummarizeError::Auth {
                 status,
                 message: error_message(&bytes),
@@ -407,6 +574,23 @@ impl Summarizer for OpenAiSummarizer {
     fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError> {
         self.summarize_with_stats(request).0
     }
+}
+
+/// A successful attempt: the summary text and the usage the server reported.
+struct Reply {
+    text: String,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
+/// `usage.prompt_tokens` and `usage.completion_tokens` of a reply body.
+fn reply_usage(bytes: &[u8]) -> (Option<u64>, Option<u64>) {
+    let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+        return (None, None);
+    };
+    let usage = value.get("usage");
+    let field = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
+    (field("prompt_tokens"), field("completion_tokens"))
 }
 
 /// One failed attempt and whether another may follow.
@@ -619,6 +803,34 @@ mod tests {
         assert_eq!(c.api_key_env, "OPENAI_API_KEY");
         assert_eq!(c.timeout, Duration::from_secs(120));
         assert_eq!(c.max_retries, 3);
+        assert_eq!(c.seed, Some(DEFAULT_SEED));
+        assert_eq!(c.token_margin, 1.3);
+        assert!(c.deterministic_sections);
+        assert_eq!((c.context_length, c.max_output_tokens), (None, None));
+    }
+
+    #[test]
+    fn the_reply_reserve_is_the_cap_or_a_quarter_of_the_window() {
+        assert_eq!(config().output_reserve(), None);
+        assert_eq!(
+            config().with_max_output_tokens(300).output_reserve(),
+            Some(300)
+        );
+        assert_eq!(
+            config().with_context_length(8192).output_reserve(),
+            Some(2048)
+        );
+        assert_eq!(
+            config().with_context_length(2000).output_reserve(),
+            Some(500)
+        );
+        assert_eq!(
+            config()
+                .with_context_length(8192)
+                .with_max_output_tokens(512)
+                .output_reserve(),
+            Some(512)
+        );
     }
 
     #[test]

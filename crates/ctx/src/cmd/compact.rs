@@ -1,6 +1,7 @@
 //! `ctx compact FILE --context-length N [--focus TOPIC] [--summarizer
-//! extractive|openai] [--base-url URL --model M] [-o OUT] [--report json]
-//! [--profile openai|strict]`: a manual compaction with the built-in
+//! extractive|openai] [--base-url URL --model M] [--summarizer-context-length
+//! N] [--max-output-tokens N] [-o OUT] [--report json] [--profile
+//! openai|strict]`: a manual compaction with the built-in
 //! `compressor` engine. The compacted transcript goes to stdout (or `-o`), in
 //! the input's own format; the report goes to stderr.
 
@@ -12,8 +13,7 @@ use std::time::Instant;
 use anyhow::Context;
 use context_engine::compressor::{CompactionReport, Compressor, CompressorOptions, Outcome};
 use context_engine::engine::{CompressRequest, ContextEngine};
-use context_engine::summarize::Summarizer;
-use context_engine::summarize::openai::{OpenAiConfig, OpenAiSummarizer};
+use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
 };
@@ -65,6 +65,17 @@ pub struct CompactArgs {
     /// Bearer token; the key itself is never taken as a flag).
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
+    /// The summary model's own window, in tokens: the request sent to it
+    /// (prompt plus reply reserve) is bounded to fit. Unbounded when absent.
+    #[arg(long)]
+    pub summarizer_context_length: Option<u64>,
+    /// Longest summary reply, in tokens (sent as `max_tokens`).
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
+    /// Deadline of one summarizer request, in seconds (a small model on a
+    /// busy CPU may need more than the default 120).
+    #[arg(long)]
+    pub summarizer_timeout: Option<u64>,
     /// Write the compacted transcript here instead of stdout.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -88,19 +99,88 @@ struct Report<'a> {
     violations_after: usize,
     /// Wall time of the compaction, in milliseconds (summarizer call included).
     elapsed_ms: f64,
+    /// The model call of `--summarizer openai`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summarizer_call: Option<SummarizerCall>,
 }
 
-/// Builds the OpenAI-compatible summarizer; the key comes from the
-/// environment variable named `api_key_env`.
-pub fn openai_summarizer(
+/// One summarizer call: latency and tokens, as counted here and as the
+/// server reported them.
+#[derive(Serialize)]
+pub struct SummarizerCall {
+    /// Wall time of the call, retries included, in milliseconds.
+    pub latency_ms: f64,
+    /// HTTP attempts (0 when the prompt could not be built).
+    pub attempts: u32,
+    /// The prompt as counted here (margin and template included).
+    pub counted_prompt_tokens: usize,
+    /// `max_tokens` sent.
+    pub max_tokens: Option<u32>,
+    /// Prompt tokens the server reported.
+    pub prompt_tokens: Option<u64>,
+    /// Reply tokens the server reported.
+    pub completion_tokens: Option<u64>,
+}
+
+impl From<CallStats> for SummarizerCall {
+    fn from(s: CallStats) -> SummarizerCall {
+        SummarizerCall {
+            latency_ms: s.elapsed.as_secs_f64() * 1000.0,
+            attempts: s.attempts,
+            counted_prompt_tokens: s.counted_prompt_tokens,
+            max_tokens: s.max_tokens,
+            prompt_tokens: s.prompt_tokens,
+            completion_tokens: s.completion_tokens,
+        }
+    }
+}
+
+impl SummarizerCall {
+    /// One line for the text report.
+    pub fn line(&self) -> String {
+        let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
+        format!(
+            "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
+             reply {} tokens (server){}",
+            self.latency_ms,
+            self.attempts,
+            server(self.prompt_tokens),
+            thousands(self.counted_prompt_tokens as u64),
+            server(self.completion_tokens),
+            self.max_tokens
+                .map(|m| format!(", max {m}"))
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// The OpenAI-compatible client for `config` (the key comes from the
+/// environment variable it names), shared so that the caller can read its
+/// [`OpenAiSummarizer::last_call`] stats after a compaction.
+pub fn openai_client(config: OpenAiConfig) -> anyhow::Result<Arc<OpenAiSummarizer>> {
+    let base_url = config.base_url.clone();
+    let summarizer = OpenAiSummarizer::new(config)
+        .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
+    Ok(Arc::new(summarizer))
+}
+
+/// The client config from the flags: endpoint, model, key variable and the
+/// summary model's bounds.
+pub fn openai_config(
     base_url: &str,
     model: &str,
     api_key_env: &str,
-) -> anyhow::Result<Box<dyn Summarizer>> {
-    let config = OpenAiConfig::new(base_url, model).with_api_key_env(api_key_env);
-    let summarizer = OpenAiSummarizer::new(config)
-        .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
-    Ok(Box::new(summarizer))
+    context_length: Option<u64>,
+    max_output_tokens: Option<u32>,
+) -> OpenAiConfig {
+    let mut config = OpenAiConfig::new(base_url, model).with_api_key_env(api_key_env);
+    if let Some(n) = context_length {
+        config = config.with_context_length(n);
+    }
+    if let Some(n) = max_output_tokens {
+        config = config.with_max_output_tokens(n);
+    }
+    config
 }
 
 /// Run `ctx compact`. Exit 0 when compacted (or nothing to compact), 1 when
@@ -114,6 +194,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     };
     let options = CompressorOptions::default().with_profile(args.profile);
     let mut engine = Compressor::with_options(counter, args.context_length, options);
+    let mut client = None;
     if args.summarizer == SummarizerKind::Openai {
         let base_url = args
             .base_url
@@ -123,7 +204,19 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
             .model
             .as_deref()
             .context("--summarizer openai needs --model")?;
-        engine = engine.with_summarizer(openai_summarizer(base_url, model, &args.api_key_env)?);
+        let mut config = openai_config(
+            base_url,
+            model,
+            &args.api_key_env,
+            args.summarizer_context_length,
+            args.max_output_tokens,
+        );
+        if let Some(secs) = args.summarizer_timeout {
+            config = config.with_timeout(std::time::Duration::from_secs(secs));
+        }
+        let summarizer = openai_client(config)?;
+        engine = engine.with_summarizer(Box::new(Arc::clone(&summarizer)));
+        client = Some(summarizer);
     }
     let mut request = CompressRequest::new().with_force(true);
     if let Some(focus) = &args.focus {
@@ -160,6 +253,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         compaction: &report,
         violations_after,
         elapsed_ms,
+        summarizer_call: client.map(|c| SummarizerCall::from(c.last_call())),
     };
     match args.report {
         ReportFormat::Json => eprintln!("{}", serde_json::to_string_pretty(&out)?),
@@ -216,6 +310,9 @@ fn render(r: &Report<'_>) -> String {
                 ""
             },
         ));
+    }
+    if let Some(call) = &r.summarizer_call {
+        s.push_str(&format!("  model     {}\n", call.line()));
     }
     if let Some(reason) = &c.reason {
         s.push_str(&format!("  reason    {reason}\n"));

@@ -12,11 +12,10 @@ use context_engine::config::{Config, ConfigLoader, SummarizerKind as ConfigSumma
 use context_engine::engine::ContextEngine;
 use context_engine::plugin::{EngineContext, EngineSource, select_engine};
 use context_engine::summarize::Summarizer;
-use context_engine::summarize::openai::{OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::Profile;
 
-use super::compact::SummarizerKind;
+use super::compact::{SummarizerKind, openai_client, openai_config};
 
 /// Flags that choose and configure the engine.
 #[derive(Debug, clap::Args)]
@@ -43,6 +42,16 @@ pub struct EngineArgs {
     /// Environment variable holding the summarizer's API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// The summary model's own window, in tokens: its input is bounded to
+    /// fit (overrides `summarizer.context_length`).
+    #[arg(long)]
+    pub summarizer_context_length: Option<u64>,
+    /// Longest summary reply, in tokens (overrides `summarizer.max_output_tokens`).
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
+    /// Seconds one summarizer call may take (overrides `summarizer.timeout_seconds`).
+    #[arg(long)]
+    pub summarizer_timeout: Option<u64>,
 }
 
 /// The engine, ready to run, and what the user should know about it.
@@ -133,11 +142,16 @@ impl EngineArgs {
             .or(s.model.as_deref())
             .context("the openai summarizer needs --summarizer-model (or summarizer.model)")?;
         let key_env = self.api_key_env.as_deref().unwrap_or(&s.api_key_env);
-        let cfg = OpenAiConfig::new(base_url, model)
-            .with_api_key_env(key_env)
-            .with_timeout(Duration::from_secs(s.timeout_seconds));
-        let summarizer = OpenAiSummarizer::new(cfg)
-            .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
-        Ok(Some(Box::new(summarizer)))
+        let cfg = openai_config(
+            base_url,
+            model,
+            key_env,
+            self.summarizer_context_length.or(s.context_length),
+            self.max_output_tokens.or(s.max_output_tokens),
+        )
+        .with_timeout(Duration::from_secs(
+            self.summarizer_timeout.unwrap_or(s.timeout_seconds),
+        ));
+        Ok(Some(Box::new(openai_client(cfg)?)))
     }
 }
