@@ -45,7 +45,7 @@ use crate::validate::{Profile, introduced_violation};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
-    wrap_summary,
+    without_summary, wrap_summary,
 };
 pub use plan::Plan;
 

@@ -52,7 +52,7 @@ use memchr::memmem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::compressor::{SUMMARY_END, SUMMARY_PREFIX, summary_body};
+use crate::compressor::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::digest::result_handle;
 use crate::message::Message;
 
@@ -265,19 +265,6 @@ fn searchable(message: &Message, content: &str) -> String {
         out.push_str(&f.arguments);
     }
     out
-}
-
-/// `text` without the summary it carries: the words of a message a summary
-/// was merged into.
-fn without_summary(text: &str) -> String {
-    let Some(start) = text.find(SUMMARY_PREFIX) else {
-        return text.to_owned();
-    };
-    let rest = &text[start..];
-    let end = rest
-        .find(SUMMARY_END)
-        .map_or(text.len(), |e| start + e + SUMMARY_END.len());
-    format!("{} {}", &text[..start], &text[end..])
 }
 
 /// Calls `f` on every string in `value`, depth first.
