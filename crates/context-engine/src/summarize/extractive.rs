@@ -585,6 +585,8 @@ impl Paths {
                         | '|'
                 )
         };
+        // A closing tag (`</returncode>`) is not the path `/returncode`.
+        let text = text.replace("</", "< ");
         for raw in text.split(separators) {
             let token = raw.trim_end_matches([':', '.']);
             let token = token.split(':').next().unwrap_or(token);
@@ -735,6 +737,13 @@ mod tests {
             assert!(s.contains(&format!("- {path}\n")), "missing {path} in\n{s}");
         }
         assert!(s.contains("next I will change the return type"));
+    }
+
+    #[test]
+    fn closing_tags_are_not_paths() {
+        let mut paths = Paths::default();
+        paths.scan("<returncode>0</returncode>\n<output>/testbed/setup.py</output>");
+        assert_eq!(paths.list, ["/testbed/setup.py"]);
     }
 
     #[test]
