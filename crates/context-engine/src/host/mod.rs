@@ -5,10 +5,14 @@
 //! An agent author holds one [`Session`] and calls, per model call:
 //!
 //! 1. [`before_request`](Session::before_request) with the stored history:
-//!    preflight (cheap gate, defer to real usage, `should_compress` with its
-//!    block reason, compaction in at most three passes that each must save
-//!    5%), then `select_context`. It returns the request to send and, when a
-//!    compaction was accepted, the history the caller should persist;
+//!    `select_context`, then preflight on the request that would be sent
+//!    (cheap gate, defer to real usage, `should_compress` with its block
+//!    reason, compaction of the history in at most three passes that each
+//!    must save 5%, and selection again on the compacted history). It
+//!    returns the request to send and, when a compaction was accepted, the
+//!    history the caller should persist. After a provider error such as
+//!    "context too long", call [`compact_now`](Session::compact_now): the
+//!    automatic checks wait for real usage after a compaction;
 //! 2. [`after_response`](Session::after_response) with the provider's usage;
 //! 3. [`after_tools`](Session::after_tools) once tool results are appended:
 //!    the post-tool `should_compress` on real tokens, then the proactive
