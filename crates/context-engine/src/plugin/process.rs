@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use crate::message::{Content, ContentPart, Message};
 use crate::redact::{RedactOptions, redact};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, Rule, validate};
+use crate::validate::{Profile, introduced_violation};
 
 /// The protocol version this host speaks (sent in `initialize`; a plugin
 /// answering another one is refused).
@@ -578,9 +578,12 @@ impl ProcessEngine {
         if !input.is_empty() && out.is_empty() {
             return Err("the result is empty".to_owned());
         }
-        if let Some((index, violation)) = new_violation(input, &out, self.profile) {
+        if let Some(v) = introduced_violation(input, &out, self.profile) {
             return Err(format!(
-                "the result breaks a provider rule at message {index}: {violation}"
+                "the result breaks a provider rule at message {}: {}: {}",
+                v.index,
+                v.rule.name(),
+                v.detail
             ));
         }
         Ok(out)
@@ -728,26 +731,6 @@ fn apply_state(state: &mut EngineState, answer: &Value) {
     if let Some(n) = u("protect_last_n") {
         state.protect_last_n = usize::try_from(n).unwrap_or(usize::MAX);
     }
-}
-
-/// The first violation of `profile` in `output` that `input` did not have
-/// (rule by rule, by count): a plugin may not add a problem.
-fn new_violation(
-    input: &[Message],
-    output: &[Message],
-    profile: Profile,
-) -> Option<(usize, String)> {
-    let mut budget: HashMap<Rule, usize> = HashMap::new();
-    for v in validate(input, profile) {
-        *budget.entry(v.rule).or_default() += 1;
-    }
-    for v in validate(output, profile) {
-        match budget.get_mut(&v.rule) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => return Some((v.index, format!("{}: {}", v.rule.name(), v.detail))),
-        }
-    }
-    None
 }
 
 /// Text leaving the process (to a plugin) or reaching a log is redacted,
