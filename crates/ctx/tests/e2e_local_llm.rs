@@ -367,9 +367,11 @@ fn replay_with_the_real_summarizer_gives_a_consistent_report() {
         .env(KEY_ENV, "local")
         .args([
             "replay",
-            "examples/bugfix-session.json",
+            // The digest keeps the short example's requests under any
+            // window it could compact in; the long session compacts once.
+            "examples/coding-session.json",
             "--context-length",
-            "6000",
+            "16000",
             "--summarizer",
             "openai",
             "--base-url",
@@ -406,7 +408,7 @@ fn replay_with_the_real_summarizer_gives_a_consistent_report() {
             eprintln!(
                 "e2e figures [replay]: compaction at call {} took {} ms (summarizer call \
                  included), tokens {} -> {}",
-                call["call"], c["elapsed"], c["tokens_before"], c["tokens_after"]
+                call["call"], c["elapsed_ms"], c["tokens_before"], c["tokens_after"]
             );
         }
     }
