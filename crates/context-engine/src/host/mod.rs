@@ -275,9 +275,13 @@ impl Session {
         // selection: a digest that keeps requests small also postpones
         // compaction, which keeps detail and the prompt cache longer.
         let (mut view, mut selected) = self.select(history, &mut update.notices);
+        // Tokens of the request as it now stands, when already counted:
+        // counting is the costly part of this hot path, so never twice.
+        let mut measured = None;
         if !self.awaiting_usage {
             let request = view.as_deref().unwrap_or(history);
             let rough = self.counter.count_messages(request) as u64;
+            measured = Some(rough);
             if self.engine.should_compress_preflight(request) {
                 let tokens = match view {
                     Some(_) => self.counter.count_messages(history) as u64,
@@ -292,6 +296,10 @@ impl Session {
                 );
                 if let Some(new) = &update.new_history {
                     (view, selected) = self.select(new, &mut update.notices);
+                    measured = match (&view, &update.compaction) {
+                        (None, Some(c)) => Some(c.tokens_after),
+                        _ => None,
+                    };
                 }
             } else if !self.engine.should_defer_preflight_to_real_usage(rough) {
                 let decision = self.engine.should_compress_info(Some(rough));
@@ -304,7 +312,8 @@ impl Session {
         }
         let base = update.new_history.as_deref().unwrap_or(history);
         let request = view.unwrap_or_else(|| base.to_vec());
-        let request_tokens = self.counter.count_messages(&request) as u64;
+        let request_tokens =
+            measured.unwrap_or_else(|| self.counter.count_messages(&request) as u64);
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         Prepared {
             request,
