@@ -269,7 +269,10 @@ fn example_plugin_end_to_end() {
 
     let messages = session(5);
     assert!(engine.has_content_to_compress(&messages));
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::OpenAi).is_empty(), "{out:?}");
     assert!(out.len() < messages.len());
     let json = |m: &[Message]| m.iter().map(Message::to_value).collect::<Vec<_>>();
@@ -343,7 +346,10 @@ fn undeclared_hooks_cost_no_round_trip() {
     assert_eq!(engine.state().context_length, 128_000);
     assert_eq!(engine.state().threshold_tokens, 96_000);
 
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     assert_eq!(requests(&log), vec!["initialize", "compress"]);
 }
@@ -439,7 +445,10 @@ fn a_crashed_plugin_is_restarted_on_next_use() {
     engine.on_session_start("s1", &SessionInfo::default());
     assert!(engine.compress(&messages, &CompressRequest::new()).is_err());
     assert_eq!(engine.consecutive_failures(), 1);
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     assert_eq!(engine.consecutive_failures(), 0);
     assert_eq!(
@@ -487,7 +496,8 @@ fn repeated_failures_fall_back_to_the_builtin_compressor() {
     let big = session(12);
     let out = engine
         .compress(&big, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     assert!(out.len() < big.len());
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(engine.should_compress(Some(9_000)));
@@ -501,7 +511,10 @@ fn stderr_noise_never_reaches_the_protocol() {
     }
     let mut engine = misbehave(json!({"mode": "stderr_noise"}));
     let messages = short_session();
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     let stderr = engine
         .events()
@@ -618,7 +631,8 @@ fn example_plugin_compacts_the_corpus_validly() {
         let transcript = Transcript::load(file).unwrap();
         let messages = transcript.messages;
         match engine.compress(&messages, &CompressRequest::new()) {
-            Ok(out) => {
+            Ok(compaction) => {
+                let out = compaction.messages;
                 compacted += 1;
                 assert!(out.len() < messages.len(), "{}", common::name(file));
                 assert!(

@@ -118,7 +118,10 @@ fn threshold_subtracts_the_reserve_and_stays_below_small_windows() {
 fn compacts_keeping_system_head_tail_and_latest_user_message() {
     let history = session(40);
     let mut engine = Compressor::new(counter(), 20_000);
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(counter().count_messages(&out) < counter().count_messages(&history));
     // System prompt kept, with the one-time note.
@@ -177,12 +180,16 @@ fn second_compaction_updates_the_previous_summary_and_decays_the_head() {
     let mut engine = Compressor::new(counter(), 20_000);
     let first = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     let mut grown = first.clone();
     grown.extend(session(40).into_iter().skip(2));
     let (stub, seen) = Stub::new(vec![Ok("updated summary".into())]);
     let mut engine = engine.with_summarizer(stub);
-    let second = engine.compress(&grown, &CompressRequest::new()).unwrap();
+    let second = engine
+        .compress(&grown, &CompressRequest::new())
+        .unwrap()
+        .messages;
     let report = engine.last_report().unwrap();
     assert!(report.iterative);
     // Only the system prompt is protected now (plus the pinned ask).
@@ -202,12 +209,16 @@ fn previous_summary_is_recovered_from_the_transcript_after_a_restart() {
     let mut engine = Compressor::new(counter(), 20_000);
     let mut history = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     history.extend(session(40).into_iter().skip(2));
     // A fresh engine (restart): compression_count is 0.
     let (stub, seen) = Stub::new(vec![]);
     let mut fresh = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    let out = fresh.compress(&history, &CompressRequest::new()).unwrap();
+    let out = fresh
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(fresh.last_report().unwrap().iterative);
     assert_eq!(summaries(&out), 1);
     assert!(seen.lock().unwrap()[0].contains("Extractive summary of"));
@@ -230,7 +241,10 @@ fn strict_profile_output_validates() {
         20_000,
         CompressorOptions::default().with_profile(Profile::Strict),
     );
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(
         validate(&out, Profile::Strict).is_empty(),
         "{:?}",
@@ -256,7 +270,10 @@ fn summary_role_is_user_right_after_the_system_prompt() {
             .with_profile(Profile::Strict)
             .with_protect_first_n(0),
     );
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::Strict).is_empty());
     let placement = engine.last_report().unwrap().placement.unwrap();
     // Right after the system prompt the summary is the user's turn (or is
@@ -296,7 +313,8 @@ fn abort_leaves_the_transcript_unchanged_and_starts_a_cooldown() {
     assert!(matches!(blocked, Err(EngineError::Blocked { .. })));
     let forced = engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     assert!(forced.iter().any(|m| m.text().contains("model summary")));
     // Success clears the cooldown.
     assert_eq!(engine.cooldown_seconds_left(), None);
@@ -319,7 +337,10 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
         Err(SummarizeError::RateLimited { retry_after: None }),
     ]);
     let history = session(40);
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     let report = engine.last_report().unwrap().clone();
     assert_eq!(report.outcome, Outcome::Fallback);
     assert_eq!(report.summarizer.as_deref(), Some("extractive"));
@@ -332,7 +353,10 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
     assert!(validate(&out, Profile::OpenAi).is_empty());
 
     clock.advance(Duration::from_secs(60));
-    engine.compress(&history, &CompressRequest::new()).unwrap();
+    engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(300));
     // Two fallbacks in a row: anti-thrash, even after the cooldown.
     clock.advance(Duration::from_secs(300));
@@ -345,7 +369,8 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
     );
     engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(900));
 }
 
@@ -359,7 +384,8 @@ fn cooldown_lengths_by_failure_kind() {
         let (mut engine, _) = engine_with(vec![Err(error)]);
         engine
             .compress(&session(40), &CompressRequest::new())
-            .unwrap();
+            .unwrap()
+            .messages;
         let report = engine.last_report().unwrap();
         assert_eq!(report.outcome, Outcome::Fallback);
         assert_eq!(report.cooldown_seconds, Some(seconds));
@@ -368,7 +394,8 @@ fn cooldown_lengths_by_failure_kind() {
     let (mut engine, _) = engine_with(vec![Ok("  \n ".into())]);
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     assert_eq!(engine.last_report().unwrap().outcome, Outcome::Fallback);
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(30));
 }
@@ -378,7 +405,10 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     let mut engine = Compressor::new(counter(), 20_000);
     let threshold = engine.state().threshold_tokens;
     let history = session(40);
-    engine.compress(&history, &CompressRequest::new()).unwrap();
+    engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     // Rough estimates say nothing about effectiveness.
     assert!(engine.should_compress(Some(threshold + 1)));
     engine.update_from_response(&Usage::new(threshold + 10, 5));
@@ -386,7 +416,10 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     // A later usage (not the first after a compaction) does not count.
     engine.update_from_response(&Usage::new(threshold + 10, 5));
     assert_eq!(engine.block_reason(), None);
-    engine.compress(&history, &CompressRequest::new()).unwrap();
+    engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     engine.update_from_response(&Usage::new(threshold + 10, 5));
     let Some(BlockReason::Ineffective { attempts, .. }) = engine.block_reason() else {
         panic!("expected ineffective, got {:?}", engine.block_reason());
@@ -402,7 +435,8 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     // Force bypasses; an effective compaction clears the streak.
     engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     engine.update_from_response(&Usage::new(threshold / 2, 5));
     assert_eq!(engine.block_reason(), None);
     // Session reset clears everything.
@@ -429,7 +463,8 @@ fn preflight_defers_to_recent_real_usage() {
     // Awaiting real usage after a compaction: defer.
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     assert!(engine.should_defer_preflight_to_real_usage(u64::MAX));
     assert_eq!(engine.status().usage_percent, 0.0);
 }
@@ -443,7 +478,7 @@ fn everything_crossing_to_the_summarizer_is_redacted() {
     let request = CompressRequest::new()
         .with_focus_topic(format!("token {SECRET}"))
         .with_memory_context(format!("remember GITHUB_TOKEN={SECRET}"));
-    let out = engine.compress(&history, &request).unwrap();
+    let out = engine.compress(&history, &request).unwrap().messages;
     let asked = seen.lock().unwrap()[0].clone();
     assert!(!asked.contains(SECRET), "secret reached the summarizer");
     assert!(asked.contains("remember"));
@@ -468,14 +503,20 @@ fn the_users_redaction_patterns_apply_to_what_leaves() {
     // Without the pattern the built-in rules do not know this key.
     let (stub, seen) = Stub::new(vec![Ok("summary".into())]);
     let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    engine.compress(&history, &CompressRequest::new()).unwrap();
+    engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(seen.lock().unwrap()[0].contains(INTERNAL));
     // With it, the key never reaches the summarizer.
     let (stub, seen) = Stub::new(vec![Ok(format!("saw {INTERNAL}"))]);
     let mut engine = Compressor::new(counter(), 20_000)
         .with_summarizer(stub)
         .with_redactor(Arc::new(redactor));
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(!seen.lock().unwrap()[0].contains(INTERNAL));
     let summary = out
         .iter()
@@ -492,7 +533,10 @@ fn summarizer_input_is_digested() {
     history[10] = Message::tool_result("c4", "big output\n".repeat(1000));
     let (stub, seen) = Stub::new(vec![]);
     let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    engine.compress(&history, &CompressRequest::new()).unwrap();
+    engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     let asked = seen.lock().unwrap()[0].clone();
     assert!(asked.contains("[digested]"));
     assert!(asked.matches("big output").count() < 5);
@@ -503,7 +547,8 @@ fn no_internal_markers_on_the_wire() {
     let mut engine = Compressor::new(counter(), 20_000);
     let out = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     for m in &out {
         assert!(m.extra.keys().all(|k| !k.starts_with('_')));
     }
@@ -594,7 +639,8 @@ fn report_says_whether_the_result_fits() {
     let mut engine = Compressor::new(counter(), 20_000);
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     let report = engine.last_report().unwrap();
     assert!(report.within_budget);
     assert!(report.tokens_after <= report.threshold_tokens);

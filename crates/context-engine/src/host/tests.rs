@@ -80,7 +80,7 @@ impl ContextEngine for Scripted {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<crate::engine::Compaction, EngineError> {
         self.note(format!("compress force={}", request.force));
         let out = match self.mode {
             CompressMode::KeepEnds => {
@@ -97,12 +97,17 @@ impl ContextEngine for Scripted {
                 return Err(EngineError::Summarizer {
                     engine: "scripted".into(),
                     reason: "server down".into(),
+                    cooldown_seconds: None,
                     source: None,
                 });
             }
         };
         self.state.record_compression();
-        Ok(out)
+        let counter = BpeCounter::new(Encoding::O200kBase);
+        let threshold = self.state.threshold_tokens;
+        Ok(crate::engine::Compaction::from_diff(
+            messages, out, &counter, threshold,
+        ))
     }
     fn prune_tool_results_only<'a>(
         &mut self,

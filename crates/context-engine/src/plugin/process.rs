@@ -18,11 +18,11 @@ use super::events::{EventKind, FailureKind, PluginEvent};
 use super::manifest::PluginManifest;
 use super::rpc::{CallError, Connection};
 use super::{EngineContext, PluginError};
-use crate::compressor::{Compressor, CompressorOptions, compaction_threshold};
+use crate::compressor::{Compressor, CompressorOptions};
 use crate::engine::{
-    BlockReason, CompressDecision, CompressRequest, ContextEngine, EngineError, EngineState,
-    EngineStatus, ModelInfo, PromptTokens, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
-    Usage, sanitize_memory_context, unknown_tool,
+    BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine, EngineError,
+    EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, SessionInfo,
+    ToolCallContext, TurnInfo, Usage, sanitize_memory_context, unknown_tool,
 };
 use crate::message::{Content, ContentPart, Message};
 use crate::redact::{RedactOptions, redact};
@@ -162,7 +162,6 @@ pub struct ProcessEngine {
     model: Option<String>,
     redact: bool,
     profile: Profile,
-    max_tokens: Option<u64>,
     counter: Arc<dyn TokenCounter>,
     state: EngineState,
     inner: RefCell<Inner>,
@@ -186,26 +185,13 @@ impl ProcessEngine {
     /// [`start`](Self::start).
     pub fn new(manifest: PluginManifest, ctx: EngineContext) -> ProcessEngine {
         let options = ctx.compressor_options;
-        let state = EngineState {
-            context_length: ctx.context_length,
-            threshold_percent: options.threshold_percent,
-            protect_first_n: options.protect_first_n,
-            protect_last_n: options.protect_last_n,
-            model_thresholds: options.model_thresholds.clone(),
-            threshold_tokens: compaction_threshold(
-                ctx.context_length,
-                options.threshold_percent,
-                options.max_tokens,
-            ),
-            ..EngineState::default()
-        };
+        let state = options.engine_state(ctx.context_length);
         ProcessEngine {
             manifest,
             section: ctx.section,
             model: ctx.model,
             redact: ctx.redact,
             profile: options.profile,
-            max_tokens: options.max_tokens,
             counter: ctx.counter,
             state,
             inner: RefCell::new(Inner::default()),
@@ -861,7 +847,7 @@ impl ContextEngine for ProcessEngine {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         if let Some(c) = self.fallback.get_mut() {
             return c.compress(messages, request);
         }
@@ -908,8 +894,12 @@ impl ContextEngine for ProcessEngine {
                 return Err(self.plugin_error(hook, reason));
             }
         };
-        let before = self.counter.count_messages(messages);
-        let after = self.counter.count_messages(&out);
+        let threshold = self.state.threshold_tokens;
+        let compaction = Compaction::from_diff(messages, out, self.counter.as_ref(), threshold);
+        let (before, after) = (
+            compaction.report.tokens_before,
+            compaction.report.tokens_after,
+        );
         if after >= before {
             let reason = format!("the result is not smaller ({after} tokens, input {before})");
             self.reject(hook, &reason);
@@ -917,7 +907,7 @@ impl ContextEngine for ProcessEngine {
         }
         self.state.record_compression();
         apply_state(&mut self.state, &answer);
-        Ok(out)
+        Ok(compaction)
     }
 
     fn prune_tool_results_only<'a>(
@@ -1191,12 +1181,6 @@ impl ContextEngine for ProcessEngine {
             return c.update_model(model);
         }
         self.state.apply_model(model);
-        // The same threshold the compressor would use: less the reply reserve.
-        self.state.threshold_tokens = compaction_threshold(
-            self.state.context_length,
-            self.state.threshold_percent,
-            self.max_tokens,
-        );
         if let Some(parts) = self.parts.get_mut() {
             parts.context_length = model.context_length;
         }
