@@ -33,9 +33,9 @@ use crate::engine::{
     EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, ToolCallContext, Usage,
     sanitize_memory_context, unknown_tool,
 };
-use crate::message::{Content, ContentPart, Message};
+use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
-use crate::redact::{RedactOptions, Redactor, redact};
+use crate::redact::{Egress, Redactor};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
@@ -190,9 +190,9 @@ pub struct Compressor {
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
     last_report: Option<CompactionReport>,
-    /// The user's redactor (extra patterns from `security.redact_patterns`);
-    /// the built-in rules when `None`.
-    redactor: Option<Arc<Redactor>>,
+    /// Redaction of everything sent to the summarizer and of its reply,
+    /// with the user's redactor when one was given.
+    egress: Egress,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -237,7 +237,7 @@ impl Compressor {
             awaiting_effect: None,
             seen_real_usage: false,
             last_report: None,
-            redactor: None,
+            egress: Egress::builtin(),
         }
     }
 
@@ -245,7 +245,7 @@ impl Compressor {
     /// patterns) instead of the built-in rules alone. Text that leaves the
     /// process is always redacted, whatever the redactor's opt-out.
     pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Compressor {
-        self.redactor = Some(redactor);
+        self.egress = Egress::new(Some(redactor));
         self
     }
 
@@ -397,19 +397,12 @@ impl Compressor {
             .collect();
         let span_tokens = self.counter.count_messages(&span);
         let target = self.target_tokens(span_tokens);
-        let turns: Vec<Message> = summarizer_input(&span, &self.options.digest)
-            .messages
-            .iter()
-            .map(|m| redact_message(m, self.redactor.as_deref()))
-            .collect();
-        let redactor = self.redactor.as_deref();
-        let previous = previous.map(|p| scrub(redactor, p).into_owned());
-        let focus = request
-            .focus_topic
-            .as_deref()
-            .map(|f| scrub(redactor, f).into_owned());
-        let memory =
-            Some(sanitize_memory_context(&request.memory_context)).filter(|m| !m.is_empty());
+        let egress = &self.egress;
+        let turns = egress.messages(&summarizer_input(&span, &self.options.digest).messages);
+        let previous = previous.map(|p| egress.string(p));
+        let focus = request.focus_topic.as_deref().map(|f| egress.string(f));
+        let memory = Some(egress.string(&sanitize_memory_context(&request.memory_context)))
+            .filter(|m| !m.is_empty());
         let mut summary_request = SummaryRequest::new(&turns, target);
         if let Some(p) = &previous {
             summary_request = summary_request.with_previous_summary(p);
@@ -460,7 +453,7 @@ impl Compressor {
                 )
             }
         };
-        let body = scrub(self.redactor.as_deref(), &body).into_owned();
+        let body = self.egress.string(&body);
         let wrapped = wrap_summary(&body);
 
         let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
@@ -524,64 +517,6 @@ impl Compressor {
 /// count.
 fn preflight_slack(threshold: u64) -> u64 {
     (threshold / 20).max(4096.min(threshold / 10))
-}
-
-/// Redaction that ignores the user's opt-out: the text leaves the process.
-fn force() -> RedactOptions {
-    RedactOptions {
-        force: true,
-        url_credentials: true,
-        ..RedactOptions::default()
-    }
-}
-
-/// `text` redacted by `redactor`, or the built-in rules, forced.
-fn scrub<'a>(redactor: Option<&Redactor>, text: &'a str) -> Cow<'a, str> {
-    match redactor {
-        Some(r) => r.redact(text, &force()),
-        None => redact(text, &force()),
-    }
-}
-
-/// A copy of `message` with every text that could reach a summarizer
-/// redacted: content, tool-call arguments, reasoning.
-fn redact_message(message: &Message, redactor: Option<&Redactor>) -> Message {
-    let mut out = message.clone();
-    // Only a changed text is written back.
-    let redact = |text: &str| match scrub(redactor, text) {
-        Cow::Owned(r) => Some(r),
-        Cow::Borrowed(_) => None,
-    };
-    match &mut out.content {
-        Content::Text(text) => {
-            if let Some(r) = redact(text) {
-                *text = r;
-            }
-        }
-        Content::Parts(parts) => {
-            for part in parts.iter_mut() {
-                if let Some(text) = part.text()
-                    && let Some(r) = redact(text)
-                {
-                    *part = ContentPart::new_text(r);
-                }
-            }
-        }
-        Content::Absent | Content::Null => {}
-    }
-    for call in out.tool_calls.iter_mut().flatten() {
-        if let Some(function) = &mut call.function
-            && let Some(r) = redact(&function.arguments)
-        {
-            function.arguments = r;
-        }
-    }
-    if let Some(reasoning) = &mut out.reasoning_content
-        && let Some(r) = redact(reasoning)
-    {
-        *reasoning = r;
-    }
-    out
 }
 
 /// `message` with its content replaced by `text`.

@@ -353,10 +353,7 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
     assert!(validate(&out, Profile::OpenAi).is_empty());
 
     clock.advance(Duration::from_secs(60));
-    engine
-        .compress(&history, &CompressRequest::new())
-        .unwrap()
-        .messages;
+    engine.compress(&history, &CompressRequest::new()).unwrap();
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(300));
     // Two fallbacks in a row: anti-thrash, even after the cooldown.
     clock.advance(Duration::from_secs(300));
@@ -369,8 +366,7 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
     );
     engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap()
-        .messages;
+        .unwrap();
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(900));
 }
 
@@ -384,8 +380,7 @@ fn cooldown_lengths_by_failure_kind() {
         let (mut engine, _) = engine_with(vec![Err(error)]);
         engine
             .compress(&session(40), &CompressRequest::new())
-            .unwrap()
-            .messages;
+            .unwrap();
         let report = engine.last_report().unwrap();
         assert_eq!(report.outcome, Outcome::Fallback);
         assert_eq!(report.cooldown_seconds, Some(seconds));
@@ -394,8 +389,7 @@ fn cooldown_lengths_by_failure_kind() {
     let (mut engine, _) = engine_with(vec![Ok("  \n ".into())]);
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap()
-        .messages;
+        .unwrap();
     assert_eq!(engine.last_report().unwrap().outcome, Outcome::Fallback);
     assert_eq!(engine.last_report().unwrap().cooldown_seconds, Some(30));
 }
@@ -405,10 +399,7 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     let mut engine = Compressor::new(counter(), 20_000);
     let threshold = engine.state().threshold_tokens;
     let history = session(40);
-    engine
-        .compress(&history, &CompressRequest::new())
-        .unwrap()
-        .messages;
+    engine.compress(&history, &CompressRequest::new()).unwrap();
     // Rough estimates say nothing about effectiveness.
     assert!(engine.should_compress(Some(threshold + 1)));
     engine.update_from_response(&Usage::new(threshold + 10, 5));
@@ -416,10 +407,7 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     // A later usage (not the first after a compaction) does not count.
     engine.update_from_response(&Usage::new(threshold + 10, 5));
     assert_eq!(engine.block_reason(), None);
-    engine
-        .compress(&history, &CompressRequest::new())
-        .unwrap()
-        .messages;
+    engine.compress(&history, &CompressRequest::new()).unwrap();
     engine.update_from_response(&Usage::new(threshold + 10, 5));
     let Some(BlockReason::Ineffective { attempts, .. }) = engine.block_reason() else {
         panic!("expected ineffective, got {:?}", engine.block_reason());
@@ -435,8 +423,7 @@ fn ineffective_is_decided_only_by_real_usage_after_a_compaction() {
     // Force bypasses; an effective compaction clears the streak.
     engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap()
-        .messages;
+        .unwrap();
     engine.update_from_response(&Usage::new(threshold / 2, 5));
     assert_eq!(engine.block_reason(), None);
     // Session reset clears everything.
@@ -463,8 +450,7 @@ fn preflight_defers_to_recent_real_usage() {
     // Awaiting real usage after a compaction: defer.
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap()
-        .messages;
+        .unwrap();
     assert!(engine.should_defer_preflight_to_real_usage(u64::MAX));
     assert_eq!(engine.status().usage_percent, 0.0);
 }
@@ -503,10 +489,7 @@ fn the_users_redaction_patterns_apply_to_what_leaves() {
     // Without the pattern the built-in rules do not know this key.
     let (stub, seen) = Stub::new(vec![Ok("summary".into())]);
     let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    engine
-        .compress(&history, &CompressRequest::new())
-        .unwrap()
-        .messages;
+    engine.compress(&history, &CompressRequest::new()).unwrap();
     assert!(seen.lock().unwrap()[0].contains(INTERNAL));
     // With it, the key never reaches the summarizer.
     let (stub, seen) = Stub::new(vec![Ok(format!("saw {INTERNAL}"))]);
@@ -533,10 +516,7 @@ fn summarizer_input_is_digested() {
     history[10] = Message::tool_result("c4", "big output\n".repeat(1000));
     let (stub, seen) = Stub::new(vec![]);
     let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    engine
-        .compress(&history, &CompressRequest::new())
-        .unwrap()
-        .messages;
+    engine.compress(&history, &CompressRequest::new()).unwrap();
     let asked = seen.lock().unwrap()[0].clone();
     assert!(asked.contains("[digested]"));
     assert!(asked.matches("big output").count() < 5);
@@ -639,8 +619,7 @@ fn report_says_whether_the_result_fits() {
     let mut engine = Compressor::new(counter(), 20_000);
     engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap()
-        .messages;
+        .unwrap();
     let report = engine.last_report().unwrap();
     assert!(report.within_budget);
     assert!(report.tokens_after <= report.threshold_tokens);

@@ -203,9 +203,7 @@ fn reset_zeroes_counters_but_keeps_configuration() {
     let mut e = Minimal::default();
     e.update_model(&ModelInfo::new("gpt-4o", 128_000));
     e.update_from_response(&Usage::new(90_000, 1_000));
-    e.compress(&convo(), &CompressRequest::new())
-        .unwrap()
-        .messages;
+    e.compress(&convo(), &CompressRequest::new()).unwrap();
     e.update_from_response(&Usage::new(20_000, 500));
     assert_eq!(e.state.compression_count, 1);
 
@@ -221,9 +219,7 @@ fn reset_zeroes_counters_but_keeps_configuration() {
 #[test]
 fn reset_also_clears_the_awaiting_state() {
     let mut e = Minimal::default();
-    e.compress(&convo(), &CompressRequest::new())
-        .unwrap()
-        .messages;
+    e.compress(&convo(), &CompressRequest::new()).unwrap();
     assert_eq!(e.state.last_prompt_tokens, PromptTokens::AwaitingRealUsage);
     e.on_session_reset();
     assert_eq!(e.state.last_prompt_tokens, PromptTokens::Known(0));
@@ -255,9 +251,7 @@ fn status_is_zero_while_awaiting_real_usage() {
     let mut e = Minimal::default();
     e.update_model(&ModelInfo::new("m", 1_000));
     e.update_from_response(&Usage::new(900, 10));
-    e.compress(&convo(), &CompressRequest::new())
-        .unwrap()
-        .messages;
+    e.compress(&convo(), &CompressRequest::new()).unwrap();
     let st = e.status();
     assert!(st.awaiting_real_usage);
     assert_eq!(st.last_prompt_tokens, 0);
