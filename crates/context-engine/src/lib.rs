@@ -33,6 +33,7 @@ pub mod compressor;
 pub mod config;
 pub mod digest;
 pub mod engine;
+mod error;
 pub mod host;
 pub mod message;
 pub mod plugin;
@@ -45,6 +46,7 @@ pub mod tokens;
 pub mod transcript;
 pub mod validate;
 
+pub use error::{Error, Result, chain as error_chain};
 pub use message::{Content, ContentPart, FunctionCall, Message, Role, ToolCall};
 
 /// What a multi-threaded host (a tokio proxy moving a session into
@@ -63,6 +65,7 @@ const _: () = {
     send_sync::<std::sync::Arc<dyn tokens::TokenCounter>>();
     send_sync::<std::sync::Arc<redact::Redactor>>();
     send_sync::<engine::EngineError>();
+    send_sync::<Error>();
     send_sync::<engine::Compaction>();
     send_sync::<host::Update>();
     send_sync::<transcript::Transcript>();

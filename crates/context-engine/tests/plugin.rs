@@ -408,6 +408,20 @@ fn wrong_id_fails_open() {
 #[test]
 fn invalid_transcript_fails_open() {
     compress_fails_open("invalid", FailureKind::InvalidResult);
+    if !python() {
+        return;
+    }
+    // The broken rule stays typed in the error.
+    let mut engine = misbehave(json!({"mode": "invalid"}));
+    match engine.compress(&short_session(), &CompressRequest::new()) {
+        Err(EngineError::InvalidOutput { violation, .. }) => {
+            assert_eq!(
+                violation.rule,
+                context_engine::validate::Rule::OrphanToolResult
+            );
+        }
+        other => panic!("expected InvalidOutput, got {other:?}"),
+    }
 }
 
 #[test]

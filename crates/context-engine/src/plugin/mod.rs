@@ -64,7 +64,7 @@ pub enum PluginError {
         reason: String,
     },
     /// A manifest could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -310,7 +310,10 @@ pub fn select_engine(
         }
         Ok(Selected {
             engine: Box::new(ctx.into_compressor()),
-            warnings: vec![format!("{error}; using the built-in compressor")],
+            warnings: vec![format!(
+                "{}; using the built-in compressor",
+                crate::error_chain(&error)
+            )],
             source: EngineSource::Fallback {
                 requested: name.to_owned(),
             },

@@ -42,7 +42,7 @@ use crate::message::Message;
 use crate::redact::{Egress, Redactor};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, introduced_violation};
+use crate::validate::{Profile, Violation, introduced_violation};
 
 /// Every optional hook a plugin may declare in `capabilities`, by name.
 pub const HOOKS: &[&str] = &[
@@ -331,14 +331,38 @@ impl ProcessEngine {
     /// Parses and checks a transcript answered for `input`; `Err` is the
     /// reason it is refused.
     fn accept_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, String> {
-        let out = parse_messages(value)?;
+        self.check_transcript(input, value)
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    /// [`accept_transcript`](Self::accept_transcript) with a broken
+    /// provider rule kept typed.
+    fn check_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, Refusal> {
+        let out = parse_messages(value).map_err(Refusal::Other)?;
         if !input.is_empty() && out.is_empty() {
-            return Err("the result is empty".to_owned());
+            return Err(Refusal::Other("the result is empty".to_owned()));
         }
         if let Some(v) = introduced_violation(input, &out, self.profile) {
-            return Err(format!("the result breaks a provider rule at {v}"));
+            return Err(Refusal::Violation(v));
         }
         Ok(out)
+    }
+}
+
+/// Why a transcript answered by the plugin is refused.
+enum Refusal {
+    /// It breaks a provider rule its input kept.
+    Violation(Violation),
+    /// Anything else (not messages, empty).
+    Other(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Violation(v) => write!(f, "the result breaks a provider rule at {v}"),
+            Refusal::Other(reason) => f.write_str(reason),
+        }
     }
 }
 
@@ -539,11 +563,17 @@ impl ContextEngine for ProcessEngine {
             self.reject(hook, &reason);
             return Err(self.plugin_error(hook, reason));
         };
-        let out = match self.accept_transcript(messages, value) {
+        let out = match self.check_transcript(messages, value) {
             Ok(out) => out,
-            Err(reason) => {
-                self.reject(hook, &reason);
-                return Err(self.plugin_error(hook, reason));
+            Err(refusal) => {
+                self.reject(hook, &refusal.to_string());
+                return Err(match refusal {
+                    Refusal::Violation(violation) => EngineError::InvalidOutput {
+                        engine: self.name.clone(),
+                        violation,
+                    },
+                    Refusal::Other(reason) => self.plugin_error(hook, reason),
+                });
             }
         };
         let threshold = self.state.threshold_tokens;
