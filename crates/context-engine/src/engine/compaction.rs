@@ -241,25 +241,14 @@ impl CompactionReport {
         let tail_start = input.len() - suffix;
         let summarized = Span::new(prefix, tail_start);
         CompactionReport {
-            outcome: Outcome::Compacted,
-            messages_before: input.len(),
             messages_after: output.len(),
-            tokens_before,
             tokens_after,
-            threshold_tokens: threshold,
             head: Some(Span::new(0, prefix)),
-            pinned: None,
             tail: Some(Span::new(tail_start, input.len())),
             summarized: (!summarized.is_empty()).then_some(summarized),
             summarized_messages: summarized.len(),
-            summarizer: None,
-            placement: None,
-            target_tokens: 0,
-            summary_tokens: 0,
-            iterative: false,
-            reason: None,
-            cooldown_seconds: None,
             within_budget: tokens_after <= threshold,
+            ..CompactionReport::unchanged(Outcome::Compacted, input.len(), tokens_before, threshold)
         }
     }
 }

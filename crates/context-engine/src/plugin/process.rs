@@ -30,7 +30,7 @@ use super::wire::{
     CompressParams, ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, InitializeParams, MessagesParams,
     PROTOCOL_VERSION, PromptTokensParams, PruneParams, RoughTokensParams, SelectParams,
     SessionEndParams, SessionStartParams, StateParams, StateSnapshot, ToolCallParams,
-    TurnCompleteParams, TurnWire, UpdateModelParams, UsageParams,
+    TurnCompleteParams, UpdateModelParams, UsageParams,
 };
 use crate::compressor::{Compressor, CompressorOptions};
 use crate::engine::{
@@ -691,14 +691,7 @@ impl ContextEngine for ProcessEngine {
             let params = TurnCompleteParams {
                 messages: self.outgoing(messages),
                 usage,
-                turn: TurnWire {
-                    turn_id: turn.turn_id.clone(),
-                    task_id: turn.task_id.clone(),
-                    api_call_count: turn.api_call_count,
-                    interrupted: turn.interrupted,
-                    failed: turn.failed,
-                    exit_reason: turn.exit_reason.clone(),
-                },
+                turn,
             };
             self.notify_hook(hook, &params);
         }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::{EngineState, Usage};
+use crate::engine::{EngineState, TurnInfo, Usage};
 use crate::message::Message;
 
 /// The protocol version this host speaks (sent in `initialize`; a plugin
@@ -167,23 +167,6 @@ pub struct SelectParams {
     pub state: StateSnapshot,
 }
 
-/// What the host knows about a finished turn.
-#[derive(Clone, Debug, Serialize)]
-pub struct TurnWire {
-    /// Host identifier of the turn.
-    pub turn_id: Option<String>,
-    /// Host identifier of its task.
-    pub task_id: Option<String>,
-    /// Provider calls made.
-    pub api_call_count: u32,
-    /// The user interrupted it.
-    pub interrupted: bool,
-    /// It ended in an error.
-    pub failed: bool,
-    /// How it ended.
-    pub exit_reason: Option<String>,
-}
-
 /// `on_turn_complete`.
 #[derive(Clone, Debug, Serialize)]
 pub struct TurnCompleteParams<'a> {
@@ -192,7 +175,7 @@ pub struct TurnCompleteParams<'a> {
     /// The turn's usage, when it reached a provider response.
     pub usage: Option<&'a Usage>,
     /// The turn.
-    pub turn: TurnWire,
+    pub turn: &'a TurnInfo,
 }
 
 /// `should_compress_preflight`, `has_content_to_compress`.
