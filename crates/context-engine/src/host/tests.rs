@@ -479,4 +479,17 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
         s.engine().state().last_prompt_tokens,
         PromptTokens::AwaitingRealUsage
     );
+    // The engine's report of the pass names the input messages the summary
+    // replaced, so a store can archive exactly those.
+    assert_eq!(c.reports.len() as u32, c.passes);
+    let span = c.reports[0].summarized.expect("a summarized span");
+    assert!(span.start >= 1 && span.end <= h.len() && !span.is_empty());
+    assert_eq!(c.reports[0].messages_before, h.len());
+    let kept = h.len() - span.len() + usize::from(c.reports[0].pinned.is_some());
+    let own_message = c.reports[0].placement != Some(crate::compressor::Placement::Merged);
+    assert_eq!(
+        kept + usize::from(own_message),
+        c.reports[0].messages_after,
+        "kept + the summary"
+    );
 }
