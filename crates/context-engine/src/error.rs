@@ -66,7 +66,7 @@ impl Error {
     }
 }
 
-/// A `Result` with the library's [`Error`].
+/// A `Result` with the library's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `error` and each of its sources, joined by `": "`, each text once (a

@@ -2,7 +2,7 @@
 //! the `params` of every request the host sends, and the shapes of the
 //! answers it reads. Logic-free: what to send and how to judge an answer is
 //! the engine adapter's business ([`super::ProcessEngine`]); framing and
-//! JSON-RPC ids are the transport's ([`super::rpc`]).
+//! JSON-RPC ids are the transport's (`rpc.rs`).
 //!
 //! Field order is the order on the wire. Every text a request carries was
 //! already redacted by the adapter ([`crate::redact::Egress`]).
