@@ -24,8 +24,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::digest::{
-    DigestOptions, RECALL_TOOL, digest_with_report, handle_recall_call, recall_tool_schema,
-    summarizer_input,
+    DigestOptions, RECALL_TOOL, handle_recall_call, recall_tool_schema, summarizer_input,
 };
 use crate::engine::{
     BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine,
@@ -36,6 +35,9 @@ use crate::engine::{
 use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
 use crate::redact::{Egress, Redactor};
+use crate::schedule::{
+    ScheduleOptions, ScheduleState, Scheduler, schedule_prune, scheduled_digest,
+};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
@@ -101,6 +103,9 @@ pub struct CompressorOptions {
     /// off until `proactive_prune_tokens` is set, because every prune costs
     /// the provider's cached prefix.
     pub prune: PruneOptions,
+    /// When the digest advances and a prune commits: only when the saving
+    /// pays for the prompt cache it breaks (see [`crate::schedule`]).
+    pub schedule: ScheduleOptions,
     /// Per-model threshold overrides (see
     /// [`resolve_model_threshold`](crate::engine::resolve_model_threshold)).
     pub model_thresholds: BTreeMap<String, f64>,
@@ -121,6 +126,7 @@ impl Default for CompressorOptions {
             profile: Profile::OpenAi,
             digest: DigestOptions::default(),
             prune: PruneOptions::default(),
+            schedule: ScheduleOptions::default(),
             model_thresholds: BTreeMap::new(),
         }
     }
@@ -171,6 +177,12 @@ impl CompressorOptions {
         self.digest = digest;
         self
     }
+
+    /// Sets [`schedule`](Self::schedule).
+    pub fn with_schedule(mut self, schedule: ScheduleOptions) -> CompressorOptions {
+        self.schedule = schedule;
+        self
+    }
 }
 
 /// The built-in engine (see the module docs).
@@ -193,6 +205,8 @@ pub struct Compressor {
     /// Redaction of everything sent to the summarizer and of its reply,
     /// with the user's redactor when one was given.
     egress: Egress,
+    /// The cache-aware schedule of digest steps and prunes.
+    scheduler: Scheduler,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -222,6 +236,7 @@ impl Compressor {
         options: CompressorOptions,
     ) -> Compressor {
         let state = options.engine_state(context_length);
+        let scheduler = Scheduler::new(options.schedule.clone());
         Compressor {
             state,
             counter,
@@ -238,7 +253,24 @@ impl Compressor {
             seen_real_usage: false,
             last_report: None,
             egress: Egress::builtin(),
+            scheduler,
         }
+    }
+
+    /// The schedule's state, for a host that persists the session.
+    pub fn schedule_state(&self) -> &ScheduleState {
+        self.scheduler.state()
+    }
+
+    /// Restores a persisted schedule state (a resumed session).
+    pub fn restore_schedule_state(&mut self, state: ScheduleState) {
+        self.scheduler.restore(state);
+    }
+
+    /// Now, in seconds on the engine's clock (for the schedule's cold-cache
+    /// rule: only differences matter).
+    fn now_secs(&self) -> Option<f64> {
+        Some(self.clock.now().as_secs_f64())
     }
 
     /// Redacts with `redactor` (e.g. the built-in rules plus the user's
@@ -256,7 +288,7 @@ impl Compressor {
         self
     }
 
-    /// Uses `clock` for cooldowns.
+    /// Uses `clock` for cooldowns and the schedule's idle gaps.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Compressor {
         self.clock = clock;
         self
@@ -635,14 +667,36 @@ impl ContextEngine for Compressor {
             &self.options.prune,
             self.counter.as_ref(),
         );
+        if let Cow::Owned(after) = &outcome.messages {
+            let verdict = schedule_prune(
+                &self.scheduler,
+                messages,
+                after,
+                self.counter.as_ref(),
+                self.state.threshold_tokens,
+                self.now_secs(),
+            );
+            if !verdict.applies() {
+                return (Cow::Borrowed(messages), 0);
+            }
+        }
         (outcome.messages, outcome.pruned)
     }
 
     fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {
-        let (view, report) = digest_with_report(request.request_messages, &self.options.digest);
+        let now = self.now_secs();
+        let digest = scheduled_digest(
+            &mut self.scheduler,
+            request.request_messages,
+            &self.options.digest,
+            self.counter.as_ref(),
+            self.state.threshold_tokens,
+            now,
+        );
+        let report = digest.report;
         let changed =
             report.results_digested + report.envelopes_digested + report.binary_parts_dropped > 0;
-        changed.then_some(view)
+        changed.then(|| digest.view.into_iter().map(Cow::into_owned).collect())
     }
 
     fn should_compress_preflight(&self, messages: &[Message]) -> bool {
@@ -682,6 +736,7 @@ impl ContextEngine for Compressor {
         self.awaiting_effect = None;
         self.seen_real_usage = false;
         self.last_report = None;
+        self.scheduler.reset();
     }
 
     fn tool_schemas(&self) -> Vec<Value> {
@@ -716,6 +771,9 @@ impl ContextEngine for Compressor {
         status
             .extra
             .insert("ineffective_streak".into(), json!(self.ineffective_streak));
+        status
+            .extra
+            .insert("schedule".into(), json!(self.scheduler.state()));
         status
     }
 

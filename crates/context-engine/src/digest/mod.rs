@@ -197,11 +197,59 @@ pub fn digest_view<'a>(
     messages: &'a [Message],
     opts: &DigestOptions,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
+    digest_until(messages, opts, kept_from(messages, opts.keep_batches))
+}
+
+/// The tool batches of `messages`, oldest first, by the index of the
+/// message that opens each: an assistant message with tool calls, a result
+/// with no call before it, or a text tool-result envelope. The unit a
+/// [scheduler](crate::schedule) advances the digest by.
+pub fn batch_starts(messages: &[Message]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut in_batch = false;
+    for (i, m) in messages.iter().enumerate() {
+        if starts_call_batch(m) {
+            in_batch = true;
+            starts.push(i);
+        } else if m.is_tool_result() {
+            // A result with no call before it is a batch of its own.
+            if !in_batch {
+                starts.push(i);
+            }
+        } else if is_tool_reentry(m) {
+            starts.push(i);
+        }
+    }
+    starts
+}
+
+/// The digest of the first `batches` tool batches only (see
+/// [`batch_starts`]), never of the newest [`DigestOptions::keep_batches`]:
+/// what a request shows while a schedule holds later steps back. Batch `k`
+/// is digested identically whatever `batches` is, so advancing the
+/// frontier only changes the request from the first newly digested batch on.
+pub fn digest_through<'a>(
+    messages: &'a [Message],
+    opts: &DigestOptions,
+    batches: usize,
+) -> (Vec<Cow<'a, Message>>, DigestReport) {
+    let frontier = batch_starts(messages)
+        .get(batches)
+        .copied()
+        .unwrap_or(usize::MAX);
+    digest_until(messages, opts, frontier.min(kept_from(messages, opts.keep_batches)))
+}
+
+/// Digests results of batches opening before `kept_from`.
+fn digest_until<'a>(
+    messages: &'a [Message],
+    opts: &DigestOptions,
+    kept_from: usize,
+) -> (Vec<Cow<'a, Message>>, DigestReport) {
     let mut report = DigestReport::default();
     if !opts.enabled {
         return (messages.iter().map(Cow::Borrowed).collect(), report);
     }
-    let kept_from = kept_from(messages, opts.keep_batches);
     let calls = calls_by_id(messages);
     let mut batch: Option<usize> = None;
     let mut legacy: Option<&FunctionCall> = None;
@@ -266,21 +314,7 @@ fn kept_from(messages: &[Message], keep: usize) -> usize {
     if keep == 0 {
         return usize::MAX;
     }
-    let mut starts = Vec::new();
-    let mut in_batch = false;
-    for (i, m) in messages.iter().enumerate() {
-        if starts_call_batch(m) {
-            in_batch = true;
-            starts.push(i);
-        } else if m.is_tool_result() {
-            // A result with no call before it is a batch of its own.
-            if !in_batch {
-                starts.push(i);
-            }
-        } else if is_tool_reentry(m) {
-            starts.push(i);
-        }
-    }
+    let starts = batch_starts(messages);
     starts
         .len()
         .checked_sub(keep)

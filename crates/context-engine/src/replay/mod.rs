@@ -10,8 +10,6 @@
 //! is the recording's own prefix, counted with the same tokenizer so that
 //! the two columns compare like with like.
 
-mod price;
-
 #[cfg(test)]
 mod tests;
 
@@ -29,7 +27,7 @@ use crate::validate::{
     Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
 };
 
-pub use price::PriceModel;
+pub use crate::pricing::PriceModel;
 
 /// Why a recording cannot be replayed.
 #[derive(Debug, Error)]

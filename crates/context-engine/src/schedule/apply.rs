@@ -1,0 +1,128 @@
+//! The schedule applied to the engine's edits: the digest's frontier and
+//! the proactive prune's commit.
+
+use std::borrow::Cow;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{Edit, Scheduler, Verdict, Why};
+use crate::digest::{DigestOptions, DigestReport, batch_starts, digest_through};
+use crate::message::Message;
+use crate::tokens::TokenCounter;
+
+/// The digest of one request under the schedule, and what it decided.
+#[derive(Debug)]
+pub struct ScheduledDigest<'a> {
+    /// The request view.
+    pub view: Vec<Cow<'a, Message>>,
+    /// What the view's digest replaced (frozen batches included).
+    pub report: DigestReport,
+    /// The verdict on the pending steps, when there were any.
+    pub verdict: Option<Verdict>,
+    /// Digest steps (batches) applied by this call.
+    pub advanced: usize,
+}
+
+/// The request view of `messages`: batches up to the schedule's frontier
+/// digested; pending ones (old enough to digest, not yet frozen) digested
+/// too when the scheduler says the saving pays for the cache it breaks.
+/// Advances the frontier and records the request. `threshold_tokens` is the
+/// engine's compaction threshold; `now` in seconds (any fixed epoch).
+pub fn scheduled_digest<'a>(
+    scheduler: &mut Scheduler,
+    messages: &'a [Message],
+    opts: &DigestOptions,
+    counter: &dyn TokenCounter,
+    threshold_tokens: u64,
+    now: Option<f64>,
+) -> ScheduledDigest<'a> {
+    let starts = batch_starts(messages);
+    let target = starts.len().saturating_sub(opts.keep_batches);
+    let state = scheduler.state();
+    // The frontier holds only while the batch it ends with is still the
+    // same message at the same place; otherwise the history was rewritten
+    // before it (compaction, prune) and the cache broke there anyway.
+    let anchored = state.digested_batches == 0
+        || (state.digested_batches <= starts.len()
+            && state.anchor == anchor_of(messages, &starts, state.digested_batches));
+    let frontier = if anchored {
+        state.digested_batches.min(target)
+    } else {
+        0
+    };
+
+    let mut verdict = None;
+    let mut through = frontier;
+    if !anchored {
+        through = target;
+        verdict = Some(Verdict::Apply(Why::Rewritten));
+    } else if target > frontier {
+        let (held, _) = digest_through(messages, opts, frontier);
+        let (advanced, _) = digest_through(messages, opts, target);
+        let held_tokens = count(counter, &held);
+        let advanced_tokens = count(counter, &advanced);
+        let at = starts.get(frontier).copied().unwrap_or(messages.len());
+        let edit = Edit {
+            at_tokens: count(counter, &advanced[..at]),
+            saved_tokens: held_tokens.saturating_sub(advanced_tokens),
+            request_tokens: advanced_tokens + counter.request_overhead() as u64,
+        };
+        let v = scheduler.decide(&edit, threshold_tokens, now);
+        if v.applies() {
+            through = target;
+        }
+        verdict = Some(v);
+    }
+    let (view, report) = digest_through(messages, opts, through);
+    let tokens = count(counter, &view) + counter.request_overhead() as u64;
+    let state = scheduler.state_mut();
+    state.digested_batches = through;
+    state.anchor = anchor_of(messages, &starts, through);
+    scheduler.record_request(tokens, now);
+    ScheduledDigest {
+        view,
+        report,
+        verdict,
+        advanced: through.saturating_sub(frontier),
+    }
+}
+
+/// Whether a prune that turned `before` into `after` is committed now.
+/// Nothing changes when it is not: the prune is asked again next time.
+pub fn schedule_prune(
+    scheduler: &Scheduler,
+    before: &[Message],
+    after: &[Message],
+    counter: &dyn TokenCounter,
+    threshold_tokens: u64,
+    now: Option<f64>,
+) -> Verdict {
+    let first = before
+        .iter()
+        .zip(after)
+        .position(|(a, b)| a != b)
+        .unwrap_or(before.len().min(after.len()));
+    let before_tokens = counter.count_messages(before) as u64;
+    let after_tokens = counter.count_messages(after) as u64;
+    let edit = Edit {
+        at_tokens: after[..first]
+            .iter()
+            .map(|m| counter.count_message(m) as u64)
+            .sum(),
+        saved_tokens: before_tokens.saturating_sub(after_tokens),
+        request_tokens: after_tokens,
+    };
+    scheduler.decide(&edit, threshold_tokens, now)
+}
+
+/// The hash of the message opening the last of the first `batches` batches.
+fn anchor_of(messages: &[Message], starts: &[usize], batches: usize) -> Option<u64> {
+    let index = *starts.get(batches.checked_sub(1)?)?;
+    let message = messages.get(index)?;
+    let json = serde_json::to_vec(message).ok()?;
+    Some(xxh3_64(&json))
+}
+
+fn count(counter: &dyn TokenCounter, view: &[Cow<'_, Message>]) -> u64 {
+    view.iter().map(|m| counter.count_message(m) as u64).sum()
+}

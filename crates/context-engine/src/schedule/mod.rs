@@ -1,0 +1,321 @@
+//! Cache-aware scheduling: edit the early part of a request only when the
+//! edit pays for the prompt cache it breaks.
+//!
+//! Providers bill a cached prompt prefix at a fraction of the input price
+//! (see [`crate::pricing`]). Every change the engine makes to a request
+//! invalidates the cache from the changed token on: the tokens after it are
+//! sent (and written to the cache) again at the full price. A digest step,
+//! a proactive prune or any other rewrite of old content therefore has a
+//! price as well as a saving. The [`Scheduler`] weighs the two per
+//! candidate [`Edit`]:
+//!
+//! - **break cost**: the tokens of the last request after the edit point
+//!   that the new request still sends, times the miss premium (cache-write
+//!   price less cached price);
+//! - **saving**: the tokens the edit removes, times the cached price, over
+//!   the calls expected before the window forces a compaction (the
+//!   request's growth per call tells how many), capped at
+//!   [`ScheduleOptions::max_horizon_calls`].
+//!
+//! An edit is applied when the saving pays for the break ([`Why::Pays`]),
+//! when the cache is cold anyway because the last request is older than the
+//! cache's lifetime ([`Why::Cold`]), and always when the window is at
+//! stake ([`Why::Size`]): the request with the edit deferred would pass
+//! [`ScheduleOptions::size_margin`] of the compaction threshold by the next
+//! call. Otherwise it waits ([`Verdict::Defer`]), and since the saving of
+//! pending steps accumulates while their break point stays put, several
+//! steps are later applied at once.
+//!
+//! The schedule's state ([`ScheduleState`]: how many tool batches are
+//! frozen as digested, and what the last request was) is small and
+//! serializable, so a host can persist it with the session; the digest's
+//! prefix stability is kept by construction (a frozen batch stays digested
+//! identically, see [`crate::digest::digest_through`]).
+//!
+//! With [`ScheduleOptions::enabled`] off, every edit is applied at once
+//! ([`Why::EveryCall`]): the engine's behaviour before scheduling, kept as
+//! the baseline `ctx replay` compares with.
+
+mod apply;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::pricing::PriceModel;
+
+pub use apply::{ScheduledDigest, schedule_prune, scheduled_digest};
+
+/// Scheduling switches and the prices they weigh.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ScheduleOptions {
+    /// Off applies every edit at once (one digest step per call).
+    pub enabled: bool,
+    /// Prices and cache model (from `pricing.*` in the config).
+    #[serde(skip)]
+    pub price: PriceModel,
+    /// The most calls a saving is counted over.
+    pub max_horizon_calls: u32,
+    /// An edit is forced when the request without it would reach this
+    /// fraction of the compaction threshold by the next call.
+    pub size_margin: f64,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> ScheduleOptions {
+        ScheduleOptions {
+            enabled: true,
+            price: PriceModel::default(),
+            max_horizon_calls: 24,
+            size_margin: 0.9,
+        }
+    }
+}
+
+impl ScheduleOptions {
+    /// The baseline: every edit applied at once.
+    pub fn every_call() -> ScheduleOptions {
+        ScheduleOptions {
+            enabled: false,
+            ..ScheduleOptions::default()
+        }
+    }
+
+    /// Sets [`price`](Self::price).
+    pub fn with_price(mut self, price: PriceModel) -> ScheduleOptions {
+        self.price = price;
+        self
+    }
+}
+
+/// What the schedule remembers between calls. Serializable: a host that
+/// persists a session persists this with it (an engine exposes it in its
+/// status under `schedule`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ScheduleState {
+    /// Tool batches, counted from the start of the history, whose results
+    /// are digested in every request; later ones are whole until the
+    /// schedule advances.
+    pub digested_batches: usize,
+    /// A hash of the message that opens the last digested batch: when it no
+    /// longer matches, the history was rewritten (compaction, prune) and the
+    /// cache broke there anyway.
+    pub anchor: Option<u64>,
+    /// Prompt tokens of the last request.
+    pub last_request_tokens: u64,
+    /// When the last request was sent, in seconds since the Unix epoch.
+    pub last_request_at: Option<f64>,
+    /// Average growth of the request per call, in tokens.
+    pub growth_per_call: u64,
+}
+
+/// A candidate rewrite of the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edit {
+    /// Tokens of the request before the first changed token.
+    pub at_tokens: u64,
+    /// Tokens the edit removes from the request.
+    pub saved_tokens: u64,
+    /// Tokens of the request with the edit applied.
+    pub request_tokens: u64,
+}
+
+/// Why an edit is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Why {
+    /// Scheduling is off.
+    EveryCall,
+    /// The edit changes nothing the cache holds, or saves nothing.
+    Free,
+    /// The saving over the expected calls pays for the broken cache.
+    Pays,
+    /// The cache expired since the last request.
+    Cold,
+    /// The window is at stake.
+    Size,
+    /// The history was rewritten under the schedule (compaction, prune):
+    /// the cache broke there already.
+    Rewritten,
+}
+
+/// The schedule's answer for one edit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Apply it now.
+    Apply(Why),
+    /// Keep the cache; ask again next call.
+    Defer,
+}
+
+impl Verdict {
+    /// Whether the edit is applied.
+    pub fn applies(self) -> bool {
+        matches!(self, Verdict::Apply(_))
+    }
+}
+
+/// The scheduler of one session.
+#[derive(Clone, Debug, Default)]
+pub struct Scheduler {
+    options: ScheduleOptions,
+    state: ScheduleState,
+}
+
+impl Scheduler {
+    /// A scheduler with a fresh state.
+    pub fn new(options: ScheduleOptions) -> Scheduler {
+        Scheduler {
+            options,
+            state: ScheduleState::default(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ScheduleOptions {
+        &self.options
+    }
+
+    /// The state to persist.
+    pub fn state(&self) -> &ScheduleState {
+        &self.state
+    }
+
+    /// The state, to change (the digest advances its frontier here).
+    pub fn state_mut(&mut self) -> &mut ScheduleState {
+        &mut self.state
+    }
+
+    /// Restores a persisted state.
+    pub fn restore(&mut self, state: ScheduleState) {
+        self.state = state;
+    }
+
+    /// Forgets everything (a new session).
+    pub fn reset(&mut self) {
+        self.state = ScheduleState::default();
+    }
+
+    /// Whether `edit` is applied now, for a session whose compaction
+    /// threshold is `threshold_tokens`, at `now` (seconds since the Unix
+    /// epoch; see [`now`]).
+    pub fn decide(&self, edit: &Edit, threshold_tokens: u64, now: Option<f64>) -> Verdict {
+        if !self.options.enabled {
+            return Verdict::Apply(Why::EveryCall);
+        }
+        let s = &self.state;
+        let kept_after = s
+            .last_request_tokens
+            .saturating_sub(edit.at_tokens.saturating_add(edit.saved_tokens));
+        if edit.saved_tokens == 0 || kept_after == 0 {
+            return Verdict::Apply(Why::Free);
+        }
+        if let (Some(now), Some(last)) = (now, s.last_request_at)
+            && now - last > self.options.price.cache.lifetime_secs as f64
+        {
+            return Verdict::Apply(Why::Cold);
+        }
+        let deferred = edit.request_tokens.saturating_add(edit.saved_tokens);
+        let next = deferred.saturating_add(s.growth_per_call);
+        if threshold_tokens > 0 && next as f64 >= self.options.size_margin * threshold_tokens as f64
+        {
+            return Verdict::Apply(Why::Size);
+        }
+        let room = threshold_tokens.saturating_sub(deferred);
+        let horizon = (room / s.growth_per_call.max(1)).clamp(1, u64::from(self.options.max_horizon_calls.max(1)));
+        let price = &self.options.price;
+        let saving = edit.saved_tokens as f64 * price.cached_per_token() * horizon as f64;
+        let cost = kept_after as f64 * price.miss_premium_per_token();
+        if saving >= cost {
+            Verdict::Apply(Why::Pays)
+        } else {
+            Verdict::Defer
+        }
+    }
+
+    /// Records the request sent: its size and time, and the growth since
+    /// the previous one.
+    pub fn record_request(&mut self, request_tokens: u64, now: Option<f64>) {
+        let s = &mut self.state;
+        if s.last_request_tokens > 0 && request_tokens > s.last_request_tokens {
+            let growth = request_tokens - s.last_request_tokens;
+            // An average that follows the session's pace without letting
+            // one huge tool output dominate.
+            s.growth_per_call = if s.growth_per_call == 0 {
+                growth
+            } else {
+                (s.growth_per_call * 3 + growth) / 4
+            };
+        }
+        s.last_request_tokens = request_tokens;
+        s.last_request_at = now.or(s.last_request_at);
+    }
+}
+
+/// The wall clock in seconds since the Unix epoch (`None` if the clock is
+/// before it).
+pub fn now() -> Option<f64> {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduler(last: u64, growth: u64) -> Scheduler {
+        let mut s = Scheduler::new(ScheduleOptions::default());
+        s.state.last_request_tokens = last;
+        s.state.growth_per_call = growth;
+        s.state.last_request_at = Some(1000.0);
+        s
+    }
+
+    #[test]
+    fn a_step_that_breaks_nothing_cached_is_free() {
+        // The newest batch turned old: nothing of the last request follows it.
+        let s = scheduler(10_000, 500);
+        let edit = Edit { at_tokens: 6_000, saved_tokens: 4_000, request_tokens: 6_100 };
+        assert_eq!(s.decide(&edit, 100_000, Some(1001.0)), Verdict::Apply(Why::Free));
+    }
+
+    #[test]
+    fn a_small_saving_deep_in_the_prefix_waits_and_pays_once_accumulated() {
+        let s = scheduler(50_000, 500);
+        // 200 tokens saved at 10k: 40k cached tokens would be re-sent.
+        let small = Edit { at_tokens: 10_000, saved_tokens: 200, request_tokens: 50_300 };
+        assert_eq!(s.decide(&small, 100_000, Some(1001.0)), Verdict::Defer);
+        // The same break point with 8k accumulated: 8k x 0.5 x 24 >= 32k x 1.5.
+        let big = Edit { at_tokens: 10_000, saved_tokens: 8_000, request_tokens: 42_500 };
+        assert_eq!(s.decide(&big, 100_000, Some(1001.0)), Verdict::Apply(Why::Pays));
+    }
+
+    #[test]
+    fn size_wins_near_the_threshold_and_a_cold_cache_applies_at_once() {
+        let s = scheduler(50_000, 2_000);
+        let small = Edit { at_tokens: 10_000, saved_tokens: 200, request_tokens: 50_300 };
+        assert_eq!(s.decide(&small, 56_000, Some(1001.0)), Verdict::Apply(Why::Size));
+        assert_eq!(s.decide(&small, 100_000, Some(1000.0 + 301.0)), Verdict::Apply(Why::Cold));
+        let off = Scheduler::new(ScheduleOptions::every_call());
+        assert_eq!(off.decide(&small, 100_000, None), Verdict::Apply(Why::EveryCall));
+    }
+
+    #[test]
+    fn the_state_round_trips_through_json_and_growth_is_averaged() {
+        let mut s = Scheduler::new(ScheduleOptions::default());
+        s.record_request(1_000, Some(1.0));
+        s.record_request(2_000, Some(2.0));
+        s.record_request(2_400, Some(3.0));
+        assert_eq!(s.state().growth_per_call, (1_000 * 3 + 400) / 4);
+        let json = serde_json::to_string(s.state()).unwrap();
+        let back: ScheduleState = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, s.state());
+    }
+}
