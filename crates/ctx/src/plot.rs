@@ -23,6 +23,9 @@ pub struct PlotData {
     pub compactions: Vec<usize>,
     /// Call indexes at which a proactive prune happened.
     pub prunes: Vec<usize>,
+    /// Call indexes whose request broke the prompt cache (cached content
+    /// re-sent at the full price, or an expired cache).
+    pub cache_breaks: Vec<usize>,
     /// The compaction threshold, in tokens.
     pub threshold: Option<u64>,
     /// The model's context window, in tokens.
@@ -35,6 +38,7 @@ const WITH_COLOR: RGBColor = RGBColor(31, 119, 180);
 const WITHOUT_COLOR: RGBColor = RGBColor(214, 39, 40);
 const COMPACTION_COLOR: RGBColor = RGBColor(44, 160, 44);
 const PRUNE_COLOR: RGBColor = RGBColor(148, 103, 189);
+const CACHE_BREAK_COLOR: RGBColor = RGBColor(227, 119, 194);
 const THRESHOLD_COLOR: RGBColor = RGBColor(255, 127, 14);
 const WINDOW_COLOR: RGBColor = RGBColor(90, 90, 90);
 
@@ -112,6 +116,7 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
     for (marks, label, color) in [
         (&data.compactions, "compaction", COMPACTION_COLOR),
         (&data.prunes, "prune", PRUNE_COLOR),
+        (&data.cache_breaks, "cache broke", CACHE_BREAK_COLOR),
     ] {
         if marks.is_empty() {
             continue;
@@ -168,6 +173,7 @@ mod tests {
             without_engine: vec![1200, 9000, 24000, 31000, 38000],
             compactions: vec![3],
             prunes: vec![2],
+            cache_breaks: vec![3],
             threshold: Some(24000),
             context_length: Some(32000),
         };

@@ -33,8 +33,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::compressor::CompressorOptions;
 use crate::digest::DigestOptions;
 use crate::engine::{DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT};
+use crate::pricing::{PRESETS, PriceModel};
 use crate::prune::PruneOptions;
 use crate::redact::{RedactError, Redactor};
+use crate::schedule::ScheduleOptions;
 use crate::summarize::openai::OpenAiConfig;
 
 pub use load::{
@@ -58,6 +60,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Where engine plugins are found.
     pub plugins: PluginsConfig,
+    /// What the provider bills, for the cache-aware schedule and estimates.
+    pub pricing: PricingConfig,
     /// Engine-specific sections, passed to the engine of that name untyped:
     /// the engine, not this crate, knows their shape.
     pub engines: BTreeMap<String, serde_json::Value>,
@@ -97,6 +101,98 @@ pub struct ContextConfig {
     pub digest: DigestOptions,
     /// The proactive prune (off until `proactive_prune_tokens` is set).
     pub prune: PruneOptions,
+    /// The cache-aware schedule of digest steps and prunes (prices from
+    /// `pricing`).
+    pub schedule: ScheduleOptions,
+}
+
+/// `pricing`: a provider preset and overrides of its prices (USD per
+/// million tokens) and cache model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PricingConfig {
+    /// A preset of [`PriceModel::preset`]: `openai`, `anthropic`,
+    /// `anthropic-1h`, `deepseek` or `none`.
+    #[serde(deserialize_with = "de_preset")]
+    pub provider: String,
+    /// Uncached input.
+    pub input: Option<f64>,
+    /// Cached input (a cache read).
+    pub cached_input: Option<f64>,
+    /// Input written to the cache.
+    pub cache_write: Option<f64>,
+    /// Output.
+    pub output: Option<f64>,
+    /// Prompts shorter than this are not cached.
+    pub cache_min_prefix_tokens: Option<u64>,
+    /// Cached prefixes are multiples of this many tokens.
+    pub cache_granularity_tokens: Option<u64>,
+    /// An unused cache entry lives this long.
+    pub cache_lifetime_secs: Option<u64>,
+}
+
+impl Default for PricingConfig {
+    fn default() -> PricingConfig {
+        PricingConfig {
+            provider: "openai".to_owned(),
+            input: None,
+            cached_input: None,
+            cache_write: None,
+            output: None,
+            cache_min_prefix_tokens: None,
+            cache_granularity_tokens: None,
+            cache_lifetime_secs: None,
+        }
+    }
+}
+
+impl PricingConfig {
+    /// The preset with the overrides applied; named `custom` when a price
+    /// was overridden.
+    pub fn price_model(&self) -> PriceModel {
+        let mut p = PriceModel::preset(&self.provider).unwrap_or_default();
+        let prices = [
+            (self.input, &mut p.input_per_million),
+            (self.cached_input, &mut p.cached_input_per_million),
+            (self.cache_write, &mut p.cache_write_per_million),
+            (self.output, &mut p.output_per_million),
+        ];
+        let mut custom = false;
+        for (value, field) in prices {
+            if let Some(v) = value {
+                *field = v;
+                custom = true;
+            }
+        }
+        if custom {
+            p.name = format!("{} (custom)", self.provider);
+        }
+        let cache = [
+            (self.cache_min_prefix_tokens, &mut p.cache.min_prefix_tokens),
+            (
+                self.cache_granularity_tokens,
+                &mut p.cache.granularity_tokens,
+            ),
+            (self.cache_lifetime_secs, &mut p.cache.lifetime_secs),
+        ];
+        for (value, field) in cache {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        p
+    }
+}
+
+fn de_preset<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if PriceModel::preset(&name).is_none() {
+        return Err(serde::de::Error::custom(format!(
+            "unknown provider preset `{name}`, expected one of: {}",
+            PRESETS.join(", ")
+        )));
+    }
+    Ok(name)
 }
 
 impl Default for ContextConfig {
@@ -113,6 +209,7 @@ impl Default for ContextConfig {
             context_length: None,
             digest: DigestOptions::default(),
             prune: PruneOptions::default(),
+            schedule: ScheduleOptions::default(),
         }
     }
 }
@@ -222,6 +319,10 @@ impl Config {
             model_thresholds: c.model_thresholds.clone(),
             digest: c.digest.clone(),
             prune: c.prune.clone(),
+            schedule: ScheduleOptions {
+                price: self.pricing.price_model(),
+                ..c.schedule.clone()
+            },
             ..CompressorOptions::default()
         }
     }

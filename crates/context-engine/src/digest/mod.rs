@@ -237,7 +237,11 @@ pub fn digest_through<'a>(
         .get(batches)
         .copied()
         .unwrap_or(usize::MAX);
-    digest_until(messages, opts, frontier.min(kept_from(messages, opts.keep_batches)))
+    digest_until(
+        messages,
+        opts,
+        frontier.min(kept_from(messages, opts.keep_batches)),
+    )
 }
 
 /// Digests results of batches opening before `kept_from`.

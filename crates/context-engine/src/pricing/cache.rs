@@ -28,6 +28,12 @@ pub struct CacheLookup {
     /// (`None` when the previous request is a prefix of this one, or when
     /// there was none): where the cache broke.
     pub broke_at: Option<usize>,
+    /// Tokens of messages after the break that the previous request had
+    /// after it too: cached content sent again at the full price. Zero
+    /// when only new content follows the change (a digest of the batch
+    /// that was newest), positive when the change was deep (a compaction,
+    /// a prune, a late digest step).
+    pub resent_tokens: u64,
     /// Whether every earlier entry had expired (an idle gap longer than the
     /// lifetime).
     pub expired: bool,
@@ -79,6 +85,19 @@ impl PromptCache {
             let same = common_messages(&last.request, request);
             (same < last.request.len()).then_some(same)
         });
+        let resent_tokens = match (broke_at, self.entries.back()) {
+            (Some(at), Some(last)) => {
+                let old = last.request.get(at..).unwrap_or_default();
+                request
+                    .get(at..)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|m| old.contains(m))
+                    .map(|m| counter.count_message(m) as u64)
+                    .sum()
+            }
+            _ => 0,
+        };
         let mut best: Option<(usize, u64)> = None;
         for (i, e) in self.entries.iter().enumerate() {
             let common = common_tokens(e, request, counter);
@@ -114,6 +133,7 @@ impl PromptCache {
             hit_tokens,
             common_tokens,
             broke_at,
+            resent_tokens,
             expired,
         }
     }
@@ -149,11 +169,7 @@ fn common_tokens(e: &Entry, request: &[Message], counter: &dyn TokenCounter) -> 
 
 /// Bytes of the common prefix of `a` and `b`, on a character boundary.
 fn common_prefix_len(a: &str, b: &str) -> usize {
-    let mut n = a
-        .bytes()
-        .zip(b.bytes())
-        .take_while(|(x, y)| x == y)
-        .count();
+    let mut n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
     while !a.is_char_boundary(n) {
         n -= 1;
     }
@@ -212,9 +228,19 @@ mod tests {
         let mut cache = PromptCache::new(CacheModel::default());
         let request = vec![Message::system(words(3000))];
         cache.lookup_and_store(&request, Some(0.0), &counter);
-        assert!(cache.lookup_and_store(&request, Some(200.0), &counter).hit_tokens > 0);
+        assert!(
+            cache
+                .lookup_and_store(&request, Some(200.0), &counter)
+                .hit_tokens
+                > 0
+        );
         // Read at 200 s: alive until 500 s.
-        assert!(cache.lookup_and_store(&request, Some(450.0), &counter).hit_tokens > 0);
+        assert!(
+            cache
+                .lookup_and_store(&request, Some(450.0), &counter)
+                .hit_tokens
+                > 0
+        );
         let cold = cache.lookup_and_store(&request, Some(2000.0), &counter);
         assert_eq!(cold.hit_tokens, 0);
         assert!(cold.expired);

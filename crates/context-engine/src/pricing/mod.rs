@@ -212,7 +212,13 @@ mod tests {
         assert!((p.cost(1_000_000, 1_000_000, 0) - 0.30).abs() < 1e-9);
         // Under the minimum prefix nothing is written: the input price.
         assert!((p.cost(1000, 0, 0) - 0.003).abs() < 1e-12);
-        assert_eq!(PriceModel::preset("anthropic-1h").unwrap().cache.lifetime_secs, 3600);
+        assert_eq!(
+            PriceModel::preset("anthropic-1h")
+                .unwrap()
+                .cache
+                .lifetime_secs,
+            3600
+        );
     }
 
     #[test]

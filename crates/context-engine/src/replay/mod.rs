@@ -21,6 +21,7 @@ use thiserror::Error;
 use crate::engine::Usage;
 use crate::host::{Compaction, Notice, Session};
 use crate::message::{Message, Role};
+use crate::pricing::PromptCache;
 use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
@@ -102,11 +103,21 @@ pub struct CallRecord {
     pub recorded_prompt_tokens: Option<u64>,
     /// Completion tokens of the call (recorded, else counted).
     pub completion_tokens: u64,
-    /// Longest common prefix with the previous request, in tokens: what a
-    /// provider's prompt cache would serve (with the engine).
+    /// What the provider's prompt cache would serve of the engine's
+    /// request: the longest common prefix, in tokens, with an earlier
+    /// request still alive under the cache's lifetime, rounded down to its
+    /// granularity, zero under its minimum (see [`PromptCache`]).
     pub cache_hit_tokens: u64,
     /// The same for the unmanaged agent.
     pub cache_hit_tokens_without_engine: u64,
+    /// The engine's request changed something before content the previous
+    /// request had, which is then sent again uncached (see
+    /// [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)), or the
+    /// cache had expired.
+    pub cache_broke: bool,
+    /// When the call was made, in seconds since the Unix epoch, when the
+    /// recording has timestamps.
+    pub sent_at: Option<f64>,
     /// A compaction accepted before this call.
     pub compaction: Option<Compaction>,
     /// Tool results the proactive prune shortened before this call.
@@ -148,6 +159,11 @@ pub struct Totals {
     pub cache_hit_share: f64,
     /// `cache_hit_tokens_without_engine / prompt_tokens_without_engine`.
     pub cache_hit_share_without_engine: f64,
+    /// The engine's cache-hit share over the calls that do not follow a
+    /// compaction (a compaction rewrites the request by design).
+    pub cache_hit_share_between_compactions: f64,
+    /// Calls whose request broke the engine's cache.
+    pub cache_breaks: usize,
     /// Estimated cost with the engine, in the price model's currency.
     pub estimated_cost_with_engine: f64,
     /// Estimated cost without it.
@@ -190,6 +206,11 @@ pub struct ReplayReport {
     pub price: PriceModel,
     /// Sums.
     pub totals: Totals,
+    /// The bill of the unmanaged agent, of the engine digesting on every
+    /// call and of the scheduled engine, side by side, when the replay was
+    /// compared with a baseline ([`with_baseline`](Self::with_baseline)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub costs: Option<CostComparison>,
     /// What survived in the last request: probes (user asks, files,
     /// commands, errors) of the messages seen until then.
     pub retention: RetentionReport,
@@ -207,6 +228,77 @@ pub struct ReplayReport {
     /// it produced, and the stored history then (for retention checks).
     #[serde(skip)]
     pub compaction_views: Vec<CompactionView>,
+}
+
+/// One policy's bill over a replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CostLine {
+    /// Estimated cost, in the price model's currency.
+    pub estimated_cost: f64,
+    /// Prompt tokens sent.
+    pub prompt_tokens: u64,
+    /// Prompt tokens read from the cache.
+    pub cache_hit_tokens: u64,
+    /// `cache_hit_tokens / prompt_tokens`.
+    pub cache_hit_share: f64,
+    /// The same over calls not preceded by a compaction.
+    pub cache_hit_share_between_compactions: f64,
+    /// Calls that broke the cache.
+    pub cache_breaks: usize,
+    /// Compactions.
+    pub compactions: usize,
+}
+
+/// The unmanaged agent, the engine digesting one batch per call, and the
+/// engine under the cache-aware schedule, on the same recording and prices.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CostComparison {
+    /// The recording as it was sent.
+    pub unmanaged: CostLine,
+    /// The engine with the schedule off (every digest step at once).
+    pub every_call_digest: CostLine,
+    /// The engine under the schedule.
+    pub scheduled: CostLine,
+}
+
+impl CostLine {
+    fn engine(t: &Totals) -> CostLine {
+        CostLine {
+            estimated_cost: t.estimated_cost_with_engine,
+            prompt_tokens: t.prompt_tokens_with_engine,
+            cache_hit_tokens: t.cache_hit_tokens,
+            cache_hit_share: t.cache_hit_share,
+            cache_hit_share_between_compactions: t.cache_hit_share_between_compactions,
+            cache_breaks: t.cache_breaks,
+            compactions: t.compactions,
+        }
+    }
+
+    fn unmanaged(t: &Totals) -> CostLine {
+        CostLine {
+            estimated_cost: t.estimated_cost_without_engine,
+            prompt_tokens: t.prompt_tokens_without_engine,
+            cache_hit_tokens: t.cache_hit_tokens_without_engine,
+            cache_hit_share: t.cache_hit_share_without_engine,
+            cache_hit_share_between_compactions: t.cache_hit_share_without_engine,
+            cache_breaks: 0,
+            compactions: 0,
+        }
+    }
+}
+
+impl ReplayReport {
+    /// Adds the side-by-side bill ([`costs`](Self::costs)): this report is
+    /// the scheduled engine's, `every_call` the same recording replayed
+    /// with the schedule off.
+    pub fn with_baseline(mut self, every_call: &ReplayReport) -> ReplayReport {
+        self.costs = Some(CostComparison {
+            unmanaged: CostLine::unmanaged(&self.totals),
+            every_call_digest: CostLine::engine(&every_call.totals),
+            scheduled: CostLine::engine(&self.totals),
+        });
+        self
+    }
 }
 
 /// One accepted compaction and what survived it.
@@ -285,7 +377,8 @@ pub fn replay(
     // prefix grows (count_message is additive).
     let mut unmanaged_tokens: u64 = counter.request_overhead() as u64;
     let mut cursor = 0;
-    let mut previous_request: Vec<Message> = Vec::new();
+    let mut cache = PromptCache::new(options.price.cache.clone());
+    let mut unmanaged_cache = PromptCache::new(options.price.cache.clone());
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
     let mut final_request = Vec::new();
@@ -344,12 +437,13 @@ pub fn replay(
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
 
-        let cache_hit_tokens = common_prefix_tokens(&previous_request, &request, counter);
-        // The unmanaged agent only appends: its previous request is a prefix.
-        let cache_hit_tokens_without_engine = calls
-            .last()
-            .map_or(0, |c: &CallRecord| c.tokens_without_engine)
-            .saturating_sub(counter.request_overhead() as u64);
+        let sent_at = call_time(recording, cursor, index);
+        let hit = cache.lookup_and_store(&request, sent_at, counter);
+        let cache_hit_tokens = hit.hit_tokens;
+        let cache_broke = hit.resent_tokens > 0 || hit.expired;
+        let cache_hit_tokens_without_engine = unmanaged_cache
+            .lookup_and_store(unmanaged, sent_at, counter)
+            .hit_tokens;
 
         let answer = &recording[index];
         let recorded = recorded_prompt_tokens(answer);
@@ -389,6 +483,8 @@ pub fn replay(
             completion_tokens,
             cache_hit_tokens,
             cache_hit_tokens_without_engine,
+            cache_broke,
+            sent_at,
             compaction,
             pruned,
             selected: prepared.selected,
@@ -400,7 +496,6 @@ pub fn replay(
         if call + 1 == total {
             final_request = request.clone();
         }
-        previous_request = request;
         progress(call + 1, total);
     }
     // What follows the last call (its tool results, a closing message).
@@ -436,6 +531,7 @@ pub fn replay(
         threshold_tokens,
         price: options.price.clone(),
         totals,
+        costs: None,
         retention,
         compactions,
         calls,
@@ -445,13 +541,25 @@ pub fn replay(
     })
 }
 
-/// Tokens of the longest run of identical leading messages.
-fn common_prefix_tokens(a: &[Message], b: &[Message], counter: &dyn TokenCounter) -> u64 {
-    a.iter()
-        .zip(b)
-        .take_while(|(x, y)| x == y)
-        .map(|(m, _)| counter.count_message(m) as u64)
-        .sum()
+/// When the call answered by `recording[index]` was made: the timestamp of
+/// the newest message before it that has one (in this call's segment, else
+/// the answer's own), in seconds.
+fn call_time(recording: &[Message], cursor: usize, index: usize) -> Option<f64> {
+    recording[cursor..index]
+        .iter()
+        .rev()
+        .find_map(timestamp)
+        .or_else(|| recording.get(index).and_then(timestamp))
+}
+
+/// A message's recorded time in seconds since the Unix epoch
+/// (mini-swe-agent writes `extra.timestamp`).
+fn timestamp(m: &Message) -> Option<f64> {
+    m.extra
+        .get("extra")
+        .and_then(|e| e.get("timestamp"))
+        .or_else(|| m.extra.get("timestamp"))
+        .and_then(serde_json::Value::as_f64)
 }
 
 /// Completion tokens the provider recorded for the call that wrote `m`.
@@ -504,6 +612,15 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         t.cache_hit_tokens_without_engine,
         t.prompt_tokens_without_engine,
     );
+    let (mut hits, mut sent) = (0, 0);
+    for c in calls {
+        if c.compaction.is_none() {
+            hits += c.cache_hit_tokens;
+            sent += c.tokens_with_engine;
+        }
+        t.cache_breaks += usize::from(c.cache_broke);
+    }
+    t.cache_hit_share_between_compactions = ratio(hits, sent);
     let mut times: Vec<f64> = calls
         .iter()
         .map(|c| c.engine_time.as_secs_f64() * 1000.0)

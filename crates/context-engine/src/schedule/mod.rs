@@ -227,7 +227,8 @@ impl Scheduler {
             return Verdict::Apply(Why::Size);
         }
         let room = threshold_tokens.saturating_sub(deferred);
-        let horizon = (room / s.growth_per_call.max(1)).clamp(1, u64::from(self.options.max_horizon_calls.max(1)));
+        let horizon = (room / s.growth_per_call.max(1))
+            .clamp(1, u64::from(self.options.max_horizon_calls.max(1)));
         let price = &self.options.price;
         let saving = edit.saved_tokens as f64 * price.cached_per_token() * horizon as f64;
         let cost = kept_after as f64 * price.miss_premium_per_token();
@@ -282,29 +283,60 @@ mod tests {
     fn a_step_that_breaks_nothing_cached_is_free() {
         // The newest batch turned old: nothing of the last request follows it.
         let s = scheduler(10_000, 500);
-        let edit = Edit { at_tokens: 6_000, saved_tokens: 4_000, request_tokens: 6_100 };
-        assert_eq!(s.decide(&edit, 100_000, Some(1001.0)), Verdict::Apply(Why::Free));
+        let edit = Edit {
+            at_tokens: 6_000,
+            saved_tokens: 4_000,
+            request_tokens: 6_100,
+        };
+        assert_eq!(
+            s.decide(&edit, 100_000, Some(1001.0)),
+            Verdict::Apply(Why::Free)
+        );
     }
 
     #[test]
     fn a_small_saving_deep_in_the_prefix_waits_and_pays_once_accumulated() {
         let s = scheduler(50_000, 500);
         // 200 tokens saved at 10k: 40k cached tokens would be re-sent.
-        let small = Edit { at_tokens: 10_000, saved_tokens: 200, request_tokens: 50_300 };
+        let small = Edit {
+            at_tokens: 10_000,
+            saved_tokens: 200,
+            request_tokens: 50_300,
+        };
         assert_eq!(s.decide(&small, 100_000, Some(1001.0)), Verdict::Defer);
         // The same break point with 8k accumulated: 8k x 0.5 x 24 >= 32k x 1.5.
-        let big = Edit { at_tokens: 10_000, saved_tokens: 8_000, request_tokens: 42_500 };
-        assert_eq!(s.decide(&big, 100_000, Some(1001.0)), Verdict::Apply(Why::Pays));
+        let big = Edit {
+            at_tokens: 10_000,
+            saved_tokens: 8_000,
+            request_tokens: 42_500,
+        };
+        assert_eq!(
+            s.decide(&big, 100_000, Some(1001.0)),
+            Verdict::Apply(Why::Pays)
+        );
     }
 
     #[test]
     fn size_wins_near_the_threshold_and_a_cold_cache_applies_at_once() {
         let s = scheduler(50_000, 2_000);
-        let small = Edit { at_tokens: 10_000, saved_tokens: 200, request_tokens: 50_300 };
-        assert_eq!(s.decide(&small, 56_000, Some(1001.0)), Verdict::Apply(Why::Size));
-        assert_eq!(s.decide(&small, 100_000, Some(1000.0 + 301.0)), Verdict::Apply(Why::Cold));
+        let small = Edit {
+            at_tokens: 10_000,
+            saved_tokens: 200,
+            request_tokens: 50_300,
+        };
+        assert_eq!(
+            s.decide(&small, 56_000, Some(1001.0)),
+            Verdict::Apply(Why::Size)
+        );
+        assert_eq!(
+            s.decide(&small, 100_000, Some(1000.0 + 301.0)),
+            Verdict::Apply(Why::Cold)
+        );
         let off = Scheduler::new(ScheduleOptions::every_call());
-        assert_eq!(off.decide(&small, 100_000, None), Verdict::Apply(Why::EveryCall));
+        assert_eq!(
+            off.decide(&small, 100_000, None),
+            Verdict::Apply(Why::EveryCall)
+        );
     }
 
     #[test]

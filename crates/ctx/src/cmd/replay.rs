@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
-use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
+use context_engine::replay::{ReplayOptions, ReplayReport, replay};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
 };
@@ -38,15 +38,27 @@ pub struct ReplayArgs {
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
-    /// Input price per million tokens (default: gpt-4.1's $2.00).
+    /// Provider preset for prices and the prompt cache: openai, anthropic,
+    /// anthropic-1h, deepseek or none (default: `pricing.provider`, else
+    /// openai).
+    #[arg(long, value_name = "PRESET", value_parser = clap::builder::PossibleValuesParser::new(context_engine::pricing::PRESETS))]
+    pub provider: Option<String>,
+    /// Input price per million tokens (default: the preset's).
     #[arg(long)]
     pub price_input: Option<f64>,
-    /// Cached-input price per million tokens (default: gpt-4.1's $0.50).
+    /// Cached-input price per million tokens (default: the preset's).
     #[arg(long)]
     pub price_cached_input: Option<f64>,
-    /// Output price per million tokens (default: gpt-4.1's $8.00).
+    /// Cache-write price per million tokens (default: the preset's).
+    #[arg(long)]
+    pub price_cache_write: Option<f64>,
+    /// Output price per million tokens (default: the preset's).
     #[arg(long)]
     pub price_output: Option<f64>,
+    /// Skip the second replay with the schedule off (the every-call digest
+    /// column).
+    #[arg(long)]
+    pub no_baseline: bool,
     /// One JSON report on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -66,43 +78,35 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         Some(model) => counter_for_model(model),
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
     };
-    let (config, config_warnings, config_file) = args.engine.load_config()?;
+    let (mut config, config_warnings, config_file) = args.engine.load_config()?;
     let context_length = args
         .context_length
         .or(config.context.context_length)
         .unwrap_or(128_000);
-    let built = args.engine.build(
+    // The flags override the configured prices; the engine's schedule and
+    // the estimate use the same model.
+    let pricing = &mut config.pricing;
+    if let Some(p) = &args.provider {
+        pricing.provider.clone_from(p);
+    }
+    pricing.input = args.price_input.or(pricing.input);
+    pricing.cached_input = args.price_cached_input.or(pricing.cached_input);
+    pricing.cache_write = args.price_cache_write.or(pricing.cache_write);
+    pricing.output = args.price_output.or(pricing.output);
+    let price = pricing.price_model();
+    let baseline_config = (!args.no_baseline && config.context.schedule.enabled).then(|| {
+        let mut c = config.clone();
+        c.context.schedule.enabled = false;
+        c
+    });
+    let mut session = build_session(
+        args,
         config,
-        config_file,
-        Arc::clone(&counter),
+        config_file.clone(),
+        &counter,
         context_length,
-        args.profile,
+        &config_warnings,
     )?;
-    for w in config_warnings.iter().chain(&built.warnings) {
-        eprintln!("ctx: warning: {w}");
-    }
-    let mut engine = built.engine;
-    if engine.state().context_length != context_length {
-        engine.update_model(&ModelInfo::new(
-            args.model.clone().unwrap_or_default(),
-            context_length,
-        ));
-    }
-    let mut session = Session::new("replay", engine, Arc::clone(&counter))
-        .with_options(HostOptions::default().with_profile(args.profile));
-    let mut price = PriceModel::default();
-    if args.price_input.is_some()
-        || args.price_cached_input.is_some()
-        || args.price_output.is_some()
-    {
-        price = PriceModel::new(
-            "custom",
-            args.price_input.unwrap_or(price.input_per_million),
-            args.price_cached_input
-                .unwrap_or(price.cached_input_per_million),
-            args.price_output.unwrap_or(price.output_per_million),
-        );
-    }
     let options = ReplayOptions::default()
         .with_price(price)
         .with_profile(args.profile);
@@ -130,6 +134,23 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         },
     )
     .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
+    // The same recording with one digest step per call: the baseline the
+    // schedule must beat.
+    let report = match baseline_config {
+        Some(c) => {
+            let mut baseline = build_session(args, c, config_file, &counter, context_length, &[])?;
+            let every_call = replay(
+                &transcript.messages,
+                &mut baseline,
+                counter.as_ref(),
+                &options,
+                |_, _| {},
+            )
+            .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
+            report.with_baseline(&every_call)
+        }
+        None => report,
+    };
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -151,6 +172,12 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 .filter(|c| c.pruned > 0)
                 .map(|c| c.call)
                 .collect(),
+            cache_breaks: report
+                .calls
+                .iter()
+                .filter(|c| c.cache_broke)
+                .map(|c| c.call)
+                .collect(),
             threshold: Some(report.threshold_tokens).filter(|t| *t > 0),
             context_length: Some(report.context_length).filter(|t| *t > 0),
         };
@@ -170,6 +197,36 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A session driving the engine that `config` and the flags select.
+fn build_session(
+    args: &ReplayArgs,
+    config: context_engine::config::Config,
+    config_file: Option<PathBuf>,
+    counter: &Arc<dyn TokenCounter>,
+    context_length: u64,
+    config_warnings: &[String],
+) -> anyhow::Result<Session> {
+    let built = args.engine.build(
+        config,
+        config_file,
+        Arc::clone(counter),
+        context_length,
+        args.profile,
+    )?;
+    for w in config_warnings.iter().chain(&built.warnings) {
+        eprintln!("ctx: warning: {w}");
+    }
+    let mut engine = built.engine;
+    if engine.state().context_length != context_length {
+        engine.update_model(&ModelInfo::new(
+            args.model.clone().unwrap_or_default(),
+            context_length,
+        ));
+    }
+    Ok(Session::new("replay", engine, Arc::clone(counter))
+        .with_options(HostOptions::default().with_profile(args.profile)))
 }
 
 #[derive(Serialize)]
@@ -196,7 +253,7 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
     let n = thousands;
     let t = &r.totals;
     let mut s = format!(
-        "{file}: {} model calls replayed through engine `{}`\n  window {} tokens, compaction at {} tokens; prices: {} (${:.2} input, ${:.2} cached, ${:.2} output per 1M)\n\n",
+        "{file}: {} model calls replayed through engine `{}`\n  window {} tokens, compaction at {} tokens; prices: {} (${:.2} input, ${:.2} cached, ${:.2} cache write, ${:.2} output per 1M; cache from {} tokens in steps of {}, {} s lifetime)\n\n",
         t.calls,
         r.engine,
         n(r.context_length),
@@ -204,7 +261,11 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         r.price.name,
         r.price.input_per_million,
         r.price.cached_input_per_million,
+        r.price.cache_write_per_million,
         r.price.output_per_million,
+        n(r.price.cache.min_prefix_tokens),
+        r.price.cache.granularity_tokens,
+        r.price.cache.lifetime_secs,
     );
     let mut table = Table::new(["", "without engine", "with engine", "change"]);
     table.row([
@@ -245,6 +306,9 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         ),
     ]);
     s.push_str(&table.render(2));
+    if let Some(costs) = &r.costs {
+        s.push_str(&render_costs(costs));
+    }
     let compactions: Vec<String> = r
         .calls
         .iter()
@@ -341,6 +405,36 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         s.push_str(&calls.render(2));
     }
     s
+}
+
+/// The bill of the three policies side by side.
+fn render_costs(c: &context_engine::replay::CostComparison) -> String {
+    let mut table = Table::new([
+        "",
+        "estimated cost",
+        "cache hits",
+        "between compactions",
+        "cache breaks",
+    ]);
+    let lines = [
+        ("unmanaged agent", &c.unmanaged),
+        ("digest every call", &c.every_call_digest),
+        ("scheduled (this engine)", &c.scheduled),
+    ];
+    for (name, l) in lines {
+        table.row([
+            name.to_string(),
+            format!(
+                "{} ({})",
+                money(l.estimated_cost),
+                change(c.unmanaged.estimated_cost, l.estimated_cost)
+            ),
+            percent(l.cache_hit_share),
+            percent(l.cache_hit_share_between_compactions),
+            l.cache_breaks.to_string(),
+        ]);
+    }
+    format!("\n{}", table.render(2))
 }
 
 /// `-42%` style change from `before` to `after`.
