@@ -488,7 +488,17 @@ impl Compressor {
         let body = self.egress.string(&body);
         let wrapped = wrap_summary(&body);
 
-        let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
+        // Under the cache-aware schedule the head stays byte for byte what
+        // the provider has cached: the summary's own prefix says what the
+        // system note would, so the system prompt is not edited.
+        let system_note = !self.options.schedule.enabled;
+        let (out, placement) = assemble(
+            messages,
+            &plan,
+            &wrapped,
+            self.options.profile,
+            system_note,
+        );
         let tokens_after = self.counter.count_messages(&out) as u64;
         let report = CompactionReport {
             outcome,
@@ -558,20 +568,21 @@ fn with_text(message: &Message, text: String) -> Message {
     out
 }
 
-/// The compacted transcript: head (system note added), pinned user
-/// message, summary, tail.
+/// The compacted transcript: head (system note added when `system_note`),
+/// pinned user message, summary, tail.
 fn assemble(
     messages: &[Message],
     plan: &Plan,
     wrapped: &str,
     profile: Profile,
+    system_note: bool,
 ) -> (Vec<Message>, Placement) {
     let mut out: Vec<Message> = Vec::with_capacity(plan.kept() + 1);
     let system = messages[..plan.head_end]
         .iter()
         .position(|m| m.role == crate::message::Role::System);
     for (i, m) in messages[..plan.head_end].iter().enumerate() {
-        out.push(if Some(i) == system {
+        out.push(if Some(i) == system && system_note {
             insert::with_system_note(m)
         } else {
             m.clone()

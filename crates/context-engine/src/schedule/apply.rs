@@ -61,7 +61,13 @@ pub fn scheduled_digest<'a>(
         let (advanced, _) = digest_through(messages, opts, target);
         let held_tokens = count(counter, &held);
         let advanced_tokens = count(counter, &advanced);
-        let at = starts.get(frontier).copied().unwrap_or(messages.len());
+        // The cache breaks at the first message the step changes (a
+        // result), not at the batch's call, which stays as it was.
+        let at = held
+            .iter()
+            .zip(&advanced)
+            .position(|(h, a)| h != a)
+            .unwrap_or(advanced.len());
         let edit = Edit {
             at_tokens: count(counter, &advanced[..at]),
             saved_tokens: held_tokens.saturating_sub(advanced_tokens),
