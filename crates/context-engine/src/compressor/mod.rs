@@ -492,13 +492,8 @@ impl Compressor {
         // the provider has cached: the summary's own prefix says what the
         // system note would, so the system prompt is not edited.
         let system_note = !self.options.schedule.enabled;
-        let (out, placement) = assemble(
-            messages,
-            &plan,
-            &wrapped,
-            self.options.profile,
-            system_note,
-        );
+        let (out, placement) =
+            assemble(messages, &plan, &wrapped, self.options.profile, system_note);
         let tokens_after = self.counter.count_messages(&out) as u64;
         let report = CompactionReport {
             outcome,

@@ -47,14 +47,12 @@ pub(super) fn plan(
     let previous = find_summary(messages);
 
     // Head: the leading instructions plus, until the first compaction,
-    // `protect_first_n` more messages; under the cache-aware schedule on
-    // every compaction, so that the head the provider has cached survives
-    // each one (later compactions keep what the first one kept).
+    // `protect_first_n` more messages.
     let leading = messages
         .iter()
         .take_while(|m| m.role.is_instruction())
         .count();
-    let extra = if !opts.schedule.enabled && (compression_count > 0 || previous.is_some()) {
+    let extra = if compression_count > 0 || previous.is_some() {
         0
     } else {
         opts.protect_first_n

@@ -124,10 +124,17 @@ fn compacts_keeping_system_head_tail_and_latest_user_message() {
         .messages;
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(counter().count_messages(&out) < counter().count_messages(&history));
-    // System prompt kept, with the one-time note.
-    assert_eq!(out[0].role, Role::System);
-    assert!(out[0].text().starts_with("You are a coding agent."));
-    assert!(out[0].text().ends_with(SYSTEM_NOTE));
+    // System prompt kept byte for byte (the provider's cached prefix): the
+    // summary's own prefix tells the model what it is.
+    assert_eq!(out[0], history[0]);
+    // With the schedule off, the one-time note goes into the system prompt.
+    let options = CompressorOptions::default().with_schedule(ScheduleOptions::every_call());
+    let noted = Compressor::with_options(counter(), 20_000, options)
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    assert!(noted[0].text().starts_with("You are a coding agent."));
+    assert!(noted[0].text().ends_with(SYSTEM_NOTE));
     // Head: the task and the first call group (protect_first_n = 3).
     assert_eq!(out[1], history[1]);
     assert_eq!(out[2], history[2]);
@@ -177,7 +184,9 @@ fn too_short_is_unchanged_and_says_why() {
 
 #[test]
 fn second_compaction_updates_the_previous_summary_and_decays_the_head() {
-    let mut engine = Compressor::new(counter(), 20_000);
+    // With the schedule off: the one-time note is in the system prompt.
+    let options = CompressorOptions::default().with_schedule(ScheduleOptions::every_call());
+    let mut engine = Compressor::with_options(counter(), 20_000, options);
     let first = engine
         .compress(&session(40), &CompressRequest::new())
         .unwrap()

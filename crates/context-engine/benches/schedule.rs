@@ -1,0 +1,92 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The cache-aware scheduler: its own decision per call (`decide` plus
+//! `record_request`), and the whole scheduled digest of every request of a
+//! turn-by-turn replay of the largest corpus transcript next to the plain
+//! digest (the schedule's overhead: a second digest pass and token counts
+//! when steps are pending).
+//!
+//! `cargo bench -p context-engine --bench schedule -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use context_engine::digest::{DigestOptions, digest_view};
+use context_engine::message::Role;
+use context_engine::schedule::{Edit, ScheduleOptions, Scheduler, scheduled_digest};
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine::transcript::Transcript;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+fn bench_schedule(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule");
+    group.throughput(Throughput::Elements(1));
+    let mut scheduler = Scheduler::new(ScheduleOptions::default());
+    scheduler.record_request(40_000, Some(0.0));
+    let edit = Edit {
+        at_tokens: 10_000,
+        saved_tokens: 3_000,
+        request_tokens: 41_000,
+    };
+    group.bench_function("decide_and_record", |b| {
+        let mut t = 0.0;
+        b.iter(|| {
+            t += 1.0;
+            let v = scheduler.decide(black_box(&edit), 96_000, Some(t));
+            scheduler.record_request(black_box(41_000), Some(t));
+            v
+        })
+    });
+
+    let dir = std::env::var_os("CTX_CORPUS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+        });
+    let path = dir.join("mini_astropy12907.traj.json");
+    let Ok(transcript) = Transcript::load(&path) else {
+        eprintln!(
+            "skipping the replay benches: corpus file {} not found",
+            path.display()
+        );
+        return;
+    };
+    let m = transcript.messages;
+    let calls: Vec<usize> = m
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.role == Role::Assistant)
+        .map(|(i, _)| i)
+        .collect();
+    let opts = DigestOptions::default();
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    // One element per request: criterion reports the time per request.
+    group.throughput(Throughput::Elements(calls.len() as u64));
+    group.bench_function("plain_digest_per_request", |b| {
+        b.iter(|| {
+            for &i in &calls {
+                black_box(digest_view(&m[..i], &opts));
+            }
+        })
+    });
+    group.bench_function("scheduled_digest_per_request", |b| {
+        b.iter(|| {
+            let mut s = Scheduler::new(ScheduleOptions::default());
+            for (k, &i) in calls.iter().enumerate() {
+                black_box(scheduled_digest(
+                    &mut s,
+                    &m[..i],
+                    &opts,
+                    counter.as_ref(),
+                    96_000,
+                    Some(k as f64),
+                ));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_schedule);
+criterion_main!(benches);
