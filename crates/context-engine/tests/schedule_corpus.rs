@@ -151,7 +151,7 @@ fn the_schedule_costs_no_more_than_every_call_digests_and_less_than_no_engine() 
     for path in files {
         let transcript = Transcript::load(&path).unwrap();
         let messages = &transcript.messages;
-        let half_peak = (peak(messages, counter.as_ref()) / 2).max(8_000);
+        let half_peak = (peak(messages, counter.as_ref()) / 2).max(1_000);
         for window in [half_peak, 128_000] {
             for price in &presets {
                 check(&path, window, price, messages);

@@ -53,33 +53,38 @@ pub fn scheduled_digest<'a>(
 
     let mut verdict = None;
     let mut through = frontier;
+    let mut view = None;
     if !anchored {
         through = target;
         verdict = Some(Verdict::Apply(Why::Rewritten));
     } else if target > frontier {
-        let (held, _) = digest_through(messages, opts, frontier);
-        let (advanced, _) = digest_through(messages, opts, target);
-        let held_tokens = count(counter, &held);
-        let advanced_tokens = count(counter, &advanced);
+        let held = digest_through(messages, opts, frontier);
+        let advanced = digest_through(messages, opts, target);
+        let held_tokens = count(counter, &held.0);
+        let advanced_tokens = count(counter, &advanced.0);
         // The cache breaks at the first message the step changes (a
         // result), not at the batch's call, which stays as it was.
         let at = held
+            .0
             .iter()
-            .zip(&advanced)
+            .zip(&advanced.0)
             .position(|(h, a)| h != a)
-            .unwrap_or(advanced.len());
+            .unwrap_or(advanced.0.len());
         let edit = Edit {
-            at_tokens: count(counter, &advanced[..at]),
+            at_tokens: count(counter, &advanced.0[..at]),
             saved_tokens: held_tokens.saturating_sub(advanced_tokens),
             request_tokens: advanced_tokens + counter.request_overhead() as u64,
         };
         let v = scheduler.decide(&edit, threshold_tokens, now);
         if v.applies() {
             through = target;
+            view = Some(advanced);
+        } else {
+            view = Some(held);
         }
         verdict = Some(v);
     }
-    let (view, report) = digest_through(messages, opts, through);
+    let (view, report) = view.unwrap_or_else(|| digest_through(messages, opts, through));
     let tokens = count(counter, &view) + counter.request_overhead() as u64;
     let state = scheduler.state_mut();
     state.digested_batches = through;
@@ -121,12 +126,18 @@ pub fn schedule_prune(
     scheduler.decide(&edit, threshold_tokens, now)
 }
 
-/// The hash of the message opening the last of the first `batches` batches.
+/// A hash of the message opening the last of the first `batches` batches
+/// (its tool-call ids and text: what identifies a call, without hashing
+/// the raw provider fields a recording carries).
 fn anchor_of(messages: &[Message], starts: &[usize], batches: usize) -> Option<u64> {
     let index = *starts.get(batches.checked_sub(1)?)?;
     let message = messages.get(index)?;
-    let json = serde_json::to_vec(message).ok()?;
-    Some(xxh3_64(&json))
+    let mut key = format!("{index}\u{0}{}", message.text());
+    for call in message.tool_calls() {
+        key.push('\u{0}');
+        key.push_str(call.id.as_deref().unwrap_or_default());
+    }
+    Some(xxh3_64(key.as_bytes()))
 }
 
 fn count(counter: &dyn TokenCounter, view: &[Cow<'_, Message>]) -> u64 {
