@@ -125,13 +125,14 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
         "openai",
         "--base-url",
         "http://127.0.0.1:9/v1",
-        "--model",
+        "--summarizer-model",
         "m",
         "--api-key-env",
         "CTX_TEST_SUMMARY_KEY",
     ];
     let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("deprecated"), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("cannot reach the summarizer"),
         "{}",
@@ -166,4 +167,95 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--base-url"));
+}
+
+/// The threshold `ctx compact --report json` reports for `extra` flags.
+fn threshold_tokens(extra: &[&str]) -> u64 {
+    let mut args = vec![
+        "compact",
+        "examples/bugfix-session.json",
+        "--context-length",
+        "10000",
+        "--report",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let o = ctx(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+    report["threshold_tokens"].as_u64().unwrap()
+}
+
+#[test]
+fn compact_reads_the_config_file_and_set_overrides() {
+    let config = temp("threshold-config.yaml");
+    std::fs::write(&config, "context:\n  threshold_percent: 0.5\n").unwrap();
+    let default = threshold_tokens(&[]);
+    let from_file = threshold_tokens(&["--config", config.to_str().unwrap()]);
+    let from_set = threshold_tokens(&["--set", "context.threshold_percent=0.6"]);
+    assert_ne!(default, from_file);
+    assert!(from_file <= 5000, "{from_file}");
+    assert!(
+        from_file < from_set && from_set <= 6000,
+        "{from_file} {from_set}"
+    );
+    // The window comes from the file when no flag gives it.
+    std::fs::write(&config, "context:\n  context_length: 3000\n").unwrap();
+    let o = ctx(&[
+        "compact",
+        "examples/bugfix-session.json",
+        "--config",
+        config.to_str().unwrap(),
+        "--report",
+        "json",
+    ]);
+    let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+    assert_eq!(report["context_length"], 3000);
+    assert_eq!(report["engine"], "compressor");
+}
+
+#[test]
+fn model_names_the_tokenizer_and_the_old_summary_model_spelling_warns() {
+    // `--model` picks the tokenizer: a model of another vendor is counted
+    // with a safety factor, so the same transcript costs more tokens.
+    let tokens = |model: &str| {
+        let o = ctx(&[
+            "compact",
+            "examples/bugfix-session.json",
+            "--context-length",
+            "4000",
+            "--model",
+            model,
+            "--report",
+            "json",
+        ]);
+        let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+        report["tokens_before"].as_u64().unwrap()
+    };
+    assert!(tokens("some-local-model") > tokens("gpt-4.1"));
+    // The old spelling, `--model` as the summary model, still works but
+    // says so.
+    let o = ctx_env(
+        &[
+            "compact",
+            "examples/bugfix-session.json",
+            "--context-length",
+            "4000",
+            "--summarizer",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--api-key-env",
+            "CTX_TEST_SUMMARY_KEY",
+        ],
+        Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("deprecated: pass --summarizer-model m"),
+        "{}",
+        stderr(&o)
+    );
 }

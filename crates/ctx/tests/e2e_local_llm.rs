@@ -70,7 +70,7 @@ fn compact_command(base_url: &str, file: &Path, context_length: u64, out: &Path)
         "openai".as_ref(),
         "--base-url".as_ref(),
         base_url.as_ref(),
-        "--model".as_ref(),
+        "--summarizer-model".as_ref(),
         model().as_ref(),
         "--api-key-env".as_ref(),
         KEY_ENV.as_ref(),

@@ -1,35 +1,23 @@
-//! `ctx compact FILE --context-length N [--focus TOPIC] [--summarizer
-//! extractive|openai] [--base-url URL --model M] [--summarizer-context-length
-//! N] [--max-output-tokens N] [-o OUT] [--report json] [--profile
-//! openai|strict]`: a manual compaction with the built-in
-//! `compressor` engine. The compacted transcript goes to stdout (or `-o`), in
-//! the input's own format; the report goes to stderr.
+//! `ctx compact FILE [--context-length N] [--focus TOPIC] [engine flags]
+//! [-o OUT] [--report json] [--profile openai|strict]`: a manual compaction
+//! with the engine `config.yaml` and the shared engine flags select
+//! (`--config`, `--set`, `--engine`, `--model`, `--summarizer …`; see
+//! [`EngineArgs`](super::engine::EngineArgs)). The compacted transcript goes
+//! to stdout (or `-o`), in the input's own format; the report goes to stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use context_engine::compressor::{CompactionReport, Compressor, CompressorOptions, Outcome};
+use context_engine::compressor::{self, CompactionReport, Outcome};
 use context_engine::engine::{CompressRequest, ContextEngine};
-use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
+use context_engine::message::Message;
 use context_engine::validate::{Profile, validate};
 use serde::Serialize;
 
+use super::engine::{EngineArgs, SummarizerCall};
 use crate::output::thousands;
-
-/// Which summarizer writes the summary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SummarizerKind {
-    /// Offline and deterministic, built from the messages themselves.
-    Extractive,
-    /// An OpenAI-compatible chat-completions endpoint (`--base-url`, `--model`).
-    Openai,
-}
 
 /// How the report on stderr is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -45,37 +33,11 @@ pub enum ReportFormat {
 pub struct CompactArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window, in tokens.
-    #[arg(long)]
-    pub context_length: u64,
     /// Topic to keep in full detail in the summary.
     #[arg(long)]
     pub focus: Option<String>,
-    /// Who writes the summary.
-    #[arg(long, value_enum, default_value_t = SummarizerKind::Extractive)]
-    pub summarizer: SummarizerKind,
-    /// Base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080/v1).
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Model name: the summary model for `--summarizer openai`, and the
-    /// tokenizer choice (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Environment variable holding the summarizer's API key (sent as a
-    /// Bearer token; the key itself is never taken as a flag).
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub api_key_env: String,
-    /// The summary model's own window, in tokens: the request sent to it
-    /// (prompt plus reply reserve) is bounded to fit. Unbounded when absent.
-    #[arg(long)]
-    pub summarizer_context_length: Option<u64>,
-    /// Longest summary reply, in tokens (sent as `max_tokens`).
-    #[arg(long)]
-    pub max_output_tokens: Option<u32>,
-    /// Deadline of one summarizer request, in seconds (a small model on a
-    /// busy CPU may need more than the default 120).
-    #[arg(long)]
-    pub summarizer_timeout: Option<u64>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Write the compacted transcript here instead of stdout.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -91,10 +53,12 @@ pub struct CompactArgs {
 #[derive(Serialize)]
 struct Report<'a> {
     file: String,
+    /// The engine that ran.
+    engine: &'a str,
     context_length: u64,
     profile: &'static str,
     #[serde(flatten)]
-    compaction: &'a CompactionReport,
+    compaction: &'a Compaction,
     /// Violations of the profile in the written transcript.
     violations_after: usize,
     /// Wall time of the compaction, in milliseconds (summarizer call included).
@@ -104,83 +68,26 @@ struct Report<'a> {
     summarizer_call: Option<SummarizerCall>,
 }
 
-/// One summarizer call: latency and tokens, as counted here and as the
-/// server reported them.
+/// What the compaction did: the built-in compressor's full report, or
+/// what can be observed of any other engine.
 #[derive(Serialize)]
-pub struct SummarizerCall {
-    /// Wall time of the call, retries included, in milliseconds.
-    pub latency_ms: f64,
-    /// HTTP attempts (0 when the prompt could not be built).
-    pub attempts: u32,
-    /// The prompt as counted here (margin and template included).
-    pub counted_prompt_tokens: usize,
-    /// `max_tokens` sent.
-    pub max_tokens: Option<u32>,
-    /// Prompt tokens the server reported.
-    pub prompt_tokens: Option<u64>,
-    /// Reply tokens the server reported.
-    pub completion_tokens: Option<u64>,
+#[serde(untagged)]
+enum Compaction {
+    Compressor(CompactionReport),
+    Observed(Observed),
 }
 
-impl From<CallStats> for SummarizerCall {
-    fn from(s: CallStats) -> SummarizerCall {
-        SummarizerCall {
-            latency_ms: s.elapsed.as_secs_f64() * 1000.0,
-            attempts: s.attempts,
-            counted_prompt_tokens: s.counted_prompt_tokens,
-            max_tokens: s.max_tokens,
-            prompt_tokens: s.prompt_tokens,
-            completion_tokens: s.completion_tokens,
-        }
-    }
-}
-
-impl SummarizerCall {
-    /// One line for the text report.
-    pub fn line(&self) -> String {
-        let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
-        format!(
-            "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
-             reply {} tokens (server){}",
-            self.latency_ms,
-            self.attempts,
-            server(self.prompt_tokens),
-            thousands(self.counted_prompt_tokens as u64),
-            server(self.completion_tokens),
-            self.max_tokens
-                .map(|m| format!(", max {m}"))
-                .unwrap_or_default(),
-        )
-    }
-}
-
-/// The OpenAI-compatible client for `config` (the key comes from the
-/// environment variable it names), shared so that the caller can read its
-/// [`OpenAiSummarizer::last_call`] stats after a compaction.
-pub fn openai_client(config: OpenAiConfig) -> anyhow::Result<Arc<OpenAiSummarizer>> {
-    let base_url = config.base_url.clone();
-    let summarizer = OpenAiSummarizer::new(config)
-        .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
-    Ok(Arc::new(summarizer))
-}
-
-/// The client config from the flags: endpoint, model, key variable and the
-/// summary model's bounds.
-pub fn openai_config(
-    base_url: &str,
-    model: &str,
-    api_key_env: &str,
-    context_length: Option<u64>,
-    max_output_tokens: Option<u32>,
-) -> OpenAiConfig {
-    let mut config = OpenAiConfig::new(base_url, model).with_api_key_env(api_key_env);
-    if let Some(n) = context_length {
-        config = config.with_context_length(n);
-    }
-    if let Some(n) = max_output_tokens {
-        config = config.with_max_output_tokens(n);
-    }
-    config
+/// The report of an engine that keeps none (a plugin): the outcome seen
+/// from outside.
+#[derive(Serialize)]
+struct Observed {
+    outcome: &'static str,
+    messages_before: usize,
+    messages_after: usize,
+    tokens_before: u64,
+    tokens_after: u64,
+    threshold_tokens: u64,
+    reason: Option<String>,
 }
 
 /// Run `ctx compact`. Exit 0 when compacted (or nothing to compact), 1 when
@@ -188,56 +95,57 @@ pub fn openai_config(
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let options = CompressorOptions::default().with_profile(args.profile);
-    let mut engine = Compressor::with_options(counter, args.context_length, options);
-    let mut client = None;
-    if args.summarizer == SummarizerKind::Openai {
-        let base_url = args
-            .base_url
-            .as_deref()
-            .context("--summarizer openai needs --base-url")?;
-        let model = args
-            .model
-            .as_deref()
-            .context("--summarizer openai needs --model")?;
-        let mut config = openai_config(
-            base_url,
-            model,
-            &args.api_key_env,
-            args.summarizer_context_length,
-            args.max_output_tokens,
-        );
-        if let Some(secs) = args.summarizer_timeout {
-            config = config.with_timeout(std::time::Duration::from_secs(secs));
-        }
-        let summarizer = openai_client(config)?;
-        engine = engine.with_summarizer(Box::new(Arc::clone(&summarizer)));
-        client = Some(summarizer);
-    }
+    let prepared = args.engine.prepare(args.profile)?;
     let mut request = CompressRequest::new().with_force(true);
     if let Some(focus) = &args.focus {
         request = request.with_focus_topic(focus.clone());
     }
+    let input = &transcript.messages;
     let started = Instant::now();
-    let result = engine.compress(&transcript.messages, &request);
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let compacted = match result {
-        Ok(messages) => Some(messages),
-        Err(err) => {
-            eprintln!("ctx: {err}");
-            None
-        }
+    let (engine_name, result, compaction, prepared) = if prepared.name == compressor::NAME {
+        // The built-in compressor, by its concrete type: it explains itself.
+        let mut prepared = prepared;
+        let context = std::mem::replace(
+            &mut prepared.context,
+            context_engine::plugin::EngineContext::new(
+                std::sync::Arc::clone(&prepared.counter),
+                prepared.context_length,
+            ),
+        );
+        let mut engine = context.into_compressor();
+        prepared.apply_model(&mut engine);
+        let result = engine.compress(input, &request);
+        let report = engine
+            .last_report()
+            .cloned()
+            .context("the engine left no report")?;
+        let name = engine.name().to_owned();
+        (name, result, Compaction::Compressor(report), prepared)
+    } else {
+        let (mut engine, prepared) = prepared.select()?;
+        let result = engine.compress(input, &request);
+        let observed = observe(input, &result, engine.as_ref(), &prepared);
+        (
+            engine.name().to_owned(),
+            result,
+            Compaction::Observed(observed),
+            prepared,
+        )
     };
-    let report = engine
-        .last_report()
-        .cloned()
-        .context("the engine left no report")?;
-    if let Some(messages) = compacted {
-        transcript.messages = messages;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    for w in &prepared.warnings {
+        eprintln!("ctx: warning: {w}");
+    }
+    let exit = match &compaction {
+        Compaction::Compressor(r) => matches!(
+            r.outcome,
+            Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress
+        ),
+        Compaction::Observed(o) => o.outcome != "failed",
+    };
+    match result {
+        Ok(messages) => transcript.messages = messages,
+        Err(err) => eprintln!("ctx: {err}"),
     }
     let violations_after = validate(&transcript.messages, args.profile).len();
     match &args.output {
@@ -248,26 +156,85 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     }
     let out = Report {
         file: args.input.file.display().to_string(),
-        context_length: args.context_length,
+        engine: &engine_name,
+        context_length: prepared.context_length,
         profile: args.profile.name(),
-        compaction: &report,
+        compaction: &compaction,
         violations_after,
         elapsed_ms,
-        summarizer_call: client.map(|c| SummarizerCall::from(c.last_call())),
+        summarizer_call: prepared
+            .client
+            .as_ref()
+            .map(|c| SummarizerCall::from(c.last_call())),
     };
     match args.report {
         ReportFormat::Json => eprintln!("{}", serde_json::to_string_pretty(&out)?),
         ReportFormat::Text => eprint!("{}", render(&out)),
     }
-    Ok(match report.outcome {
-        Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress => ExitCode::SUCCESS,
-        _ => ExitCode::from(1),
+    Ok(if exit {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }
 
+/// What a compaction by an engine without its own report did, from its
+/// input, its result and its state.
+fn observe(
+    input: &[Message],
+    result: &Result<Vec<Message>, context_engine::engine::EngineError>,
+    engine: &dyn ContextEngine,
+    prepared: &super::engine::Prepared,
+) -> Observed {
+    let tokens_before = prepared.counter.count_messages(input) as u64;
+    let threshold_tokens = engine.state().threshold_tokens;
+    match result {
+        Ok(out) => Observed {
+            outcome: if out.as_slice() == input {
+                "unchanged"
+            } else {
+                "compacted"
+            },
+            messages_before: input.len(),
+            messages_after: out.len(),
+            tokens_before,
+            tokens_after: prepared.counter.count_messages(out) as u64,
+            threshold_tokens,
+            reason: None,
+        },
+        Err(err) => Observed {
+            outcome: "failed",
+            messages_before: input.len(),
+            messages_after: input.len(),
+            tokens_before,
+            tokens_after: tokens_before,
+            threshold_tokens,
+            reason: Some(err.to_string()),
+        },
+    }
+}
+
 fn render(r: &Report<'_>) -> String {
-    let c = r.compaction;
     let n = thousands;
+    let c = match r.compaction {
+        Compaction::Compressor(c) => c,
+        Compaction::Observed(o) => {
+            let mut s = format!("{}: engine `{}`: {}\n", r.file, r.engine, o.outcome);
+            s.push_str(&format!(
+                "  tokens    {:>10} -> {:>10}  (threshold {}, window {})\n  messages  {:>10} -> {:>10}\n",
+                n(o.tokens_before),
+                n(o.tokens_after),
+                n(o.threshold_tokens),
+                n(r.context_length),
+                o.messages_before,
+                o.messages_after,
+            ));
+            if let Some(reason) = &o.reason {
+                s.push_str(&format!("  reason    {reason}\n"));
+            }
+            return s;
+        }
+    };
     let outcome = match c.outcome {
         Outcome::Compacted => "compacted",
         Outcome::Fallback => "compacted with the extractive fallback",

@@ -9,12 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
 use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -26,13 +22,6 @@ use crate::plot::{PlotData, write_svg};
 pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
-    pub context_length: Option<u64>,
-    /// The agent's model: picks the tokenizer (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
     #[command(flatten)]
     pub engine: super::engine::EngineArgs,
     /// Provider rules every request must keep: `openai` or `strict`.
@@ -62,32 +51,11 @@ pub struct ReplayArgs {
 /// invalid request, 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let (config, config_warnings, config_file) = args.engine.load_config()?;
-    let context_length = args
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(128_000);
-    let built = args.engine.build(
-        config,
-        config_file,
-        Arc::clone(&counter),
-        context_length,
-        args.profile,
-    )?;
-    for w in config_warnings.iter().chain(&built.warnings) {
+    let (engine, prepared) = args.engine.prepare(args.profile)?.select()?;
+    for w in &prepared.warnings {
         eprintln!("ctx: warning: {w}");
     }
-    let mut engine = built.engine;
-    if engine.state().context_length != context_length {
-        engine.update_model(&ModelInfo::new(
-            args.model.clone().unwrap_or_default(),
-            context_length,
-        ));
-    }
+    let counter = prepared.counter;
     let mut session = Session::new("replay", engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
     let mut price = PriceModel::default();
