@@ -123,7 +123,10 @@ fn duplicate_outputs_become_a_marker_naming_the_newer_call() {
         Message::tool_result("c3", body("same")),
     ];
     let out = prune(&m, None, &eager(0), &counter());
-    assert!(matches!(out.messages, std::borrow::Cow::Owned(_)), "committed");
+    assert!(
+        matches!(out.messages, std::borrow::Cow::Owned(_)),
+        "committed"
+    );
     assert_eq!(out.counts.duplicates, 1);
     assert_eq!(out.pruned, 1);
     let text = out.messages[2].text();

@@ -60,7 +60,8 @@ fn temp_dir(test: &str) -> PathBuf {
     dir
 }
 
-/// `ctx compact FILE` with the real summarizer, strict profile, JSON report.
+/// `ctx compact FILE` with the real summarizer, strict profile, JSON report;
+/// no `--summarizer-context-length`: the window is asked of the server.
 fn compact_command(base_url: &str, file: &Path, context_length: u64, out: &Path) -> Command {
     let mut cmd = command();
     cmd.env(KEY_ENV, "local").args([
@@ -76,8 +77,6 @@ fn compact_command(base_url: &str, file: &Path, context_length: u64, out: &Path)
         model().as_ref(),
         "--api-key-env".as_ref(),
         KEY_ENV.as_ref(),
-        "--summarizer-context-length".as_ref(),
-        SERVER_WINDOW.to_string().as_ref(),
         "--max-output-tokens".as_ref(),
         MAX_OUTPUT.to_string().as_ref(),
         "--summarizer-timeout".as_ref(),
@@ -150,6 +149,13 @@ fn check_call(label: &str, report: &Value) {
     );
     assert_eq!(call["attempts"], 1, "{call}");
     assert_eq!(call["max_tokens"], MAX_OUTPUT);
+    // The window was learned from the server (llama.cpp's /props), or
+    // given by the caller (replay passes it).
+    assert_eq!(call["window_tokens"], SERVER_WINDOW, "{call}");
+    assert!(
+        ["server_props", "configured"].contains(&call["window_source"].as_str().unwrap_or("")),
+        "{call}"
+    );
     let prompt = call["prompt_tokens"].as_u64().expect("server usage");
     let completion = call["completion_tokens"].as_u64().expect("server usage");
     // The server's own count: the request fitted its window.

@@ -19,6 +19,7 @@ use crate::message::Message;
 
 pub mod openai;
 mod prompt;
+pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for
 /// tool results, digested by the caller: a summarizer never sees a secret

@@ -56,7 +56,10 @@ pub fn corpus_dir() -> Option<PathBuf> {
     match std::env::var_os("CTX_CORPUS") {
         Some(dir) if Path::new(&dir).is_dir() => Some(PathBuf::from(dir)),
         Some(dir) => {
-            skip(&format!("$CTX_CORPUS={} is not a folder", dir.to_string_lossy()));
+            skip(&format!(
+                "$CTX_CORPUS={} is not a folder",
+                dir.to_string_lossy()
+            ));
             None
         }
         None => shared("corpus"),

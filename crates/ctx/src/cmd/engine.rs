@@ -15,6 +15,7 @@ use context_engine::config::{Config, ConfigLoader, SummarizerKind as ConfigSumma
 use context_engine::engine::{ContextEngine, ModelInfo};
 use context_engine::plugin::{EngineContext, EngineSource, select_engine};
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
+use context_engine::summarize::window::WindowSource;
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::Profile;
 use serde::Serialize;
@@ -274,6 +275,11 @@ pub struct SummarizerCall {
     pub prompt_tokens: Option<u64>,
     /// Reply tokens the server reported.
     pub completion_tokens: Option<u64>,
+    /// The summary model's window the request was bounded by.
+    pub window_tokens: Option<u64>,
+    /// Where that window came from: `configured`, `server_props`,
+    /// `models_list`, `learned_from_error` or `unknown`.
+    pub window_source: WindowSource,
 }
 
 impl From<CallStats> for SummarizerCall {
@@ -285,6 +291,8 @@ impl From<CallStats> for SummarizerCall {
             max_tokens: s.max_tokens,
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.completion_tokens,
+            window_tokens: s.window_tokens,
+            window_source: s.window_source,
         }
     }
 }
@@ -295,7 +303,7 @@ impl SummarizerCall {
         let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
         format!(
             "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
-             reply {} tokens (server){}",
+             reply {} tokens (server){}; window {} ({})",
             self.latency_ms,
             self.attempts,
             server(self.prompt_tokens),
@@ -304,6 +312,9 @@ impl SummarizerCall {
             self.max_tokens
                 .map(|m| format!(", max {m}"))
                 .unwrap_or_default(),
+            self.window_tokens
+                .map_or_else(|| "unbounded".to_owned(), thousands),
+            self.window_source.describe(),
         )
     }
 }

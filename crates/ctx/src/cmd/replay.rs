@@ -232,13 +232,9 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         })
         .collect();
     s.push_str(&format!(
-        "\n  compactions  {}{}\n",
+        "\n  compactions  {} ({})\n",
         compactions.len(),
-        if compactions.is_empty() {
-            " (the session never reached the threshold)".to_string()
-        } else {
-            format!(" ({})", compactions.join("; "))
-        }
+        compaction_story(t, &compactions)
     ));
     s.push_str(&format!(
         "  digested    {} of {} requests carried older tool output as one-line digests\n",
@@ -309,6 +305,47 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         s.push_str(&calls.render(2));
     }
     s
+}
+
+/// What happened to compaction over the session, truthfully: the
+/// compactions made, attempts that failed or were refused (with the first
+/// reason), hold-backs, or that the threshold was never reached.
+fn compaction_story(t: &context_engine::replay::Totals, made: &[String]) -> String {
+    let attempts = t.compactions_failed + t.compactions_refused;
+    let failed = |all: bool| {
+        let how = match (t.compactions_failed, t.compactions_refused) {
+            (0, _) => "refused",
+            (_, 0) => "failed",
+            _ => "refused or failed",
+        };
+        format!(
+            "{}attempted {attempts} time(s), {}{how} (first reason: {})",
+            if all { "" } else { "and " },
+            if all { "all " } else { "" },
+            t.first_compaction_failure.as_deref().unwrap_or("unknown")
+        )
+    };
+    let blocked = || {
+        format!(
+            "held back {} time(s) by cooldown or anti-thrash (first: {})",
+            t.compactions_blocked,
+            t.first_compaction_block.as_deref().unwrap_or("unknown")
+        )
+    };
+    let mut parts = Vec::new();
+    if !made.is_empty() {
+        parts.push(made.join("; "));
+    }
+    if attempts > 0 {
+        parts.push(failed(made.is_empty()));
+    }
+    if t.compactions_blocked > 0 {
+        parts.push(blocked());
+    }
+    if parts.is_empty() {
+        parts.push("the session never reached the threshold".to_owned());
+    }
+    parts.join("; ")
 }
 
 /// `-42%` style change from `before` to `after`.
