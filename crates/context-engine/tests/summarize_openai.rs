@@ -751,3 +751,89 @@ fn a_configured_window_is_never_asked_of_the_server() {
     assert_eq!(stats.window_source, WindowSource::Configured);
     assert!(server.gets.lock().unwrap().is_empty());
 }
+
+// --- degenerate model summaries ---------------------------------------------
+
+use context_engine::compressor::{Compressor, Outcome};
+use context_engine::engine::{CompressRequest, ContextEngine};
+
+/// Compacts a 40-turn session with the model answering `reply`; returns the
+/// report's outcome, summarizer and reason, and the summary text inserted.
+fn compact_with_reply(reply: &'static str) -> (Outcome, String, String, String) {
+    let server = Server::start(vec![Reply::Completion(reply)]);
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
+    let mut messages = vec![Message::system("You are a coding agent.")];
+    for i in 0..20 {
+        messages.push(Message::user(format!(
+            "Task {i}: fix the overflow in src/buffer_{i}.rs and rerun the tests."
+        )));
+        messages.push(Message::assistant(format!(
+            "Fixed src/buffer_{i}.rs: the length check was off by one; tests pass."
+        )));
+    }
+    let counter = context_engine::tokens::counter_for(None);
+    let mut engine = Compressor::new(counter, 2_000).with_summarizer(Box::new(summarizer));
+    let out = engine
+        .compress(&messages, &CompressRequest::new().with_force(true))
+        .unwrap();
+    let report = engine.last_report().unwrap().clone();
+    let summary = out
+        .iter()
+        .map(|m| m.text().into_owned())
+        .find(|t| t.contains("[END CONTEXT SUMMARY]"))
+        .unwrap();
+    (
+        report.outcome,
+        report.summarizer.unwrap_or_default(),
+        report.reason.unwrap_or_default(),
+        summary,
+    )
+}
+
+#[test]
+fn degenerate_model_summaries_fall_back_to_the_extractive_one_with_the_reason() {
+    let cases: [(&'static str, &str); 4] = [
+        (
+            "alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha \
+             alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha",
+            "repeats itself",
+        ),
+        (
+            "<transcript>\n[1] user:\nTask 0: fix the overflow in src/buffer_0.rs\n</transcript>",
+            "echoes the transcript",
+        ),
+        (
+            "## Primary request and intent\n\n## Progress\n\n## Next steps\n",
+            "no content",
+        ),
+        (
+            // Far longer than the 40 short turns it would replace.
+            (0..400)
+                .map(|i| format!("Step {i} touched module_{i} and its tests passed. "))
+                .collect::<String>()
+                .leak(),
+            "longer than",
+        ),
+    ];
+    for (reply, defect) in cases {
+        let (outcome, summarizer, reason, summary) = compact_with_reply(reply);
+        assert_eq!(outcome, Outcome::Fallback, "{defect}: {reason}");
+        assert_eq!(summarizer, "extractive", "{defect}");
+        assert!(reason.contains("degenerate summary rejected"), "{reason}");
+        assert!(reason.contains(defect), "{defect}: {reason}");
+        // The extractive summary went in, not the model's text.
+        assert!(!summary.contains("alpha alpha"), "{summary}");
+        assert!(summary.contains("src/buffer_"), "{summary}");
+    }
+    // A real summary is kept.
+    let (outcome, summarizer, _, summary) = compact_with_reply(
+        "## Primary request and intent\nFix buffer overflows in src/buffer_*.rs.\n\n\
+         ## Progress\nAll twenty length checks fixed; tests pass.",
+    );
+    assert_eq!(outcome, Outcome::Compacted);
+    assert_eq!(summarizer, "openai:test-model");
+    assert!(
+        summary.contains("All twenty length checks fixed"),
+        "{summary}"
+    );
+}

@@ -48,6 +48,7 @@ use serde_json::{Value, json};
 
 use super::extractive::ExtractiveSummarizer;
 use super::prompt::{self, Limits, TokenBound};
+use super::quality;
 use super::window::{self, Window, WindowSource};
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::{TokenCounter, counter_for_model};
@@ -541,6 +542,9 @@ impl OpenAiSummarizer {
         };
         stats.prompt_tokens = reply.prompt_tokens;
         stats.completion_tokens = reply.completion_tokens;
+        if let Some(defect) = quality::degenerate(&reply.text, request, self.counter.as_ref()) {
+            return Err(SummarizeError::Degenerate(defect));
+        }
         if !self.config.deterministic_sections {
             return Ok(reply.text);
         }
