@@ -754,8 +754,8 @@ fn a_configured_window_is_never_asked_of_the_server() {
 
 // --- degenerate model summaries ---------------------------------------------
 
-use context_engine::compressor::{Compressor, Outcome};
-use context_engine::engine::{CompressRequest, ContextEngine};
+use context_engine::compressor::Compressor;
+use context_engine::engine::{CompressRequest, ContextEngine, Outcome};
 
 /// Compacts a 40-turn session with the model answering `reply`; returns the
 /// report's outcome, summarizer and reason, and the summary text inserted.
@@ -776,8 +776,9 @@ fn compact_with_reply(reply: &'static str) -> (Outcome, String, String, String) 
     let out = engine
         .compress(&messages, &CompressRequest::new().with_force(true))
         .unwrap();
-    let report = engine.last_report().unwrap().clone();
+    let report = out.report;
     let summary = out
+        .messages
         .iter()
         .map(|m| m.text().into_owned())
         .find(|t| t.contains("[END CONTEXT SUMMARY]"))
@@ -836,4 +837,32 @@ fn degenerate_model_summaries_fall_back_to_the_extractive_one_with_the_reason() 
         summary.contains("All twenty length checks fixed"),
         "{summary}"
     );
+}
+
+/// A caller that hands the summarizer unredacted turns still sends no
+/// secret and no match of the user's patterns: the prompt goes through the
+/// egress helper once more.
+#[test]
+fn unredacted_input_is_redacted_before_it_is_sent() {
+    const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let server = Server::start(vec![Reply::Completion("## Summary\nok\n")]);
+    let redactor = context_engine::redact::Redactor::builder()
+        .pattern("ACME-[0-9]{6}")
+        .build()
+        .unwrap();
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url()))
+        .unwrap()
+        .with_redactor(Arc::new(redactor));
+    let turns = vec![
+        Message::user(format!("push with {TOKEN} for ticket ACME-123456")),
+        Message::assistant("Pushing."),
+    ];
+    summarizer
+        .summarize(&SummaryRequest::new(&turns, 400))
+        .unwrap();
+    let seen = server.seen.lock().unwrap();
+    let sent = seen[0].body.to_string();
+    assert!(sent.contains("push with"), "{sent}");
+    assert!(!sent.contains(TOKEN), "{sent}");
+    assert!(!sent.contains("ACME-123456"), "{sent}");
 }

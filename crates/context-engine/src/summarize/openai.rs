@@ -51,6 +51,7 @@ use super::prompt::{self, Limits, TokenBound};
 use super::quality;
 use super::window::{self, Window, WindowSource};
 use super::{SummarizeError, Summarizer, SummaryRequest};
+use crate::redact::{Egress, Redactor};
 use crate::tokens::{TokenCounter, counter_for_model};
 
 /// The seed sent by default: any fixed value makes runs repeatable.
@@ -332,6 +333,10 @@ pub struct OpenAiSummarizer {
     agent: ureq::Agent,
     counter: Arc<dyn TokenCounter>,
     last: Mutex<CallStats>,
+    /// The last line of defence for a caller that hands unredacted turns:
+    /// the prompt is redacted again before it is sent (a no-op on the
+    /// compressor's already redacted input).
+    egress: Egress,
 }
 
 impl fmt::Debug for OpenAiSummarizer {
@@ -402,7 +407,15 @@ impl OpenAiSummarizer {
             endpoint,
             agent,
             last: Mutex::new(CallStats::default()),
+            egress: Egress::builtin(),
         })
+    }
+
+    /// Redacts the prompt with `redactor` (the user's patterns) rather than
+    /// the built-in rules alone.
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> OpenAiSummarizer {
+        self.egress = Egress::new(Some(redactor));
+        self
     }
 
     /// The URL requests go to.
@@ -570,7 +583,7 @@ impl OpenAiSummarizer {
             "model": self.config.model,
             "messages": [
                 {"role": "system", "content": prompt.system},
-                {"role": "user", "content": prompt.user},
+                {"role": "user", "content": self.egress.text(&prompt.user)},
             ],
             "temperature": 0,
         });

@@ -10,9 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use context_engine::compressor::{self, CompactionReport, Outcome};
-use context_engine::engine::{CompressRequest, ContextEngine};
-use context_engine::message::Message;
+use context_engine::engine::{CompactionReport, CompressRequest, Outcome};
 use context_engine::validate::{Profile, validate};
 use serde::Serialize;
 
@@ -58,7 +56,7 @@ struct Report<'a> {
     context_length: u64,
     profile: &'static str,
     #[serde(flatten)]
-    compaction: &'a Compaction,
+    compaction: &'a CompactionReport,
     /// Violations of the profile in the written transcript.
     violations_after: usize,
     /// Wall time of the compaction, in milliseconds (summarizer call included).
@@ -68,85 +66,35 @@ struct Report<'a> {
     summarizer_call: Option<SummarizerCall>,
 }
 
-/// What the compaction did: the built-in compressor's full report, or
-/// what can be observed of any other engine.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Compaction {
-    Compressor(CompactionReport),
-    Observed(Observed),
-}
-
-/// The report of an engine that keeps none (a plugin): the outcome seen
-/// from outside.
-#[derive(Serialize)]
-struct Observed {
-    outcome: &'static str,
-    messages_before: usize,
-    messages_after: usize,
-    tokens_before: u64,
-    tokens_after: u64,
-    threshold_tokens: u64,
-    reason: Option<String>,
-}
-
 /// Run `ctx compact`. Exit 0 when compacted (or nothing to compact), 1 when
 /// the compaction was aborted, blocked or refused (the input is written
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
-    let prepared = args.engine.prepare(args.profile)?;
+    let (mut engine, prepared) = args.engine.prepare(args.profile)?.select()?;
+    for w in &prepared.warnings {
+        eprintln!("ctx: warning: {w}");
+    }
     let mut request = CompressRequest::new().with_force(true);
     if let Some(focus) = &args.focus {
         request = request.with_focus_topic(focus.clone());
     }
-    let input = &transcript.messages;
     let started = Instant::now();
-    let (engine_name, result, compaction, prepared) = if prepared.name == compressor::NAME {
-        // The built-in compressor, by its concrete type: it explains itself.
-        let mut prepared = prepared;
-        let context = std::mem::replace(
-            &mut prepared.context,
-            context_engine::plugin::EngineContext::new(
-                std::sync::Arc::clone(&prepared.counter),
-                prepared.context_length,
-            ),
-        );
-        let mut engine = context.into_compressor();
-        prepared.apply_model(&mut engine);
-        let result = engine.compress(input, &request);
-        let report = engine
-            .last_report()
-            .cloned()
-            .context("the engine left no report")?;
-        let name = engine.name().to_owned();
-        (name, result, Compaction::Compressor(report), prepared)
-    } else {
-        let (mut engine, prepared) = prepared.select()?;
-        let result = engine.compress(input, &request);
-        let observed = observe(input, &result, engine.as_ref(), &prepared);
-        (
-            engine.name().to_owned(),
-            result,
-            Compaction::Observed(observed),
-            prepared,
-        )
-    };
+    let result = engine.compress(&transcript.messages, &request);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    for w in &prepared.warnings {
-        eprintln!("ctx: warning: {w}");
-    }
-    let exit = match &compaction {
-        Compaction::Compressor(r) => matches!(
-            r.outcome,
-            Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress
+    // A failure is reported once, as the report's outcome and reason.
+    let report = match result {
+        Ok(compaction) => {
+            transcript.messages = compaction.messages;
+            compaction.report
+        }
+        Err(err) => CompactionReport::failed(
+            &err,
+            &transcript.messages,
+            prepared.counter.as_ref(),
+            engine.state().threshold_tokens,
         ),
-        Compaction::Observed(o) => o.outcome != "failed",
     };
-    match result {
-        Ok(messages) => transcript.messages = messages,
-        Err(err) => eprintln!("ctx: {err}"),
-    }
     let violations_after = validate(&transcript.messages, args.profile).len();
     match &args.output {
         Some(path) => transcript
@@ -156,10 +104,10 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     }
     let out = Report {
         file: args.input.file.display().to_string(),
-        engine: &engine_name,
+        engine: engine.name(),
         context_length: prepared.context_length,
         profile: args.profile.name(),
-        compaction: &compaction,
+        compaction: &report,
         violations_after,
         elapsed_ms,
         summarizer_call: prepared
@@ -171,70 +119,15 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         ReportFormat::Json => eprintln!("{}", serde_json::to_string_pretty(&out)?),
         ReportFormat::Text => eprint!("{}", render(&out)),
     }
-    Ok(if exit {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    Ok(match report.outcome {
+        Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
     })
 }
 
-/// What a compaction by an engine without its own report did, from its
-/// input, its result and its state.
-fn observe(
-    input: &[Message],
-    result: &Result<Vec<Message>, context_engine::engine::EngineError>,
-    engine: &dyn ContextEngine,
-    prepared: &super::engine::Prepared,
-) -> Observed {
-    let tokens_before = prepared.counter.count_messages(input) as u64;
-    let threshold_tokens = engine.state().threshold_tokens;
-    match result {
-        Ok(out) => Observed {
-            outcome: if out.as_slice() == input {
-                "unchanged"
-            } else {
-                "compacted"
-            },
-            messages_before: input.len(),
-            messages_after: out.len(),
-            tokens_before,
-            tokens_after: prepared.counter.count_messages(out) as u64,
-            threshold_tokens,
-            reason: None,
-        },
-        Err(err) => Observed {
-            outcome: "failed",
-            messages_before: input.len(),
-            messages_after: input.len(),
-            tokens_before,
-            tokens_after: tokens_before,
-            threshold_tokens,
-            reason: Some(err.to_string()),
-        },
-    }
-}
-
 fn render(r: &Report<'_>) -> String {
+    let c = r.compaction;
     let n = thousands;
-    let c = match r.compaction {
-        Compaction::Compressor(c) => c,
-        Compaction::Observed(o) => {
-            let mut s = format!("{}: engine `{}`: {}\n", r.file, r.engine, o.outcome);
-            s.push_str(&format!(
-                "  tokens    {:>10} -> {:>10}  (threshold {}, window {})\n  messages  {:>10} -> {:>10}\n",
-                n(o.tokens_before),
-                n(o.tokens_after),
-                n(o.threshold_tokens),
-                n(r.context_length),
-                o.messages_before,
-                o.messages_after,
-            ));
-            if let Some(reason) = &o.reason {
-                s.push_str(&format!("  reason    {reason}\n"));
-            }
-            return s;
-        }
-    };
     let outcome = match c.outcome {
         Outcome::Compacted => "compacted",
         Outcome::Fallback => "compacted with the extractive fallback",
@@ -242,6 +135,7 @@ fn render(r: &Report<'_>) -> String {
         Outcome::NothingToCompress => "nothing to compress, transcript unchanged",
         Outcome::Blocked => "blocked, transcript unchanged",
         Outcome::InvalidOutput => "refused (result would break a provider rule), unchanged",
+        _ => "failed, transcript unchanged",
     };
     let mut s = format!("{}: {outcome}\n", r.file);
     s.push_str(&format!(

@@ -14,6 +14,7 @@ use anyhow::Context;
 use context_engine::config::{Config, ConfigLoader, SummarizerKind as ConfigSummarizer};
 use context_engine::engine::{ContextEngine, ModelInfo};
 use context_engine::plugin::{EngineContext, EngineSource, select_engine};
+use context_engine::redact::Redactor;
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
 use context_engine::summarize::window::WindowSource;
 use context_engine::tokens::TokenCounter;
@@ -169,19 +170,19 @@ impl EngineArgs {
             .engine
             .clone()
             .unwrap_or_else(|| config.context.engine.clone());
+        let redactor = Arc::new(
+            config
+                .redactor()
+                .context("invalid security.redact_patterns")?,
+        );
         let mut context = EngineContext::new(Arc::clone(&counter), context_length)
             .with_compressor_options(config.compressor_options().with_profile(profile))
             .with_section(config.engine_section(&name))
-            .with_redact(config.security.redact_secrets)
-            .with_redactor(Arc::new(
-                config
-                    .redactor()
-                    .context("invalid security.redact_patterns")?,
-            ));
+            .with_redactor(Arc::clone(&redactor));
         if let Some(model) = &self.model.model {
             context = context.with_model(model.clone());
         }
-        let client = self.summarizer(&config, &mut warnings)?;
+        let client = self.summarizer(&config, redactor, &mut warnings)?;
         if let Some(client) = &client {
             context = context.with_summarizer(Box::new(Arc::clone(client)));
         }
@@ -210,6 +211,7 @@ impl EngineArgs {
     fn summarizer(
         &self,
         config: &Config,
+        redactor: Arc<Redactor>,
         warnings: &mut Vec<String>,
     ) -> anyhow::Result<Option<Arc<OpenAiSummarizer>>> {
         let kind = match self.summarizer {
@@ -254,7 +256,8 @@ impl EngineArgs {
             cfg = cfg.with_max_output_tokens(n);
         }
         let summarizer = OpenAiSummarizer::new(cfg)
-            .with_context(|| format!("cannot set up the summarizer at {base_url}"))?;
+            .with_context(|| format!("cannot set up the summarizer at {base_url}"))?
+            .with_redactor(redactor);
         Ok(Some(Arc::new(summarizer)))
     }
 }
