@@ -114,10 +114,10 @@ fn too_short_is_written_back_unchanged_with_the_reason() {
     assert!(stderr(&o).contains("nothing to compress"), "{}", stderr(&o));
 }
 
-#[test]
-fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
-    // Nothing listens on the discard port: a network failure, which aborts.
-    let args = [
+/// `ctx compact` of the bugfix session with an OpenAI summarizer nobody
+/// listens for, its model named by `model_flag`.
+fn unreachable_summarizer_args(model_flag: &str) -> Vec<&str> {
+    vec![
         "compact",
         "examples/bugfix-session.json",
         "--context-length",
@@ -126,11 +126,17 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
         "openai",
         "--base-url",
         "http://127.0.0.1:9/v1",
-        "--summarizer-model",
+        model_flag,
         "m",
         "--api-key-env",
         "CTX_TEST_SUMMARY_KEY",
-    ];
+    ]
+}
+
+#[test]
+fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
+    // Nothing listens on the discard port: a network failure, which aborts.
+    let args = unreachable_summarizer_args("--summarizer-model");
     let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!stderr(&o).contains("deprecated"), "{}", stderr(&o));
@@ -239,23 +245,8 @@ fn model_names_the_tokenizer_and_the_old_summary_model_spelling_warns() {
     assert!(tokens("some-local-model") > tokens("gpt-4.1"));
     // The old spelling, `--model` as the summary model, still works but
     // says so.
-    let o = ctx_env(
-        &[
-            "compact",
-            "examples/bugfix-session.json",
-            "--context-length",
-            "4000",
-            "--summarizer",
-            "openai",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--model",
-            "m",
-            "--api-key-env",
-            "CTX_TEST_SUMMARY_KEY",
-        ],
-        Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")),
-    );
+    let args = unreachable_summarizer_args("--model");
+    let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("deprecated: pass --summarizer-model m"),

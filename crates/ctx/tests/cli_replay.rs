@@ -205,7 +205,7 @@ fn a_plugin_that_refuses_every_compaction_is_reported_as_such() {
     assert!(attempts >= 1, "{t}");
     let first = t["first_compaction_failure"].as_str().unwrap();
     assert!(
-        first.contains("misbehave") && first.contains("provider rule"),
+        first.contains("misbehave") && first.contains("orphan"),
         "{first}"
     );
     let missed = r["calls"]
