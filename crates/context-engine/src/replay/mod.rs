@@ -565,6 +565,6 @@ fn nearest_rank(xs: &[f64], q: f64) -> f64 {
     xs[rank.clamp(1, xs.len()) - 1]
 }
 
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }

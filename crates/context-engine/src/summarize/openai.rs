@@ -299,15 +299,18 @@ impl OpenAiConfig {
 }
 
 /// What one [`OpenAiSummarizer::summarize_with_stats`] call did, for reports
+/// (serialized as `ctx compact --report json` prints it: `latency_ms`, …)
 /// and for tests that pin the retry policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CallStats {
     /// HTTP attempts made (1 when the first succeeded or failed for good).
     pub attempts: u32,
     /// Total time slept between attempts.
+    #[serde(skip)]
     pub waited: Duration,
     /// Wall time of the whole call (prompt building, attempts, waits).
+    #[serde(rename = "latency_ms", serialize_with = "crate::replay::millis")]
     pub elapsed: Duration,
     /// The prompt as the client counted it (margin and template included).
     pub counted_prompt_tokens: usize,

@@ -11,10 +11,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use context_engine::engine::{CompactionReport, CompressRequest, Outcome};
+use context_engine::summarize::openai::CallStats;
 use context_engine::validate::{Profile, validate};
 use serde::Serialize;
 
-use super::engine::{EngineArgs, SummarizerCall};
+use super::engine::{EngineArgs, call_line};
 use crate::output::thousands;
 
 /// How the report on stderr is written.
@@ -63,7 +64,7 @@ struct Report<'a> {
     elapsed_ms: f64,
     /// The model call of `--summarizer openai`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    summarizer_call: Option<SummarizerCall>,
+    summarizer_call: Option<CallStats>,
 }
 
 /// Run `ctx compact`. Exit 0 when compacted (or nothing to compact), 1 when
@@ -110,10 +111,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         compaction: &report,
         violations_after,
         elapsed_ms,
-        summarizer_call: prepared
-            .client
-            .as_ref()
-            .map(|c| SummarizerCall::from(c.last_call())),
+        summarizer_call: prepared.client.as_ref().map(|c| c.last_call()),
     };
     match args.report {
         ReportFormat::Json => eprintln!("{}", serde_json::to_string_pretty(&out)?),
@@ -173,7 +171,7 @@ fn render(r: &Report<'_>) -> String {
         ));
     }
     if let Some(call) = &r.summarizer_call {
-        s.push_str(&format!("  model     {}\n", call.line()));
+        s.push_str(&format!("  model     {}\n", call_line(call)));
     }
     if let Some(reason) = &c.reason {
         s.push_str(&format!("  reason    {reason}\n"));

@@ -16,10 +16,8 @@ use context_engine::engine::{ContextEngine, ModelInfo};
 use context_engine::plugin::{EngineContext, EngineSource, select_engine};
 use context_engine::redact::Redactor;
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
-use context_engine::summarize::window::WindowSource;
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::Profile;
-use serde::Serialize;
 
 use crate::output::thousands;
 
@@ -262,62 +260,23 @@ impl EngineArgs {
     }
 }
 
-/// One summarizer call: latency and tokens, as counted here and as the
-/// server reported them.
-#[derive(Serialize)]
-pub struct SummarizerCall {
-    /// Wall time of the call, retries included, in milliseconds.
-    pub latency_ms: f64,
-    /// HTTP attempts (0 when the prompt could not be built).
-    pub attempts: u32,
-    /// The prompt as counted here (margin and template included).
-    pub counted_prompt_tokens: usize,
-    /// `max_tokens` sent.
-    pub max_tokens: Option<u32>,
-    /// Prompt tokens the server reported.
-    pub prompt_tokens: Option<u64>,
-    /// Reply tokens the server reported.
-    pub completion_tokens: Option<u64>,
-    /// The summary model's window the request was bounded by.
-    pub window_tokens: Option<u64>,
-    /// Where that window came from: `configured`, `server_props`,
-    /// `models_list`, `learned_from_error` or `unknown`.
-    pub window_source: WindowSource,
-}
-
-impl From<CallStats> for SummarizerCall {
-    fn from(s: CallStats) -> SummarizerCall {
-        SummarizerCall {
-            latency_ms: s.elapsed.as_secs_f64() * 1000.0,
-            attempts: s.attempts,
-            counted_prompt_tokens: s.counted_prompt_tokens,
-            max_tokens: s.max_tokens,
-            prompt_tokens: s.prompt_tokens,
-            completion_tokens: s.completion_tokens,
-            window_tokens: s.window_tokens,
-            window_source: s.window_source,
-        }
-    }
-}
-
-impl SummarizerCall {
-    /// One line for the text report.
-    pub fn line(&self) -> String {
-        let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
-        format!(
-            "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
-             reply {} tokens (server){}; window {} ({})",
-            self.latency_ms,
-            self.attempts,
-            server(self.prompt_tokens),
-            thousands(self.counted_prompt_tokens as u64),
-            server(self.completion_tokens),
-            self.max_tokens
-                .map(|m| format!(", max {m}"))
-                .unwrap_or_default(),
-            self.window_tokens
-                .map_or_else(|| "unbounded".to_owned(), thousands),
-            self.window_source.describe(),
-        )
-    }
+/// One summarizer call ([`CallStats`]: latency and tokens, as counted here
+/// and as the server reported them) as one line of the text report.
+pub fn call_line(call: &CallStats) -> String {
+    let server = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), thousands);
+    format!(
+        "{:.0} ms, {} attempt(s); prompt {} tokens (server), {} counted with margin; \
+         reply {} tokens (server){}; window {} ({})",
+        call.elapsed.as_secs_f64() * 1000.0,
+        call.attempts,
+        server(call.prompt_tokens),
+        thousands(call.counted_prompt_tokens as u64),
+        server(call.completion_tokens),
+        call.max_tokens
+            .map(|m| format!(", max {m}"))
+            .unwrap_or_default(),
+        call.window_tokens
+            .map_or_else(|| "unbounded".to_owned(), thousands),
+        call.window_source.describe(),
+    )
 }
