@@ -188,6 +188,17 @@ pub fn fit(
     })
 }
 
+/// Tokens of the leading instructions of `messages` plus the request's own
+/// overhead: what every request of this conversation costs at least. A
+/// window no larger than this can never hold a request.
+pub fn system_prompt_tokens(messages: &[Message], counter: &dyn TokenCounter) -> u64 {
+    let lead = messages
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    counter.count_messages(&messages[..lead]) as u64
+}
+
 /// Runs one rung on `messages` towards `budget` (the compressor climbs the
 /// ladder itself, with its own second rung): how many messages it changed.
 pub(crate) fn run_step(
