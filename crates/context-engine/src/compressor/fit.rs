@@ -139,7 +139,30 @@ pub fn fit(
     counter: &dyn TokenCounter,
     profile: Profile,
 ) -> Result<Fitted, Unfittable> {
+    fit_impl(messages, budget, counter, profile, false)
+}
+
+/// [`fit`] for a stored history (a compaction's result): the summary and
+/// the last group are never left out, since the agent appends its next
+/// turn after them; they are only clipped.
+pub(crate) fn fit_history(
+    messages: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+) -> Result<Fitted, Unfittable> {
+    fit_impl(messages, budget, counter, profile, true)
+}
+
+fn fit_impl(
+    messages: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+    history: bool,
+) -> Result<Fitted, Unfittable> {
     let mut work = Work::new(messages, counter);
+    work.history = history;
     let tokens_before = work.total();
     if tokens_before > budget {
         let (system, ask) = work.core_tokens();
@@ -223,6 +246,8 @@ struct Work<'c> {
     dropped: Vec<bool>,
     overhead: u64,
     counter: &'c dyn TokenCounter,
+    /// Fitting a stored history: keep the summary and the last group.
+    history: bool,
 }
 
 impl<'c> Work<'c> {
@@ -236,6 +261,7 @@ impl<'c> Work<'c> {
             messages: messages.to_vec(),
             overhead: counter.request_overhead() as u64,
             counter,
+            history: false,
         }
     }
 
@@ -470,14 +496,16 @@ impl<'c> Work<'c> {
         let last_start = cuts.groups().last().map_or(kept.len(), |g| g.start);
         let mut changed = 0;
         // Everything between the instructions and the last group, but the ask.
+        let summary = self.summary().filter(|_| self.history);
         for k in lead..last_start {
             let i = index[k];
-            if Some(i) != ask {
+            if Some(i) != ask && Some(i) != summary {
                 self.dropped[i] = true;
                 changed += 1;
             }
         }
         if let Some(u) = ask
+            && !self.history
             && is_summary(&self.messages[u])
         {
             let m = &self.messages[u];
@@ -496,6 +524,7 @@ impl<'c> Work<'c> {
             }
         }
         if self.total() > budget
+            && !self.history
             && ask.is_some_and(|u| u < index.get(last_start).copied().unwrap_or(usize::MAX))
         {
             for &i in &index[last_start..] {

@@ -654,7 +654,7 @@ impl Compressor {
         // The rest of the ladder on the compacted transcript.
         let mut unfittable = None;
         if threshold > 0 && tokens_after > threshold {
-            match fit::fit(&out, threshold, self.counter.as_ref(), self.options.profile) {
+            match fit::fit_history(&out, threshold, self.counter.as_ref(), self.options.profile) {
                 Ok(fitted) => {
                     if let Some(shrink) = escalation.first_mut() {
                         shrink.tokens_after = tokens_after;

@@ -102,10 +102,17 @@ pub(super) fn plan(
 
     // A previous summary belongs to the middle, to be updated.
     let mut previous = previous.filter(|(i, _)| *i >= head_end);
+    // Unless it sits in the last group (merged into its first message):
+    // then it stays in the tail, which must not become empty.
     if let Some((s, _)) = &previous
         && *s >= tail_start
     {
-        tail_start = cuts.at_or_after(s + 1);
+        let after = cuts.at_or_after(s + 1);
+        if after < n {
+            tail_start = after;
+        } else {
+            previous = None;
+        }
     }
     let summary_at = previous.as_ref().map(|(s, _)| *s);
 
