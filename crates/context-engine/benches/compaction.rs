@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Extractive compaction of a 1 MB, 740-message session (the corpus
-//! sessions concatenated, tool-call ids made unique), from a cold counter
+//! sessions concatenated: the largest once, the others repeated; tool-call
+//! ids made unique), from a cold counter
 //! and with a warm counter cache (the live case: the host counted the
 //! history before); and the escalation ladder's cost: the same compaction
 //! at a window where the normal budget fits against one where it must
@@ -17,7 +18,7 @@ use context_engine::engine::{CompressRequest, ContextEngine};
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
-use context_engine::{Message, Role};
+use context_engine::{Message, Role, ToolCall};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// Messages of the session.
@@ -50,7 +51,8 @@ fn session() -> Option<Vec<Message>> {
     let mut round = 0;
     while out.len() < MESSAGES {
         round += 1;
-        for s in &sessions {
+        // The largest session once, the others over and over: about 1 MB.
+        for s in sessions.iter().skip(usize::from(round > 1)) {
             for m in s
                 .iter()
                 .filter(|m| matches!(m.role, Role::User | Role::Assistant | Role::Tool))
@@ -92,20 +94,38 @@ fn bench_compaction(c: &mut Criterion) {
         validate(&m, Profile::OpenAi).len()
     );
     let force = CompressRequest::new().with_force(true);
-    // A window at which the normal budget fits, and one at which the kept
-    // head and tail alone exceed the threshold, so the ladder climbs.
     let roomy = tokens / 2;
-    let tight = {
-        let mut e = Compressor::new(Arc::clone(&warm), roomy);
-        let out = e.compress(&m, &force).unwrap();
-        (warm.count_messages(&out) as u64) / 2
-    };
-    for (name, window) in [("roomy", roomy), ("tight", tight)] {
+    // The same session whose newest batch is one 60 KB result, at a window
+    // whose threshold that result alone exceeds: the normal budget cannot
+    // fit, so the ladder climbs (the newest result is digested). Against
+    // the same window without the big result, that is escalation's cost.
+    let window = 16_000;
+    let mut big = m.clone();
+    big.push(Message::assistant_tool_calls(
+        "",
+        vec![ToolCall::function(
+            "call_big",
+            "bash",
+            r#"{"command":"cat build.log"}"#,
+        )],
+    ));
+    big.push(Message::tool_result(
+        "call_big",
+        (0..1500)
+            .map(|k| format!("[{k:>5}] compiling module_{k}.rs ... ok\n"))
+            .collect::<String>(),
+    ));
+    warm.count_messages(&big);
+    for (name, session, window) in [
+        ("roomy", &m, roomy),
+        ("plain", &m, window),
+        ("big newest result", &big, window),
+    ] {
         let mut e = Compressor::new(Arc::clone(&warm), window);
-        e.compress(&m, &force).unwrap();
+        e.compress(session, &force).unwrap();
         let r = e.last_report().unwrap();
         eprintln!(
-            "window {window} ({name}): {} -> {} tokens, escalation {:?}",
+            "{name} at window {window}: {} -> {} tokens, escalation {:?}",
             r.tokens_before,
             r.tokens_after,
             r.escalation
@@ -129,10 +149,16 @@ fn bench_compaction(c: &mut Criterion) {
             engine.compress(black_box(&m), &force).unwrap()
         })
     });
-    group.bench_function("extractive_warm_counter_escalating", |b| {
+    group.bench_function("extractive_warm_counter_16k", |b| {
         b.iter_with_large_drop(|| {
-            let mut engine = Compressor::new(Arc::clone(&warm), tight);
+            let mut engine = Compressor::new(Arc::clone(&warm), window);
             engine.compress(black_box(&m), &force).unwrap()
+        })
+    });
+    group.bench_function("extractive_warm_counter_16k_escalating", |b| {
+        b.iter_with_large_drop(|| {
+            let mut engine = Compressor::new(Arc::clone(&warm), window);
+            engine.compress(black_box(&big), &force).unwrap()
         })
     });
     group.bench_function("fit_whole_session_to_a_quarter", |b| {

@@ -569,24 +569,34 @@ impl Compressor {
             }
         }
 
-        // The span, without the previous summary's own text.
+        // The span, without the previous summary's own text; borrowed when
+        // it is one run of the input (the common case: no copy of 1 MB).
         let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
-        let span: Vec<Message> = plan
-            .middle()
-            .filter_map(|i| {
-                let m = &messages[i];
-                if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
-                    let own = insert::without_summary(&m.text());
-                    return (!own.is_empty()).then(|| with_text(m, own));
-                }
-                Some(m.clone())
-            })
-            .collect();
+        let contiguous = plan.previous.is_none()
+            && plan
+                .pinned
+                .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
+        let span: Cow<'_, [Message]> = if contiguous {
+            Cow::Borrowed(&messages[plan.head_end..plan.tail_start])
+        } else {
+            Cow::Owned(
+                plan.middle()
+                    .filter_map(|i| {
+                        let m = &messages[i];
+                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                            let own = insert::without_summary(&m.text());
+                            return (!own.is_empty()).then(|| with_text(m, own));
+                        }
+                        Some(m.clone())
+                    })
+                    .collect(),
+            )
+        };
         let span_tokens = self.counter.count_messages(&span);
         let target = self.target_tokens(span_tokens);
         let turns: Vec<Message> = summarizer_input(&span, &self.options.digest)
             .messages
-            .iter()
+            .into_iter()
             .map(|m| redact_message(m, self.redactor.as_deref()))
             .collect();
         let redactor = self.redactor.as_deref();
@@ -771,8 +781,7 @@ fn scrub<'a>(redactor: Option<&Redactor>, text: &'a str) -> Cow<'a, str> {
 
 /// A copy of `message` with every text that could reach a summarizer
 /// redacted: content, tool-call arguments, reasoning.
-fn redact_message(message: &Message, redactor: Option<&Redactor>) -> Message {
-    let mut out = message.clone();
+fn redact_message(mut out: Message, redactor: Option<&Redactor>) -> Message {
     // Only a changed text is written back.
     let redact = |text: &str| match scrub(redactor, text) {
         Cow::Owned(r) => Some(r),
