@@ -142,9 +142,9 @@ pub fn fit(
     fit_impl(messages, budget, counter, profile, false)
 }
 
-/// [`fit`] for a stored history (a compaction's result): the summary and
-/// the last group are never left out, since the agent appends its next
-/// turn after them; they are only clipped.
+/// [`fit`] for a stored history (a compaction's result): no turn is left
+/// out before the last resort, and the summary and the last group never
+/// are (the agent appends its next turn after them); they are only clipped.
 pub(crate) fn fit_history(
     messages: &[Message],
     budget: u64,
@@ -184,6 +184,11 @@ fn fit_impl(
     ] {
         if work.total() <= budget {
             break;
+        }
+        // A stored history shrinks its tail by re-planning (the compactor's
+        // own second step, into the summary), never by leaving turns out.
+        if history && step == FitStepKind::ShrinkTail {
+            continue;
         }
         let changed = work.run(step, budget, messages, profile);
         if changed > 0 {
@@ -308,10 +313,11 @@ impl<'c> Work<'c> {
 
     /// The latest real user message, if any.
     fn ask(&self) -> Option<usize> {
-        self.messages
-            .iter()
-            .zip(&self.dropped)
-            .rposition(|(m, d)| !d && is_real_user_turn(m))
+        self.messages.iter().zip(&self.dropped).rposition(|(m, d)| {
+            // A summary in a user message is not an ask, unless it was
+            // merged into one (the ask's own words follow it).
+            !d && is_real_user_turn(m) && (!is_summary(m) || !without_summary(&m.text()).is_empty())
+        })
     }
 
     /// The summary message, if any.

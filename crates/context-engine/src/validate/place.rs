@@ -78,22 +78,22 @@ pub fn may_place(before: &[Message], role: &Role, after: &[Message], profile: Pr
 }
 
 /// Index (in `output`) of the first adjacency `profile` refuses (see the
-/// module docs) that `input` did not already have: each refused pair of the
-/// output must be a pair of the same two messages, adjacent in the input.
-/// `None` when the rewrite brought no such pair together.
+/// module docs) beyond those `input` already had: refused pairs are
+/// counted by kind (two user turns, two assistant turns, a user turn after
+/// results), as [`super::introduced_violation`] counts violations, so a
+/// rewrite that clips a message of a pair the agent wrote does not count
+/// it as new. `None` when the rewrite brought no new pair together.
 pub fn introduced_adjacency(
     input: &[Message],
     output: &[Message],
     profile: Profile,
 ) -> Option<usize> {
-    let mut had: Vec<(&Message, &Message)> = refused_pairs(input, profile)
-        .map(|(a, b)| (&input[a], &input[b]))
+    let mut had: Vec<(Side, Side)> = refused_pairs(input, profile)
+        .map(|(a, b)| (Side::of(&input[a]), Side::of(&input[b])))
         .collect();
     for (a, b) in refused_pairs(output, profile) {
-        match had
-            .iter()
-            .position(|(x, y)| *x == &output[a] && *y == &output[b])
-        {
+        let kind = (Side::of(&output[a]), Side::of(&output[b]));
+        match had.iter().position(|k| *k == kind) {
             Some(k) => {
                 had.swap_remove(k);
             }
