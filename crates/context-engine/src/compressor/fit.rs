@@ -299,7 +299,8 @@ impl<'c> Work<'c> {
         self.messages
             .iter()
             .zip(&self.dropped)
-            .filter_map(|(m, d)| (!d).then(|| m.clone()))
+            .filter(|(_, d)| !**d)
+            .map(|(m, _)| m.clone())
             .collect()
     }
 
@@ -503,8 +504,7 @@ impl<'c> Work<'c> {
         let mut changed = 0;
         // Everything between the instructions and the last group, but the ask.
         let summary = self.summary().filter(|_| self.history);
-        for k in lead..last_start {
-            let i = index[k];
+        for &i in &index[lead..last_start] {
             if Some(i) != ask && Some(i) != summary {
                 self.dropped[i] = true;
                 changed += 1;
@@ -619,7 +619,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (k, c) in digits.chars().enumerate() {
-        if k > 0 && (digits.len() - k) % 3 == 0 {
+        if k > 0 && (digits.len() - k).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
