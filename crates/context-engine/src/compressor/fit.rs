@@ -34,7 +34,7 @@ use super::insert::{SUMMARY_END, SUMMARY_PREFIX, is_summary, without_summary};
 use crate::digest::{RECALL_TOOL, result_handle};
 use crate::message::{Content, Message, Role};
 use crate::prune::clip_arguments;
-use crate::tokens::TokenCounter;
+use crate::tokens::{TokenCounter, thousands};
 use crate::validate::{
     CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
     is_tool_reentry, may_join,
@@ -612,19 +612,6 @@ fn clip_middle(text: &str, keep: usize, handle: Option<&str>) -> String {
         None => format!("[… {omitted} bytes omitted to fit the window]"),
     };
     format!("{}\n{marker}\n{}", &text[..head], &text[tail..])
-}
-
-/// `n` with thousands separators.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (k, c) in digits.chars().enumerate() {
-        if k > 0 && (digits.len() - k).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]
