@@ -50,14 +50,14 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     found
 }
 
-/// The shared corpus: `$CTX_CORPUS`, else `shared/corpus` (see
+/// The shared corpus: `$CTX_CORPUS_DIR`, else `shared/corpus` (see
 /// [`find_shared`]); [`skip`] when there is none.
 pub fn corpus_dir() -> Option<PathBuf> {
-    match std::env::var_os("CTX_CORPUS") {
+    match std::env::var_os("CTX_CORPUS_DIR") {
         Some(dir) if Path::new(&dir).is_dir() => Some(PathBuf::from(dir)),
         Some(dir) => {
             skip(&format!(
-                "$CTX_CORPUS={} is not a folder",
+                "$CTX_CORPUS_DIR={} is not a folder",
                 dir.to_string_lossy()
             ));
             None

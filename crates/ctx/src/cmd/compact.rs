@@ -72,7 +72,13 @@ struct Report<'a> {
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
-    let (mut engine, prepared) = args.engine.prepare(args.profile)?.select()?;
+    let prepared = args.engine.prepare(args.profile)?;
+    super::check_window(
+        &transcript.messages,
+        prepared.context_length,
+        prepared.counter.as_ref(),
+    )?;
+    let (mut engine, prepared) = prepared.select()?;
     for w in &prepared.warnings {
         eprintln!("ctx: warning: {w}");
     }

@@ -40,8 +40,9 @@ pub enum SummarizerKind {
 #[derive(Debug, clap::Args)]
 pub struct EngineArgs {
     /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
+    /// (default: `context.context_length`, else 128000; at least 1, and
+    /// more than the system prompt).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub context_length: Option<u64>,
     #[command(flatten)]
     pub model: super::ModelArg,
