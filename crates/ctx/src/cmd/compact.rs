@@ -72,16 +72,7 @@ struct Report<'a> {
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
-    let prepared = args.engine.prepare(args.profile)?;
-    super::check_window(
-        &transcript.messages,
-        prepared.context_length,
-        prepared.counter.as_ref(),
-    )?;
-    let (mut engine, prepared) = prepared.select()?;
-    for w in &prepared.warnings {
-        eprintln!("ctx: warning: {w}");
-    }
+    let (mut engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;
     let mut request = CompressRequest::new().with_force(true);
     if let Some(focus) = &args.focus {
         request = request.with_focus_topic(focus.clone());

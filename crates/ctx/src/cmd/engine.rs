@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use context_engine::config::{Config, ConfigLoader, SummarizerKind as ConfigSummarizer};
 use context_engine::engine::{ContextEngine, ModelInfo};
+use context_engine::message::Message;
 use context_engine::plugin::{EngineContext, EngineSource, select_engine};
 use context_engine::redact::Redactor;
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
@@ -154,6 +155,23 @@ impl EngineArgs {
             .load()?;
         let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
         Ok((loaded.config, warnings, loaded.file))
+    }
+
+    /// The engine for `messages`: [`prepare`](Self::prepare), check that
+    /// the window can hold the transcript's system prompt, select the
+    /// engine, and print the configuration and selection warnings once.
+    pub fn start(
+        &self,
+        profile: Profile,
+        messages: &[Message],
+    ) -> anyhow::Result<(Box<dyn ContextEngine>, Prepared)> {
+        let prepared = self.prepare(profile)?;
+        super::check_window(messages, prepared.context_length, prepared.counter.as_ref())?;
+        let (engine, prepared) = prepared.select()?;
+        for w in &prepared.warnings {
+            eprintln!("ctx: warning: {w}");
+        }
+        Ok((engine, prepared))
     }
 
     /// Reads the configuration and the flags into everything an engine is

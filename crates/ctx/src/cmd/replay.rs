@@ -52,16 +52,7 @@ pub struct ReplayArgs {
 /// at all), 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let prepared = args.engine.prepare(args.profile)?;
-    super::check_window(
-        &transcript.messages,
-        prepared.context_length,
-        prepared.counter.as_ref(),
-    )?;
-    let (engine, prepared) = prepared.select()?;
-    for w in &prepared.warnings {
-        eprintln!("ctx: warning: {w}");
-    }
+    let (engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;
     let counter = prepared.counter;
     let mut session = Session::new("replay", engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
