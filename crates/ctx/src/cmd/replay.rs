@@ -9,12 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
-use context_engine::replay::{ReplayOptions, ReplayReport, replay};
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
+use context_engine::replay::{CostComparison, ReplayOptions, ReplayReport, replay};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -26,21 +22,14 @@ use crate::plot::{PlotData, write_svg};
 pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
-    pub context_length: Option<u64>,
-    /// The agent's model: picks the tokenizer (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
     #[command(flatten)]
     pub engine: super::engine::EngineArgs,
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
     /// Provider preset for prices and the prompt cache: openai, anthropic,
-    /// anthropic-1h, deepseek or none (default: `pricing.provider`, else
-    /// openai).
+    /// anthropic-1h, deepseek or none (overrides `pricing.provider`;
+    /// default openai).
     #[arg(long, value_name = "PRESET", value_parser = clap::builder::PossibleValuesParser::new(context_engine::pricing::PRESETS))]
     pub provider: Option<String>,
     /// Input price per million tokens (default: the preset's).
@@ -56,7 +45,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub price_output: Option<f64>,
     /// Skip the second replay with the schedule off (the every-call digest
-    /// column).
+    /// column of the bill).
     #[arg(long)]
     pub no_baseline: bool,
     /// One JSON report on stdout instead of tables.
@@ -71,42 +60,34 @@ pub struct ReplayArgs {
 }
 
 /// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
-/// invalid request, 2 on errors (including an unreplayable input).
+/// invalid request or a request over the window (or one that could not fit
+/// at all), 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let (mut config, config_warnings, config_file) = args.engine.load_config()?;
-    let context_length = args
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(128_000);
-    // The flags override the configured prices; the engine's schedule and
-    // the estimate use the same model.
-    let pricing = &mut config.pricing;
-    if let Some(p) = &args.provider {
-        pricing.provider.clone_from(p);
+    // The price flags are configuration overrides: the engine's schedule
+    // and the estimate read the same `pricing`.
+    let mut engine_args = args.engine.clone();
+    let prices = [
+        ("provider", args.provider.clone()),
+        ("input", args.price_input.map(|p| p.to_string())),
+        (
+            "cached_input",
+            args.price_cached_input.map(|p| p.to_string()),
+        ),
+        ("cache_write", args.price_cache_write.map(|p| p.to_string())),
+        ("output", args.price_output.map(|p| p.to_string())),
+    ];
+    for (key, value) in prices {
+        if let Some(value) = value {
+            engine_args.set.push(format!("pricing.{key}={value}"));
+        }
     }
-    pricing.input = args.price_input.or(pricing.input);
-    pricing.cached_input = args.price_cached_input.or(pricing.cached_input);
-    pricing.cache_write = args.price_cache_write.or(pricing.cache_write);
-    pricing.output = args.price_output.or(pricing.output);
-    let price = pricing.price_model();
-    let baseline_config = (!args.no_baseline && config.context.schedule.enabled).then(|| {
-        let mut c = config.clone();
-        c.context.schedule.enabled = false;
-        c
-    });
-    let mut session = build_session(
-        args,
-        config,
-        config_file.clone(),
-        &counter,
-        context_length,
-        &config_warnings,
-    )?;
+    let (config, _, _) = engine_args.load_config()?;
+    let price = config.pricing.price_model();
+    let (engine, prepared) = engine_args.start(args.profile, &transcript.messages)?;
+    let counter = prepared.counter;
+    let mut session = Session::new("replay", engine, Arc::clone(&counter))
+        .with_options(HostOptions::default().with_profile(args.profile));
     let options = ReplayOptions::default()
         .with_price(price)
         .with_profile(args.profile);
@@ -136,20 +117,25 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
     // The same recording with one digest step per call: the baseline the
     // schedule must beat.
-    let report = match baseline_config {
-        Some(c) => {
-            let mut baseline = build_session(args, c, config_file, &counter, context_length, &[])?;
-            let every_call = replay(
-                &transcript.messages,
-                &mut baseline,
-                counter.as_ref(),
-                &options,
-                |_, _| {},
-            )
-            .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
-            report.with_baseline(&every_call)
-        }
-        None => report,
+    let report = if args.no_baseline || !config.context.schedule.enabled {
+        report
+    } else {
+        let mut baseline_args = engine_args.clone();
+        baseline_args
+            .set
+            .push("context.schedule.enabled=false".to_owned());
+        let (engine, _) = baseline_args.prepare(args.profile)?.select()?;
+        let mut baseline = Session::new("replay", engine, Arc::clone(&counter))
+            .with_options(HostOptions::default().with_profile(args.profile));
+        let every_call = replay(
+            &transcript.messages,
+            &mut baseline,
+            counter.as_ref(),
+            &options,
+            |_, _| {},
+        )
+        .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
+        report.with_baseline(&every_call)
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -192,41 +178,27 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&file, &report, args.verbose));
     }
     let invalid = report.calls.iter().any(|c| c.violations_introduced > 0);
-    Ok(if invalid {
+    let t = &report.totals;
+    if t.over_window.requests > 0 {
+        eprintln!(
+            "ctx: {} requests would have gone out over the {}-token window (largest {} tokens)",
+            t.over_window.requests,
+            thousands(report.context_length),
+            thousands(t.over_window.largest)
+        );
+    }
+    if let Some(first) = report.calls.iter().find_map(|c| c.unfittable.as_ref()) {
+        eprintln!(
+            "ctx: {} calls could not fit the window at all and would not have been sent ({first})",
+            t.unfittable_calls.len()
+        );
+    }
+    let over = t.over_window.requests > 0 || !t.unfittable_calls.is_empty();
+    Ok(if invalid || over {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// A session driving the engine that `config` and the flags select.
-fn build_session(
-    args: &ReplayArgs,
-    config: context_engine::config::Config,
-    config_file: Option<PathBuf>,
-    counter: &Arc<dyn TokenCounter>,
-    context_length: u64,
-    config_warnings: &[String],
-) -> anyhow::Result<Session> {
-    let built = args.engine.build(
-        config,
-        config_file,
-        Arc::clone(counter),
-        context_length,
-        args.profile,
-    )?;
-    for w in config_warnings.iter().chain(&built.warnings) {
-        eprintln!("ctx: warning: {w}");
-    }
-    let mut engine = built.engine;
-    if engine.state().context_length != context_length {
-        engine.update_model(&ModelInfo::new(
-            args.model.clone().unwrap_or_default(),
-            context_length,
-        ));
-    }
-    Ok(Session::new("replay", engine, Arc::clone(counter))
-        .with_options(HostOptions::default().with_profile(args.profile)))
 }
 
 #[derive(Serialize)]
@@ -320,21 +292,17 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
                 Trigger::Manual => "manual, before",
             };
             Some(format!(
-                "{why} call {}: {} -> {} tokens",
+                "{why} call {}: request {} -> {} tokens",
                 c.call + 1,
-                n(k.tokens_before),
-                n(k.tokens_after)
+                n(k.request_tokens_before),
+                n(k.request_tokens_after)
             ))
         })
         .collect();
     s.push_str(&format!(
-        "\n  compactions  {}{}\n",
+        "\n  compactions  {} ({})\n",
         compactions.len(),
-        if compactions.is_empty() {
-            " (the session never reached the threshold)".to_string()
-        } else {
-            format!(" ({})", compactions.join("; "))
-        }
+        compaction_story(t, &compactions)
     ));
     s.push_str(&format!(
         "  digested    {} of {} requests carried older tool output as one-line digests\n",
@@ -344,6 +312,34 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         "  pruned      {} calls followed a proactive prune\n",
         t.prunes
     ));
+    s.push_str(&format!(
+        "  over window {}\n",
+        if t.over_window.requests == 0 {
+            "0 requests went out larger than the window".to_string()
+        } else {
+            format!(
+                "{} requests larger than the window (largest {} tokens; calls {})",
+                t.over_window.requests,
+                n(t.over_window.largest),
+                list(&t.over_window.calls)
+            )
+        }
+    ));
+    if t.fitted > 0 {
+        s.push_str(&format!(
+            "  fitted      {} requests brought under the window by escalation\n",
+            t.fitted
+        ));
+    }
+    if !t.unfittable_calls.is_empty() {
+        let first = r.calls.iter().find_map(|c| c.unfittable.as_ref());
+        s.push_str(&format!(
+            "  unfittable  {} calls not sent: {} (calls {})\n",
+            t.unfittable_calls.len(),
+            first.map(ToString::to_string).unwrap_or_default(),
+            list(&t.unfittable_calls)
+        ));
+    }
     s.push_str(&format!(
         "  engine time per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms\n",
         t.engine_time.median_ms, t.engine_time.p99_ms, t.engine_time.max_ms
@@ -407,8 +403,58 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
     s
 }
 
+/// What happened to compaction over the session, truthfully: the
+/// compactions made, attempts that failed or were refused (with the first
+/// reason), hold-backs, or that the threshold was never reached.
+fn compaction_story(t: &context_engine::replay::Totals, made: &[String]) -> String {
+    let attempts = t.compactions_failed + t.compactions_refused;
+    let failed = |all: bool| {
+        let how = match (t.compactions_failed, t.compactions_refused) {
+            (0, _) => "refused",
+            (_, 0) => "failed",
+            _ => "refused or failed",
+        };
+        format!(
+            "{}attempted {attempts} time(s), {}{how} (first reason: {})",
+            if all { "" } else { "and " },
+            if all { "all " } else { "" },
+            t.first_compaction_failure.as_deref().unwrap_or("unknown")
+        )
+    };
+    let blocked = || {
+        format!(
+            "held back {} time(s) by cooldown or anti-thrash (first: {})",
+            t.compactions_blocked,
+            t.first_compaction_block.as_deref().unwrap_or("unknown")
+        )
+    };
+    let mut parts = Vec::new();
+    if !made.is_empty() {
+        parts.push(made.join("; "));
+    }
+    if attempts > 0 {
+        parts.push(failed(made.is_empty()));
+    }
+    if t.compactions_blocked > 0 {
+        parts.push(blocked());
+    }
+    if parts.is_empty() {
+        parts.push("the session never reached the threshold".to_owned());
+    }
+    parts.join("; ")
+}
+
+/// Call numbers, the first ten and a count of the rest.
+fn list(calls: &[usize]) -> String {
+    let mut out: Vec<String> = calls.iter().take(10).map(ToString::to_string).collect();
+    if calls.len() > 10 {
+        out.push(format!("and {} more", calls.len() - 10));
+    }
+    out.join(", ")
+}
+
 /// The bill of the three policies side by side.
-fn render_costs(c: &context_engine::replay::CostComparison) -> String {
+fn render_costs(c: &CostComparison) -> String {
     let mut table = Table::new([
         "",
         "estimated cost",
