@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The cache-aware schedule on real sessions: on every corpus transcript
 //! and the project's generated example, at half the session's peak request
 //! and at 128K, with OpenAI's and Anthropic's cache models, the scheduled
@@ -19,35 +20,14 @@ use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::{Message, Role};
 
-/// The corpus (`CTX_CORPUS_DIR`, else `../shared/corpus`); missing, the
-/// test fails under `CI=true` and skips with the reason elsewhere.
+/// The corpus transcripts (the shared helper: `CTX_CORPUS_DIR`, else
+/// `shared/corpus`; missing, it fails under `CI=true` and skips with the
+/// reason elsewhere) and the project's generated example.
 fn sessions() -> Option<Vec<PathBuf>> {
-    let mut files = match std::env::var_os("CTX_CORPUS_DIR") {
-        Some(dir) => std::fs::read_dir(&dir)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|e| e == "json" || e == "traj"))
-                    .collect()
-            })
-            .ok(),
-        None => common::corpus_files(),
-    };
-    if files.as_ref().is_none_or(Vec::is_empty) {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "the corpus is required under CI=true (set CTX_CORPUS_DIR)"
-        );
-        eprintln!("skipped: no corpus");
-        return None;
-    }
-    if let Some(f) = files.as_mut() {
-        f.sort();
-        f.push(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/coding-session.json"),
-        );
-    }
+    let mut files = common::corpus_files()?;
     files
+        .push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/coding-session.json"));
+    Some(files)
 }
 
 fn counter() -> Arc<dyn TokenCounter> {
