@@ -84,3 +84,39 @@ fn redactor_uses_user_patterns() {
     );
     assert!(!out.contains("internal-1234"), "{out}");
 }
+
+#[test]
+fn pricing_starts_from_the_preset_and_feeds_the_schedule() {
+    let loaded = ConfigLoader::new()
+        .with_search(false)
+        .with_overrides([
+            "pricing.provider=anthropic",
+            "pricing.cached_input=0.25",
+            "pricing.cache_lifetime_secs=3600",
+            "context.schedule.enabled=false",
+        ])
+        .load()
+        .unwrap();
+    let p = loaded.config.pricing.price_model();
+    assert_eq!(p.name, "anthropic (custom)");
+    assert_eq!(p.input_per_million, 3.00);
+    assert_eq!(p.cached_input_per_million, 0.25);
+    assert_eq!(p.cache_write_per_million, 3.75);
+    assert_eq!(p.cache.lifetime_secs, 3600);
+    let o = loaded.config.compressor_options();
+    assert_eq!(o.schedule.price, p);
+    assert!(!o.schedule.enabled);
+}
+
+#[test]
+fn an_unknown_pricing_preset_is_an_error_naming_the_key_and_the_presets() {
+    let err = ConfigLoader::new()
+        .with_search(false)
+        .with_overrides(["pricing.provider=acme"])
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pricing.provider"), "{err}");
+    assert!(err.contains("unknown provider preset `acme`"), "{err}");
+    assert!(err.contains("anthropic-1h"), "{err}");
+}
