@@ -53,7 +53,16 @@ fn assert_consistent(r: &ReplayReport) {
     }
     assert_eq!(r.totals.prompt_tokens_with_engine, with);
     assert_eq!(r.totals.prompt_tokens_without_engine, without);
-    assert!(r.totals.estimated_cost_with_engine <= r.totals.estimated_cost_without_engine + 1e-9);
+    // Cheaper than the unmanaged agent wherever the unmanaged requests fit
+    // the window (past it a provider refuses them, and a small window keeps
+    // requests under the cache's minimum prefix, never cached).
+    if r.totals.largest_request_without_engine <= r.context_length {
+        assert!(
+            r.totals.estimated_cost_with_engine <= r.totals.estimated_cost_without_engine + 1e-9,
+            "{:?}",
+            r.totals
+        );
+    }
     assert_eq!(
         r.totals.compactions,
         r.calls.iter().filter(|c| c.compaction.is_some()).count()
