@@ -351,9 +351,9 @@ fn fit_turns(
         return rendered.join("\n\n");
     }
     // Then the oldest turns fold, the latest user ask excepted.
-    let latest_ask = turns
-        .iter()
-        .rposition(|m| is_real_user_turn(m) && !m.text().trim().is_empty());
+    let latest_ask = (0..turns.len())
+        .rev()
+        .find(|&i| is_real_user_turn(turns, i) && !turns[i].text().trim().is_empty());
     let marker_reserve = 48;
     let mut budget = room.saturating_sub(marker_reserve);
     let mut kept_from = rendered.len();
@@ -394,7 +394,7 @@ fn fold_marker(turns: &[Message], folded: &[usize]) -> String {
     };
     let users = folded
         .iter()
-        .filter(|i| is_real_user_turn(&turns[**i]))
+        .filter(|i| is_real_user_turn(turns, **i))
         .count();
     let calls: usize = folded.iter().map(|i| turns[*i].tool_calls().len()).sum();
     format!(
