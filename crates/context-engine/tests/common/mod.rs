@@ -5,16 +5,30 @@
 
 use std::path::PathBuf;
 
-/// `../shared/corpus` next to the repository, or `None` with the reason
-/// printed.
+/// `$CTX_CORPUS_DIR`, else `../shared/corpus` next to the repository, or
+/// `None` with the reason printed (a failure under `CI=true`).
 pub fn corpus_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    let dir = std::env::var_os("CTX_CORPUS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+        });
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipped: no corpus at {}", dir.display());
-        None
+        skip(&format!("no corpus at {}", dir.display()))
     }
+}
+
+/// A missing prerequisite: a failure when `CI=true`, else `None` with the
+/// reason printed.
+pub fn skip<T>(reason: &str) -> Option<T> {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "prerequisite missing under CI: {reason}"
+    );
+    eprintln!("skipped: {reason}");
+    None
 }
 
 /// The corpus transcripts (`.json`, `.traj`, `.jsonl`), sorted by name, or
