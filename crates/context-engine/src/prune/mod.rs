@@ -446,7 +446,9 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
 /// The text of a tool result whose content is text only (binary parts are
 /// the digest's business).
 fn plain_result_text(m: &Message, observation: bool) -> Option<&str> {
-    if !m.is_tool_result() && !(observation && !validate::is_tool_reentry(m)) {
+    // An observation is a result; an envelope's blocks are the digest's.
+    let result = m.is_tool_result() || (observation && !validate::is_tool_reentry(m));
+    if !result {
         return None;
     }
     match &m.content {
