@@ -202,6 +202,12 @@ fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
                     .and_then(|id| names.get(id))
                     .map(|s| (*s).to_owned())
                     .or_else(|| m.name.clone())
+                    .or_else(|| {
+                        // An observation: named after its action's command.
+                        let action = observation(messages, i)?.action;
+                        let first = action.commands.first()?.split_whitespace().next()?;
+                        Some(format!("text: {first}"))
+                    })
             };
             Largest {
                 index: i,
