@@ -10,33 +10,43 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use context_engine::digest::{DigestOptions, digest, digest_view};
-use context_engine::message::Role;
+use context_engine::message::{Message, Role};
 use context_engine::transcript::Transcript;
 use context_engine::validate::reentries;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-/// A corpus file: under `$CTX_CORPUS_DIR`, else `../shared/corpus`.
-fn corpus(name: &str) -> PathBuf {
-    std::env::var_os("CTX_CORPUS_DIR")
+/// The messages of a corpus file (under `$CTX_CORPUS_DIR`, else
+/// `../shared/corpus`), or `None` with the reason printed.
+fn load(name: &str) -> Option<Vec<Message>> {
+    let path = std::env::var_os("CTX_CORPUS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"))
-        .join(name)
+        .join(name);
+    match Transcript::load(&path) {
+        Ok(t) => Some(t.messages),
+        Err(_) => {
+            eprintln!("skipping: corpus file {} not found", path.display());
+            None
+        }
+    }
 }
 
-fn bench_digest(c: &mut Criterion) {
-    let path = corpus("mini_astropy12907.traj.json");
-    let Ok(transcript) = Transcript::load(&path) else {
-        eprintln!("skipping: corpus file {} not found", path.display());
-        return;
-    };
-    let m = transcript.messages;
-    let opts = DigestOptions::default();
-    let calls: Vec<usize> = m
-        .iter()
+/// The index of every model call (assistant message): its request is
+/// everything before it.
+fn call_indexes(m: &[Message]) -> Vec<usize> {
+    m.iter()
         .enumerate()
         .filter(|(_, x)| x.role == Role::Assistant)
         .map(|(i, _)| i)
-        .collect();
+        .collect()
+}
+
+fn bench_digest(c: &mut Criterion) {
+    let Some(m) = load("mini_astropy12907.traj.json") else {
+        return;
+    };
+    let opts = DigestOptions::default();
+    let calls = call_indexes(&m);
     let mut group = c.benchmark_group("digest_astropy");
     group.throughput(Throughput::Elements(1));
     group.bench_function("whole_session_request", |b| {
@@ -68,19 +78,11 @@ fn bench_digest(c: &mut Criterion) {
 /// messages): recognising the observations, and the digest of every
 /// request.
 fn bench_text_actions(c: &mut Criterion) {
-    let path = corpus("sweagent_pydicom.traj");
-    let Ok(transcript) = Transcript::load(&path) else {
-        eprintln!("skipping: corpus file {} not found", path.display());
+    let Some(m) = load("sweagent_pydicom.traj") else {
         return;
     };
-    let m = transcript.messages;
     let opts = DigestOptions::default();
-    let calls: Vec<usize> = m
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| x.role == Role::Assistant)
-        .map(|(i, _)| i)
-        .collect();
+    let calls = call_indexes(&m);
     let mut group = c.benchmark_group("text_actions_pydicom");
     group.throughput(Throughput::Elements(1));
     group.bench_function("observations_whole_session", |b| {

@@ -152,20 +152,32 @@ impl Flags {
 /// summary), `FAIL:` (unittest), a Python exception line
 /// (`ValueError: …`), or, for a traceback, the exception line that ends it.
 pub fn first_error_line(body: &str) -> Option<&str> {
+    error_lines(body).next()
+}
+
+/// Every line that reports an error, in order (a traceback by the
+/// exception line that ends it).
+fn error_lines(body: &str) -> impl Iterator<Item = &str> {
     let mut lines = body.lines();
-    while let Some(line) = lines.next() {
-        if line.starts_with("Traceback (most recent call last)") {
-            // The exception is the first unindented line after the frames.
-            let exception = lines
-                .clone()
-                .find(|l| !l.is_empty() && !l.starts_with(char::is_whitespace));
-            return Some(exception.unwrap_or(line));
+    std::iter::from_fn(move || {
+        while let Some(line) = lines.next() {
+            if line.starts_with("Traceback (most recent call last)") {
+                // The exception is the first unindented line after the
+                // frames; the scan resumes after it.
+                let mut frames = lines.clone();
+                let exception =
+                    frames.find(|l| !l.is_empty() && !l.starts_with(char::is_whitespace));
+                if exception.is_some() {
+                    lines = frames;
+                }
+                return Some(exception.unwrap_or(line));
+            }
+            if is_error_line(line) {
+                return Some(line);
+            }
         }
-        if is_error_line(line) {
-            return Some(line);
-        }
-    }
-    None
+        None
+    })
 }
 
 fn is_error_line(line: &str) -> bool {
@@ -327,21 +339,7 @@ fn read_marker_line(body: &str) -> Option<Reading> {
 /// The last line that reports an error (see [`first_error_line`]); a
 /// traceback counts by its final exception line.
 pub fn last_error_line(body: &str) -> Option<&str> {
-    let mut last = None;
-    let mut lines = body.lines();
-    while let Some(line) = lines.next() {
-        if line.starts_with("Traceback (most recent call last)") {
-            let exception = lines
-                .clone()
-                .find(|l| !l.is_empty() && !l.starts_with(char::is_whitespace));
-            last = Some(exception.unwrap_or(line));
-            continue;
-        }
-        if is_error_line(line) {
-            last = Some(line);
-        }
-    }
-    last
+    error_lines(body).last()
 }
 
 /// The tests an output reports as failing, once each, in order: pytest's

@@ -55,21 +55,21 @@ fn lines(text: &str) -> Vec<Line> {
 
 /// The verb of a writ line `[/verb args]`, or `None` for any other line.
 fn writ_verb(line: &str) -> Option<&str> {
-    let inner = line.strip_prefix("[/")?.trim_end().strip_suffix(']')?;
-    let verb = inner.split(|c: char| c.is_whitespace()).next()?;
-    let ok = !verb.is_empty()
-        && verb
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
-    ok.then_some(verb)
+    bracket_verb(line.strip_prefix("[/")?)
 }
 
 /// The verb of an opener line `[verb args]` (closed later by `[/verb]`).
 fn opener_verb(line: &str) -> Option<&str> {
-    let inner = line.strip_prefix('[')?.trim_end().strip_suffix(']')?;
-    if inner.starts_with('/') {
+    let rest = line.strip_prefix('[')?;
+    if rest.starts_with('/') {
         return None;
     }
+    bracket_verb(rest)
+}
+
+/// `verb` of `verb args]`: letters, digits, `_`, `-`, `.`.
+fn bracket_verb(rest: &str) -> Option<&str> {
+    let inner = rest.trim_end().strip_suffix(']')?;
     let verb = inner.split(|c: char| c.is_whitespace()).next()?;
     let ok = !verb.is_empty()
         && verb
@@ -110,16 +110,9 @@ pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
                 .position(|l| closes(line_text(l), verb))
         {
             let close = i + 1 + k;
-            let body_start = line.next;
-            let body_end = lines.get(close).map_or(text.len(), |l| l.start);
-            let body = text
-                .get(body_start.min(body_end)..body_end)
-                .unwrap_or_default();
-            let body = body.strip_suffix('\n').unwrap_or(body);
-            let body = body.strip_suffix('\r').unwrap_or(body);
             out.push(Block {
                 writ: line_text(line),
-                body,
+                body: body_between(text, &lines, line.next, close),
             });
             i = close + 1;
             continue;
@@ -147,19 +140,22 @@ pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
                 (j, j)
             }
         };
-        let body_end = lines.get(stop).map_or(text.len(), |l| l.start);
-        let body = text
-            .get(body_start.min(body_end)..body_end)
-            .unwrap_or_default();
-        let body = body.strip_suffix('\n').unwrap_or(body);
-        let body = body.strip_suffix('\r').unwrap_or(body);
         out.push(Block {
             writ: line_text(line),
-            body,
+            body: body_between(text, &lines, body_start, stop),
         });
         i = resume;
     }
     out
+}
+
+/// The text from byte `start` to the start of line `stop` (the end when
+/// there is no such line), without the line break before `stop`.
+fn body_between<'t>(text: &'t str, lines: &[Line], start: usize, stop: usize) -> &'t str {
+    let end = lines.get(stop).map_or(text.len(), |l| l.start);
+    let body = text.get(start.min(end)..end).unwrap_or_default();
+    let body = body.strip_suffix('\n').unwrap_or(body);
+    body.strip_suffix('\r').unwrap_or(body)
 }
 
 /// Whether `text` is an envelope this module already digested.
