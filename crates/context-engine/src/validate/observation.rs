@@ -257,10 +257,16 @@ pub fn observation_with(
     Some(Observation { action, shape })
 }
 
-/// mini-swe-agent's observation template: `<returncode>N</returncode>`
-/// first, then `<output>` (or `<output_head>`, or a `<warning>` before it).
+/// mini-swe-agent's observation templates: `<returncode>N</returncode>`
+/// first, then `<output>` (or `<output_head>`, or a `<warning>` before it);
+/// or its timeout notice, `The last command <command>…` with the partial
+/// `<output>`.
 fn is_mini_swe_agent(text: &str) -> bool {
-    let Some(rest) = text.trim_start().strip_prefix("<returncode>") else {
+    let text = text.trim_start();
+    if let Some(rest) = text.strip_prefix("The last command <command>") {
+        return rest.contains("</command>") && rest.contains("<output>");
+    }
+    let Some(rest) = text.strip_prefix("<returncode>") else {
         return false;
     };
     let Some((code, after)) = rest.split_once("</returncode>") else {
@@ -352,6 +358,28 @@ pub(crate) fn fenced_commands(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mini_swe_agent_templates() {
+        assert!(is_mini_swe_agent(
+            "<returncode>0</returncode>\n<output>\nx\n</output>"
+        ));
+        assert!(is_mini_swe_agent(
+            "<returncode>1</returncode>\n<warning>\ntoo long\n</warning><output_head>\na\n</output_head>"
+        ));
+        assert!(is_mini_swe_agent(
+            "The last command <command>sleep 99</command> timed out and has been killed.\nThe output of the command was:\n <output>\n</output>\nPlease try another command."
+        ));
+        assert!(!is_mini_swe_agent("<returncode>ok</returncode>\n<output>"));
+        assert!(!is_mini_swe_agent(
+            "please check <returncode>0</returncode> <output>"
+        ));
+        assert!(is_swe_agent("OBSERVATION:\nfile.py"));
+        assert!(is_swe_agent(
+            "x\n\n(Open file: n/a)\n(Current directory: /r)\nbash-$"
+        ));
+        assert!(!is_swe_agent("I opened the file (Open file: x) yesterday"));
+    }
 
     #[test]
     fn fenced_commands_by_label() {
