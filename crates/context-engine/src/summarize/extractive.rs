@@ -19,7 +19,7 @@ use super::state::StateRecord;
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::message::Message;
 use crate::tool_output::{self, Flags, clip, one_line};
-use crate::validate::is_real_user_turn;
+use crate::validate::{is_real_user_turn, reentries};
 
 /// Characters a token is assumed to take when sizing the summary.
 const CHARS_PER_TOKEN: usize = 4;
@@ -210,24 +210,31 @@ impl Facts {
             };
             facts.actions.push(format!("{}. {writ} → {outcome}", k + 1));
         }
-        facts.recent = turns
+        let reentry = reentries(turns);
+        let mut recent: Vec<String> = turns
             .iter()
+            .enumerate()
             .rev()
-            .filter(|m| !m.text().trim().is_empty() || m.has_tool_calls())
+            .filter(|(_, m)| !m.text().trim().is_empty() || m.has_tool_calls())
             .take(RECENT_TURNS)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .map(|m| {
+            .map(|(i, m)| {
                 let body = if m.text().trim().is_empty() {
                     let names: Vec<&str> = m.tool_calls().iter().filter_map(|c| c.name()).collect();
                     format!("(calls {})", names.join(", "))
                 } else {
                     clip(&one_line(&m.text()), TURN_MAX_CHARS)
                 };
-                format!("{}: {body}", m.role)
+                // A user message that is tool output says so.
+                let who = if reentry[i] {
+                    "tool output"
+                } else {
+                    m.role.as_str()
+                };
+                format!("{who}: {body}")
             })
             .collect();
+        recent.reverse();
+        facts.recent = recent;
         facts
     }
 
