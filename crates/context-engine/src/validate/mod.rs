@@ -41,6 +41,7 @@ mod cut;
 pub(crate) mod envelope;
 pub(crate) mod observation;
 mod pairing;
+mod place;
 mod reentry;
 mod strict;
 mod wire;
@@ -60,6 +61,7 @@ pub use observation::{
     observation, observation_with, set_text_actions, text_action, text_actions,
 };
 pub use pairing::{ToolCallShape, ToolResultPairing};
+pub use place::{introduced_adjacency, may_join, may_place};
 pub use reentry::{
     ToolReentry, is_real_user_turn, is_reentry_at, is_reentry_with, is_tool_reentry, reentries,
     reentries_with,

@@ -5,14 +5,14 @@
 
 use std::path::PathBuf;
 
-/// `$CTX_CORPUS_DIR`, else `../shared/corpus` next to the repository, or
+/// `../shared/corpus` next to the repository (or `CTX_CORPUS_DIR`), or
 /// `None` with the reason printed (a failure under `CI=true`).
 pub fn corpus_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("CTX_CORPUS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-        });
+    // `CTX_CORPUS_DIR` points elsewhere (a git worktree has no `../shared`).
+    let dir = std::env::var_os("CTX_CORPUS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
+        PathBuf::from,
+    );
     if dir.is_dir() {
         Some(dir)
     } else {
