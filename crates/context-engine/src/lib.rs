@@ -45,6 +45,7 @@ pub mod retention;
 pub mod schedule;
 pub mod summarize;
 pub mod tokens;
+pub mod tool_output;
 pub mod transcript;
 pub mod validate;
 

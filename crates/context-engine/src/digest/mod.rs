@@ -64,7 +64,6 @@
 //! next only the previously newest batch changes and the provider's prompt
 //! cache still matches everything before it.
 
-mod envelope;
 mod line;
 mod recall;
 
@@ -78,11 +77,10 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::message::{Content, FunctionCall, Message, ToolCall};
-use crate::validate::is_tool_reentry;
+use crate::tool_output::{self, Flags, clip};
+use crate::validate::{self, envelope, observation};
 
-pub use envelope::ENVELOPE_HEADER;
-// The outcome readers, shared with `crate::retention`.
-pub(crate) use line::{Flags, exit_code, outcome};
+pub use crate::validate::ENVELOPE_HEADER;
 pub use recall::{
     LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
 };
@@ -197,7 +195,9 @@ pub fn digest_view<'a>(
     messages: &'a [Message],
     opts: &DigestOptions,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
-    digest_until(messages, opts, kept_from(messages, opts.keep_batches))
+    let reentries = validate::reentries(messages);
+    let kept_from = kept_from(messages, &reentries, opts.keep_batches);
+    digest_until(messages, opts, kept_from, &reentries)
 }
 
 /// The tool batches of `messages`, oldest first, by the index of the
@@ -205,6 +205,11 @@ pub fn digest_view<'a>(
 /// with no call before it, or a text tool-result envelope. The unit a
 /// [scheduler](crate::schedule) advances the digest by.
 pub fn batch_starts(messages: &[Message]) -> Vec<usize> {
+    batch_starts_with(messages, &validate::reentries(messages))
+}
+
+/// [`batch_starts`] with the transcript's re-entries already known.
+fn batch_starts_with(messages: &[Message], reentries: &[bool]) -> Vec<usize> {
     let mut starts = Vec::new();
     let mut in_batch = false;
     for (i, m) in messages.iter().enumerate() {
@@ -216,7 +221,7 @@ pub fn batch_starts(messages: &[Message]) -> Vec<usize> {
             if !in_batch {
                 starts.push(i);
             }
-        } else if is_tool_reentry(m) {
+        } else if reentries.get(i).copied().unwrap_or(false) {
             starts.push(i);
         }
     }
@@ -233,15 +238,13 @@ pub fn digest_through<'a>(
     opts: &DigestOptions,
     batches: usize,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
-    let frontier = batch_starts(messages)
+    let reentries = validate::reentries(messages);
+    let frontier = batch_starts_with(messages, &reentries)
         .get(batches)
         .copied()
         .unwrap_or(usize::MAX);
-    digest_until(
-        messages,
-        opts,
-        frontier.min(kept_from(messages, opts.keep_batches)),
-    )
+    let kept_from = kept_from(messages, &reentries, opts.keep_batches);
+    digest_until(messages, opts, frontier.min(kept_from), &reentries)
 }
 
 /// Digests results of batches opening before `kept_from`.
@@ -249,6 +252,7 @@ fn digest_until<'a>(
     messages: &'a [Message],
     opts: &DigestOptions,
     kept_from: usize,
+    reentries: &[bool],
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
     let mut report = DigestReport::default();
     if !opts.enabled {
@@ -270,8 +274,13 @@ fn digest_until<'a>(
                 let writ = writ_of(message, &calls, legacy);
                 digest_result(message, &writ, opts, &mut report)
             }
-        } else if i < kept_from && is_tool_reentry(message) {
-            digest_envelope(message, opts, &mut report)
+        } else if i < kept_from && reentries.get(i).copied().unwrap_or(false) {
+            if validate::is_tool_reentry(message) {
+                digest_envelope(message, opts, &mut report)
+            } else {
+                observation(messages, i)
+                    .and_then(|o| digest_observation(message, &o, opts, &mut report))
+            }
         } else {
             None
         };
@@ -314,11 +323,11 @@ fn starts_call_batch(message: &Message) -> bool {
 /// The index of the first message of the oldest kept batch: results (and
 /// envelopes) of batches starting at or after it stay whole. `usize::MAX`
 /// when no batch is kept.
-fn kept_from(messages: &[Message], keep: usize) -> usize {
+fn kept_from(messages: &[Message], reentries: &[bool], keep: usize) -> usize {
     if keep == 0 {
         return usize::MAX;
     }
-    let starts = batch_starts(messages);
+    let starts = batch_starts_with(messages, reentries);
     starts
         .len()
         .checked_sub(keep)
@@ -364,7 +373,7 @@ fn writ_of(
 /// bytes: how `prune`'s markers name the call whose output they replace,
 /// in the same words as a digest line.
 pub(crate) fn clipped_writ(name: &str, arguments: &str, max: usize) -> String {
-    line::clip(&line::call_writ(name, arguments), max)
+    clip(&line::call_writ(name, arguments), max)
 }
 
 /// The recall handle of a result: its `tool_call_id`, or a hash of its body
@@ -423,10 +432,10 @@ fn digest_result(
     if body.len() < opts.min_bytes && binaries.is_empty() {
         return None;
     }
-    let outcome = line::outcome(&body, line::Flags::of(&message.extra));
+    let outcome = tool_output::outcome(&body, Flags::of(&message.extra));
     let mut lines = vec![format!(
         "{DIGEST_MARK} {} → {}; {}",
-        line::clip(writ, opts.writ_max_bytes),
+        clip(writ, opts.writ_max_bytes),
         outcome.render(body.len(), opts.error_max_bytes),
         hint(&result_handle(message, &body)),
     )];
@@ -456,10 +465,10 @@ fn digest_envelope(
     }
     let mut lines = vec![ENVELOPE_HEADER.to_owned()];
     for block in &blocks {
-        let outcome = line::outcome(block.body, line::Flags::default());
+        let outcome = tool_output::outcome(block.body, Flags::default());
         lines.push(format!(
             "{} → {}; {}",
-            line::clip(block.writ, opts.writ_max_bytes),
+            clip(block.writ, opts.writ_max_bytes),
             outcome.render(block.body.len(), opts.error_max_bytes),
             hint(&hash_handle(block.body)),
         ));
@@ -470,6 +479,86 @@ fn digest_envelope(
     lines.push(envelope::END_TOOL_RESULTS.to_owned());
     let new = lines.join("\n");
     replace(message, text.len(), new, dropped, report).inspect(|_| report.envelopes_digested += 1)
+}
+
+/// An observation of a text-action agent becomes one digest line naming the
+/// action, in the agent's own observation shape so its parser still reads
+/// it: mini-swe-agent's `<returncode>` and `<output>` tags, SWE-agent's
+/// `OBSERVATION:` header or its `(Open file: …)` trailer stay.
+fn digest_observation(
+    message: &Message,
+    obs: &validate::Observation,
+    opts: &DigestOptions,
+    report: &mut DigestReport,
+) -> Option<Message> {
+    let body = message.text();
+    if body.lines().any(|l| is_digest_line(l.trim_start())) || !accounted(message) {
+        return None;
+    }
+    let binaries = binary_lines(message, opts);
+    let dropped = binaries.len();
+    if body.len() < opts.min_bytes && binaries.is_empty() {
+        return None;
+    }
+    let command = obs.action.command();
+    let writ = if command.trim().is_empty() {
+        "action".to_owned()
+    } else {
+        tool_output::one_line(&command)
+    };
+    let outcome = tool_output::outcome(&body, Flags::of(&message.extra));
+    let digest_line = format!(
+        "{DIGEST_MARK} {} → {}; {}",
+        clip(&writ, opts.writ_max_bytes),
+        outcome.render(body.len(), opts.error_max_bytes),
+        hint(&hash_handle(&body)),
+    );
+    let mut lines = vec![digest_line];
+    lines.extend(binaries);
+    let text = observation_shape(&body, lines.join("\n"));
+    replace(message, body.len(), text, dropped, report).inspect(|_| report.results_digested += 1)
+}
+
+/// `replacement` (a digest line or a prune marker) in the shape of the
+/// observation `original`, so the agent's own parser still reads it:
+/// mini-swe-agent's `<returncode>` line and `<output>` tags, SWE-agent's
+/// `OBSERVATION:` header and its `(Open file: …)` trailer stay.
+pub(crate) fn observation_shape(original: &str, replacement: String) -> String {
+    let trimmed = original.trim_start();
+    if trimmed.starts_with("<returncode>")
+        && let Some(end) = trimmed.find("</returncode>")
+    {
+        let head = &trimmed[..end + "</returncode>".len()];
+        return format!("{head}\n<output>\n{replacement}\n</output>");
+    }
+    let mut out = String::new();
+    if trimmed.starts_with("OBSERVATION:") {
+        out.push_str("OBSERVATION:\n");
+    }
+    out.push_str(&replacement);
+    let trailer = observation_trailer(original);
+    if !trailer.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&trailer.join("\n"));
+    }
+    out
+}
+
+/// SWE-agent's trailer: the last lines that show the open file, the
+/// current directory and the prompt.
+fn observation_trailer(body: &str) -> Vec<&str> {
+    let lines: Vec<&str> = body.trim_end().lines().collect();
+    let keep = lines
+        .iter()
+        .rev()
+        .take_while(|l| {
+            let t = l.trim();
+            t.starts_with("(Open file: ")
+                || t.starts_with("(Current directory: ")
+                || t.starts_with("bash-$")
+        })
+        .count();
+    lines[lines.len() - keep..].to_vec()
 }
 
 /// A copy of `message` with `text` as its content, unless that would not

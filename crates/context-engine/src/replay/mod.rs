@@ -26,7 +26,7 @@ use crate::pricing::PromptCache;
 use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
-    Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
+    Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
 };
 
 pub use crate::pricing::PriceModel;
@@ -417,6 +417,8 @@ pub fn replay(
     let mut cursor = 0;
     let mut cache = PromptCache::new(options.price.cache.clone());
     let mut unmanaged_cache = PromptCache::new(options.price.cache.clone());
+    // Tool results that arrive as user messages (envelopes, observations).
+    let reentry = reentries(recording);
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
     let mut final_request = Vec::new();
@@ -433,7 +435,8 @@ pub fn replay(
         let segment = &recording[cursor..index];
         let tools_end = segment
             .iter()
-            .position(|m| !(m.is_tool_result() || is_tool_reentry(m)))
+            .enumerate()
+            .position(|(k, m)| !(m.is_tool_result() || reentry[cursor + k]))
             .unwrap_or(segment.len());
         let (tools, rest) = segment.split_at(tools_end);
         if call > 0 && !tools.is_empty() {
@@ -453,7 +456,8 @@ pub fn replay(
         } else {
             history.extend_from_slice(tools);
         }
-        if call > 0 && rest.iter().any(is_real_user_turn) {
+        let rest_from = cursor + tools_end;
+        if call > 0 && (rest_from..index).any(|k| is_real_user_turn(recording, k)) {
             session.turn_complete(&history, &Default::default());
         }
         history.extend_from_slice(rest);
