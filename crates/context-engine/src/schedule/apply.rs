@@ -53,39 +53,48 @@ pub fn scheduled_digest<'a>(
 
     let mut verdict = None;
     let mut through = frontier;
-    let mut view = None;
+    let mut counted = None;
     if !anchored {
         through = target;
         verdict = Some(Verdict::Apply(Why::Rewritten));
     } else if target > frontier {
         let held = digest_through(messages, opts, frontier);
         let advanced = digest_through(messages, opts, target);
-        let held_tokens = count(counter, &held.0);
-        let advanced_tokens = count(counter, &advanced.0);
         // The cache breaks at the first message the step changes (a
-        // result), not at the batch's call, which stays as it was.
+        // result), not at the batch's call, which stays as it was. The
+        // views agree before it, so the prefix is counted once.
         let at = held
             .0
             .iter()
             .zip(&advanced.0)
             .position(|(h, a)| h != a)
             .unwrap_or(advanced.0.len());
+        let at_tokens = count(counter, &advanced.0[..at]);
+        let held_tokens = at_tokens + count(counter, &held.0[at..]);
+        let advanced_tokens = at_tokens + count(counter, &advanced.0[at..]);
+        let overhead = counter.request_overhead() as u64;
         let edit = Edit {
-            at_tokens: count(counter, &advanced.0[..at]),
+            at_tokens,
             saved_tokens: held_tokens.saturating_sub(advanced_tokens),
-            request_tokens: advanced_tokens + counter.request_overhead() as u64,
+            request_tokens: advanced_tokens + overhead,
         };
         let v = scheduler.decide(&edit, threshold_tokens, now);
-        if v.applies() {
+        counted = Some(if v.applies() {
             through = target;
-            view = Some(advanced);
+            (advanced, advanced_tokens + overhead)
         } else {
-            view = Some(held);
-        }
+            (held, held_tokens + overhead)
+        });
         verdict = Some(v);
     }
-    let (view, report) = view.unwrap_or_else(|| digest_through(messages, opts, through));
-    let tokens = count(counter, &view) + counter.request_overhead() as u64;
+    let ((view, report), tokens) = match counted {
+        Some(c) => c,
+        None => {
+            let digested = digest_through(messages, opts, through);
+            let tokens = count(counter, &digested.0) + counter.request_overhead() as u64;
+            (digested, tokens)
+        }
+    };
     let state = scheduler.state_mut();
     state.digested_batches = through;
     state.anchor = anchor_of(messages, &starts, through);
