@@ -40,6 +40,7 @@ pub mod prune;
 pub mod redact;
 pub mod replay;
 pub mod retention;
+pub mod store;
 pub mod summarize;
 pub mod tokens;
 pub mod transcript;

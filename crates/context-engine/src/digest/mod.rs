@@ -343,6 +343,17 @@ pub(crate) fn hash_handle(body: &str) -> String {
     format!("h{:016x}", xxh3_64(body.as_bytes()))
 }
 
+/// The recall handles of each block of a text tool-result envelope.
+pub(crate) fn envelope_block_handles(text: &str) -> Vec<String> {
+    if envelope::is_digested(text) {
+        return Vec::new();
+    }
+    envelope::blocks(text)
+        .into_iter()
+        .map(|b| hash_handle(b.body))
+        .collect()
+}
+
 /// `full output: context_recall {"handle":"…"}`.
 fn hint(handle: &str) -> String {
     let arg = serde_json::json!({ "handle": handle });

@@ -241,7 +241,7 @@ impl Haystacks {
 /// A message's searchable text: `content` (given, summary removed), then
 /// each tool call's name, its raw arguments and their decoded string
 /// values (a command with quotes or line breaks is escaped in the JSON).
-fn searchable(message: &Message, content: &str) -> String {
+pub(crate) fn searchable(message: &Message, content: &str) -> String {
     let mut out = content.to_owned();
     for call in message.tool_calls() {
         let Some(f) = call.function.as_ref() else {
