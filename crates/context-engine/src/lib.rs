@@ -37,6 +37,7 @@ pub mod host;
 pub mod message;
 pub mod plugin;
 pub mod prune;
+pub mod recall;
 pub mod redact;
 pub mod replay;
 pub mod retention;

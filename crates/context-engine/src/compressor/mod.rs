@@ -579,7 +579,12 @@ impl Compressor {
                 )
             }
         };
-        let body = scrub(self.redactor.as_deref(), &body).into_owned();
+        let mut body = scrub(self.redactor.as_deref(), &body).into_owned();
+        if request.archive {
+            let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
+            let handle = crate::store::span_handle(&replaced);
+            body = insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle);
+        }
         let wrapped = wrap_summary(&body);
 
         let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
@@ -889,6 +894,60 @@ impl ContextEngine for Compressor {
                     .to_string()
             }
         }
+    }
+
+    /// The [`EngineState`] and the compressor's own: cooldown (as time
+    /// left), failure and ineffectiveness streaks, the pending effect check.
+    fn snapshot(&self) -> Value {
+        json!({
+            "state": self.state,
+            "compressor": {
+                "cooldown_left_ms": self.cooldown_until.map(|until| {
+                    until.saturating_sub(self.clock.now()).as_millis() as u64
+                }),
+                "transient_failures": self.transient_failures,
+                "fallback_streak": self.fallback_streak,
+                "ineffective_streak": self.ineffective_streak,
+                "last_savings_percent": self.last_savings_percent,
+                "awaiting_effect": self.awaiting_effect,
+                "seen_real_usage": self.seen_real_usage,
+            }
+        })
+    }
+
+    fn restore(&mut self, snapshot: &Value) -> Result<(), EngineError> {
+        #[derive(serde::Deserialize)]
+        struct Own {
+            cooldown_left_ms: Option<u64>,
+            transient_failures: usize,
+            fallback_streak: u32,
+            ineffective_streak: u32,
+            last_savings_percent: f64,
+            awaiting_effect: Option<u64>,
+            seen_real_usage: bool,
+        }
+        #[derive(serde::Deserialize)]
+        struct Snapshot {
+            state: EngineState,
+            compressor: Own,
+        }
+        let s: Snapshot =
+            serde::Deserialize::deserialize(snapshot).map_err(|e| EngineError::Restore {
+                engine: NAME.to_owned(),
+                reason: e.to_string(),
+            })?;
+        self.state = s.state;
+        let own = s.compressor;
+        self.cooldown_until = own
+            .cooldown_left_ms
+            .map(|ms| self.clock.now() + Duration::from_millis(ms));
+        self.transient_failures = own.transient_failures;
+        self.fallback_streak = own.fallback_streak;
+        self.ineffective_streak = own.ineffective_streak;
+        self.last_savings_percent = own.last_savings_percent;
+        self.awaiting_effect = own.awaiting_effect;
+        self.seen_real_usage = own.seen_real_usage;
+        Ok(())
     }
 
     fn status(&self) -> EngineStatus {

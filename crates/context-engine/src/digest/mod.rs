@@ -64,9 +64,8 @@
 //! next only the previously newest batch changes and the provider's prompt
 //! cache still matches everything before it.
 
-mod envelope;
+pub(crate) mod envelope;
 mod line;
-mod recall;
 
 #[cfg(test)]
 mod tests;
@@ -83,7 +82,9 @@ use crate::validate::is_tool_reentry;
 pub use envelope::ENVELOPE_HEADER;
 // The outcome readers, shared with `crate::retention`.
 pub(crate) use line::{Flags, exit_code, outcome};
-pub use recall::{
+// Recall lives in `crate::recall` (one home for the engine tools); the
+// digest's users keep finding it here.
+pub use crate::recall::{
     LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
 };
 

@@ -56,6 +56,15 @@ pub enum EngineError {
         /// Why (e.g. "all 8 messages are protected").
         reason: String,
     },
+    /// A persisted state snapshot could not be restored (written by
+    /// another engine or version, or edited by hand).
+    #[error("engine `{engine}`: cannot restore its saved state: {reason}")]
+    Restore {
+        /// Name of the engine.
+        engine: String,
+        /// What is wrong with the snapshot.
+        reason: String,
+    },
     /// The engine declined an unforced compaction.
     #[error("engine `{engine}`: compression blocked: {reason}")]
     Blocked {
