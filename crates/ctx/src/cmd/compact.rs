@@ -11,8 +11,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use context_engine::compressor::{CompactionReport, Compressor, CompressorOptions, Outcome};
+use context_engine::compressor::{
+    CompactionReport, Compressor, CompressorOptions, NAME as COMPRESSOR, Outcome,
+};
 use context_engine::engine::{CompressRequest, ContextEngine};
+use context_engine::store::{ArchivedSpan, Batch, CompactionInfo, SessionStore};
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
@@ -85,6 +88,13 @@ pub struct CompactArgs {
     /// Provider rules the result must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
+    /// Archive what the compaction removes in this session store (created
+    /// when missing); the summary names the handle to recall it by.
+    #[arg(long, value_name = "DB")]
+    pub store: Option<PathBuf>,
+    /// The session the archive is filed under.
+    #[arg(long, default_value = "default", requires = "store")]
+    pub session: String,
 }
 
 /// The stderr report.
@@ -97,6 +107,10 @@ struct Report<'a> {
     compaction: &'a CompactionReport,
     /// Violations of the profile in the written transcript.
     violations_after: usize,
+    /// Spans archived in `--store`: handle and input indexes (end exclusive).
+    archived: Vec<ArchivedSpan>,
+    /// Messages that left the transcript, archived.
+    archived_messages: usize,
     /// Wall time of the compaction, in milliseconds (summarizer call included).
     elapsed_ms: f64,
     /// The model call of `--summarizer openai`.
@@ -188,6 +202,11 @@ pub fn openai_config(
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
+    // A bad store fails before any work, and before anything is written.
+    let store = match &args.store {
+        Some(path) => Some(context_engine::store::open(path)?),
+        None => None,
+    };
     let counter: Arc<dyn TokenCounter> = match &args.model {
         Some(model) => counter_for_model(model),
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
@@ -218,7 +237,9 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         engine = engine.with_summarizer(Box::new(Arc::clone(&summarizer)));
         client = Some(summarizer);
     }
-    let mut request = CompressRequest::new().with_force(true);
+    let mut request = CompressRequest::new()
+        .with_force(true)
+        .with_archive(store.is_some());
     if let Some(focus) = &args.focus {
         request = request.with_focus_topic(focus.clone());
     }
@@ -236,7 +257,22 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         .last_report()
         .cloned()
         .context("the engine left no report")?;
+    let mut archived = Vec::new();
+    let mut archived_messages = 0;
     if let Some(messages) = compacted {
+        // Archive first: the compacted transcript is written only once
+        // what it dropped is safe in the store.
+        if let Some(store) = &store {
+            let (span, n) = archive(
+                store.as_ref(),
+                &args.session,
+                &transcript.messages,
+                &messages,
+                &report,
+            )?;
+            archived.extend(span);
+            archived_messages = n;
+        }
         transcript.messages = messages;
     }
     let violations_after = validate(&transcript.messages, args.profile).len();
@@ -252,6 +288,8 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         profile: args.profile.name(),
         compaction: &report,
         violations_after,
+        archived,
+        archived_messages,
         elapsed_ms,
         summarizer_call: client.map(|c| SummarizerCall::from(c.last_call())),
     };
@@ -263,6 +301,28 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// Archives the compaction of `input` into `output` in `store`: the span,
+/// and how many messages left the transcript.
+fn archive(
+    store: &dyn SessionStore,
+    session: &str,
+    input: &[context_engine::Message],
+    output: &[context_engine::Message],
+    report: &CompactionReport,
+) -> anyhow::Result<(Option<ArchivedSpan>, usize)> {
+    let seq = store.compactions(session)?.last().map_or(0, |c| c.seq) + 1;
+    let info = CompactionInfo::new(seq, "cli", COMPRESSOR)
+        .with_summarizer(report.summarizer.clone())
+        .with_tokens(report.tokens_before, report.tokens_after);
+    let mut batch = Batch::new();
+    let span = batch.compaction(input, output, &info);
+    let removed = batch.compactions().last().map_or(0, |c| c.archived);
+    store
+        .commit(session, &batch)
+        .with_context(|| format!("cannot archive the compaction in {}", store.location()))?;
+    Ok((span, removed))
 }
 
 fn render(r: &Report<'_>) -> String {
@@ -316,6 +376,12 @@ fn render(r: &Report<'_>) -> String {
     }
     if let Some(reason) = &c.reason {
         s.push_str(&format!("  reason    {reason}\n"));
+    }
+    for span in &r.archived {
+        s.push_str(&format!(
+            "  archived  {} messages (input {}..{}) under handle {}: ctx recall {}\n",
+            r.archived_messages, span.start, span.end, span.handle, span.handle
+        ));
     }
     s.push_str(&format!(
         "  profile   {}: {} violations after; {:.1} ms\n",
