@@ -383,10 +383,12 @@ fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
             .map(|n| (n as usize).min(MAX_SEARCH_LIMIT))
             .ok_or("`limit` must be a positive integer")?,
     };
-    let mut hits = Vec::new();
-    // The live history, newest first.
+    // The live history (newest first) and the archive share the limit:
+    // live text is mostly in the request already, so it gets at most half
+    // while the archive has hits.
+    let mut live = Vec::new();
     for (i, m) in sources.history.iter().enumerate().rev() {
-        if hits.len() == limit {
+        if live.len() == limit {
             break;
         }
         let text = index_text(m);
@@ -400,17 +402,26 @@ fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
             if let Some(h) = crate::store::handle::result_handles(m).into_iter().next() {
                 hit["handle"] = json!(h);
             }
-            hits.push(hit);
+            live.push(hit);
         }
     }
-    if let Some(store) = sources.store
-        && hits.len() < limit
-    {
-        let archived = store
-            .search(Some(sources.session), query, limit - hits.len())
-            .map_err(|e| format!("the archive is unavailable: {e}"))?;
-        hits.extend(archived.into_iter().map(|h| json!(h)));
-    }
+    let archived: Vec<Value> = match sources.store {
+        Some(store) => store
+            .search(Some(sources.session), query, limit)
+            .map_err(|e| format!("the archive is unavailable: {e}"))?
+            .into_iter()
+            .map(|h| json!(h))
+            .collect(),
+        None => Vec::new(),
+    };
+    let live_share = if archived.is_empty() {
+        limit
+    } else {
+        limit.div_ceil(2).max(limit.saturating_sub(archived.len()))
+    };
+    let mut hits: Vec<Value> = live.into_iter().take(live_share).collect();
+    let room = limit - hits.len();
+    hits.extend(archived.into_iter().take(room));
     Ok(json!({ "query": query, "hits": hits }))
 }
 
