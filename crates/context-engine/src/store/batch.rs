@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::handle::{
-    message_handle, message_hash, parse_archive_note, result_handles, span_handle_of_hashes,
+    message_handle, message_hash, parse_archive_notes, result_handles, span_handle_of_hashes,
 };
 use super::{CompactionRecord, EntryKind, HandleEntry, now_ms};
 use crate::message::Message;
@@ -168,26 +168,29 @@ impl Batch {
         let added: Vec<usize> = (0..output.len())
             .filter(|&i| !in_set.contains(out_hashes[i].as_str()))
             .collect();
+        // The compressor names the span it summarized: all of `s..e`, or
+        // without the messages it kept (the pinned ask). A note whose
+        // handle fits neither is an older summary's, quoted.
         let named = added
             .iter()
-            .find_map(|&i| parse_archive_note(&output[i].text()))
-            .filter(|(s, e, _)| s < e && *e <= input.len());
-        let (start, end, handle, hashes) = match named {
-            Some((s, e, h)) => {
-                // The compressor names the span it summarized: all of
-                // `s..e`, or without the messages it kept (the pinned ask).
+            .flat_map(|&i| parse_archive_notes(&output[i].text()))
+            .filter(|(s, e, _)| s < e && *e <= input.len())
+            .find_map(|(s, e, h)| {
                 let all: Vec<String> = in_hashes[s..e].to_vec();
                 let gone: Vec<String> = (s..e)
                     .filter(|&i| !out_set.contains(in_hashes[i].as_str()))
                     .map(|i| in_hashes[i].clone())
                     .collect();
-                let hashes = if span_handle_of_hashes(&all) == h {
-                    all
+                if span_handle_of_hashes(&all) == h {
+                    Some((s, e, h, all))
+                } else if span_handle_of_hashes(&gone) == h {
+                    Some((s, e, h, gone))
                 } else {
-                    gone
-                };
-                (s, e, h, hashes)
-            }
+                    None
+                }
+            });
+        let (start, end, handle, hashes) = match named {
+            Some(named) => named,
             None => {
                 let hashes: Vec<String> = removed.iter().map(|&i| in_hashes[i].clone()).collect();
                 let h = span_handle_of_hashes(&hashes);

@@ -85,17 +85,35 @@ pub fn archive_note(start: usize, end: usize, handle: &str) -> String {
 }
 
 /// The span a summary names through [`archive_note`]: `(start, end, handle)`
-/// with `end` exclusive; the last note in `text` wins.
+/// with `end` exclusive. A summary opens with its own note; notes of the
+/// earlier summaries it carries come later, so the first note wins.
 pub fn parse_archive_note(text: &str) -> Option<(usize, usize, String)> {
-    let at = text.rfind(" archived verbatim (handle ")?;
+    parse_archive_notes(text).into_iter().next()
+}
+
+/// Every [`archive_note`] in `text`, in order.
+pub fn parse_archive_notes(text: &str) -> Vec<(usize, usize, String)> {
+    const MARK: &str = " archived verbatim (handle ";
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(MARK).map(|i| from + i) {
+        from = at + MARK.len();
+        if let Some(note) = note_at(text, at, MARK) {
+            out.push(note);
+        }
+    }
+    out
+}
+
+fn note_at(text: &str, at: usize, mark: &str) -> Option<(usize, usize, String)> {
     let before = &text[..at];
-    let from = before.rfind("Messages ")? + "Messages ".len();
-    let (start, last) = before[from..].split_once('-')?;
+    let open = before.rfind("Messages ")? + "Messages ".len();
+    let (start, last) = before[open..].split_once('-')?;
     let start: usize = start.trim().parse().ok()?;
     let last: usize = last.trim().parse().ok()?;
-    let rest = &text[at + " archived verbatim (handle ".len()..];
+    let rest = &text[at + mark.len()..];
     let handle = &rest[..rest.find(')')?];
-    is_store_handle(handle).then(|| (start, last + 1, handle.to_owned()))
+    (is_store_handle(handle) && start <= last).then(|| (start, last + 1, handle.to_owned()))
 }
 
 #[cfg(test)]
@@ -132,6 +150,17 @@ mod tests {
             None
         );
         assert_eq!(parse_archive_note("no note"), None);
+        // A summary that carries an older one: its own note comes first.
+        let nested = format!(
+            "{}\n\nprevious: {}",
+            archive_note(3, 9, "s111111111111"),
+            archive_note(1, 5, "s222222222222")
+        );
+        assert_eq!(
+            parse_archive_note(&nested).map(|n| n.2),
+            Some("s111111111111".into())
+        );
+        assert_eq!(parse_archive_notes(&nested).len(), 2);
     }
 
     #[test]

@@ -59,7 +59,8 @@ use crate::message::Message;
 
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{
-    archive_note, is_store_handle, message_handle, message_hash, parse_archive_note, span_handle,
+    archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
+    parse_archive_notes, span_handle,
 };
 pub use memory::MemoryStore;
 pub use reach::reachable;
