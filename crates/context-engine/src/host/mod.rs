@@ -49,9 +49,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{
-    CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineError,
-    EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo, Usage,
-    automatic_compaction_status_message,
+    CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
+    EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
+    Usage, automatic_compaction_status_message,
 };
 use crate::message::Message;
 use crate::recall::{self, Sources};
@@ -145,6 +145,12 @@ pub struct Compaction {
     /// Wall time of all passes (summarizer calls included).
     #[serde(rename = "elapsed_ms", serialize_with = "as_millis")]
     pub elapsed: Duration,
+    /// The engine's report of each accepted pass, in order. The indices of
+    /// pass `k` refer to its input: the history for the first, the previous
+    /// pass's output after that. Not serialized (replay's JSON stays as it
+    /// was); a store archives `summarized` spans from here.
+    #[serde(skip)]
+    pub reports: Vec<CompactionReport>,
 }
 
 /// What set a compaction off.
@@ -608,6 +614,7 @@ impl Session {
         let mut current: Option<Vec<Message>> = None;
         let mut current_tokens = tokens;
         let mut passes = 0;
+        let mut reports = Vec::new();
         // With a store: what each pass removed, committed with the state
         // once the compaction is accepted, before the caller sees it.
         let archiving = self.store.is_some();
@@ -620,7 +627,10 @@ impl Session {
                 .with_current_tokens(current_tokens)
                 .with_archive(archiving);
             let out = match self.engine.compress(input, &request) {
-                Ok(out) => out,
+                Ok(compaction) => {
+                    reports.push(compaction.report);
+                    compaction.messages
+                }
                 Err(err) => {
                     if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
                         update.notices.push(error_notice(&err, trigger));
@@ -629,6 +639,7 @@ impl Session {
                 }
             };
             if let Err(why) = self.check_output(input, &out) {
+                reports.pop();
                 update.notices.push(Notice::warning(format!(
                     "engine `{}`: compaction result rejected, history unchanged: {why}",
                     self.engine.name()
@@ -637,20 +648,17 @@ impl Session {
             }
             let after = self.counter.count_messages(&out) as u64;
             if archiving {
-                let summarizer = self
-                    .engine
-                    .status()
-                    .extra
-                    .get("summarizer")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let info = CompactionInfo::new(
+                let report = reports.last();
+                let mut info = CompactionInfo::new(
                     self.recorded + u64::from(passes) + 1,
                     trigger_name(trigger),
                     self.engine.name(),
                 )
-                .with_summarizer(summarizer)
+                .with_summarizer(report.and_then(|r| r.summarizer.clone()))
                 .with_tokens(current_tokens, after);
+                if let Some(span) = report.and_then(|r| r.summarized) {
+                    info = info.with_span(span.start, span.end, report.and_then(|r| r.pinned));
+                }
                 batch.compaction(input, &out, &info);
             }
             passes += 1;
@@ -692,6 +700,7 @@ impl Session {
             messages_before: history.len(),
             messages_after: out.len(),
             elapsed: started.elapsed(),
+            reports,
         };
         self.awaiting_usage = true;
         let text = format!(

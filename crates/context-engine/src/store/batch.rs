@@ -39,6 +39,9 @@ pub struct CompactionInfo {
     pub tokens_before: u64,
     /// Tokens after.
     pub tokens_after: u64,
+    /// The span the engine reports it summarized: input `start..end`
+    /// without the `pinned` message kept verbatim inside it.
+    pub span: Option<(usize, usize, Option<usize>)>,
 }
 
 impl CompactionInfo {
@@ -55,6 +58,12 @@ impl CompactionInfo {
     /// Sets the summarizer.
     pub fn with_summarizer(mut self, summarizer: Option<String>) -> CompactionInfo {
         self.summarizer = summarizer;
+        self
+    }
+
+    /// Sets the summarized span (see [`span`](Self::span)).
+    pub fn with_span(mut self, start: usize, end: usize, pinned: Option<usize>) -> CompactionInfo {
+        self.span = Some((start, end, pinned));
         self
     }
 
@@ -148,8 +157,9 @@ impl Batch {
 
     /// Records a compaction of `input` into `output`: archives every input
     /// message the output lacks and the messages it added (the summary),
-    /// names the span (the one the summary names through
-    /// [`archive_note`](super::archive_note), else the removed run) and
+    /// names the span (the one the engine reports in `info`, else the one
+    /// the summary names through [`archive_note`](super::archive_note), else
+    /// the removed run) and
     /// writes the record. `None` when nothing left the history.
     pub fn compaction(
         &mut self,
@@ -189,8 +199,20 @@ impl Batch {
                     None
                 }
             });
-        let (start, end, handle, hashes) = match named {
-            Some(named) => named,
+        // The engine's own report of the span wins (the compressor's span
+        // handle is computed over exactly these messages).
+        let reported = info
+            .span
+            .filter(|(s, e, _)| s < e && *e <= input.len())
+            .map(|(s, e, pinned)| {
+                let hashes: Vec<String> = (s..e)
+                    .filter(|&i| Some(i) != pinned)
+                    .map(|i| in_hashes[i].clone())
+                    .collect();
+                (s, e, span_handle_of_hashes(&hashes), hashes)
+            });
+        let (start, end, handle, hashes) = match reported.or(named) {
+            Some(span) => span,
             None => {
                 let hashes: Vec<String> = removed.iter().map(|&i| in_hashes[i].clone()).collect();
                 let h = span_handle_of_hashes(&hashes);

@@ -11,10 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use context_engine::compressor::{
-    CompactionReport, Compressor, CompressorOptions, NAME as COMPRESSOR, Outcome,
-};
-use context_engine::engine::{CompressRequest, ContextEngine};
+use context_engine::compressor::{Compressor, CompressorOptions, NAME as COMPRESSOR};
+use context_engine::engine::{CompactionReport, CompressRequest, ContextEngine, Outcome};
 use context_engine::store::{ArchivedSpan, Batch, CompactionInfo, SessionStore};
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
@@ -212,7 +210,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
     };
     let options = CompressorOptions::default().with_profile(args.profile);
-    let mut engine = Compressor::with_options(counter, args.context_length, options);
+    let mut engine = Compressor::with_options(Arc::clone(&counter), args.context_length, options);
     let mut client = None;
     if args.summarizer == SummarizerKind::Openai {
         let base_url = args
@@ -244,37 +242,37 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         request = request.with_focus_topic(focus.clone());
     }
     let started = Instant::now();
+    let engine: &mut dyn ContextEngine = &mut engine;
     let result = engine.compress(&transcript.messages, &request);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let compacted = match result {
-        Ok(messages) => Some(messages),
-        Err(err) => {
-            eprintln!("ctx: {err}");
-            None
-        }
-    };
-    let report = engine
-        .last_report()
-        .cloned()
-        .context("the engine left no report")?;
     let mut archived = Vec::new();
     let mut archived_messages = 0;
-    if let Some(messages) = compacted {
-        // Archive first: the compacted transcript is written only once
-        // what it dropped is safe in the store.
-        if let Some(store) = &store {
-            let (span, n) = archive(
-                store.as_ref(),
-                &args.session,
-                &transcript.messages,
-                &messages,
-                &report,
-            )?;
-            archived.extend(span);
-            archived_messages = n;
+    // A failure is reported once, as the report's outcome and reason.
+    let report = match result {
+        Ok(compaction) => {
+            // Archive first: the compacted transcript is written only once
+            // what it dropped is safe in the store.
+            if let Some(store) = &store {
+                let (span, n) = archive(
+                    store.as_ref(),
+                    &args.session,
+                    &transcript.messages,
+                    &compaction.messages,
+                    &compaction.report,
+                )?;
+                archived.extend(span);
+                archived_messages = n;
+            }
+            transcript.messages = compaction.messages;
+            compaction.report
         }
-        transcript.messages = messages;
-    }
+        Err(err) => CompactionReport::failed(
+            &err,
+            &transcript.messages,
+            counter.as_ref(),
+            engine.state().threshold_tokens,
+        ),
+    };
     let violations_after = validate(&transcript.messages, args.profile).len();
     match &args.output {
         Some(path) => transcript
@@ -313,9 +311,12 @@ fn archive(
     report: &CompactionReport,
 ) -> anyhow::Result<(Option<ArchivedSpan>, usize)> {
     let seq = store.compactions(session)?.last().map_or(0, |c| c.seq) + 1;
-    let info = CompactionInfo::new(seq, "cli", COMPRESSOR)
+    let mut info = CompactionInfo::new(seq, "cli", COMPRESSOR)
         .with_summarizer(report.summarizer.clone())
         .with_tokens(report.tokens_before, report.tokens_after);
+    if let Some(span) = report.summarized {
+        info = info.with_span(span.start, span.end, report.pinned);
+    }
     let mut batch = Batch::new();
     let span = batch.compaction(input, output, &info);
     let removed = batch.compactions().last().map_or(0, |c| c.archived);
@@ -335,6 +336,7 @@ fn render(r: &Report<'_>) -> String {
         Outcome::NothingToCompress => "nothing to compress, transcript unchanged",
         Outcome::Blocked => "blocked, transcript unchanged",
         Outcome::InvalidOutput => "refused (result would break a provider rule), unchanged",
+        _ => "failed, transcript unchanged",
     };
     let mut s = format!("{}: {outcome}\n", r.file);
     s.push_str(&format!(
