@@ -515,6 +515,20 @@ impl Compressor {
     }
 }
 
+/// The compressor's own state in a snapshot (see
+/// [`ContextEngine::snapshot`]); the cooldown as time left, so it survives
+/// a restart on another clock.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Persisted {
+    cooldown_left_ms: Option<u64>,
+    transient_failures: usize,
+    fallback_streak: u32,
+    ineffective_streak: u32,
+    last_savings_percent: f64,
+    awaiting_effect: Option<u64>,
+    seen_real_usage: bool,
+}
+
 /// How far the rough estimate may grow past the last real count before
 /// preflight stops trusting it: 5% of the threshold, at least 4096 tokens
 /// (one large tool result) but never more than 10% of the threshold, so a
@@ -709,37 +723,25 @@ impl ContextEngine for Compressor {
     /// The [`EngineState`] and the compressor's own: cooldown (as time
     /// left), failure and ineffectiveness streaks, the pending effect check.
     fn snapshot(&self) -> Value {
-        json!({
-            "state": self.state,
-            "compressor": {
-                "cooldown_left_ms": self.cooldown_until.map(|until| {
-                    until.saturating_sub(self.clock.now()).as_millis() as u64
-                }),
-                "transient_failures": self.transient_failures,
-                "fallback_streak": self.fallback_streak,
-                "ineffective_streak": self.ineffective_streak,
-                "last_savings_percent": self.last_savings_percent,
-                "awaiting_effect": self.awaiting_effect,
-                "seen_real_usage": self.seen_real_usage,
-            }
-        })
+        let own = Persisted {
+            cooldown_left_ms: self
+                .cooldown_until
+                .map(|until| until.saturating_sub(self.clock.now()).as_millis() as u64),
+            transient_failures: self.transient_failures,
+            fallback_streak: self.fallback_streak,
+            ineffective_streak: self.ineffective_streak,
+            last_savings_percent: self.last_savings_percent,
+            awaiting_effect: self.awaiting_effect,
+            seen_real_usage: self.seen_real_usage,
+        };
+        json!({ "state": self.state, "compressor": own })
     }
 
     fn restore(&mut self, snapshot: &Value) -> Result<(), EngineError> {
         #[derive(serde::Deserialize)]
-        struct Own {
-            cooldown_left_ms: Option<u64>,
-            transient_failures: usize,
-            fallback_streak: u32,
-            ineffective_streak: u32,
-            last_savings_percent: f64,
-            awaiting_effect: Option<u64>,
-            seen_real_usage: bool,
-        }
-        #[derive(serde::Deserialize)]
         struct Snapshot {
             state: EngineState,
-            compressor: Own,
+            compressor: Persisted,
         }
         let s: Snapshot =
             serde::Deserialize::deserialize(snapshot).map_err(|e| EngineError::Restore {

@@ -435,44 +435,64 @@ impl SessionStore for SqliteStore {
         } else {
             &[true, false]
         };
+        // The plain FTS5 query (best first, a page at a time) is what its
+        // planner serves fast; the session and the message are point
+        // lookups by key afterwards.
+        let page = (limit * 4).max(32);
         for &all in modes {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT m.id, m.hash, m.json FROM message_fts f JOIN messages m ON m.id = f.rowid \
-                     WHERE message_fts MATCH ?1 \
-                     AND f.rowid IN (SELECT message FROM archive WHERE ?2 IS NULL OR session = ?2) \
-                     ORDER BY f.rank LIMIT ?3",
-                )
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map(
-                    params![fts_query(&words, all), session, limit as i64],
-                    |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, String>(1)?,
-                            r.get::<_, String>(2)?,
-                        ))
-                    },
-                )
-                .map_err(|e| self.err(e))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))?;
-            if rows.is_empty() {
-                continue;
+            let expr = fts_query(&words, all);
+            let mut hits = Vec::with_capacity(limit);
+            let mut offset = 0usize;
+            loop {
+                let ids = conn
+                    .prepare_cached(
+                        "SELECT rowid FROM message_fts WHERE message_fts MATCH ?1 \
+                         ORDER BY rank LIMIT ?2 OFFSET ?3",
+                    )
+                    .map_err(|e| self.err(e))?
+                    .query_map(params![expr, page as i64, offset as i64], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                    .map_err(|e| self.err(e))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| self.err(e))?;
+                for &id in &ids {
+                    let archived: bool = conn
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM archive \
+                             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
+                        )
+                        .map_err(|e| self.err(e))?
+                        .query_row(params![id, session], |r| r.get(0))
+                        .map_err(|e| self.err(e))?;
+                    if !archived {
+                        continue;
+                    }
+                    let (hash, json): (String, String) = conn
+                        .prepare_cached("SELECT hash, json FROM messages WHERE id = ?1")
+                        .map_err(|e| self.err(e))?
+                        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .map_err(|e| self.err(e))?;
+                    let message = self.parse_message(&json)?;
+                    hits.push(SearchHit {
+                        handle: hit_handle(&message, &hash),
+                        spans: self.spans_of(&conn, session, id)?,
+                        role: message.role.as_str().to_owned(),
+                        source: "archive",
+                        snippet: snippet(&index_text(&message), &words),
+                    });
+                    if hits.len() == limit {
+                        break;
+                    }
+                }
+                if hits.len() == limit || ids.len() < page {
+                    break;
+                }
+                offset += page;
             }
-            let mut hits = Vec::with_capacity(rows.len());
-            for (id, hash, json) in rows {
-                let message = self.parse_message(&json)?;
-                hits.push(SearchHit {
-                    handle: hit_handle(&message, &hash),
-                    spans: self.spans_of(&conn, session, id)?,
-                    role: message.role.as_str().to_owned(),
-                    source: "archive",
-                    snippet: snippet(&index_text(&message), &words),
-                });
+            if !hits.is_empty() {
+                return Ok(hits);
             }
-            return Ok(hits);
         }
         Ok(Vec::new())
     }
