@@ -22,7 +22,7 @@ use thiserror::Error;
 
 use crate::compressor::fit::{FitStep, Unfittable};
 use crate::engine::Usage;
-use crate::host::{Compaction, Notice, Session};
+use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
 use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
@@ -134,6 +134,9 @@ pub struct CallRecord {
     pub engine_time: Duration,
     /// Notices the driver raised for this call.
     pub notices: Vec<Notice>,
+    /// A compaction that was due before this call but did not happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_compaction: Option<Missed>,
 }
 
 /// Sums over all calls.
@@ -168,6 +171,16 @@ pub struct Totals {
     pub largest_request_without_engine: u64,
     /// Compactions accepted.
     pub compactions: usize,
+    /// Compactions attempted that the engine failed (summarizer, plugin).
+    pub compactions_failed: usize,
+    /// Compactions attempted whose result was refused (invalid output).
+    pub compactions_refused: usize,
+    /// Calls where a due compaction was held back (cooldown, anti-thrash).
+    pub compactions_blocked: usize,
+    /// The first failed or refused attempt's reason.
+    pub first_compaction_failure: Option<String>,
+    /// The first hold-back's reason.
+    pub first_compaction_block: Option<String>,
     /// Calls preceded by a proactive prune.
     pub prunes: usize,
     /// Calls whose request the engine replaced (digested).
@@ -322,6 +335,7 @@ pub fn replay(
         let mut pruned = 0;
         let mut compaction = None;
         let mut notices = Vec::new();
+        let mut missed = None;
 
         // What arrived since the last call: tool results first (the agent
         // ran the tools), then maybe a new user turn.
@@ -338,6 +352,7 @@ pub fn replay(
             engine_time += started.elapsed();
             pruned += update.pruned;
             notices.extend(update.notices);
+            missed = update.missed.or(missed);
             if let Some(new) = update.new_history {
                 history = new;
             }
@@ -359,6 +374,7 @@ pub fn replay(
         let prepared = session.before_request(&history);
         engine_time += started.elapsed();
         notices.extend(prepared.update.notices);
+        missed = prepared.update.missed.or(missed);
         if let Some(new) = prepared.update.new_history {
             history = new;
         }
@@ -429,6 +445,7 @@ pub fn replay(
             unfittable: prepared.unfittable,
             engine_time,
             notices,
+            missed_compaction: missed,
         });
         if call + 1 == total {
             final_request = request.clone();
@@ -547,6 +564,22 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
             .largest_request_without_engine
             .max(c.tokens_without_engine);
         t.compactions += usize::from(c.compaction.is_some());
+        if let Some(m) = &c.missed_compaction {
+            match m.kind {
+                MissedKind::Failed => t.compactions_failed += 1,
+                MissedKind::Refused => t.compactions_refused += 1,
+                MissedKind::Blocked => t.compactions_blocked += 1,
+                MissedKind::NothingToCompress => {}
+            }
+            let first = if m.kind == MissedKind::Blocked {
+                &mut t.first_compaction_block
+            } else {
+                &mut t.first_compaction_failure
+            };
+            if first.is_none() && m.kind != MissedKind::NothingToCompress {
+                *first = Some(m.reason.clone());
+            }
+        }
         t.prunes += usize::from(c.pruned > 0);
         t.selected += usize::from(c.selected);
         t.fitted += usize::from(!c.fit.is_empty());
@@ -591,6 +624,6 @@ fn nearest_rank(xs: &[f64], q: f64) -> f64 {
     xs[rank.clamp(1, xs.len()) - 1]
 }
 
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }
