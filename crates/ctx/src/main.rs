@@ -75,6 +75,20 @@ enum Command {
                             ctx prune session.traj --current-tokens 90000 --threshold 60000 > pruned.json"
     )]
     Prune(cmd::prune::PruneArgs),
+    /// Print the original messages behind a handle from the session store.
+    #[command(
+        after_help = "Handles come from summaries (s…), digest and prune lines (a tool call id or h…), \
+                      and search hits (m…).\n\n\
+                      Example:\n  ctx recall --store session.db s3f9a1c2b7d04\n  \
+                            ctx recall --store session.db call_7 --json"
+    )]
+    Recall(cmd::recall::RecallArgs),
+    /// Full-text search over what compactions archived in the session store.
+    #[command(
+        after_help = "Example:\n  ctx search --store session.db \"KeyError test_io.py\"\n  \
+                            ctx search --store session.db pytest --json"
+    )]
+    Search(cmd::search::SearchArgs),
     /// Show the effective configuration with each value's source, or check a config file.
     #[command(
         after_help = "Example:\n  ctx config show --set context.threshold_percent=60\n  \
@@ -94,6 +108,8 @@ fn main() -> ExitCode {
         Command::Compact(args) => cmd::compact::run(args),
         Command::Prune(args) => cmd::prune::run(args),
         Command::Config(args) => cmd::config::run(args),
+        Command::Recall(args) => cmd::recall::run(args),
+        Command::Search(args) => cmd::search::run(args),
     };
     match result {
         Ok(code) => code,

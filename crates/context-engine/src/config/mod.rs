@@ -59,6 +59,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Where engine plugins are found.
     pub plugins: PluginsConfig,
+    /// Where the session store lives.
+    pub store: StoreConfig,
     /// Engine-specific sections, passed to the engine of that name untyped:
     /// the engine, not this crate, knows their shape.
     pub engines: BTreeMap<String, serde_json::Value>,
@@ -204,6 +206,23 @@ pub struct PluginsConfig {
     /// project's config works from any working directory); from the
     /// environment or a flag, against the working directory.
     pub dirs: Vec<PathBuf>,
+}
+
+/// `store`: the session store that archives what compaction removes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// The store file, or `:memory:`; unset means `store.db` in the user
+    /// data folder ([`crate::store::default_path`]).
+    pub path: Option<PathBuf>,
+}
+
+impl StoreConfig {
+    /// [`path`](Self::path), else the default in the user data folder;
+    /// `None` when neither is known (no `HOME`).
+    pub fn resolved_path(&self) -> Option<PathBuf> {
+        self.path.clone().or_else(crate::store::default_path)
+    }
 }
 
 impl Config {
