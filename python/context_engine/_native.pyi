@@ -8,6 +8,7 @@ expected a string, found a number``).
 """
 
 from os import PathLike
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Message = Dict[str, Any]
@@ -90,7 +91,7 @@ class Compressor:
     def config_warnings(self) -> List[str]:
         """Warnings of the configuration (unknown keys), as ``ctx`` prints them."""
     @property
-    def config_file(self) -> Optional[str]:
+    def config_file(self) -> Optional[Path]:
         """The ``config.yaml`` that was read, if any."""
     last_prompt_tokens: int
     """Prompt tokens of the last call; ``-1`` while awaiting real usage after
