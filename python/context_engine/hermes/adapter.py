@@ -219,8 +219,8 @@ class CtxEngine(ContextEngine):
     # -- core hooks ------------------------------------------------------------------
 
     def update_from_response(self, usage: Dict[str, Any]) -> None:
-        if not usage or not any(
-            usage.get(k) is not None for k in ("prompt_tokens", "input_tokens")
+        if not usage or (
+            usage.get("prompt_tokens") is None and usage.get("input_tokens") is None
         ):
             # A response without usage cannot tell whether the last
             # compaction worked; stop waiting for one (Hermes's contract).
