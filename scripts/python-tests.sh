@@ -6,6 +6,11 @@
 #
 #   bash scripts/python-tests.sh [PYTEST ARGS...]
 #
+# Also checks `cargo fmt` and `cargo clippy -D warnings` on python/ first.
+# A local-model test runs when the model is installed (LOCAL_LLM_DIR,
+# default .cache/local-llm); CTX_REQUIRE_LOCAL_LLM=1 makes its absence a
+# failure.
+#
 # Environment: PYTHON (interpreter for the venv, default python3),
 # PY_VENV (default .cache/python-venv), PY_PROFILE (cargo profile of the
 # extension: dev, the default, reuses the root test build's dependencies in
@@ -21,6 +26,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "maturin>=1.9.4,<2" "pytest>=7" "hermes-agent==0.19.0"
+
+# The extension crate is its own workspace: format and lint it here (the
+# root's `cargo clippy --workspace` does not see it). Same target dir as the
+# root, so the dependencies' check builds are shared.
+export PYO3_PYTHON="$venv/bin/python"
+cargo fmt --manifest-path python/Cargo.toml -- --check
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" \
+  cargo clippy --manifest-path python/Cargo.toml --all-targets --locked -- -D warnings
 
 echo "python-tests: building the extension (cargo profile $profile)" >&2
 PATH="$venv/bin:$PATH" \

@@ -32,10 +32,14 @@ fn tool_session(turns: usize, result_bytes: usize) -> Vec<Value> {
                             "function": {"name": "bash", "arguments": args}}],
         }));
         let body: Vec<String> = (0..result_bytes / 60)
-            .map(|j| format!("def function_{i}_{j}(x):  # line {j} of module {i}\n    return x * {j}"))
+            .map(|j| {
+                format!("def function_{i}_{j}(x):  # line {j} of module {i}\n    return x * {j}")
+            })
             .collect();
         msgs.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body.join("\n")}));
-        msgs.push(json!({"role": "assistant", "content": format!("Read module {i}; nothing wrong yet.")}));
+        msgs.push(
+            json!({"role": "assistant", "content": format!("Read module {i}; nothing wrong yet.")}),
+        );
     }
     msgs.push(json!({"role": "user", "content": "Now run the tests again."}));
     msgs

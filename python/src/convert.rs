@@ -94,9 +94,9 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 
 /// A Python string as Rust text; a lone surrogate is not valid UTF-8.
 pub fn py_str(s: &Bound<'_, PyString>) -> Result<String, ConvError> {
-    s.to_cow().map(|c| c.into_owned()).map_err(|_| {
-        ConvError::new("text is not valid UTF-8 (it contains a lone surrogate)")
-    })
+    s.to_cow()
+        .map(|c| c.into_owned())
+        .map_err(|_| ConvError::new("text is not valid UTF-8 (it contains a lone surrogate)"))
 }
 
 /// Converts a Python value (dict, list, tuple, str, int, float, bool,
@@ -247,7 +247,11 @@ impl MessageError {
 impl fmt::Display for MessageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.field {
-            Some(field) => write!(f, "message {}, field `{field}`: {}", self.index, self.message),
+            Some(field) => write!(
+                f,
+                "message {}, field `{field}`: {}",
+                self.index, self.message
+            ),
             None => write!(f, "message {}: {}", self.index, self.message),
         }
     }

@@ -71,7 +71,11 @@ impl PyCompressor {
         }
     }
 
-    fn state<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&EngineState) -> T + Send) -> PyResult<T> {
+    fn state<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&EngineState) -> T + Send,
+    ) -> PyResult<T> {
         self.with_engine(py, |e| f(e.state()))
     }
 
@@ -105,8 +109,7 @@ fn usage_from_py(usage: &Bound<'_, PyAny>) -> PyResult<Usage> {
 }
 
 fn non_negative(n: i64, what: &str) -> PyResult<u64> {
-    u64::try_from(n)
-        .map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, found {n}")))
+    u64::try_from(n).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, found {n}")))
 }
 
 fn kwarg<'py>(kwargs: Option<&Bound<'py, PyDict>>, key: &str) -> Option<Bound<'py, PyAny>> {
@@ -318,7 +321,9 @@ impl PyCompressor {
     /// Whether a compaction ran and no real usage has been reported since.
     #[getter]
     fn awaiting_real_usage(&self, py: Python<'_>) -> PyResult<bool> {
-        self.state(py, |s| s.last_prompt_tokens == PromptTokens::AwaitingRealUsage)
+        self.state(py, |s| {
+            s.last_prompt_tokens == PromptTokens::AwaitingRealUsage
+        })
     }
 
     /// The report of the last `compress` (dict), or `None`.
@@ -480,13 +485,21 @@ impl PyCompressor {
         })
     }
 
-    fn should_compress_preflight(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn should_compress_preflight(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         self.with_messages(py, messages, |engine, messages| {
             engine.should_compress_preflight(&messages)
         })
     }
 
-    fn should_defer_preflight_to_real_usage(&self, py: Python<'_>, rough_tokens: i64) -> PyResult<bool> {
+    fn should_defer_preflight_to_real_usage(
+        &self,
+        py: Python<'_>,
+        rough_tokens: i64,
+    ) -> PyResult<bool> {
         let tokens = rough_tokens.max(0).unsigned_abs();
         self.with_engine(py, |e| e.should_defer_preflight_to_real_usage(tokens))
     }
@@ -521,7 +534,11 @@ impl PyCompressor {
         })
     }
 
-    fn has_content_to_compress(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn has_content_to_compress(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         self.with_messages(py, messages, |engine, messages| {
             engine.has_content_to_compress(&messages)
         })
@@ -535,7 +552,8 @@ impl PyCompressor {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
         let mut info = SessionInfo::default();
-        if let Some(home) = kwarg_string(kwargs, "hermes_home").or(kwarg_string(kwargs, "home_dir")) {
+        if let Some(home) = kwarg_string(kwargs, "hermes_home").or(kwarg_string(kwargs, "home_dir"))
+        {
             info = info.with_home_dir(home);
         }
         if let Some(p) = kwarg_string(kwargs, "platform") {
@@ -547,7 +565,12 @@ impl PyCompressor {
         self.with_engine(py, |e| e.on_session_start(session_id, &info))
     }
 
-    fn on_session_end(&self, py: Python<'_>, session_id: &str, messages: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn on_session_end(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let id = session_id.to_owned();
         self.with_messages(py, messages, move |engine, messages| {
             engine.on_session_end(&id, &messages);

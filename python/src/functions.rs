@@ -225,8 +225,14 @@ pub fn replay<'py>(
         let mut session = Session::new("replay", Box::new(built.engine), Arc::clone(&counter))
             .with_options(HostOptions::default().with_profile(profile));
         let options = ReplayOptions::default().with_profile(profile);
-        let report = replay_session(&messages, &mut session, counter.as_ref(), &options, |_, _| {})
-            .map_err(|e| ContextEngineError::new_err(format!("cannot replay: {e}")))?;
+        let report = replay_session(
+            &messages,
+            &mut session,
+            counter.as_ref(),
+            &options,
+            |_, _| {},
+        )
+        .map_err(|e| ContextEngineError::new_err(format!("cannot replay: {e}")))?;
         serde_json::to_value(&report)
             .map_err(|e| ContextEngineError::new_err(format!("cannot serialize the report: {e}")))
     })?;

@@ -18,7 +18,10 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("ContextEngineError", py.get_type::<errors::ContextEngineError>())?;
+    m.add(
+        "ContextEngineError",
+        py.get_type::<errors::ContextEngineError>(),
+    )?;
     m.add("ValidationError", py.get_type::<errors::ValidationError>())?;
     m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
     m.add_class::<engine::PyCompressor>()?;

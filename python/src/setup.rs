@@ -10,7 +10,9 @@ use context_engine::compressor::Compressor;
 use context_engine::config::{Config, ConfigLoader, SummarizerKind};
 use context_engine::plugin::EngineContext;
 use context_engine::summarize::openai::OpenAiSummarizer;
-use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model};
+use context_engine::tokens::{
+    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
+};
 use context_engine::validate::Profile;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

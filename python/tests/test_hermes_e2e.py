@@ -6,8 +6,10 @@ points a custom provider at a scripted OpenAI-compatible server. The server
 plays the model: it has Hermes's real `terminal` tool read files the test
 wrote until the conversation crosses the threshold at a 64K window.
 
-With the local model installed (`scripts/local-llm.sh install`), a second
-test runs Hermes's agent loop against llama.cpp for a few steps.
+With the local model installed (`scripts/local-llm.sh install`, in
+$LOCAL_LLM_DIR, default .cache/local-llm), a second test runs Hermes's agent
+loop against llama.cpp for a few steps; it skips with a printed reason when
+the model is not installed, and fails instead with CTX_REQUIRE_LOCAL_LLM=1.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def test_hermes_cli_compacts_through_our_engine(tmp_path):
     assert all(TASK in text_of(r) for r in requests[k:])
 
 
-LOCAL_LLM = Path(os.environ.get("LOCAL_LLM_DIR", "/work/main/.cache/local-llm"))
+LOCAL_LLM = Path(os.environ.get("LOCAL_LLM_DIR") or ROOT / ".cache" / "local-llm")
 
 
 def test_hermes_agent_loop_against_the_local_model(tmp_path):
