@@ -6,7 +6,7 @@ import copy
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.context_engine import ContextEngine  # Hermes: imported only here
 
@@ -55,6 +55,15 @@ def _our_config_file(explicit: Optional[str]) -> Optional[Path]:
     )
     candidate = Path(base) / "context-engine" / "config.yaml"
     return candidate if candidate.is_file() else None
+
+
+def _state(name: str, cast: Callable[[Any], Any], doc: str = "") -> Any:
+    """A property reading and writing the Rust engine's attribute `name`."""
+    return property(
+        lambda self: getattr(self._engine, name),
+        lambda self, value: setattr(self._engine, name, cast(value)),
+        doc=doc or f"The Rust engine's `{name}`.",
+    )
 
 
 class CtxEngine(ContextEngine):
@@ -107,42 +116,23 @@ class CtxEngine(ContextEngine):
 
     # -- token state Hermes reads and writes directly --------------------------
 
-    @property
-    def last_prompt_tokens(self) -> int:  # type: ignore[override]
-        return self._engine.last_prompt_tokens
-
-    @last_prompt_tokens.setter
-    def last_prompt_tokens(self, value: int) -> None:
-        self._engine.last_prompt_tokens = int(value)
+    # Plain delegations (what Hermes writes, the Rust engine keeps).
+    last_prompt_tokens = _state(
+        "last_prompt_tokens", int, "Prompt tokens of the last call; -1 while awaiting real usage."
+    )
+    last_completion_tokens = _state("last_completion_tokens", int)
+    last_total_tokens = _state("last_total_tokens", int)
+    threshold_tokens = _state("threshold_tokens", int, "Prompt size at which compaction fires.")
+    compression_count = _state("compression_count", int)
+    threshold_percent = _state("threshold_percent", float)
+    protect_first_n = _state("protect_first_n", int)
+    protect_last_n = _state("protect_last_n", int)
+    emit_automatic_compaction_status = _state("emit_automatic_compaction_status", bool)
 
     @property
     def last_real_prompt_tokens(self) -> int:
         """The last prompt count (0 while awaiting real usage); Hermes logs it."""
         return max(self._engine.last_prompt_tokens, 0)
-
-    @property
-    def last_completion_tokens(self) -> int:  # type: ignore[override]
-        return self._engine.last_completion_tokens
-
-    @last_completion_tokens.setter
-    def last_completion_tokens(self, value: int) -> None:
-        self._engine.last_completion_tokens = int(value)
-
-    @property
-    def last_total_tokens(self) -> int:  # type: ignore[override]
-        return self._engine.last_total_tokens
-
-    @last_total_tokens.setter
-    def last_total_tokens(self, value: int) -> None:
-        self._engine.last_total_tokens = int(value)
-
-    @property
-    def threshold_tokens(self) -> int:  # type: ignore[override]
-        return self._engine.threshold_tokens
-
-    @threshold_tokens.setter
-    def threshold_tokens(self, value: int) -> None:
-        self._engine.threshold_tokens = int(value)
 
     @property
     def context_length(self) -> int:  # type: ignore[override]
@@ -152,46 +142,6 @@ class CtxEngine(ContextEngine):
     def context_length(self, value: int) -> None:
         # A probed window: recompute the threshold as a model switch does.
         self._engine.update_model(self._model, int(value))
-
-    @property
-    def compression_count(self) -> int:  # type: ignore[override]
-        return self._engine.compression_count
-
-    @compression_count.setter
-    def compression_count(self, value: int) -> None:
-        self._engine.compression_count = int(value)
-
-    @property
-    def threshold_percent(self) -> float:  # type: ignore[override]
-        return self._engine.threshold_percent
-
-    @threshold_percent.setter
-    def threshold_percent(self, value: float) -> None:
-        self._engine.threshold_percent = float(value)
-
-    @property
-    def protect_first_n(self) -> int:  # type: ignore[override]
-        return self._engine.protect_first_n
-
-    @protect_first_n.setter
-    def protect_first_n(self, value: int) -> None:
-        self._engine.protect_first_n = int(value)
-
-    @property
-    def protect_last_n(self) -> int:  # type: ignore[override]
-        return self._engine.protect_last_n
-
-    @protect_last_n.setter
-    def protect_last_n(self, value: int) -> None:
-        self._engine.protect_last_n = int(value)
-
-    @property
-    def emit_automatic_compaction_status(self) -> bool:
-        return self._engine.emit_automatic_compaction_status
-
-    @emit_automatic_compaction_status.setter
-    def emit_automatic_compaction_status(self, value: bool) -> None:
-        self._engine.emit_automatic_compaction_status = bool(value)
 
     @property
     def awaiting_real_usage_after_compression(self) -> bool:
