@@ -213,7 +213,11 @@ class CtxEngine(ContextEngine):
                 force=force,
                 memory_context=memory_context or "",
             )
-        except (ContextEngineError, ValueError) as exc:
+        except ValueError as exc:
+            # Messages the engine cannot read: Hermes's bug or ours, loudly.
+            logger.warning("ctx: cannot compact unreadable messages: %s", exc)
+            return messages
+        except ContextEngineError as exc:
             report = self._engine.last_report or {}
             if report.get("outcome") == "aborted":
                 self._last_compress_aborted = True
