@@ -150,3 +150,30 @@ def test_install_defaults_to_hermes_home(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "plugins" / "ctx" / "__init__.py").is_file()
+
+
+def test_unreachable_summarizer_aborts_and_hermes_is_told(monkeypatch):
+    monkeypatch.setenv("CTX_TEST_SUMMARY_KEY", "sk-test-not-a-real-key")
+    e = adapter(
+        context={"threshold_percent": 0.1},
+        summarizer={
+            "kind": "openai",
+            "base_url": "http://127.0.0.1:9/v1",  # discard port: connection refused
+            "model": "m",
+            "api_key_env": "CTX_TEST_SUMMARY_KEY",
+            "timeout_seconds": 5,
+        },
+    )
+    history = tool_session(40)[1:]
+    assert e.compress(history) is history
+    assert e._last_compress_aborted and e._last_summary_error
+    assert not e._last_compression_made_progress
+    ok, reason = e.should_compress_info(10**6)
+    assert not ok and "cooling down" in reason
+
+
+def test_missing_key_variable_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("CTX_TEST_MISSING_KEY", raising=False)
+    with pytest.raises(ce.ConfigError, match="CTX_TEST_MISSING_KEY"):
+        adapter(summarizer={"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                            "api_key_env": "CTX_TEST_MISSING_KEY"})
