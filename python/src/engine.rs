@@ -613,6 +613,7 @@ impl PyCompressor {
     }
 
     #[pyo3(signature = (model, context_length, base_url="", api_key="", provider="", api_mode=""))]
+    #[allow(clippy::too_many_arguments)] // the interface's Python signature
     fn update_model(
         &self,
         py: Python<'_>,
