@@ -47,7 +47,9 @@ fn every_corpus_transcript_compacts_to_a_valid_smaller_one() {
             let elapsed = started.elapsed();
             let report = engine.last_report().unwrap().clone();
             match result {
-                Ok(out) => {
+                Ok(compaction) => {
+                    assert_eq!(compaction.report, report);
+                    let out = compaction.messages;
                     compacted += 1;
                     let input = rule_counts(messages, profile);
                     for (rule, n) in rule_counts(&out, profile) {

@@ -79,7 +79,8 @@ fn check(messages: &[Message], context_length: u64, profile: Profile) {
         CompressorOptions::default().with_profile(profile),
     );
     match engine.compress(messages, &CompressRequest::new()) {
-        Ok(out) => {
+        Ok(compaction) => {
+            let out = compaction.messages;
             let violations = validate(&out, profile);
             assert!(violations.is_empty(), "{violations:?}");
             assert!(out[0].text().starts_with(messages[0].text().as_ref()));
@@ -145,7 +146,10 @@ fn a_long_generated_session_compacts_under_both_profiles() {
             4_000,
             CompressorOptions::default().with_profile(profile),
         );
-        let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+        let out = engine
+            .compress(&messages, &CompressRequest::new())
+            .unwrap()
+            .messages;
         assert!(out.len() < messages.len());
         check(&messages, 4_000, profile);
     }

@@ -566,3 +566,31 @@ fn a_window_too_small_for_the_instructions_falls_back_without_a_request() {
     assert_eq!(stats.attempts, 0);
     assert_eq!(server.seen_count(), 0);
 }
+
+/// A caller that hands the summarizer unredacted turns still sends no
+/// secret and no match of the user's patterns: the prompt goes through the
+/// egress helper once more.
+#[test]
+fn unredacted_input_is_redacted_before_it_is_sent() {
+    const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let server = Server::start(vec![Reply::Completion("## Summary\nok\n")]);
+    let redactor = context_engine::redact::Redactor::builder()
+        .pattern("ACME-[0-9]{6}")
+        .build()
+        .unwrap();
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url()))
+        .unwrap()
+        .with_redactor(Arc::new(redactor));
+    let turns = vec![
+        Message::user(format!("push with {TOKEN} for ticket ACME-123456")),
+        Message::assistant("Pushing."),
+    ];
+    summarizer
+        .summarize(&SummaryRequest::new(&turns, 400))
+        .unwrap();
+    let seen = server.seen.lock().unwrap();
+    let sent = seen[0].body.to_string();
+    assert!(sent.contains("push with"), "{sent}");
+    assert!(!sent.contains(TOKEN), "{sent}");
+    assert!(!sent.contains("ACME-123456"), "{sent}");
+}

@@ -132,11 +132,14 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
     ];
     let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("cannot reach the summarizer"),
+    // Said once, as the report's reason (not also as a separate error line).
+    assert_eq!(
+        stderr(&o).matches("cannot reach the summarizer").count(),
+        1,
         "{}",
         stderr(&o)
     );
+    assert!(stderr(&o).contains("aborted, transcript unchanged"));
     // The transcript comes back unchanged.
     let out: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let original: serde_json::Value = serde_json::from_str(

@@ -39,9 +39,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{
-    CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineError,
-    EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo, Usage,
-    automatic_compaction_status_message,
+    CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
+    EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
+    Usage, automatic_compaction_status_message,
 };
 use crate::message::Message;
 use crate::tokens::TokenCounter;
@@ -133,6 +133,12 @@ pub struct Compaction {
     /// Wall time of all passes (summarizer calls included).
     #[serde(rename = "elapsed_ms", serialize_with = "as_millis")]
     pub elapsed: Duration,
+    /// The engine's report of each accepted pass, in order. The indices of
+    /// pass `k` refer to its input: the history for the first, the previous
+    /// pass's output after that. Not serialized (replay's JSON stays as it
+    /// was); a store archives `summarized` spans from here.
+    #[serde(skip)]
+    pub reports: Vec<CompactionReport>,
 }
 
 /// What set a compaction off.
@@ -482,11 +488,15 @@ impl Session {
         let mut current: Option<Vec<Message>> = None;
         let mut current_tokens = tokens;
         let mut passes = 0;
+        let mut reports = Vec::new();
         while passes < self.options.max_passes.max(1) {
             let input = current.as_deref().unwrap_or(history);
             let request = request.clone().with_current_tokens(current_tokens);
             let out = match self.engine.compress(input, &request) {
-                Ok(out) => out,
+                Ok(compaction) => {
+                    reports.push(compaction.report);
+                    compaction.messages
+                }
                 Err(err) => {
                     if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
                         update.notices.push(error_notice(&err, trigger));
@@ -495,6 +505,7 @@ impl Session {
                 }
             };
             if let Err(why) = self.check_output(input, &out) {
+                reports.pop();
                 update.notices.push(Notice::warning(format!(
                     "engine `{}`: compaction result rejected, history unchanged: {why}",
                     self.engine.name()
@@ -522,6 +533,7 @@ impl Session {
             messages_before: history.len(),
             messages_after: out.len(),
             elapsed: started.elapsed(),
+            reports,
         };
         self.awaiting_usage = true;
         let text = format!(

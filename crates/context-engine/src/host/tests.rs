@@ -80,7 +80,7 @@ impl ContextEngine for Scripted {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<crate::engine::Compaction, EngineError> {
         self.note(format!("compress force={}", request.force));
         let out = match self.mode {
             CompressMode::KeepEnds => {
@@ -97,12 +97,17 @@ impl ContextEngine for Scripted {
                 return Err(EngineError::Summarizer {
                     engine: "scripted".into(),
                     reason: "server down".into(),
+                    cooldown_seconds: None,
                     source: None,
                 });
             }
         };
         self.state.record_compression();
-        Ok(out)
+        let counter = BpeCounter::new(Encoding::O200kBase);
+        let threshold = self.state.threshold_tokens;
+        Ok(crate::engine::Compaction::from_diff(
+            messages, out, &counter, threshold,
+        ))
     }
     fn prune_tool_results_only<'a>(
         &mut self,
@@ -473,5 +478,18 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
     assert_eq!(
         s.engine().state().last_prompt_tokens,
         PromptTokens::AwaitingRealUsage
+    );
+    // The engine's report of the pass names the input messages the summary
+    // replaced, so a store can archive exactly those.
+    assert_eq!(c.reports.len() as u32, c.passes);
+    let span = c.reports[0].summarized.expect("a summarized span");
+    assert!(span.start >= 1 && span.end <= h.len() && !span.is_empty());
+    assert_eq!(c.reports[0].messages_before, h.len());
+    let kept = h.len() - span.len() + usize::from(c.reports[0].pinned.is_some());
+    let own_message = c.reports[0].placement != Some(crate::compressor::Placement::Merged);
+    assert_eq!(
+        kept + usize::from(own_message),
+        c.reports[0].messages_after,
+        "kept + the summary"
     );
 }

@@ -2,13 +2,15 @@
 //!
 //! Summaries persist and are fed back into every later prompt, often through
 //! another provider: a secret that reaches one once has leaked for good. So
-//! every outgoing text goes through [`redact`] (with `force`).
+//! every outgoing text goes through [`Egress`] (the user's patterns, always
+//! forced), the one helper for text that leaves the process.
 //!
 //! The rules are data (`rules.toml`, gitleaks-like, compiled in). Speed comes
 //! from never running a regex blindly: one Aho-Corasick pass finds the rules'
 //! keywords, and each rule's byte regex (ASCII mode) only runs on the few
 //! bytes around its keyword hits.
 
+mod egress;
 mod filters;
 mod normalize;
 mod rules;
@@ -21,6 +23,8 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex_automata::meta::Regex;
 
 use rules::Rule;
+
+pub use egress::Egress;
 
 /// Environment variable through which a user can opt out of redaction
 /// (`CTX_REDACT_SECRETS=0`); ignored when [`RedactOptions::force`] is set.

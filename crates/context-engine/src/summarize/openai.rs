@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 use super::extractive::ExtractiveSummarizer;
 use super::prompt::{self, Limits, TokenBound};
 use super::{SummarizeError, Summarizer, SummaryRequest};
+use crate::redact::{Egress, Redactor};
 use crate::tokens::{TokenCounter, counter_for_model};
 
 /// The seed sent by default: any fixed value makes runs repeatable.
@@ -303,6 +304,10 @@ pub struct OpenAiSummarizer {
     agent: ureq::Agent,
     counter: Arc<dyn TokenCounter>,
     last: Mutex<CallStats>,
+    /// The last line of defence for a caller that hands unredacted turns:
+    /// the prompt is redacted again before it is sent (a no-op on the
+    /// compressor's already redacted input).
+    egress: Egress,
 }
 
 impl fmt::Debug for OpenAiSummarizer {
@@ -373,7 +378,15 @@ impl OpenAiSummarizer {
             endpoint,
             agent,
             last: Mutex::new(CallStats::default()),
+            egress: Egress::builtin(),
         })
+    }
+
+    /// Redacts the prompt with `redactor` (the user's patterns) rather than
+    /// the built-in rules alone.
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> OpenAiSummarizer {
+        self.egress = Egress::new(Some(redactor));
+        self
     }
 
     /// The URL requests go to.
@@ -467,7 +480,7 @@ impl OpenAiSummarizer {
             "model": self.config.model,
             "messages": [
                 {"role": "system", "content": prompt.system},
-                {"role": "user", "content": prompt.user},
+                {"role": "user", "content": self.egress.text(&prompt.user)},
             ],
             "temperature": 0,
         });

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use context_engine::compressor::{CompactionReport, Compressor, CompressorOptions, Outcome};
-use context_engine::engine::{CompressRequest, ContextEngine};
+use context_engine::compressor::{Compressor, CompressorOptions};
+use context_engine::engine::{CompactionReport, CompressRequest, ContextEngine, Outcome};
 use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
@@ -193,7 +193,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
     };
     let options = CompressorOptions::default().with_profile(args.profile);
-    let mut engine = Compressor::with_options(counter, args.context_length, options);
+    let mut engine = Compressor::with_options(Arc::clone(&counter), args.context_length, options);
     let mut client = None;
     if args.summarizer == SummarizerKind::Openai {
         let base_url = args
@@ -223,22 +223,22 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         request = request.with_focus_topic(focus.clone());
     }
     let started = Instant::now();
+    let engine: &mut dyn ContextEngine = &mut engine;
     let result = engine.compress(&transcript.messages, &request);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let compacted = match result {
-        Ok(messages) => Some(messages),
-        Err(err) => {
-            eprintln!("ctx: {err}");
-            None
+    // A failure is reported once, as the report's outcome and reason.
+    let report = match result {
+        Ok(compaction) => {
+            transcript.messages = compaction.messages;
+            compaction.report
         }
+        Err(err) => CompactionReport::failed(
+            &err,
+            &transcript.messages,
+            counter.as_ref(),
+            engine.state().threshold_tokens,
+        ),
     };
-    let report = engine
-        .last_report()
-        .cloned()
-        .context("the engine left no report")?;
-    if let Some(messages) = compacted {
-        transcript.messages = messages;
-    }
     let violations_after = validate(&transcript.messages, args.profile).len();
     match &args.output {
         Some(path) => transcript
@@ -275,6 +275,7 @@ fn render(r: &Report<'_>) -> String {
         Outcome::NothingToCompress => "nothing to compress, transcript unchanged",
         Outcome::Blocked => "blocked, transcript unchanged",
         Outcome::InvalidOutput => "refused (result would break a provider rule), unchanged",
+        _ => "failed, transcript unchanged",
     };
     let mut s = format!("{}: {outcome}\n", r.file);
     s.push_str(&format!(

@@ -88,7 +88,6 @@ impl EngineArgs {
         let mut ctx = EngineContext::new(counter, context_length)
             .with_compressor_options(config.compressor_options().with_profile(profile))
             .with_section(config.engine_section(&name))
-            .with_redact(config.security.redact_secrets)
             .with_redactor(Arc::new(
                 config
                     .redactor()
