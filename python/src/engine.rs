@@ -379,7 +379,7 @@ impl PyCompressor {
         let out = self.with_messages(py, messages, |engine, messages| {
             engine
                 .compress(&messages, &request)
-                .map(|out| message_values_out(&out))
+                .map(|out| message_values_out(&out.messages))
         })?;
         let values = out.map_err(|e| engine_error(&e))?;
         values_to_py(py, &values)

@@ -32,20 +32,14 @@ create_exception!(
 pub fn engine_error(e: &EngineError) -> PyErr {
     match e {
         EngineError::InvalidOutput { .. } => ValidationError::new_err(e.to_string()),
-        _ => ContextEngineError::new_err(e.to_string()),
+        _ => ContextEngineError::new_err(context_engine::error_chain(e)),
     }
 }
 
-/// The error of a configuration problem, with its causes.
-pub fn config_error(e: &dyn std::error::Error) -> PyErr {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    ConfigError::new_err(message)
+/// The error of a configuration problem, with its causes (each once, as
+/// `ctx` prints them).
+pub fn config_error(e: &(dyn std::error::Error + 'static)) -> PyErr {
+    ConfigError::new_err(context_engine::error_chain(e))
 }
 
 /// Locks `mutex`; a panic in another thread while it held the lock is an

@@ -134,7 +134,6 @@ pub fn build(spec: &EngineSpec) -> PyResult<Built> {
     let mut ctx = EngineContext::new(Arc::clone(&counter), context_length)
         .with_compressor_options(config.compressor_options().with_profile(spec.profile))
         .with_section(config.engine_section("compressor"))
-        .with_redact(config.security.redact_secrets)
         .with_redactor(Arc::new(redactor));
     if let Some(model) = &spec.model {
         ctx = ctx.with_model(model.clone());
