@@ -130,11 +130,11 @@ pub fn build(spec: &EngineSpec) -> PyResult<Built> {
         .context_length
         .or(config.context.context_length)
         .unwrap_or(0);
-    let redactor = config.redactor().map_err(|e| config_error(&e))?;
+    let redactor = Arc::new(config.redactor().map_err(|e| config_error(&e))?);
     let mut ctx = EngineContext::new(Arc::clone(&counter), context_length)
         .with_compressor_options(config.compressor_options().with_profile(spec.profile))
         .with_section(config.engine_section("compressor"))
-        .with_redactor(Arc::new(redactor));
+        .with_redactor(Arc::clone(&redactor));
     if let Some(model) = &spec.model {
         ctx = ctx.with_model(model.clone());
     }
@@ -148,7 +148,8 @@ pub fn build(spec: &EngineSpec) -> PyResult<Built> {
         let summarizer = OpenAiSummarizer::new(openai).map_err(|e| {
             ConfigError::new_err(format!("cannot set up the summarizer at {base_url}: {e}"))
         })?;
-        ctx = ctx.with_summarizer(Box::new(summarizer));
+        // Its prompt leaves the process: redacted with the user's patterns.
+        ctx = ctx.with_summarizer(Box::new(summarizer.with_redactor(redactor)));
     }
     Ok(Built {
         engine: ctx.into_compressor(),
