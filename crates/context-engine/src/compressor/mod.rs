@@ -11,6 +11,7 @@
 //! says why ([`Compressor::last_report`]).
 
 mod clock;
+pub mod fit;
 mod insert;
 mod plan;
 #[cfg(test)]
@@ -39,9 +40,10 @@ use crate::redact::{Egress, Redactor};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, introduced_violation};
+use crate::validate::{Profile, Rule, Violation, introduced_adjacency, introduced_violation};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
     without_summary, wrap_summary,
@@ -298,6 +300,12 @@ impl Compressor {
 
     /// Where the next compaction would cut `messages`, or why it cannot.
     pub fn plan(&self, messages: &[Message]) -> Result<Plan, String> {
+        self.plan_with(messages, false)
+    }
+
+    /// [`plan`](Self::plan), with the tail cut to the last group when
+    /// `minimal_tail` (the escalation's second step).
+    fn plan_with(&self, messages: &[Message], minimal_tail: bool) -> Result<Plan, String> {
         // The state's protections win: hosts adjust them there.
         let options = CompressorOptions {
             protect_first_n: self.state.protect_first_n,
@@ -310,7 +318,29 @@ impl Compressor {
             self.state.threshold_tokens,
             self.state.compression_count,
             self.counter.as_ref(),
+            minimal_tail,
         )
+    }
+
+    /// Tokens of what `plan` keeps verbatim plus the summary's target: the
+    /// compacted size before any escalation (per-message counts, cached).
+    fn kept_estimate(&self, messages: &[Message], plan: &Plan) -> u64 {
+        let c = self.counter.as_ref();
+        let kept: usize = messages[..plan.head_end]
+            .iter()
+            .chain(plan.pinned.map(|u| &messages[u]))
+            .chain(&messages[plan.tail_start..])
+            .map(|m| c.count_message(m))
+            .sum();
+        let target = self.target_tokens(self.span_estimate(messages, plan));
+        (kept + target + c.request_overhead()) as u64
+    }
+
+    /// Tokens of the messages `plan` summarises.
+    fn span_estimate(&self, messages: &[Message], plan: &Plan) -> usize {
+        plan.middle()
+            .map(|i| self.counter.count_message(&messages[i]))
+            .sum()
     }
 
     /// The size the summary aims for: a fifth of what it replaces, at most
@@ -368,7 +398,7 @@ impl Compressor {
                 reason,
             });
         }
-        let plan = match self.plan(messages) {
+        let mut plan = match self.plan(messages) {
             Ok(plan) => plan,
             Err(why) => {
                 self.finish(CompactionReport {
@@ -382,19 +412,60 @@ impl Compressor {
             }
         };
 
-        // The span, without the previous summary's own text.
+        // Escalation decided before the summarizer runs (one call): when
+        // the kept messages and the summary's target would exceed the
+        // budget even with the tail's large results digested, the tail
+        // shrinks to the last group (its messages go into the summary).
+        let mut escalation: Vec<FitStep> = Vec::new();
+        if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
+            let profile = self.options.profile;
+            let mut provisional = assemble(messages, &plan, &wrap_summary(""), profile).0;
+            let target = self.target_tokens(self.span_estimate(messages, &plan)) as u64;
+            let room = threshold.saturating_sub(target);
+            let counter = self.counter.as_ref();
+            fit::run_step(
+                &mut provisional,
+                FitStepKind::DigestResults,
+                room,
+                counter,
+                profile,
+            );
+            if counter.count_messages(&provisional) as u64 > room
+                && let Ok(minimal) = self.plan_with(messages, true)
+                && minimal.tail_start > plan.tail_start
+            {
+                escalation.push(FitStep {
+                    step: FitStepKind::ShrinkTail,
+                    messages: minimal.tail_start - plan.tail_start,
+                    tokens_after: 0,
+                });
+                plan = minimal;
+            }
+        }
+
+        // The span, without the previous summary's own text; borrowed when
+        // it is one run of the input (the common case: no copy of 1 MB).
         let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
-        let span: Vec<Message> = plan
-            .middle()
-            .filter_map(|i| {
-                let m = &messages[i];
-                if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
-                    let own = insert::without_summary(&m.text());
-                    return (!own.is_empty()).then(|| with_text(m, own));
-                }
-                Some(m.clone())
-            })
-            .collect();
+        let contiguous = plan.previous.is_none()
+            && plan
+                .pinned
+                .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
+        let span: Cow<'_, [Message]> = if contiguous {
+            Cow::Borrowed(&messages[plan.head_end..plan.tail_start])
+        } else {
+            Cow::Owned(
+                plan.middle()
+                    .filter_map(|i| {
+                        let m = &messages[i];
+                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                            let own = insert::without_summary(&m.text());
+                            return (!own.is_empty()).then(|| with_text(m, own));
+                        }
+                        Some(m.clone())
+                    })
+                    .collect(),
+            )
+        };
         let span_tokens = self.counter.count_messages(&span);
         let target = self.target_tokens(span_tokens);
         let egress = &self.egress;
@@ -456,8 +527,26 @@ impl Compressor {
         let body = self.egress.string(&body);
         let wrapped = wrap_summary(&body);
 
-        let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
-        let tokens_after = self.counter.count_messages(&out) as u64;
+        let (mut out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
+        let mut tokens_after = self.counter.count_messages(&out) as u64;
+        // The rest of the ladder on the compacted transcript.
+        let mut unfittable = None;
+        if threshold > 0 && tokens_after > threshold {
+            let counter = self.counter.as_ref();
+            match fit::fit_history(&out, threshold, counter, self.options.profile) {
+                Ok(fitted) => {
+                    if let Some(shrink) = escalation.first_mut() {
+                        shrink.tokens_after = tokens_after;
+                    }
+                    escalation.extend(fitted.steps);
+                    out = fitted.messages;
+                    tokens_after = fitted.tokens_after;
+                }
+                Err(e) => unfittable = Some(e),
+            }
+        } else if let Some(shrink) = escalation.first_mut() {
+            shrink.tokens_after = tokens_after;
+        }
         let report = CompactionReport {
             outcome,
             messages_before: messages.len(),
@@ -478,6 +567,8 @@ impl Compressor {
             reason,
             cooldown_seconds: cooldown,
             within_budget: tokens_after <= threshold,
+            escalation,
+            unfittable,
         };
         if tokens_after >= tokens_before {
             let why = format!(
@@ -491,6 +582,20 @@ impl Compressor {
             return Err(EngineError::NothingToCompress {
                 engine: NAME.to_owned(),
                 reason: why,
+            });
+        }
+        if let Some(i) = introduced_adjacency(messages, &out, self.options.profile) {
+            let why = format!(
+                "message {i}: the summary's placement would put two `{}` turns in a row",
+                out[i].role
+            );
+            self.finish(CompactionReport {
+                reason: Some(why.clone()),
+                ..unchanged(Outcome::InvalidOutput)
+            });
+            return Err(EngineError::InvalidOutput {
+                engine: NAME.to_owned(),
+                violation: Violation::new(i, Rule::ConsecutiveSameRole, why),
             });
         }
         if let Some(v) = introduced_violation(messages, &out, self.options.profile) {
@@ -553,7 +658,7 @@ fn assemble(
         .iter()
         .chain(tail)
         .any(|m| crate::validate::is_real_user_turn(m) && !is_summary(m));
-    let placement = insert::choose_placement(&out, tail, user_survives, profile == Profile::Strict);
+    let placement = insert::choose_placement(&out, tail, user_survives, profile);
     match placement {
         Placement::User => out.push(Message::user(wrapped)),
         Placement::Assistant => out.push(Message::assistant(wrapped)),

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::error::EngineError;
 use crate::compressor::Placement;
+use crate::compressor::fit::{FitStep, Unfittable};
 use crate::message::Message;
 use crate::tokens::TokenCounter;
 
@@ -164,9 +165,15 @@ pub struct CompactionReport {
     pub reason: Option<String>,
     /// The cooldown started by a failure.
     pub cooldown_seconds: Option<u64>,
-    /// The result is at or under the threshold (false when the kept head
-    /// and tail alone exceed it).
+    /// The result is at or under the threshold (false only when even the
+    /// system prompt and the latest ask exceed it).
     pub within_budget: bool,
+    /// The escalation steps taken to bring the result under the threshold
+    /// (see [`crate::compressor::fit`]), in order; empty when the normal
+    /// budget sufficed.
+    pub escalation: Vec<FitStep>,
+    /// Why no result could fit the threshold, when none could.
+    pub unfittable: Option<Unfittable>,
 }
 
 impl CompactionReport {
@@ -193,6 +200,8 @@ impl CompactionReport {
             reason: None,
             cooldown_seconds: None,
             within_budget: tokens <= threshold,
+            escalation: Vec::new(),
+            unfittable: None,
         }
     }
 

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::compressor::fit::{FitStep, Unfittable, fit};
 use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
     EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
@@ -126,6 +127,12 @@ pub struct Compaction {
     pub tokens_before: u64,
     /// Tokens of the history after the last accepted pass.
     pub tokens_after: u64,
+    /// Tokens of the request that would have been sent before it (after
+    /// selection), and of the request after it: the same request, counted
+    /// the same way, so that the two compare.
+    pub request_tokens_before: u64,
+    /// Tokens of the request after it.
+    pub request_tokens_after: u64,
     /// Messages before and after.
     pub messages_before: usize,
     /// Messages after the last accepted pass.
@@ -186,6 +193,13 @@ pub struct Prepared {
     pub request_tokens: u64,
     /// Compaction and notices of the preflight.
     pub update: Update,
+    /// The escalation steps that brought a request over the window under
+    /// it (a request view: the history is unchanged), in order.
+    pub fit: Vec<FitStep>,
+    /// Set when even the system prompt and the latest user ask exceed the
+    /// window: no request can fit, so **do not send** `request`; the host
+    /// decides (switch to a larger model, ask the user to shorten).
+    pub unfittable: Option<Unfittable>,
 }
 
 /// One agent session driven through a [`ContextEngine`].
@@ -317,15 +331,70 @@ impl Session {
             }
         }
         let base = update.new_history.as_deref().unwrap_or(history);
-        let request = view.unwrap_or_else(|| base.to_vec());
-        let request_tokens =
+        let mut request = view.unwrap_or_else(|| base.to_vec());
+        let mut request_tokens =
             measured.unwrap_or_else(|| self.counter.count_messages(&request) as u64);
+        // Never over the window: what compaction and selection left over
+        // it is fitted (a view; the history keeps every original).
+        let (mut steps, mut unfittable) = (Vec::new(), None);
+        let window = self.engine.state().context_length;
+        if window > 0 && request_tokens > window {
+            match self.fit_request(&request, window) {
+                Ok(fitted) => match self.check_output(base, &fitted.messages) {
+                    Ok(()) => {
+                        request = fitted.messages;
+                        request_tokens = fitted.tokens_after;
+                        steps = fitted.steps;
+                        selected = true;
+                    }
+                    Err(why) => update.notices.push(Notice::warning(format!(
+                        "the request is over the window and its fitted form was rejected: {why}"
+                    ))),
+                },
+                Err(e) => {
+                    update.notices.push(Notice::warning(format!(
+                        "the request cannot fit the window, not sending it: {e}"
+                    )));
+                    unfittable = Some(e);
+                }
+            }
+        }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         Prepared {
             request,
             selected,
             request_tokens,
             update,
+            fit: steps,
+            unfittable,
+        }
+    }
+
+    /// `request` fitted under the compaction threshold (room for the next
+    /// turns), else under the `window` itself.
+    fn fit_request(
+        &self,
+        request: &[Message],
+        window: u64,
+    ) -> Result<crate::compressor::fit::Fitted, Unfittable> {
+        let threshold = self.engine.state().threshold_tokens;
+        let counter = self.counter.as_ref();
+        let profile = self.options.profile;
+        if threshold > 0
+            && threshold < window
+            && let Ok(fitted) = fit(request, threshold, counter, profile)
+        {
+            return Ok(fitted);
+        }
+        fit(request, window, counter, profile)
+    }
+
+    /// Tokens of the request `history` would be sent as (after selection).
+    fn request_tokens(&mut self, history: &[Message]) -> u64 {
+        let mut scratch = Vec::new();
+        match self.select(history, &mut scratch).0 {
+            Some(view) => self.counter.count_messages(&view) as u64,
+            None => self.counter.count_messages(history) as u64,
         }
     }
 
@@ -525,11 +594,25 @@ impl Session {
             }
         }
         let Some(out) = current else { return };
+        // A compaction never makes the request bigger: compare the request
+        // that would have gone out with the one that will.
+        let request_before = self.request_tokens(history);
+        let request_after = self.request_tokens(&out);
+        if request_after >= request_before {
+            update.notices.push(Notice::warning(format!(
+                "engine `{}`: compaction rejected, history unchanged: the request would not be smaller ({request_before} -> {request_after} tokens)",
+                self.engine.name()
+            )));
+            return;
+        }
+        let history_tokens = self.counter.count_messages(history) as u64;
         let compaction = Compaction {
             trigger,
             passes,
-            tokens_before: tokens,
+            tokens_before: history_tokens,
             tokens_after: current_tokens,
+            request_tokens_before: request_before,
+            request_tokens_after: request_after,
             messages_before: history.len(),
             messages_after: out.len(),
             elapsed: started.elapsed(),
@@ -538,7 +621,7 @@ impl Session {
         self.awaiting_usage = true;
         let text = format!(
             "Compacted the conversation: {} → {} tokens, {} → {} messages.",
-            tokens,
+            history_tokens,
             current_tokens,
             history.len(),
             out.len()

@@ -341,7 +341,12 @@ fn invalid_empty_or_failed_results_leave_everything_as_it_was() {
         let prepared = s.before_request(&h);
         assert!(prepared.update.new_history.is_none());
         assert!(prepared.update.compaction.is_none());
-        assert_eq!(prepared.request, h);
+        // The history as it was, only fitted under the 1,000-token window
+        // (a view): the engine's output was ignored.
+        assert_eq!(prepared.request.first(), h.first());
+        assert_eq!(prepared.request.last(), h.last());
+        assert!(prepared.request_tokens <= 1000);
+        assert!(!prepared.fit.is_empty());
         assert_eq!(prepared.update.notices.len(), 1);
         assert_eq!(prepared.update.notices[0].kind, NoticeKind::Warning);
         assert!(prepared.update.notices[0].text.contains("unchanged"));
@@ -492,4 +497,22 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
         c.reports[0].messages_after,
         "kept + the summary"
     );
+}
+
+#[test]
+fn a_request_that_cannot_fit_is_flagged_and_not_fitted() {
+    let log = Arc::default();
+    let engine = Scripted::new(&log);
+    let mut s = session(engine);
+    let h = vec![
+        Message::system("rules ".repeat(3000)),
+        Message::user("Fix the failing test."),
+    ];
+    let prepared = s.before_request(&h);
+    let e = prepared.unfittable.unwrap();
+    assert_eq!(e.window, 1000);
+    assert!(e.system_tokens > 1000);
+    assert!(e.to_string().contains("> window 1,000"), "{e}");
+    assert_eq!(prepared.request, h);
+    assert!(prepared.update.notices[0].text.contains("not sending"));
 }

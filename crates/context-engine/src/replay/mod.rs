@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::compressor::fit::{FitStep, Unfittable};
 use crate::engine::Usage;
 use crate::host::{Compaction, Notice, Session};
 use crate::message::{Message, Role};
@@ -120,6 +121,13 @@ pub struct CallRecord {
     /// Violations of the profile this request has that the unmanaged
     /// request did not (0 for a correct engine).
     pub violations_introduced: usize,
+    /// The request would have gone out larger than the window.
+    pub over_window: bool,
+    /// The escalation steps the host took to fit this request.
+    pub fit: Vec<FitStep>,
+    /// No request could fit (system prompt + latest ask over the window):
+    /// the host would not have sent this call.
+    pub unfittable: Option<Unfittable>,
     /// Time spent in the engine for this call (preflight, selection,
     /// post-tool checks and usage update), summarizer calls included.
     #[serde(rename = "engine_time_ms", serialize_with = "millis")]
@@ -166,6 +174,23 @@ pub struct Totals {
     pub selected: usize,
     /// Engine time per call.
     pub engine_time: TimeStats,
+    /// Requests that would have gone out larger than the window.
+    pub over_window: OverWindow,
+    /// Calls (from 1) that could not fit at all and were not sent.
+    pub unfittable_calls: Vec<usize>,
+    /// Calls whose request the host fitted under the window by escalation.
+    pub fitted: usize,
+}
+
+/// Requests over the window: how many, the largest, at which calls.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OverWindow {
+    /// How many.
+    pub requests: usize,
+    /// Tokens of the largest.
+    pub largest: u64,
+    /// The calls (from 1).
+    pub calls: Vec<usize>,
 }
 
 /// Median, 99th percentile and maximum of the engine time per call.
@@ -342,6 +367,9 @@ pub fn replay(
         }
         let request = prepared.request;
         let tokens_with_engine = prepared.request_tokens;
+        let over_window = prepared.unfittable.is_none()
+            && context_length > 0
+            && tokens_with_engine > context_length;
         let unmanaged = &recording[..index];
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
@@ -396,6 +424,9 @@ pub fn replay(
             selected: prepared.selected,
             messages_with_engine: request.len(),
             violations_introduced,
+            over_window,
+            fit: prepared.fit,
+            unfittable: prepared.unfittable,
             engine_time,
             notices,
         });
@@ -499,6 +530,15 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         t.compactions += usize::from(c.compaction.is_some());
         t.prunes += usize::from(c.pruned > 0);
         t.selected += usize::from(c.selected);
+        t.fitted += usize::from(!c.fit.is_empty());
+        if c.over_window {
+            t.over_window.requests += 1;
+            t.over_window.largest = t.over_window.largest.max(c.tokens_with_engine);
+            t.over_window.calls.push(c.call + 1);
+        }
+        if c.unfittable.is_some() {
+            t.unfittable_calls.push(c.call + 1);
+        }
     }
     t.token_ratio = ratio(t.prompt_tokens_with_engine, t.prompt_tokens_without_engine);
     t.cache_hit_share = ratio(t.cache_hit_tokens, t.prompt_tokens_with_engine);

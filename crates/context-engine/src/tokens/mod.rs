@@ -32,6 +32,19 @@ pub use calibrate::{
     recorded_prompt_tokens,
 };
 
+/// A token count for people: `12345` → `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Counts the tokens of texts, messages and requests.
 ///
 /// Object-safe and `Send + Sync` so that engines can share one counter as

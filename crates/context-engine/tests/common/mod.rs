@@ -5,10 +5,14 @@
 
 use std::path::PathBuf;
 
-/// `../shared/corpus` next to the repository, or `None` with the reason
-/// printed.
+/// `../shared/corpus` next to the repository (or `CTX_CORPUS_DIR`), or
+/// `None` with the reason printed.
 pub fn corpus_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    // `CTX_CORPUS_DIR` points elsewhere (a git worktree has no `../shared`).
+    let dir = std::env::var_os("CTX_CORPUS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
+        PathBuf::from,
+    );
     if dir.is_dir() {
         Some(dir)
     } else {

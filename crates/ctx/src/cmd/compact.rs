@@ -45,8 +45,9 @@ pub enum ReportFormat {
 pub struct CompactArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window, in tokens.
-    #[arg(long)]
+    /// The model's context window, in tokens (at least 1, and more than
+    /// the system prompt).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub context_length: u64,
     /// Topic to keep in full detail in the summary.
     #[arg(long)]
@@ -192,6 +193,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         Some(model) => counter_for_model(model),
         None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
     };
+    super::check_window(&transcript.messages, args.context_length, counter.as_ref())?;
     let options = CompressorOptions::default().with_profile(args.profile);
     let mut engine = Compressor::with_options(Arc::clone(&counter), args.context_length, options);
     let mut client = None;

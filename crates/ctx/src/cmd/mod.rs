@@ -47,3 +47,19 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<Transcript> {
     }
     Ok(transcript)
 }
+
+/// Refuses a window that cannot hold the system prompt of `messages` (an
+/// error at the flag, not a compaction "at threshold 0").
+pub fn check_window(
+    messages: &[context_engine::Message],
+    window: u64,
+    counter: &dyn context_engine::tokens::TokenCounter,
+) -> anyhow::Result<()> {
+    let system = context_engine::compressor::fit::system_prompt_tokens(messages, counter);
+    if window <= system {
+        anyhow::bail!(
+            "--context-length {window}: the window is too small for the system prompt alone ({system} tokens with the request overhead)"
+        );
+    }
+    Ok(())
+}

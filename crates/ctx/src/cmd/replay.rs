@@ -27,8 +27,9 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
     /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
+    /// (default: `context.context_length`, else 128000; at least 1, and
+    /// more than the system prompt).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub context_length: Option<u64>,
     /// The agent's model: picks the tokenizer (o200k when absent).
     #[arg(long)]
@@ -59,7 +60,8 @@ pub struct ReplayArgs {
 }
 
 /// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
-/// invalid request, 2 on errors (including an unreplayable input).
+/// invalid request or a request over the window (or one that could not fit
+/// at all), 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let counter: Arc<dyn TokenCounter> = match &args.model {
@@ -71,6 +73,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         .context_length
         .or(config.context.context_length)
         .unwrap_or(128_000);
+    super::check_window(&transcript.messages, context_length, counter.as_ref())?;
     let built = args.engine.build(
         config,
         config_file,
@@ -165,7 +168,23 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&file, &report, args.verbose));
     }
     let invalid = report.calls.iter().any(|c| c.violations_introduced > 0);
-    Ok(if invalid {
+    let t = &report.totals;
+    if t.over_window.requests > 0 {
+        eprintln!(
+            "ctx: {} requests would have gone out over the {}-token window (largest {} tokens)",
+            t.over_window.requests,
+            thousands(report.context_length),
+            thousands(t.over_window.largest)
+        );
+    }
+    if let Some(first) = report.calls.iter().find_map(|c| c.unfittable.as_ref()) {
+        eprintln!(
+            "ctx: {} calls could not fit the window at all and would not have been sent ({first})",
+            t.unfittable_calls.len()
+        );
+    }
+    let over = t.over_window.requests > 0 || !t.unfittable_calls.is_empty();
+    Ok(if invalid || over {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -256,10 +275,10 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
                 Trigger::Manual => "manual, before",
             };
             Some(format!(
-                "{why} call {}: {} -> {} tokens",
+                "{why} call {}: request {} -> {} tokens",
                 c.call + 1,
-                n(k.tokens_before),
-                n(k.tokens_after)
+                n(k.request_tokens_before),
+                n(k.request_tokens_after)
             ))
         })
         .collect();
@@ -280,6 +299,34 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         "  pruned      {} calls followed a proactive prune\n",
         t.prunes
     ));
+    s.push_str(&format!(
+        "  over window {}\n",
+        if t.over_window.requests == 0 {
+            "0 requests went out larger than the window".to_string()
+        } else {
+            format!(
+                "{} requests larger than the window (largest {} tokens; calls {})",
+                t.over_window.requests,
+                n(t.over_window.largest),
+                list(&t.over_window.calls)
+            )
+        }
+    ));
+    if t.fitted > 0 {
+        s.push_str(&format!(
+            "  fitted      {} requests brought under the window by escalation\n",
+            t.fitted
+        ));
+    }
+    if !t.unfittable_calls.is_empty() {
+        let first = r.calls.iter().find_map(|c| c.unfittable.as_ref());
+        s.push_str(&format!(
+            "  unfittable  {} calls not sent: {} (calls {})\n",
+            t.unfittable_calls.len(),
+            first.map(ToString::to_string).unwrap_or_default(),
+            list(&t.unfittable_calls)
+        ));
+    }
     s.push_str(&format!(
         "  engine time per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms\n",
         t.engine_time.median_ms, t.engine_time.p99_ms, t.engine_time.max_ms
@@ -341,6 +388,15 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         s.push_str(&calls.render(2));
     }
     s
+}
+
+/// Call numbers, the first ten and a count of the rest.
+fn list(calls: &[usize]) -> String {
+    let mut out: Vec<String> = calls.iter().take(10).map(ToString::to_string).collect();
+    if calls.len() > 10 {
+        out.push(format!("and {} more", calls.len() - 10));
+    }
+    out.join(", ")
 }
 
 /// `-42%` style change from `before` to `after`.

@@ -53,7 +53,9 @@ pub fn stderr(o: &Output) -> String {
 
 /// `../shared/corpus`, or `None` with the reason printed.
 pub fn corpus() -> Option<PathBuf> {
-    let dir = root().join("../shared/corpus");
+    // `CTX_CORPUS_DIR` points elsewhere (a git worktree has no `../shared`).
+    let dir = std::env::var_os("CTX_CORPUS_DIR")
+        .map_or_else(|| root().join("../shared/corpus"), PathBuf::from);
     if dir.is_dir() {
         Some(dir)
     } else {
