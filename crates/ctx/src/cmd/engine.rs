@@ -18,7 +18,7 @@ use context_engine::validate::Profile;
 use super::compact::{SummarizerKind, openai_client, openai_config};
 
 /// Flags that choose and configure the engine.
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct EngineArgs {
     /// Configuration file (else $CTX_CONFIG, ./config.yaml, the user config dir).
     #[arg(long, value_name = "PATH")]

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod prune;
 pub mod redact;
 pub mod replay;
+pub mod serve;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
