@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Every corpus transcript replayed through the proxy as a client would
 //! (full history on every call) against a scripted upstream, and compared
 //! call by call with `context_engine::replay` at the same window.

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The proxy's behaviour against a scripted upstream: streams, usage,
 //! pass-through, auth, divergence, fail-open, engine tools.
 

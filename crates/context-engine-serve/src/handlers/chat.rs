@@ -161,14 +161,14 @@ pub async fn chat_completions(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    if status.is_success() {
-        if let Some(usage) = usage_of(&bytes) {
-            state
-                .metrics()
-                .tokens(usage.prompt_tokens, usage.completion_tokens);
-            if let Some(m) = guard.as_mut() {
-                m.after_response(&usage);
-            }
+    if status.is_success()
+        && let Some(usage) = usage_of(&bytes)
+    {
+        state
+            .metrics()
+            .tokens(usage.prompt_tokens, usage.completion_tokens);
+        if let Some(m) = guard.as_mut() {
+            m.after_response(&usage);
         }
     }
     drop(guard);

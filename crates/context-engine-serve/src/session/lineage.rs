@@ -327,10 +327,8 @@ mod tests {
                 dropped_engine_made: true
             }
         );
-        assert_eq!(
-            l.render(&l.messages().to_vec()).json,
-            format!("[{S},{U1},{A1},{U3}]")
-        );
+        let msgs = l.messages().to_vec();
+        assert_eq!(l.render(&msgs).json, format!("[{S},{U1},{A1},{U3}]"));
     }
 
     #[test]
