@@ -64,6 +64,7 @@ async fn proxy(url: &str) -> (String, AppState) {
         factory: Arc::new(factory),
         counter,
         host: HostOptions::default(),
+        blocking: false,
     };
     let options = ServeOptions::new(UpstreamOptions::new(url))
         .with_sessions(100_000, Duration::from_secs(3600));

@@ -23,6 +23,9 @@ pub enum ServeError {
     /// The request cannot be read.
     #[error("invalid request: {0}")]
     BadRequest(String),
+    /// The proxy itself failed (never the engine: that fails open).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// No such session for this credential.
     #[error("no session `{0}` for this credential")]
     SessionNotFound(String),
@@ -36,6 +39,7 @@ impl ServeError {
             ServeError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
         }
     }
@@ -46,6 +50,7 @@ impl ServeError {
             ServeError::UpstreamTimeout => ("api_error", "upstream_timeout"),
             ServeError::Unauthorized => ("invalid_request_error", "invalid_api_key"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
+            ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),
         }
     }

@@ -27,7 +27,7 @@
 //! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
 //!     Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
 //! };
-//! let ctx = SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default() };
+//! let ctx = SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false };
 //! let options = ServeOptions::new(UpstreamOptions::new("http://127.0.0.1:8080/v1"));
 //! run(options, ctx)?;
 //! # Ok::<(), context_engine_serve::StartError>(())
@@ -262,7 +262,10 @@ pub async fn serve(
 /// Binds `options.listen` and serves until Ctrl-C or SIGTERM, on a
 /// multi-threaded runtime of its own.
 pub fn run(options: ServeOptions, ctx: SessionContext) -> Result<(), StartError> {
+    // Engine steps that may block (model summarizer, plugin process) run on
+    // the blocking pool, bounded so a burst cannot spawn a thread per session.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(64)
         .enable_all()
         .build()?;
     runtime.block_on(async move {

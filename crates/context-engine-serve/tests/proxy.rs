@@ -393,10 +393,13 @@ async fn engine_failures_fail_open() {
     let factory = |_: &str| -> Result<Box<dyn ContextEngine>, String> {
         Ok(Box::new(Panicky(EngineState::default())))
     };
+    // `blocking`: the engine step runs on the blocking pool, and a panic
+    // there fails open just the same.
     let ctx = SessionContext {
         factory: Arc::new(factory),
         counter: Arc::clone(&c),
         host: HostOptions::default(),
+        blocking: true,
     };
     let (addr, state) = start_proxy(options(&url), ctx).await;
     let raw = r#"{"model":"m","messages":[ {"role": "user", "content": "hi"} ],"x":1}"#;
@@ -421,6 +424,7 @@ async fn engine_failures_fail_open() {
         factory: Arc::new(factory),
         counter: c,
         host: HostOptions::default(),
+        blocking: false,
     };
     let (addr, _) = start_proxy(options(&url), ctx).await;
     let resp = post(addr, &json!({"model": "m", "messages": [user("hi")]}), &[]).await;

@@ -57,10 +57,34 @@ pub async fn chat_completions(
     let stream = parsed.stream();
     let (key, source) = session_key(&headers, &parsed);
     let slot = state.sessions().slot(&key);
-    let mut guard = Arc::clone(&slot.state).lock_owned().await;
+    let guard = Arc::clone(&slot.state).lock_owned().await;
+    let ctx = Arc::clone(state.sessions().context());
+    let (mut guard, plan) = if ctx.blocking {
+        // An engine that may block on I/O runs on the blocking pool, so the
+        // async workers keep serving other sessions meanwhile.
+        let (body, key) = (body.clone(), key.clone());
+        let job = tokio::task::spawn_blocking(move || {
+            let mut guard = guard;
+            let plan = match ChatBody::parse(&body) {
+                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed),
+                Err(e) => Err(e.to_string()),
+            };
+            (guard, plan)
+        });
+        match job.await {
+            Ok(done) => done,
+            Err(_) => {
+                return ServeError::Internal("the engine task was cancelled".into())
+                    .into_response();
+            }
+        }
+    } else {
+        let mut guard = guard;
+        let plan = prepare(&mut guard, &ctx, &key, &parsed);
+        (guard, plan)
+    };
 
     let offer_tools = state.options().engine_tools && !stream;
-    let plan = prepare(&mut guard, state.sessions().context(), &key, &parsed);
     let mut overrides: Vec<(&str, String)> = Vec::new();
     let managed = match &plan {
         Ok(plan) => {

@@ -24,6 +24,10 @@ pub struct SessionContext {
     pub counter: Arc<dyn TokenCounter>,
     /// The driver's options (provider profile included).
     pub host: HostOptions,
+    /// The engine may block on I/O (a model summarizer, a plugin process):
+    /// its steps then run on the runtime's bounded blocking pool instead of
+    /// an async worker.
+    pub blocking: bool,
 }
 
 impl std::fmt::Debug for SessionContext {

@@ -221,6 +221,7 @@ pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -
         factory: Arc::new(factory),
         counter,
         host: HostOptions::default(),
+        blocking: false,
     }
 }
 

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::compact::SummarizerKind;
 use anyhow::Context;
+use context_engine::config::SummarizerKind as ConfigSummarizer;
 use context_engine::engine::{ContextEngine, ModelInfo};
 use context_engine::host::HostOptions;
 use context_engine::tokens::{
@@ -87,6 +89,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(128_000);
     // Build one engine now: a broken configuration fails at start, not on
     // the first request.
+    let summarizer_kind = config.summarizer.kind;
     let (engine_args, profile, model) = (args.engine.clone(), args.profile, args.model.clone());
     let build = {
         let counter = Arc::clone(&counter);
@@ -110,11 +113,21 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             Ok(engine)
         }
     };
-    build("startup").map_err(anyhow::Error::msg)?;
+    let probe = build("startup").map_err(anyhow::Error::msg)?;
+    // A model summarizer or a plugin process blocks on I/O: such engines
+    // run on the blocking pool.
+    let blocking = probe.name() != "compressor"
+        || summarizer_kind == ConfigSummarizer::Openai
+        || args
+            .engine
+            .summarizer
+            .is_some_and(|k| k == SummarizerKind::Openai);
+    drop(probe);
     let ctx = SessionContext {
         factory: Arc::new(build),
         counter,
         host: HostOptions::default().with_profile(profile),
+        blocking,
     };
     eprintln!(
         "ctx serve: http://{listen}/v1 -> {} (window {context_length} tokens); metrics at http://{listen}/metrics",
