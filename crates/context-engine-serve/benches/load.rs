@@ -134,17 +134,21 @@ async fn one(client: &reqwest::Client, url: &str, session: &str, body: Bytes) ->
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// Sequential requests of one growing 100-message session; latencies in ms.
-async fn sequential(client: &reqwest::Client, url: &str, session: &str, n: usize) -> Vec<f64> {
-    let mut h = history(100, 0);
+/// Sequential requests: sessions of ~100 messages (90 growing to 108 by a
+/// reply and a user turn per call), ten calls each; latencies in ms.
+async fn sequential(client: &reqwest::Client, url: &str, tag: &str, n: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        if i > 0 && i % 2 == 0 {
-            // The session grows slowly (reply + tool result) but stays near 100.
-            h.drain(2..4);
+    for s in 0..n.div_ceil(10) {
+        let mut h = history(90, s);
+        let session = format!("{tag}-{s}");
+        for i in 0..10 {
+            if i > 0 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("next step {i}")}));
+            }
+            let b = body(&h, false);
+            out.push(one(client, url, &session, b).await);
         }
-        let b = body(&h, false);
-        out.push(one(client, url, session, b).await);
     }
     out.sort_by(f64::total_cmp);
     out
@@ -227,6 +231,60 @@ fn main() {
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async {
+        {
+            let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+            let t = Instant::now();
+            for _ in 0..50 {
+                let e = EngineContext::new(Arc::clone(&counter), 128_000).into_compressor();
+                std::hint::black_box(&e);
+            }
+            println!("engine construction: {:.3} ms each", t.elapsed().as_secs_f64() * 1e3 / 50.0);
+            let h: Vec<context_engine::message::Message> = serde_json::from_value(json!(history(100, 99))).unwrap_or_default();
+            let t = Instant::now();
+            let n = counter.count_messages(&h);
+            println!("cold count of 100 messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let h2: Vec<context_engine::message::Message> = serde_json::from_value(json!(history(100, 98))).unwrap_or_default();
+            let t = Instant::now();
+            let n = counter.count_messages(&h2);
+            println!("cold count of 100 other messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let parsed: Vec<context_engine::message::Message> = serde_json::from_slice(&serde_json::to_vec(&history(100, 97)).unwrap_or_default()).unwrap_or_default();
+            println!("parse 100 messages: {:.3} ms ({})", t.elapsed().as_secs_f64() * 1e3, parsed.len());
+            let t = Instant::now();
+            let n = counter.count_messages(&h);
+            println!("warm count of 100 messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let v = context_engine::validate::validate(&h, context_engine::validate::Profile::OpenAi);
+            println!("validate 100 messages: {:.3} ms ({} violations)", t.elapsed().as_secs_f64() * 1e3, v.len());
+        }
+        {
+            // The engine step alone, warm: one session, +2 messages a call.
+            let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+            let c = Arc::clone(&counter);
+            let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+                Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
+            };
+            let ctx = Arc::new(SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false });
+            let mut m = context_engine_serve::session::Managed::new(ctx, "b").unwrap_or_else(|e| panic!("{e}"));
+            let mut h = history(90, 5);
+            let mut times = Vec::new();
+            for i in 0..200 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("next step {i}")}));
+                if h.len() > 110 {
+                    h = history(90, 6 + i);
+                }
+                let b = body(&h, false);
+                let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
+                let t = Instant::now();
+                let plan = m.prepare(parsed.messages());
+                let out = parsed.write(&[("messages", plan.map(|p| p.messages_json).unwrap_or_default().as_str())]);
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                std::hint::black_box(out);
+            }
+            times.sort_by(f64::total_cmp);
+            println!("engine step (prepare + body), ~100 messages: p50 {:.3} ms  p99 {:.3} ms", pct(&times, 0.5), pct(&times, 0.99));
+        }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
         let direct = upstream().await;
         let (via, state) = proxy(&direct).await;
@@ -257,6 +315,14 @@ fn main() {
             pct(&p, 0.99) - pct(&d, 0.99)
         );
 
+        for line in state.metrics().encode().lines() {
+            if ["ctx_fallbacks_total", "ctx_compactions_total", "ctx_lineages_total", "ctx_overhead_seconds_sum", "ctx_overhead_seconds_count", "ctx_cache_hit_share_estimate "]
+                .iter()
+                .any(|m| line.starts_with(m))
+            {
+                println!("  proxy metric: {line}");
+            }
+        }
         let h = history(100, 7);
         let mut td = Vec::new();
         let mut tp = Vec::new();
