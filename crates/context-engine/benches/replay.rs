@@ -39,6 +39,7 @@ fn bench_engine(c: &mut Criterion) {
             engine
                 .compress(black_box(&m), &CompressRequest::new().with_force(true))
                 .unwrap()
+                .messages
         })
     });
     group.bench_function("replay_at_half_peak", |b| {

@@ -9,12 +9,13 @@
 
 use context_engine::Message;
 use context_engine::engine::{
-    CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineError,
-    EngineState, ModelInfo, SessionInfo, ToolCallContext, TurnInfo, Usage,
+    Compaction, CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine,
+    EngineError, EngineState, ModelInfo, SessionInfo, ToolCallContext, TurnInfo, Usage,
     automatic_compaction_status_message, unknown_tool,
 };
 use context_engine::message::Role;
 use context_engine::message::ToolCall;
+use context_engine::tokens::{CountOptions, EstimateCounter};
 use serde_json::{Value, json};
 
 /// Drops the oldest user turns until the rough size is under the threshold.
@@ -70,7 +71,7 @@ impl ContextEngine for DropOldestTurns {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         if !self.has_content_to_compress(messages) {
             return Err(EngineError::NothingToCompress {
                 engine: self.name().to_owned(),
@@ -104,11 +105,20 @@ impl ContextEngine for DropOldestTurns {
         }
         self.turns_dropped += (turns.len() - kept.len()) as u64;
         self.state.record_compression();
-        Ok(system
+        let out = system
             .into_iter()
             .chain(kept.iter().flatten().copied())
             .cloned()
-            .collect())
+            .collect();
+        // The report (kept head and tail, the summarized span) from comparing
+        // input and output; a rough counter is enough for its token figures.
+        let counter = EstimateCounter::new(CountOptions::default());
+        Ok(Compaction::from_diff(
+            messages,
+            out,
+            &counter,
+            self.state.threshold_tokens,
+        ))
     }
 
     fn on_turn_complete(&mut self, messages: &[Message], usage: Option<&Usage>, turn: &TurnInfo) {
@@ -194,10 +204,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("status message: {msg}");
         }
         let before = messages.len();
-        messages = engine.compress(
+        let compaction = engine.compress(
             &messages,
             &CompressRequest::new().with_current_tokens(prompt),
         )?;
+        if let Some(span) = compaction.report.summarized {
+            println!("summarized input messages {}..{}", span.start, span.end);
+        }
+        messages = compaction.messages;
         println!(
             "compressed {before} -> {} messages (~{} tokens)",
             messages.len(),

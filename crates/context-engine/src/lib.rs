@@ -33,6 +33,7 @@ pub mod compressor;
 pub mod config;
 pub mod digest;
 pub mod engine;
+mod error;
 pub mod host;
 pub mod message;
 pub mod plugin;
@@ -45,4 +46,28 @@ pub mod tokens;
 pub mod transcript;
 pub mod validate;
 
+pub use error::{Error, Result, chain as error_chain};
 pub use message::{Content, ContentPart, FunctionCall, Message, Role, ToolCall};
+
+/// What a multi-threaded host (a tokio proxy moving a session into
+/// `spawn_blocking`, or holding it in a `Mutex` shared between tasks)
+/// relies on, checked at compile time: sessions and engines move between
+/// threads, errors and reports cross them.
+const _: () = {
+    const fn send<T: Send + ?Sized>() {}
+    const fn send_sync<T: Send + Sync + ?Sized>() {}
+    send::<host::Session>();
+    send::<compressor::Compressor>();
+    send::<plugin::ProcessEngine>();
+    send::<Box<dyn engine::ContextEngine>>();
+    send::<Box<dyn engine::ContextEngine + Send>>();
+    send::<Box<dyn summarize::Summarizer>>();
+    send_sync::<std::sync::Arc<dyn tokens::TokenCounter>>();
+    send_sync::<std::sync::Arc<redact::Redactor>>();
+    send_sync::<engine::EngineError>();
+    send_sync::<Error>();
+    send_sync::<engine::Compaction>();
+    send_sync::<host::Update>();
+    send_sync::<transcript::Transcript>();
+    send_sync::<Message>();
+};

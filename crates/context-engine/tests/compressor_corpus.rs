@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Compacts every corpus transcript with the extractive summarizer at a
-//! context length of half its size: every output keeps the provider rules
+//! context length of a half, a third and a quarter of its size: every output keeps the provider rules
 //! (no violation the input did not already have; the inputs' own defects,
 //! such as mini-swe-agent's trailing `exit` role, are the host's) and is
 //! smaller. Prints tokens before/after and the time.
@@ -13,7 +13,7 @@ use context_engine::compressor::{Compressor, Outcome};
 use context_engine::engine::{CompressRequest, ContextEngine, EngineError};
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
-use context_engine::validate::{Profile, Rule, validate};
+use context_engine::validate::{Profile, Rule, introduced_adjacency, validate};
 
 mod common;
 use common::corpus_files as corpus;
@@ -36,10 +36,13 @@ fn every_corpus_transcript_compacts_to_a_valid_smaller_one() {
         let transcript = Transcript::load(path).unwrap();
         let messages = &transcript.messages;
         let before = counter.count_messages(messages) as u64;
-        for profile in Profile::ALL {
+        for (profile, d) in Profile::ALL
+            .into_iter()
+            .flat_map(|p| [2, 3, 4].map(|d| (p, d)))
+        {
             let mut engine = Compressor::with_options(
                 counter.clone(),
-                before / 2,
+                before / d,
                 context_engine::compressor::CompressorOptions::default().with_profile(profile),
             );
             let started = Instant::now();
@@ -47,7 +50,9 @@ fn every_corpus_transcript_compacts_to_a_valid_smaller_one() {
             let elapsed = started.elapsed();
             let report = engine.last_report().unwrap().clone();
             match result {
-                Ok(out) => {
+                Ok(compaction) => {
+                    assert_eq!(compaction.report, report);
+                    let out = compaction.messages;
                     compacted += 1;
                     let input = rule_counts(messages, profile);
                     for (rule, n) in rule_counts(&out, profile) {
@@ -57,13 +62,23 @@ fn every_corpus_transcript_compacts_to_a_valid_smaller_one() {
                             path.display()
                         );
                     }
+                    // Alternation-safe under every profile: no new
+                    // same-role pair, the default profile included.
+                    assert_eq!(
+                        introduced_adjacency(messages, &out, profile),
+                        None,
+                        "{}: {profile}: window {}: two same-role turns in a row",
+                        path.display(),
+                        before / d
+                    );
                     let after = counter.count_messages(&out) as u64;
                     assert!(after < before);
                     assert_eq!(report.tokens_after, after);
                     assert!(matches!(report.outcome, Outcome::Compacted));
                     eprintln!(
-                        "{} [{profile}]: {} -> {} tokens, {} -> {} messages, {:.1} ms",
+                        "{} [{profile}, window {}]: {} -> {} tokens, {} -> {} messages, {:.1} ms",
                         path.file_name().unwrap().to_string_lossy(),
+                        before / d,
                         before,
                         after,
                         messages.len(),

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 
 use context_engine::engine::{
@@ -24,16 +23,7 @@ use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
 use serde_json::{Value, json};
 
-fn python() -> bool {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: python3 is not available");
-    }
-    ok
-}
+use common::python;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -173,8 +163,9 @@ fn unknown_required_engine_is_an_error_naming_the_searched_folders() {
         panic!("expected NotFound, got {err}");
     };
     assert_eq!(name, "lcm");
-    assert_eq!(searched.len(), 4);
+    assert_eq!(searched.len(), 6);
     let text = err.to_string();
+    assert!(text.contains("/nonexistent/a/lcm"), "{text}");
     assert!(text.contains("/nonexistent/a/context_engine/lcm"), "{text}");
     assert!(
         text.contains("/nonexistent/b/plugins/context_engine/lcm"),
@@ -269,7 +260,10 @@ fn example_plugin_end_to_end() {
 
     let messages = session(5);
     assert!(engine.has_content_to_compress(&messages));
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::OpenAi).is_empty(), "{out:?}");
     assert!(out.len() < messages.len());
     let json = |m: &[Message]| m.iter().map(Message::to_value).collect::<Vec<_>>();
@@ -343,7 +337,10 @@ fn undeclared_hooks_cost_no_round_trip() {
     assert_eq!(engine.state().context_length, 128_000);
     assert_eq!(engine.state().threshold_tokens, 96_000);
 
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     assert_eq!(requests(&log), vec!["initialize", "compress"]);
 }
@@ -357,8 +354,8 @@ fn compress_fails_open(mode: &str, kind: FailureKind) {
     let dir = scratch(mode);
     let log = dir.join("requests.log");
     let mut engine = misbehave(json!({"mode": mode, "log": log}));
+    let threshold_before = engine.state().threshold_tokens;
     let messages = short_session();
-    let before = messages.clone();
     let err = engine
         .compress(&messages, &CompressRequest::new())
         .expect_err(mode);
@@ -369,7 +366,8 @@ fn compress_fails_open(mode: &str, kind: FailureKind) {
         ),
         "{mode}: {err}"
     );
-    assert_eq!(messages, before);
+    // The host-side state did not count a compaction or adopt a result.
+    assert_eq!(engine.state().threshold_tokens, threshold_before, "{mode}");
     let seen = failures(&engine);
     assert_eq!(seen.len(), 1, "{mode}: {seen:?}");
     assert_eq!(seen[0].0, kind, "{mode}: {seen:?}");
@@ -402,6 +400,20 @@ fn wrong_id_fails_open() {
 #[test]
 fn invalid_transcript_fails_open() {
     compress_fails_open("invalid", FailureKind::InvalidResult);
+    if !python() {
+        return;
+    }
+    // The broken rule stays typed in the error.
+    let mut engine = misbehave(json!({"mode": "invalid"}));
+    match engine.compress(&short_session(), &CompressRequest::new()) {
+        Err(EngineError::InvalidOutput { violation, .. }) => {
+            assert_eq!(
+                violation.rule,
+                context_engine::validate::Rule::OrphanToolResult
+            );
+        }
+        other => panic!("expected InvalidOutput, got {other:?}"),
+    }
 }
 
 #[test]
@@ -439,7 +451,10 @@ fn a_crashed_plugin_is_restarted_on_next_use() {
     engine.on_session_start("s1", &SessionInfo::default());
     assert!(engine.compress(&messages, &CompressRequest::new()).is_err());
     assert_eq!(engine.consecutive_failures(), 1);
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     assert_eq!(engine.consecutive_failures(), 0);
     assert_eq!(
@@ -487,7 +502,8 @@ fn repeated_failures_fall_back_to_the_builtin_compressor() {
     let big = session(12);
     let out = engine
         .compress(&big, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     assert!(out.len() < big.len());
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(engine.should_compress(Some(9_000)));
@@ -501,7 +517,10 @@ fn stderr_noise_never_reaches_the_protocol() {
     }
     let mut engine = misbehave(json!({"mode": "stderr_noise"}));
     let messages = short_session();
-    let out = engine.compress(&messages, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     let stderr = engine
         .events()
@@ -618,7 +637,8 @@ fn example_plugin_compacts_the_corpus_validly() {
         let transcript = Transcript::load(file).unwrap();
         let messages = transcript.messages;
         match engine.compress(&messages, &CompressRequest::new()) {
-            Ok(out) => {
+            Ok(compaction) => {
+                let out = compaction.messages;
                 compacted += 1;
                 assert!(out.len() < messages.len(), "{}", common::name(file));
                 assert!(
@@ -638,4 +658,175 @@ fn example_plugin_compacts_the_corpus_validly() {
     );
     assert!(failures(&engine).is_empty(), "{:?}", failures(&engine));
     assert_eq!(engine.status().extra["compressions"], json!(compacted));
+}
+
+#[test]
+fn a_dir_that_directly_holds_plugin_folders_is_searched() {
+    if !python() {
+        return;
+    }
+    // `plugins.dirs: [<tests/plugins/context_engine>]`: the folder that
+    // holds `misbehave/plugin.yaml` itself, not a parent of `context_engine`.
+    let direct = test_plugins().join("context_engine");
+    let path = find_plugin("misbehave", std::slice::from_ref(&direct)).unwrap();
+    assert_eq!(path, direct.join("misbehave").join("plugin.yaml"));
+    let selected = select_engine(
+        "misbehave",
+        EngineContext::new(counter(), 10_000),
+        &[direct],
+        true,
+    )
+    .unwrap();
+    assert_eq!(selected.engine.name(), "misbehave");
+    assert!(matches!(selected.source, EngineSource::Plugin { .. }));
+}
+
+/// Records what the fallback compressor's summarizer was handed.
+struct Spy(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl context_engine::summarize::Summarizer for Spy {
+    fn name(&self) -> &str {
+        "spy"
+    }
+    fn summarize(
+        &self,
+        request: &context_engine::summarize::SummaryRequest<'_>,
+    ) -> Result<String, context_engine::summarize::SummarizeError> {
+        let mut seen = self.0.lock().unwrap();
+        for m in request.turns {
+            seen.push(m.to_value().to_string());
+        }
+        seen.extend(request.focus_topic.map(str::to_owned));
+        seen.extend(request.memory_context.map(str::to_owned));
+        Ok("short summary".to_owned())
+    }
+}
+
+/// Nothing leaves the process unredacted, with the user's patterns,
+/// whichever engine runs: a plugin recording its stdin never sees a planted
+/// token or a `redact_patterns` match, in any hook, and neither does the
+/// summarizer of the compressor the session falls back to.
+#[test]
+fn plugins_and_their_fallback_never_see_secrets_or_user_patterns() {
+    if !python() {
+        return;
+    }
+    const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    const INTERNAL: &str = "ACME-731946";
+    let dir = scratch("egress");
+    let stdin_log = dir.join("stdin.log");
+    let redactor = context_engine::redact::Redactor::builder()
+        // The user's opt-out governs local output only, never egress.
+        .enabled(false)
+        .pattern("ACME-[0-9]{6}")
+        .build()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let path = find_plugin("misbehave", &[test_plugins()]).unwrap();
+    let manifest = PluginManifest::load(&path).unwrap();
+    let capabilities = [
+        "compress",
+        "select_context",
+        "handle_tool_call",
+        "on_session_start",
+        "on_turn_complete",
+        "prune_tool_results_only",
+        "should_compress_preflight",
+    ];
+    let ctx = EngineContext::new(counter(), 10_000)
+        .with_section(json!({"stdin_log": stdin_log, "capabilities": capabilities}))
+        .with_redactor(std::sync::Arc::new(redactor))
+        .with_summarizer(Box::new(Spy(std::sync::Arc::clone(&seen))));
+    let mut engine = ProcessEngine::new(manifest, ctx);
+    engine.start().unwrap();
+
+    let mut messages = short_session();
+    messages.insert(
+        1,
+        Message::user(format!("my token is {TOKEN}, ticket {INTERNAL}")),
+    );
+    messages.insert(
+        2,
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "c1",
+                "bash",
+                format!("{{\"command\": \"gh auth login --with-token {TOKEN} # {INTERNAL}\"}}"),
+            )],
+        ),
+    );
+    messages.insert(3, Message::tool_result("c1", format!("ok {INTERNAL}")));
+    engine.on_session_start("s1", &SessionInfo::default());
+    let request = CompressRequest::new()
+        .with_focus_topic(format!("keep {INTERNAL}"))
+        .with_memory_context(format!("remember {TOKEN} and {INTERNAL}"));
+    let compaction = engine.compress(&messages, &request).unwrap();
+    assert!(compaction.report.summarized.is_some());
+    let _ = engine.select_context(&SelectRequest::new(&messages, &messages));
+    let _ = engine.should_compress_preflight(&messages);
+    let _ = engine.prune_tool_results_only(&messages, None);
+    engine.on_turn_complete(&messages, None, &TurnInfo::default());
+    let args = json!({"query": INTERNAL, "token": TOKEN});
+    let _ = engine.handle_tool_call(
+        "noop",
+        &args,
+        &ToolCallContext::default().with_messages(&messages),
+    );
+    let sent = std::fs::read_to_string(&stdin_log).unwrap();
+    for method in ["compress", "select_context", "handle_tool_call"] {
+        assert!(
+            sent.contains(&format!("\"method\":\"{method}\"")),
+            "{method} not sent"
+        );
+    }
+    assert!(sent.contains("gh auth login"), "the messages did travel");
+    assert!(!sent.contains(TOKEN), "a token reached the plugin");
+    assert!(
+        !sent.contains(INTERNAL),
+        "a redact_patterns match reached the plugin"
+    );
+
+    // Crash it into the fallback: the built-in compressor keeps the user's
+    // redactor (and summarizer).
+    drop(engine);
+    let path = find_plugin("misbehave", &[test_plugins()]).unwrap();
+    let manifest = PluginManifest::load(&path).unwrap();
+    let redactor = context_engine::redact::Redactor::builder()
+        .pattern("ACME-[0-9]{6}")
+        .build()
+        .unwrap();
+    let ctx = EngineContext::new(counter(), 10_000)
+        .with_section(json!({"mode": "crash"}))
+        .with_redactor(std::sync::Arc::new(redactor))
+        .with_summarizer(Box::new(Spy(std::sync::Arc::clone(&seen))));
+    let mut engine = ProcessEngine::new(manifest, ctx);
+    engine.start().unwrap();
+    let long = {
+        let mut m = session(40);
+        // In the middle, where the summary replaces it.
+        m.insert(
+            17,
+            Message::user(format!("token {TOKEN}, ticket {INTERNAL}")),
+        );
+        m.insert(18, Message::assistant("noted"));
+        m
+    };
+    while !engine.is_fallback() {
+        assert!(engine.compress(&long, &request).is_err());
+    }
+    let out = engine
+        .compress(&long, &request.clone().with_force(true))
+        .unwrap();
+    assert_eq!(out.report.summarizer.as_deref(), Some("spy"));
+    let seen = seen.lock().unwrap().join("\n");
+    assert!(
+        seen.contains("ticket"),
+        "the planted message reached the summarizer"
+    );
+    assert!(!seen.contains(TOKEN), "a token reached the summarizer");
+    assert!(
+        !seen.contains(INTERNAL),
+        "a redact_patterns match reached the summarizer"
+    );
 }

@@ -2,18 +2,16 @@
 //! `validate` and `CutPoints` on real agent transcripts from the shared
 //! corpus (skipped with a reason when the corpus is absent).
 
-use std::path::PathBuf;
-
 use context_engine::Message;
 use context_engine::validate::{CutPoints, Profile, Rule, validate};
 use serde_json::Value;
 
+mod common;
+
 fn corpus(name: &str) -> Option<Vec<Message>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus")
-        .join(name);
+    let path = common::corpus_dir()?.join(name);
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipping: corpus file {} not found", path.display());
+        common::skip(&format!("corpus file {} not found", path.display()));
         return None;
     };
     let value: Value = serde_json::from_str(&text).unwrap();

@@ -71,17 +71,7 @@ impl Table {
 }
 
 /// `12345` → `12,345`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use context_engine::tokens::thousands;
 
 /// A share as a percentage with one decimal.
 pub fn percent(part: u64, whole: u64) -> String {

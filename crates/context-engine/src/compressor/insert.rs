@@ -6,6 +6,7 @@
 //! provider, and a transcript reloaded after a restart still yields it.
 
 use crate::message::{Content, ContentPart, Message, Role};
+use crate::validate::{Profile, may_place};
 
 /// Opens every summary: marks it as reference material, not a new request.
 pub const SUMMARY_PREFIX: &str = "[CONTEXT SUMMARY: reference only] Earlier turns of this \
@@ -73,51 +74,38 @@ pub enum Placement {
     Merged,
 }
 
-/// Which side of the strict alternation a message is on (tool results
-/// count as the user's turn); `None` for instructions and unknown roles.
-fn side(message: &Message) -> Option<bool> {
-    match message.role {
-        Role::User | Role::Tool | Role::Function => Some(true),
-        Role::Assistant => Some(false),
-        _ => None,
-    }
-}
-
 /// Where the summary goes between `before` (head and pinned messages) and
 /// `after` (the tail). `user_survives`: some real user message stays.
-/// `strict`: roles must alternate, so a summary whose both roles collide is
-/// merged into the first tail message; otherwise the preferred role is used
-/// as it is (OpenAI accepts consecutive same-role messages), which keeps
-/// every kept message verbatim.
+///
+/// The reference design's rule: after the system prompt, after an
+/// assistant turn, or when no user message survives, the summary is the
+/// user's turn, else the assistant's; when that role may not stand there
+/// under `profile` (asked of [`may_place`]), the other one; when neither
+/// may, it is merged into the first tail message. Under every profile this
+/// adds no same-role adjacency.
 pub fn choose_placement(
     before: &[Message],
     after: &[Message],
     user_survives: bool,
-    strict: bool,
+    profile: Profile,
 ) -> Placement {
-    let prev = before.iter().rev().find_map(side);
-    let next = after.iter().find_map(side);
-    let fits = |is_user: bool| {
-        let prev_ok = match prev {
-            None => is_user,
-            Some(p) => p != is_user,
-        };
-        let next_ok = next.is_none_or(|n| n != is_user);
-        prev_ok && next_ok
-    };
-    // After the system prompt, or when no user message survives, the
-    // summary must be the user's turn.
+    let prev = before.iter().rev().find_map(|m| match m.role {
+        Role::Assistant => Some(false),
+        Role::User | Role::Tool | Role::Function => Some(true),
+        _ => None,
+    });
     let want_user = prev.is_none() || !user_survives || prev == Some(false);
     let (first, second) = if want_user {
         (Placement::User, Placement::Assistant)
     } else {
         (Placement::Assistant, Placement::User)
     };
-    if !strict {
-        return first;
-    }
     for placement in [first, second] {
-        if fits(placement == Placement::User) {
+        let role = match placement {
+            Placement::User => Role::User,
+            _ => Role::Assistant,
+        };
+        if may_place(before, &role, after, profile) {
             return placement;
         }
     }
@@ -185,40 +173,31 @@ mod tests {
 
     #[test]
     fn placement_follows_the_neighbours() {
+        use Placement::{Assistant, Merged, User};
         let sys = [Message::system("s")];
         let user = [Message::user("u")];
         let asst = [Message::assistant("a")];
         let tool = [Message::tool_result("c", "r")];
-        // After the system prompt: user, unless the tail starts with a user.
-        assert_eq!(choose_placement(&sys, &asst, true, true), Placement::User);
-        assert_eq!(choose_placement(&sys, &user, true, true), Placement::Merged);
-        // Between an assistant and a user turn both roles collide.
+        for p in Profile::ALL {
+            // After the system prompt: user, unless the tail starts with a user.
+            assert_eq!(choose_placement(&sys, &asst, true, p), User);
+            // Between an assistant and a user turn both roles collide.
+            assert_eq!(choose_placement(&asst, &user, true, p), Merged);
+            assert_eq!(choose_placement(&user, &user, true, p), Assistant);
+            assert_eq!(choose_placement(&asst, &asst, true, p), User);
+            assert_eq!(choose_placement(&tool, &user, true, p), Assistant);
+            assert_eq!(choose_placement(&user, &asst, false, p), Merged);
+        }
+        // OpenAI lets a user turn follow tool results, or open the talk.
         assert_eq!(
-            choose_placement(&asst, &user, true, true),
-            Placement::Merged
+            choose_placement(&sys, &user, true, Profile::OpenAi),
+            Assistant
         );
+        assert_eq!(choose_placement(&sys, &user, true, Profile::Strict), Merged);
+        assert_eq!(choose_placement(&tool, &asst, true, Profile::OpenAi), User);
         assert_eq!(
-            choose_placement(&user, &user, true, true),
-            Placement::Assistant
-        );
-        assert_eq!(choose_placement(&asst, &asst, true, true), Placement::User);
-        assert_eq!(
-            choose_placement(&tool, &user, true, true),
-            Placement::Assistant
-        );
-        assert_eq!(
-            choose_placement(&tool, &asst, true, true),
-            Placement::Merged
-        );
-        // Without alternation rules nothing is merged.
-        assert_eq!(choose_placement(&asst, &user, true, false), Placement::User);
-        assert_eq!(
-            choose_placement(&tool, &asst, true, false),
-            Placement::Assistant
-        );
-        assert_eq!(
-            choose_placement(&user, &asst, false, false),
-            Placement::User
+            choose_placement(&tool, &asst, true, Profile::Strict),
+            Merged
         );
     }
 

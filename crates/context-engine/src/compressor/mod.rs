@@ -11,6 +11,7 @@
 //! says why ([`Compressor::last_report`]).
 
 mod clock;
+pub mod fit;
 mod insert;
 mod plan;
 #[cfg(test)]
@@ -21,7 +22,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::digest::{
@@ -29,25 +29,32 @@ use crate::digest::{
     summarizer_input,
 };
 use crate::engine::{
-    BlockReason, CompressDecision, CompressRequest, ContextEngine, DEFAULT_PROTECT_FIRST_N,
-    DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineError, EngineState, EngineStatus,
-    ModelInfo, PromptTokens, SelectRequest, ToolCallContext, Usage, sanitize_memory_context,
-    unknown_tool,
+    BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine,
+    DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineError,
+    EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, ToolCallContext, Usage,
+    sanitize_memory_context, unknown_tool,
 };
-use crate::message::{Content, ContentPart, Message};
+use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
-use crate::redact::{RedactOptions, Redactor, redact};
+use crate::redact::{Egress, Redactor};
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, introduced_violation};
+use crate::validate::{Profile, Rule, Violation, introduced_adjacency, introduced_violation};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
     without_summary, wrap_summary,
 };
 pub use plan::Plan;
+
+// The report and the threshold policy are engine-level; re-exported here
+// for callers that name them through the compressor.
+pub use crate::engine::{
+    CompactionReport, Outcome, SMALL_WINDOW_PERCENT, Span, compaction_threshold,
+};
 
 /// The engine's name.
 pub const NAME: &str = "compressor";
@@ -63,10 +70,6 @@ pub const COOLDOWN_TRANSIENT: [Duration; 3] = [
 pub const COOLDOWN_MALFORMED: Duration = Duration::from_secs(30);
 /// Cooldown after any other failure (auth, network).
 pub const COOLDOWN_OTHER: Duration = Duration::from_secs(60);
-/// Fraction of the window used as the threshold when the configured one
-/// would reach the window itself (small windows, big reply reserves).
-pub const SMALL_WINDOW_PERCENT: f64 = 0.85;
-
 /// Tuning of the compressor. `Default` is the documented behaviour.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -126,6 +129,15 @@ impl Default for CompressorOptions {
 }
 
 impl CompressorOptions {
+    /// The engine state these options give for a `context_length` window:
+    /// threshold percent, reply reserve, protections and per-model
+    /// overrides (the built-in engines and the plugin host start from it).
+    pub fn engine_state(&self, context_length: u64) -> EngineState {
+        EngineState::new(context_length, self.threshold_percent, self.max_tokens)
+            .with_protection(self.protect_first_n, self.protect_last_n)
+            .with_model_thresholds(self.model_thresholds.clone())
+    }
+
     /// Sets [`profile`](Self::profile).
     pub fn with_profile(mut self, profile: Profile) -> CompressorOptions {
         self.profile = profile;
@@ -163,116 +175,6 @@ impl CompressorOptions {
     }
 }
 
-/// The prompt size at which compaction fires: `percent` of the window less
-/// the reply reserve, but never at or above the window itself (85% of it
-/// then), so that small windows still compact before they overflow.
-pub fn compaction_threshold(context_length: u64, percent: f64, reserve: Option<u64>) -> u64 {
-    let reserve = reserve.unwrap_or(0);
-    let usable = context_length.saturating_sub(reserve);
-    let t = crate::engine::threshold_tokens(usable, percent);
-    if context_length > 0 && (t >= context_length || usable == 0) {
-        crate::engine::threshold_tokens(context_length, SMALL_WINDOW_PERCENT)
-    } else {
-        t
-    }
-}
-
-/// How the last compaction ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The primary summarizer wrote the summary.
-    Compacted,
-    /// The primary failed; the extractive summary was inserted.
-    Fallback,
-    /// The summarizer failed in a way that must not be papered over
-    /// (auth, network): the transcript is unchanged.
-    Aborted,
-    /// Nothing between the head and the tail, or no saving possible.
-    NothingToCompress,
-    /// A cooldown or the anti-thrash guard declined an unforced compaction.
-    Blocked,
-    /// The result would have broken a provider rule; unchanged.
-    InvalidOutput,
-}
-
-/// A range of message indices of the input, `start..end`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Span {
-    /// First index.
-    pub start: usize,
-    /// One past the last index.
-    pub end: usize,
-}
-
-/// What the last [`compress`](ContextEngine::compress) did, for reports.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct CompactionReport {
-    /// How it ended.
-    pub outcome: Outcome,
-    /// Messages in and out.
-    pub messages_before: usize,
-    /// Messages in the result (the input's count when unchanged).
-    pub messages_after: usize,
-    /// Tokens of the input, by the engine's counter.
-    pub tokens_before: u64,
-    /// Tokens of the result (the input's when unchanged).
-    pub tokens_after: u64,
-    /// The threshold at the time.
-    pub threshold_tokens: u64,
-    /// The head kept verbatim.
-    pub head: Option<Span>,
-    /// The latest user message, kept verbatim between head and summary.
-    pub pinned: Option<usize>,
-    /// The tail kept verbatim.
-    pub tail: Option<Span>,
-    /// Messages replaced by the summary.
-    pub summarized_messages: usize,
-    /// The summarizer whose text was inserted (or that failed).
-    pub summarizer: Option<String>,
-    /// Where the summary went.
-    pub placement: Option<Placement>,
-    /// The size the summary aimed for, and what it took.
-    pub target_tokens: usize,
-    /// Tokens of the inserted summary message text.
-    pub summary_tokens: usize,
-    /// A previous summary was updated rather than summarised again.
-    pub iterative: bool,
-    /// Why it fell back, aborted, was blocked or had nothing to do.
-    pub reason: Option<String>,
-    /// The cooldown started by a failure.
-    pub cooldown_seconds: Option<u64>,
-    /// The result is at or under the threshold (false when the kept head
-    /// and tail alone exceed it).
-    pub within_budget: bool,
-}
-
-impl CompactionReport {
-    fn unchanged(outcome: Outcome, messages: usize, tokens: u64, threshold: u64) -> Self {
-        CompactionReport {
-            outcome,
-            messages_before: messages,
-            messages_after: messages,
-            tokens_before: tokens,
-            tokens_after: tokens,
-            threshold_tokens: threshold,
-            head: None,
-            pinned: None,
-            tail: None,
-            summarized_messages: 0,
-            summarizer: None,
-            placement: None,
-            target_tokens: 0,
-            summary_tokens: 0,
-            iterative: false,
-            reason: None,
-            cooldown_seconds: None,
-            within_budget: tokens <= threshold,
-        }
-    }
-}
-
 /// The built-in engine (see the module docs).
 pub struct Compressor {
     state: EngineState,
@@ -290,9 +192,9 @@ pub struct Compressor {
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
     last_report: Option<CompactionReport>,
-    /// The user's redactor (extra patterns from `security.redact_patterns`);
-    /// the built-in rules when `None`.
-    redactor: Option<Arc<Redactor>>,
+    /// Redaction of everything sent to the summarizer and of its reply,
+    /// with the user's redactor when one was given.
+    egress: Egress,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -321,19 +223,7 @@ impl Compressor {
         context_length: u64,
         options: CompressorOptions,
     ) -> Compressor {
-        let state = EngineState {
-            context_length,
-            threshold_percent: options.threshold_percent,
-            protect_first_n: options.protect_first_n,
-            protect_last_n: options.protect_last_n,
-            model_thresholds: options.model_thresholds.clone(),
-            threshold_tokens: compaction_threshold(
-                context_length,
-                options.threshold_percent,
-                options.max_tokens,
-            ),
-            ..EngineState::default()
-        };
+        let state = options.engine_state(context_length);
         Compressor {
             state,
             counter,
@@ -349,7 +239,7 @@ impl Compressor {
             awaiting_effect: None,
             seen_real_usage: false,
             last_report: None,
-            redactor: None,
+            egress: Egress::builtin(),
         }
     }
 
@@ -357,7 +247,7 @@ impl Compressor {
     /// patterns) instead of the built-in rules alone. Text that leaves the
     /// process is always redacted, whatever the redactor's opt-out.
     pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Compressor {
-        self.redactor = Some(redactor);
+        self.egress = Egress::new(Some(redactor));
         self
     }
 
@@ -410,6 +300,12 @@ impl Compressor {
 
     /// Where the next compaction would cut `messages`, or why it cannot.
     pub fn plan(&self, messages: &[Message]) -> Result<Plan, String> {
+        self.plan_with(messages, false)
+    }
+
+    /// [`plan`](Self::plan), with the tail cut to the last group when
+    /// `minimal_tail` (the escalation's second step).
+    fn plan_with(&self, messages: &[Message], minimal_tail: bool) -> Result<Plan, String> {
         // The state's protections win: hosts adjust them there.
         let options = CompressorOptions {
             protect_first_n: self.state.protect_first_n,
@@ -422,15 +318,29 @@ impl Compressor {
             self.state.threshold_tokens,
             self.state.compression_count,
             self.counter.as_ref(),
+            minimal_tail,
         )
     }
 
-    fn recompute_threshold(&mut self) {
-        self.state.threshold_tokens = compaction_threshold(
-            self.state.context_length,
-            self.state.threshold_percent,
-            self.options.max_tokens,
-        );
+    /// Tokens of what `plan` keeps verbatim plus the summary's target: the
+    /// compacted size before any escalation (per-message counts, cached).
+    fn kept_estimate(&self, messages: &[Message], plan: &Plan) -> u64 {
+        let c = self.counter.as_ref();
+        let kept: usize = messages[..plan.head_end]
+            .iter()
+            .chain(plan.pinned.map(|u| &messages[u]))
+            .chain(&messages[plan.tail_start..])
+            .map(|m| c.count_message(m))
+            .sum();
+        let target = self.target_tokens(self.span_estimate(messages, plan));
+        (kept + target + c.request_overhead()) as u64
+    }
+
+    /// Tokens of the messages `plan` summarises.
+    fn span_estimate(&self, messages: &[Message], plan: &Plan) -> usize {
+        plan.middle()
+            .map(|i| self.counter.count_message(&messages[i]))
+            .sum()
     }
 
     /// The size the summary aims for: a fifth of what it replaces, at most
@@ -470,7 +380,7 @@ impl Compressor {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         let tokens_before = self.counter.count_messages(messages) as u64;
         let threshold = self.state.threshold_tokens;
         let unchanged = |outcome| {
@@ -488,7 +398,7 @@ impl Compressor {
                 reason,
             });
         }
-        let plan = match self.plan(messages) {
+        let mut plan = match self.plan(messages) {
             Ok(plan) => plan,
             Err(why) => {
                 self.finish(CompactionReport {
@@ -502,34 +412,68 @@ impl Compressor {
             }
         };
 
-        // The span, without the previous summary's own text.
+        // Escalation decided before the summarizer runs (one call): when
+        // the kept messages and the summary's target would exceed the
+        // budget even with the tail's large results digested, the tail
+        // shrinks to the last group (its messages go into the summary).
+        let mut escalation: Vec<FitStep> = Vec::new();
+        if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
+            let profile = self.options.profile;
+            let mut provisional = assemble(messages, &plan, &wrap_summary(""), profile).0;
+            let target = self.target_tokens(self.span_estimate(messages, &plan)) as u64;
+            let room = threshold.saturating_sub(target);
+            let counter = self.counter.as_ref();
+            fit::run_step(
+                &mut provisional,
+                FitStepKind::DigestResults,
+                room,
+                counter,
+                profile,
+            );
+            if counter.count_messages(&provisional) as u64 > room
+                && let Ok(minimal) = self.plan_with(messages, true)
+                && minimal.tail_start > plan.tail_start
+            {
+                escalation.push(FitStep {
+                    step: FitStepKind::ShrinkTail,
+                    messages: minimal.tail_start - plan.tail_start,
+                    tokens_after: 0,
+                });
+                plan = minimal;
+            }
+        }
+
+        // The span, without the previous summary's own text; borrowed when
+        // it is one run of the input (the common case: no copy of 1 MB).
         let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
-        let span: Vec<Message> = plan
-            .middle()
-            .filter_map(|i| {
-                let m = &messages[i];
-                if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
-                    let own = insert::without_summary(&m.text());
-                    return (!own.is_empty()).then(|| with_text(m, own));
-                }
-                Some(m.clone())
-            })
-            .collect();
+        let contiguous = plan.previous.is_none()
+            && plan
+                .pinned
+                .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
+        let span: Cow<'_, [Message]> = if contiguous {
+            Cow::Borrowed(&messages[plan.head_end..plan.tail_start])
+        } else {
+            Cow::Owned(
+                plan.middle()
+                    .filter_map(|i| {
+                        let m = &messages[i];
+                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                            let own = insert::without_summary(&m.text());
+                            return (!own.is_empty()).then(|| with_text(m, own));
+                        }
+                        Some(m.clone())
+                    })
+                    .collect(),
+            )
+        };
         let span_tokens = self.counter.count_messages(&span);
         let target = self.target_tokens(span_tokens);
-        let turns: Vec<Message> = summarizer_input(&span, &self.options.digest)
-            .messages
-            .iter()
-            .map(|m| redact_message(m, self.redactor.as_deref()))
-            .collect();
-        let redactor = self.redactor.as_deref();
-        let previous = previous.map(|p| scrub(redactor, p).into_owned());
-        let focus = request
-            .focus_topic
-            .as_deref()
-            .map(|f| scrub(redactor, f).into_owned());
-        let memory =
-            Some(sanitize_memory_context(&request.memory_context)).filter(|m| !m.is_empty());
+        let egress = &self.egress;
+        let turns = egress.messages(&summarizer_input(&span, &self.options.digest).messages);
+        let previous = previous.map(|p| egress.string(p));
+        let focus = request.focus_topic.as_deref().map(|f| egress.string(f));
+        let memory = Some(egress.string(&sanitize_memory_context(&request.memory_context)))
+            .filter(|m| !m.is_empty());
         let mut summary_request = SummaryRequest::new(&turns, target);
         if let Some(p) = &previous {
             summary_request = summary_request.with_previous_summary(p);
@@ -565,6 +509,7 @@ impl Compressor {
                     return Err(EngineError::Summarizer {
                         engine: NAME.to_owned(),
                         reason: error.to_string(),
+                        cooldown_seconds: Some(cooldown.as_secs()),
                         source: Some(Box::new(error)),
                     });
                 }
@@ -579,11 +524,29 @@ impl Compressor {
                 )
             }
         };
-        let body = scrub(self.redactor.as_deref(), &body).into_owned();
+        let body = self.egress.string(&body);
         let wrapped = wrap_summary(&body);
 
-        let (out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
-        let tokens_after = self.counter.count_messages(&out) as u64;
+        let (mut out, placement) = assemble(messages, &plan, &wrapped, self.options.profile);
+        let mut tokens_after = self.counter.count_messages(&out) as u64;
+        // The rest of the ladder on the compacted transcript.
+        let mut unfittable = None;
+        if threshold > 0 && tokens_after > threshold {
+            let counter = self.counter.as_ref();
+            match fit::fit_history(&out, threshold, counter, self.options.profile) {
+                Ok(fitted) => {
+                    if let Some(shrink) = escalation.first_mut() {
+                        shrink.tokens_after = tokens_after;
+                    }
+                    escalation.extend(fitted.steps);
+                    out = fitted.messages;
+                    tokens_after = fitted.tokens_after;
+                }
+                Err(e) => unfittable = Some(e),
+            }
+        } else if let Some(shrink) = escalation.first_mut() {
+            shrink.tokens_after = tokens_after;
+        }
         let report = CompactionReport {
             outcome,
             messages_before: messages.len(),
@@ -591,15 +554,10 @@ impl Compressor {
             tokens_before,
             tokens_after,
             threshold_tokens: threshold,
-            head: Some(Span {
-                start: 0,
-                end: plan.head_end,
-            }),
+            head: Some(Span::new(0, plan.head_end)),
             pinned: plan.pinned,
-            tail: Some(Span {
-                start: plan.tail_start,
-                end: messages.len(),
-            }),
+            tail: Some(Span::new(plan.tail_start, messages.len())),
+            summarized: Some(Span::new(plan.head_end, plan.tail_start)),
             summarized_messages: plan.middle().count(),
             summarizer: Some(summarizer),
             placement: Some(placement),
@@ -609,6 +567,8 @@ impl Compressor {
             reason,
             cooldown_seconds: cooldown,
             within_budget: tokens_after <= threshold,
+            escalation,
+            unfittable,
         };
         if tokens_after >= tokens_before {
             let why = format!(
@@ -624,6 +584,20 @@ impl Compressor {
                 reason: why,
             });
         }
+        if let Some(i) = introduced_adjacency(messages, &out, self.options.profile) {
+            let why = format!(
+                "message {i}: the summary's placement would put two `{}` turns in a row",
+                out[i].role
+            );
+            self.finish(CompactionReport {
+                reason: Some(why.clone()),
+                ..unchanged(Outcome::InvalidOutput)
+            });
+            return Err(EngineError::InvalidOutput {
+                engine: NAME.to_owned(),
+                violation: Violation::new(i, Rule::ConsecutiveSameRole, why),
+            });
+        }
         if let Some(v) = introduced_violation(messages, &out, self.options.profile) {
             self.finish(CompactionReport {
                 reason: Some(v.to_string()),
@@ -631,14 +605,13 @@ impl Compressor {
             });
             return Err(EngineError::InvalidOutput {
                 engine: NAME.to_owned(),
-                index: v.index,
-                violation: format!("{}: {}", v.rule.name(), v.detail),
+                violation: v,
             });
         }
-        self.finish(report);
+        self.finish(report.clone());
         self.state.record_compression();
         self.awaiting_effect = Some(tokens_before);
-        Ok(out)
+        Ok(Compaction::with_report(out, report))
     }
 }
 
@@ -649,64 +622,6 @@ impl Compressor {
 /// count.
 fn preflight_slack(threshold: u64) -> u64 {
     (threshold / 20).max(4096.min(threshold / 10))
-}
-
-/// Redaction that ignores the user's opt-out: the text leaves the process.
-fn force() -> RedactOptions {
-    RedactOptions {
-        force: true,
-        url_credentials: true,
-        ..RedactOptions::default()
-    }
-}
-
-/// `text` redacted by `redactor`, or the built-in rules, forced.
-fn scrub<'a>(redactor: Option<&Redactor>, text: &'a str) -> Cow<'a, str> {
-    match redactor {
-        Some(r) => r.redact(text, &force()),
-        None => redact(text, &force()),
-    }
-}
-
-/// A copy of `message` with every text that could reach a summarizer
-/// redacted: content, tool-call arguments, reasoning.
-fn redact_message(message: &Message, redactor: Option<&Redactor>) -> Message {
-    let mut out = message.clone();
-    // Only a changed text is written back.
-    let redact = |text: &str| match scrub(redactor, text) {
-        Cow::Owned(r) => Some(r),
-        Cow::Borrowed(_) => None,
-    };
-    match &mut out.content {
-        Content::Text(text) => {
-            if let Some(r) = redact(text) {
-                *text = r;
-            }
-        }
-        Content::Parts(parts) => {
-            for part in parts.iter_mut() {
-                if let Some(text) = part.text()
-                    && let Some(r) = redact(text)
-                {
-                    *part = ContentPart::new_text(r);
-                }
-            }
-        }
-        Content::Absent | Content::Null => {}
-    }
-    for call in out.tool_calls.iter_mut().flatten() {
-        if let Some(function) = &mut call.function
-            && let Some(r) = redact(&function.arguments)
-        {
-            function.arguments = r;
-        }
-    }
-    if let Some(reasoning) = &mut out.reasoning_content
-        && let Some(r) = redact(reasoning)
-    {
-        *reasoning = r;
-    }
-    out
 }
 
 /// `message` with its content replaced by `text`.
@@ -743,7 +658,7 @@ fn assemble(
         .iter()
         .chain(tail)
         .any(|m| crate::validate::is_real_user_turn(m) && !is_summary(m));
-    let placement = insert::choose_placement(&out, tail, user_survives, profile == Profile::Strict);
+    let placement = insert::choose_placement(&out, tail, user_survives, profile);
     match placement {
         Placement::User => out.push(Message::user(wrapped)),
         Placement::Assistant => out.push(Message::assistant(wrapped)),
@@ -810,7 +725,7 @@ impl ContextEngine for Compressor {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         self.compress_inner(messages, request)
     }
 
@@ -911,6 +826,5 @@ impl ContextEngine for Compressor {
 
     fn update_model(&mut self, model: &ModelInfo) {
         self.state.apply_model(model);
-        self.recompute_threshold();
     }
 }

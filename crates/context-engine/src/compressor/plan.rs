@@ -6,7 +6,7 @@ use super::CompressorOptions;
 use super::insert::{find_summary, is_summary};
 use crate::message::{Message, Role};
 use crate::tokens::TokenCounter;
-use crate::validate::{CutPoints, Profile, is_real_user_turn};
+use crate::validate::{CutPoints, is_real_user_turn, may_join};
 
 /// The cut of one compaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,7 @@ pub(super) fn plan(
     threshold: u64,
     compression_count: u64,
     counter: &dyn TokenCounter,
+    minimal_tail: bool,
 ) -> Result<Plan, String> {
     let n = messages.len();
     let cuts = CutPoints::with_profile(messages, opts.profile);
@@ -67,9 +68,18 @@ pub(super) fn plan(
     } else {
         total as f64
     };
-    let budget = (basis * opts.tail_ratio) as usize;
+    // The minimal tail (escalation): the last group only.
+    let budget = if minimal_tail {
+        0
+    } else {
+        (basis * opts.tail_ratio) as usize
+    };
     let ceiling = (budget as f64 * opts.tail_ceiling) as usize;
-    let floor = opts.protect_last_n.clamp(3, 8);
+    let floor = if minimal_tail {
+        1
+    } else {
+        opts.protect_last_n.clamp(3, 8)
+    };
     let mut start = n;
     let mut acc = 0usize;
     while start > head_end {
@@ -92,10 +102,17 @@ pub(super) fn plan(
 
     // A previous summary belongs to the middle, to be updated.
     let mut previous = previous.filter(|(i, _)| *i >= head_end);
+    // Unless it sits in the last group (merged into its first message):
+    // then it stays in the tail, which must not become empty.
     if let Some((s, _)) = &previous
         && *s >= tail_start
     {
-        tail_start = cuts.at_or_after(s + 1);
+        let after = cuts.at_or_after(s + 1);
+        if after < n {
+            tail_start = after;
+        } else {
+            previous = None;
+        }
     }
     let summary_at = previous.as_ref().map(|(s, _)| *s);
 
@@ -104,6 +121,7 @@ pub(super) fn plan(
         .iter()
         .rposition(|m| m.role == Role::Assistant && !m.text().trim().is_empty() && !is_summary(m));
     if let Some(a) = latest_text
+        && !minimal_tail
         && a >= head_end
         && a < tail_start
         && summary_at.is_none_or(|s| a > s)
@@ -121,11 +139,9 @@ pub(super) fn plan(
         && u >= head_end
         && u < tail_start
     {
-        // Under strict alternation the head must end with an assistant
-        // turn (or nothing) for a user message to follow it: grow the head
-        // to such a boundary if there is one before `u`.
-        let joinable =
-            |b: usize| opts.profile != Profile::Strict || !ends_on_user_side(&messages[..b]);
+        // The pinned message must be allowed right after the head (no new
+        // same-role pair): grow the head to such a boundary before `u`.
+        let joinable = |b: usize| may_join(&messages[..b], &messages[u..=u], opts.profile);
         let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));
         match head {
             Some(b) if cuts.is_safe(u) && cuts.is_safe(u + 1) => {
@@ -152,18 +168,4 @@ pub(super) fn plan(
         ));
     }
     Ok(plan)
-}
-
-/// Whether the last conversational message of `messages` is on the user's
-/// side (a user message or a tool result).
-fn ends_on_user_side(messages: &[Message]) -> bool {
-    messages
-        .iter()
-        .rev()
-        .find_map(|m| match m.role {
-            Role::User | Role::Tool | Role::Function => Some(true),
-            Role::Assistant => Some(false),
-            _ => None,
-        })
-        .unwrap_or(false)
 }

@@ -118,7 +118,10 @@ fn threshold_subtracts_the_reserve_and_stays_below_small_windows() {
 fn compacts_keeping_system_head_tail_and_latest_user_message() {
     let history = session(40);
     let mut engine = Compressor::new(counter(), 20_000);
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(counter().count_messages(&out) < counter().count_messages(&history));
     // System prompt kept, with the one-time note.
@@ -177,12 +180,16 @@ fn second_compaction_updates_the_previous_summary_and_decays_the_head() {
     let mut engine = Compressor::new(counter(), 20_000);
     let first = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     let mut grown = first.clone();
     grown.extend(session(40).into_iter().skip(2));
     let (stub, seen) = Stub::new(vec![Ok("updated summary".into())]);
     let mut engine = engine.with_summarizer(stub);
-    let second = engine.compress(&grown, &CompressRequest::new()).unwrap();
+    let second = engine
+        .compress(&grown, &CompressRequest::new())
+        .unwrap()
+        .messages;
     let report = engine.last_report().unwrap();
     assert!(report.iterative);
     // Only the system prompt is protected now (plus the pinned ask).
@@ -202,12 +209,16 @@ fn previous_summary_is_recovered_from_the_transcript_after_a_restart() {
     let mut engine = Compressor::new(counter(), 20_000);
     let mut history = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     history.extend(session(40).into_iter().skip(2));
     // A fresh engine (restart): compression_count is 0.
     let (stub, seen) = Stub::new(vec![]);
     let mut fresh = Compressor::new(counter(), 20_000).with_summarizer(stub);
-    let out = fresh.compress(&history, &CompressRequest::new()).unwrap();
+    let out = fresh
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(fresh.last_report().unwrap().iterative);
     assert_eq!(summaries(&out), 1);
     assert!(seen.lock().unwrap()[0].contains("Extractive summary of"));
@@ -230,7 +241,10 @@ fn strict_profile_output_validates() {
         20_000,
         CompressorOptions::default().with_profile(Profile::Strict),
     );
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(
         validate(&out, Profile::Strict).is_empty(),
         "{:?}",
@@ -256,7 +270,10 @@ fn summary_role_is_user_right_after_the_system_prompt() {
             .with_profile(Profile::Strict)
             .with_protect_first_n(0),
     );
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(validate(&out, Profile::Strict).is_empty());
     let placement = engine.last_report().unwrap().placement.unwrap();
     // Right after the system prompt the summary is the user's turn (or is
@@ -296,7 +313,8 @@ fn abort_leaves_the_transcript_unchanged_and_starts_a_cooldown() {
     assert!(matches!(blocked, Err(EngineError::Blocked { .. })));
     let forced = engine
         .compress(&history, &CompressRequest::new().with_force(true))
-        .unwrap();
+        .unwrap()
+        .messages;
     assert!(forced.iter().any(|m| m.text().contains("model summary")));
     // Success clears the cooldown.
     assert_eq!(engine.cooldown_seconds_left(), None);
@@ -319,7 +337,10 @@ fn fallbacks_insert_the_extractive_summary_with_escalating_cooldowns() {
         Err(SummarizeError::RateLimited { retry_after: None }),
     ]);
     let history = session(40);
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     let report = engine.last_report().unwrap().clone();
     assert_eq!(report.outcome, Outcome::Fallback);
     assert_eq!(report.summarizer.as_deref(), Some("extractive"));
@@ -443,7 +464,7 @@ fn everything_crossing_to_the_summarizer_is_redacted() {
     let request = CompressRequest::new()
         .with_focus_topic(format!("token {SECRET}"))
         .with_memory_context(format!("remember GITHUB_TOKEN={SECRET}"));
-    let out = engine.compress(&history, &request).unwrap();
+    let out = engine.compress(&history, &request).unwrap().messages;
     let asked = seen.lock().unwrap()[0].clone();
     assert!(!asked.contains(SECRET), "secret reached the summarizer");
     assert!(asked.contains("remember"));
@@ -475,7 +496,10 @@ fn the_users_redaction_patterns_apply_to_what_leaves() {
     let mut engine = Compressor::new(counter(), 20_000)
         .with_summarizer(stub)
         .with_redactor(Arc::new(redactor));
-    let out = engine.compress(&history, &CompressRequest::new()).unwrap();
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert!(!seen.lock().unwrap()[0].contains(INTERNAL));
     let summary = out
         .iter()
@@ -503,7 +527,8 @@ fn no_internal_markers_on_the_wire() {
     let mut engine = Compressor::new(counter(), 20_000);
     let out = engine
         .compress(&session(40), &CompressRequest::new())
-        .unwrap();
+        .unwrap()
+        .messages;
     for m in &out {
         assert!(m.extra.keys().all(|k| !k.starts_with('_')));
     }
@@ -620,7 +645,6 @@ fn proactive_prune_is_off_by_default_and_prunes_when_configured() {
         ));
     }
     messages.push(Message::assistant("Done."));
-    let before = messages.clone();
 
     let mut off = Compressor::new(counter(), 200_000);
     let (out, pruned) = off.prune_tool_results_only(&messages, None);
@@ -635,5 +659,12 @@ fn proactive_prune_is_off_by_default_and_prunes_when_configured() {
     assert!(pruned >= 5, "pruned {pruned}");
     assert!(validate(&out, Profile::OpenAi).is_empty());
     assert!(on.counter.count_messages(&out) < on.counter.count_messages(&messages));
-    assert_eq!(messages, before, "stored history is untouched");
+    // Only contents change: as many messages, same roles and ids, and
+    // exactly the reported number of messages differ.
+    assert_eq!(out.len(), messages.len());
+    for (a, b) in messages.iter().zip(out.iter()) {
+        assert_eq!((&a.role, &a.tool_call_id), (&b.role, &b.tool_call_id));
+    }
+    let changed = messages.iter().zip(out.iter()).filter(|(a, b)| a != b);
+    assert_eq!(changed.count(), pruned);
 }

@@ -98,7 +98,7 @@ pub enum ConfigError {
         origin: String,
     },
     /// The file exists but cannot be read (or is not UTF-8).
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error("cannot read config file {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,

@@ -3,6 +3,7 @@
 use thiserror::Error;
 
 use super::types::BlockReason;
+use crate::validate::Violation;
 
 /// A boxed underlying cause (HTTP client error, I/O error, ...).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -21,19 +22,25 @@ pub enum EngineError {
         engine: String,
         /// What went wrong, for the user.
         reason: String,
+        /// The cooldown the failure started, if the engine keeps one.
+        cooldown_seconds: Option<u64>,
         /// The underlying error, if any.
         #[source]
         source: Option<BoxError>,
     },
     /// The engine produced a transcript the provider would reject.
-    #[error("engine `{engine}` produced an invalid transcript at message {index}: {violation}")]
+    #[error(
+        "engine `{engine}` produced an invalid transcript at message {}: {}: {}",
+        violation.index,
+        violation.rule,
+        violation.detail
+    )]
     InvalidOutput {
         /// Name of the failing engine.
         engine: String,
-        /// Index of the first offending message in the output.
-        index: usize,
-        /// The rule it breaks (e.g. "tool result without a matching call").
-        violation: String,
+        /// The first rule the output breaks that the input kept (its index
+        /// is in the output).
+        violation: Violation,
     },
     /// A plugin engine failed internally (state load, index, ...).
     #[error("context engine plugin `{engine}` failed during {operation}: {reason}")]
@@ -64,4 +71,30 @@ pub enum EngineError {
         /// Why it declined.
         reason: BlockReason,
     },
+}
+
+impl EngineError {
+    /// The name of the engine that reported the error.
+    pub fn engine(&self) -> &str {
+        match self {
+            EngineError::Summarizer { engine, .. }
+            | EngineError::InvalidOutput { engine, .. }
+            | EngineError::Plugin { engine, .. }
+            | EngineError::NothingToCompress { engine, .. }
+            | EngineError::Blocked { engine, .. } => engine,
+        }
+    }
+
+    /// Why, without the engine's name (for reports that name it already).
+    pub fn reason(&self) -> String {
+        match self {
+            EngineError::Summarizer { reason, .. }
+            | EngineError::NothingToCompress { reason, .. } => reason.clone(),
+            EngineError::InvalidOutput { violation, .. } => violation.to_string(),
+            EngineError::Plugin {
+                operation, reason, ..
+            } => format!("{operation}: {reason}"),
+            EngineError::Blocked { reason, .. } => reason.to_string(),
+        }
+    }
 }

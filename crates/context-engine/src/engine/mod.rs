@@ -17,6 +17,7 @@
 //! other hook has a default that keeps an engine written before the hook
 //! existed working unchanged.
 
+mod compaction;
 mod error;
 mod memory;
 mod state;
@@ -33,6 +34,7 @@ use serde_json::Value;
 
 use crate::message::Message;
 
+pub use compaction::{Compaction, CompactionReport, Outcome, Span};
 pub use error::{BoxError, EngineError};
 pub use memory::{
     MEMORY_CONTEXT_HEAD_CHARS, MEMORY_CONTEXT_MAX_CHARS, MEMORY_CONTEXT_TAIL_CHARS,
@@ -40,9 +42,11 @@ pub use memory::{
 };
 pub use state::{
     DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineState,
-    EngineStatus, PromptTokens, threshold_tokens,
+    EngineStatus, PromptTokens,
 };
-pub use threshold::resolve_model_threshold;
+pub use threshold::{
+    SMALL_WINDOW_PERCENT, compaction_threshold, resolve_model_threshold, threshold_tokens,
+};
 pub use types::{
     BlockReason, CompactionPhase, CompactionStatusContext, CompressDecision, CompressRequest,
     ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
@@ -83,16 +87,22 @@ pub trait ContextEngine: Send {
         CompressDecision::plain(self.should_compress(prompt_tokens))
     }
 
-    /// Compacts `messages` into a valid transcript that fits the budget.
+    /// Compacts `messages` into a valid transcript that fits the budget,
+    /// and reports what it did ([`Compaction`]: the messages and a
+    /// [`CompactionReport`] with the summarized span of the input, so a
+    /// host or store never needs the concrete engine type to explain or
+    /// archive a compaction). An engine that does not track its cut can
+    /// build the result with [`Compaction::from_diff`].
     ///
     /// The input is borrowed: on error the host keeps the original, so a
-    /// failing engine never loses history. Engines typically finish with
+    /// failing engine never loses history ([`CompactionReport::failed`]
+    /// turns the error into a report). Engines typically finish with
     /// [`EngineState::record_compression`].
     fn compress(
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError>;
+    ) -> Result<Compaction, EngineError>;
 
     // -- Optional hooks -----------------------------------------------------
 
@@ -211,8 +221,9 @@ pub trait ContextEngine: Send {
     }
 
     /// Model switch or fallback: adopt the new context length and recompute
-    /// the threshold, honouring per-model overrides
-    /// ([`EngineState::apply_model`]).
+    /// the threshold, honouring per-model overrides and the reply reserve
+    /// ([`EngineState::apply_model`], [`compaction_threshold`]): the same
+    /// threshold the built-in engines compute.
     fn update_model(&mut self, model: &ModelInfo) {
         self.state_mut().apply_model(model);
     }

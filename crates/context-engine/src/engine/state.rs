@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::threshold::resolve_model_threshold;
+use super::threshold::{compaction_threshold, resolve_model_threshold};
 use super::types::ModelInfo;
 use super::usage::Usage;
 
@@ -68,7 +68,9 @@ pub struct EngineState {
     pub last_completion_tokens: u64,
     /// Total tokens of the last provider call.
     pub last_total_tokens: u64,
-    /// Prompt size at which compaction fires (`context_length * threshold_percent`).
+    /// Prompt size at which compaction fires (see
+    /// [`compaction_threshold`]: the percent of the window less the reply
+    /// reserve).
     pub threshold_tokens: u64,
     /// The model's context window; 0 when unknown.
     pub context_length: u64,
@@ -76,6 +78,10 @@ pub struct EngineState {
     pub compression_count: u64,
     /// Fraction of the context window at which compaction fires.
     pub threshold_percent: f64,
+    /// Tokens reserved for the model's reply, subtracted from the window
+    /// before the percent applies; `None` reserves nothing.
+    #[serde(default)]
+    pub reply_reserve: Option<u64>,
     /// Non-system head messages kept verbatim, in addition to the system
     /// prompt, which is always protected (3 keeps the historical head shape).
     pub protect_first_n: usize,
@@ -104,6 +110,7 @@ impl Default for EngineState {
             context_length: 0,
             compression_count: 0,
             threshold_percent: DEFAULT_THRESHOLD_PERCENT,
+            reply_reserve: None,
             protect_first_n: DEFAULT_PROTECT_FIRST_N,
             protect_last_n: DEFAULT_PROTECT_LAST_N,
             emit_automatic_compaction_status: true,
@@ -114,6 +121,44 @@ impl Default for EngineState {
 }
 
 impl EngineState {
+    /// The state of an engine for a `context_length` window (0 when
+    /// unknown) that compacts at `threshold_percent` of it less
+    /// `reply_reserve`; everything else at its default.
+    pub fn new(context_length: u64, threshold_percent: f64, reply_reserve: Option<u64>) -> Self {
+        let mut state = EngineState {
+            context_length,
+            threshold_percent,
+            reply_reserve,
+            ..EngineState::default()
+        };
+        state.recompute_threshold();
+        state
+    }
+
+    /// Sets the head and tail protections.
+    pub fn with_protection(mut self, first_n: usize, last_n: usize) -> Self {
+        self.protect_first_n = first_n;
+        self.protect_last_n = last_n;
+        self
+    }
+
+    /// Sets the per-model threshold overrides (applied by the next
+    /// [`apply_model`](Self::apply_model)).
+    pub fn with_model_thresholds(mut self, overrides: BTreeMap<String, f64>) -> Self {
+        self.model_thresholds = overrides;
+        self
+    }
+
+    /// Recomputes [`threshold_tokens`](Self::threshold_tokens) from the
+    /// window, the percent and the reply reserve ([`compaction_threshold`]).
+    pub fn recompute_threshold(&mut self) {
+        self.threshold_tokens = compaction_threshold(
+            self.context_length,
+            self.threshold_percent,
+            self.reply_reserve,
+        );
+    }
+
     /// Records the real usage of a provider call (ends the awaiting state).
     pub fn record_usage(&mut self, usage: &Usage) {
         self.last_prompt_tokens = PromptTokens::Known(usage.prompt_tokens);
@@ -160,7 +205,7 @@ impl EngineState {
             &self.model_thresholds,
             configured,
         );
-        self.threshold_tokens = threshold_tokens(self.context_length, self.threshold_percent);
+        self.recompute_threshold();
     }
 
     /// The standard status report (see [`EngineStatus`]).
@@ -181,12 +226,6 @@ impl EngineState {
             extra: Map::new(),
         }
     }
-}
-
-/// `floor(context_length * percent)`; a negative or non-finite percent gives 0.
-pub fn threshold_tokens(context_length: u64, percent: f64) -> u64 {
-    // `as` saturates: NaN and negatives become 0, huge values u64::MAX.
-    (context_length as f64 * percent).floor() as u64
 }
 
 /// What hosts display about an engine; field names match the reference

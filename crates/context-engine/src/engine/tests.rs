@@ -31,9 +31,16 @@ impl ContextEngine for Minimal {
         &mut self,
         messages: &[Message],
         _request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         self.state.record_compression();
-        Ok(messages.iter().rev().take(2).rev().cloned().collect())
+        let out = messages.iter().rev().take(2).rev().cloned().collect();
+        let counter = crate::tokens::BpeCounter::new(crate::tokens::Encoding::O200kBase);
+        Ok(Compaction::from_diff(
+            messages,
+            out,
+            &counter,
+            self.state.threshold_tokens,
+        ))
     }
 }
 
@@ -63,8 +70,14 @@ impl ContextEngine for Chatty {
         &mut self,
         messages: &[Message],
         _request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
-        Ok(messages.to_vec())
+    ) -> Result<Compaction, EngineError> {
+        let counter = crate::tokens::BpeCounter::new(crate::tokens::Encoding::O200kBase);
+        Ok(Compaction::from_diff(
+            messages,
+            messages.to_vec(),
+            &counter,
+            0,
+        ))
     }
     fn automatic_compaction_status(
         &self,
@@ -157,7 +170,10 @@ fn optional_hooks_default_to_no_ops() {
 fn engines_work_as_trait_objects() {
     let mut boxed: Box<dyn ContextEngine> = Box::new(Minimal::default());
     boxed.update_from_response(&Usage::new(10, 5));
-    let out = boxed.compress(&convo(), &CompressRequest::new()).unwrap();
+    let out = boxed
+        .compress(&convo(), &CompressRequest::new())
+        .unwrap()
+        .messages;
     assert_eq!(out.len(), 2);
     assert_eq!(boxed.status().compression_count, 1);
     assert_eq!(boxed.name(), "minimal");
@@ -472,17 +488,28 @@ fn block_reasons_display_and_serialize() {
 fn errors_carry_context() {
     let e = EngineError::InvalidOutput {
         engine: "dag".into(),
-        index: 4,
-        violation: "tool result without a matching call".into(),
+        violation: crate::validate::Violation::new(
+            4,
+            crate::validate::Rule::OrphanToolResult,
+            "tool result without a matching call",
+        ),
     };
     assert_eq!(
         e.to_string(),
-        "engine `dag` produced an invalid transcript at message 4: tool result without a matching call"
+        "engine `dag` produced an invalid transcript at message 4: orphan-tool-result: tool result without a matching call"
     );
+    assert_eq!(e.engine(), "dag");
+    match &e {
+        EngineError::InvalidOutput { violation, .. } => {
+            assert_eq!(violation.rule, crate::validate::Rule::OrphanToolResult);
+        }
+        other => panic!("{other:?}"),
+    }
     let io = std::io::Error::other("timeout");
     let e = EngineError::Summarizer {
         engine: "compressor".into(),
         reason: "summary call failed".into(),
+        cooldown_seconds: Some(60),
         source: Some(Box::new(io)),
     };
     let source = std::error::Error::source(&e).map(ToString::to_string);
@@ -627,9 +654,13 @@ fn usage_from_corpus_provider_responses() {
 fn sanitize_short_context_is_trimmed_and_redacted() {
     let out = sanitize_memory_context("  token sk-abcdefghijklmnopqrstuvwx  \n");
     assert_eq!(out, "token sk-abc...uvwx");
-    // URL credentials are always masked here: the whole userinfo goes.
+    // URL credentials are always masked here: the password goes, the user
+    // name, host and path stay; a bare token as user name goes whole.
     let out = sanitize_memory_context("db postgres://u:pw@h/db");
-    assert_eq!(out, "db postgres://***@h/db");
+    assert_eq!(out, "db postgres://u:***@h/db");
+    let out = sanitize_memory_context("git https://ghp_abcdef0123456789@github.com/a/b");
+    assert!(!out.contains("ghp_abcdef0123456789"), "{out}");
+    assert!(out.ends_with("@github.com/a/b"), "{out}");
 }
 
 #[test]
@@ -688,4 +719,107 @@ proptest::proptest! {
             proptest::prop_assert!(!out.contains(MEMORY_CONTEXT_TRUNCATION_MARKER));
         }
     }
+}
+
+/// A third-party engine that keeps the default `update_model` and the
+/// built-in compressor compute the same threshold, reply reserve and
+/// small-window rule included.
+#[test]
+fn default_update_model_and_the_compressor_share_the_threshold_policy() {
+    use crate::compressor::{Compressor, CompressorOptions};
+    use crate::tokens::{BpeCounter, Encoding};
+    use std::sync::Arc;
+
+    let mut overrides = BTreeMap::new();
+    overrides.insert("mini".to_owned(), 0.5);
+    let mut options = CompressorOptions::default().with_max_tokens(4_096);
+    options.model_thresholds = overrides.clone();
+    let counter = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let mut compressor = Compressor::with_options(counter, 0, options);
+    let mut third = Minimal {
+        state: EngineState::new(0, DEFAULT_THRESHOLD_PERCENT, Some(4_096))
+            .with_model_thresholds(overrides),
+    };
+    // Large window, a small one where the reserve eats it (85% rule), an
+    // override, and back.
+    for model in [
+        ModelInfo::new("gpt-4o", 128_000),
+        ModelInfo::new("tiny", 4_096),
+        ModelInfo::new("gpt-4o-mini", 32_000),
+        ModelInfo::new("gpt-4o", 128_000),
+    ] {
+        compressor.update_model(&model);
+        third.update_model(&model);
+        assert_eq!(
+            third.state().threshold_tokens,
+            compressor.state().threshold_tokens,
+            "{}",
+            model.model
+        );
+    }
+    assert_eq!(
+        third.state().threshold_tokens,
+        compaction_threshold(128_000, DEFAULT_THRESHOLD_PERCENT, Some(4_096))
+    );
+    third.update_model(&ModelInfo::new("tiny", 4_096));
+    assert_eq!(
+        third.state().threshold_tokens,
+        3_481,
+        "85% of a reserve-eaten window"
+    );
+    third.update_model(&ModelInfo::new("gpt-4o-mini", 32_000));
+    assert_eq!(third.state().threshold_tokens, (32_000 - 4_096) / 2);
+}
+
+/// The report derived from input and output names the kept head and tail
+/// and the replaced span, by input index.
+#[test]
+fn compaction_from_diff_names_the_summarized_span() {
+    let counter = crate::tokens::BpeCounter::new(crate::tokens::Encoding::O200kBase);
+    let input: Vec<Message> = (0..8)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::user(format!("ask {i}"))
+            } else {
+                Message::assistant(format!("answer {i}"))
+            }
+        })
+        .collect();
+    let mut output = input[..2].to_vec();
+    output.push(Message::user("summary of 2..6"));
+    output.extend_from_slice(&input[6..]);
+    let c = Compaction::from_diff(&input, output.clone(), &counter, 1_000);
+    assert_eq!(c.messages, output);
+    let r = &c.report;
+    assert_eq!(r.outcome, Outcome::Compacted);
+    assert_eq!(r.head, Some(Span::new(0, 2)));
+    assert_eq!(r.tail, Some(Span::new(6, 8)));
+    assert_eq!(r.summarized, Some(Span::new(2, 6)));
+    assert_eq!(r.summarized_messages, 4);
+    assert_eq!((r.messages_before, r.messages_after), (8, 5));
+    assert!(r.tokens_after < r.tokens_before);
+    // A prefix and suffix never overlap, even when the output repeats.
+    let same = Compaction::from_diff(&input, input[..3].to_vec(), &counter, 0);
+    assert_eq!(same.report.summarized, Some(Span::new(3, 8)));
+    assert_eq!(same.report.tail, Some(Span::new(8, 8)));
+}
+
+/// A failure becomes a report of the unchanged input, its reason without
+/// the engine prefix the error's own text carries.
+#[test]
+fn failed_report_keeps_the_input_and_the_reason() {
+    let counter = crate::tokens::BpeCounter::new(crate::tokens::Encoding::O200kBase);
+    let err = EngineError::Summarizer {
+        engine: "compressor".into(),
+        reason: "cannot reach the summarizer".into(),
+        cooldown_seconds: Some(60),
+        source: None,
+    };
+    let r = CompactionReport::failed(&err, &convo(), &counter, 10);
+    assert_eq!(r.outcome, Outcome::Aborted);
+    assert_eq!(r.messages_before, r.messages_after);
+    assert_eq!(r.tokens_before, r.tokens_after);
+    assert_eq!(r.reason.as_deref(), Some("cannot reach the summarizer"));
+    assert_eq!(r.cooldown_seconds, Some(60));
+    assert!(!r.outcome.changed());
 }

@@ -1,6 +1,37 @@
-//! Per-model compaction threshold overrides.
+//! The threshold policy, one home for every engine: the prompt size at which
+//! compaction fires ([`compaction_threshold`]) and the per-model overrides
+//! of its percent ([`resolve_model_threshold`]).
 
 use std::collections::BTreeMap;
+
+/// Fraction of the window used as the threshold when the configured one
+/// would reach the window itself (small windows, big reply reserves).
+pub const SMALL_WINDOW_PERCENT: f64 = 0.85;
+
+/// The prompt size at which compaction fires: `percent` of the window less
+/// the reply reserve, but never at or above the window itself (85% of it
+/// then), so that small windows still compact before they overflow. 0 when
+/// the window is unknown (0).
+///
+/// Every engine gets its threshold from here: the compressor, the plugin
+/// host and the trait's default [`update_model`](super::ContextEngine::update_model)
+/// (through [`EngineState::apply_model`](super::EngineState::apply_model)).
+pub fn compaction_threshold(context_length: u64, percent: f64, reserve: Option<u64>) -> u64 {
+    let reserve = reserve.unwrap_or(0);
+    let usable = context_length.saturating_sub(reserve);
+    let t = threshold_tokens(usable, percent);
+    if context_length > 0 && (t >= context_length || usable == 0) {
+        threshold_tokens(context_length, SMALL_WINDOW_PERCENT)
+    } else {
+        t
+    }
+}
+
+/// `floor(context_length * percent)`; a negative or non-finite percent gives 0.
+pub fn threshold_tokens(context_length: u64, percent: f64) -> u64 {
+    // `as` saturates: NaN and negatives become 0, huge values u64::MAX.
+    (context_length as f64 * percent).floor() as u64
+}
 
 /// The threshold percent for `model` served by `provider`.
 ///

@@ -172,8 +172,9 @@ impl<'a> SelectRequest<'a> {
 }
 
 /// What the host knows about a finished turn, for
-/// [`on_turn_complete`](super::ContextEngine::on_turn_complete).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// [`on_turn_complete`](super::ContextEngine::on_turn_complete) (and, as
+/// is, the `turn` a plugin receives).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct TurnInfo {
     /// Host identifier of the turn.

@@ -38,10 +38,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::compressor::fit::{FitStep, Unfittable, fit};
 use crate::engine::{
-    CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineError,
-    EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo, Usage,
-    automatic_compaction_status_message,
+    CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
+    EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
+    Usage, automatic_compaction_status_message,
 };
 use crate::message::Message;
 use crate::tokens::TokenCounter;
@@ -126,6 +127,12 @@ pub struct Compaction {
     pub tokens_before: u64,
     /// Tokens of the history after the last accepted pass.
     pub tokens_after: u64,
+    /// Tokens of the request that would have been sent before it (after
+    /// selection), and of the request after it: the same request, counted
+    /// the same way, so that the two compare.
+    pub request_tokens_before: u64,
+    /// Tokens of the request after it.
+    pub request_tokens_after: u64,
     /// Messages before and after.
     pub messages_before: usize,
     /// Messages after the last accepted pass.
@@ -133,6 +140,12 @@ pub struct Compaction {
     /// Wall time of all passes (summarizer calls included).
     #[serde(rename = "elapsed_ms", serialize_with = "as_millis")]
     pub elapsed: Duration,
+    /// The engine's report of each accepted pass, in order. The indices of
+    /// pass `k` refer to its input: the history for the first, the previous
+    /// pass's output after that. Not serialized (replay's JSON stays as it
+    /// was); a store archives `summarized` spans from here.
+    #[serde(skip)]
+    pub reports: Vec<CompactionReport>,
 }
 
 /// What set a compaction off.
@@ -165,6 +178,48 @@ pub struct Update {
     pub pruned: usize,
     /// What to tell the user.
     pub notices: Vec<Notice>,
+    /// A compaction that was due in this step but did not happen, and why.
+    pub missed: Option<Missed>,
+}
+
+/// A compaction that was due but did not happen: what a report needs to
+/// tell "never reached the threshold" from "tried and failed" and "held
+/// back".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Missed {
+    /// Where it was due.
+    pub trigger: Trigger,
+    /// How it went.
+    pub kind: MissedKind,
+    /// Why, for the user (one line).
+    pub reason: String,
+}
+
+/// How a due compaction did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissedKind {
+    /// Attempted; the engine failed (summarizer, plugin crash, timeout).
+    Failed,
+    /// Attempted; the result was refused (it would break a provider rule,
+    /// or the engine judged its own output invalid).
+    Refused,
+    /// Not attempted: a cooldown or the anti-thrash guard held it back.
+    Blocked,
+    /// Attempted; everything was protected or already compact.
+    NothingToCompress,
+}
+
+impl MissedKind {
+    /// The kind of an engine's error.
+    fn of(err: &EngineError) -> MissedKind {
+        match err {
+            EngineError::Blocked { .. } => MissedKind::Blocked,
+            EngineError::NothingToCompress { .. } => MissedKind::NothingToCompress,
+            EngineError::InvalidOutput { .. } => MissedKind::Refused,
+            _ => MissedKind::Failed,
+        }
+    }
 }
 
 /// What [`Session::before_request`] prepared.
@@ -180,6 +235,13 @@ pub struct Prepared {
     pub request_tokens: u64,
     /// Compaction and notices of the preflight.
     pub update: Update,
+    /// The escalation steps that brought a request over the window under
+    /// it (a request view: the history is unchanged), in order.
+    pub fit: Vec<FitStep>,
+    /// Set when even the system prompt and the latest user ask exceed the
+    /// window: no request can fit, so **do not send** `request`; the host
+    /// decides (switch to a larger model, ask the user to shorten).
+    pub unfittable: Option<Unfittable>,
 }
 
 /// One agent session driven through a [`ContextEngine`].
@@ -304,22 +366,75 @@ impl Session {
             } else if !self.engine.should_defer_preflight_to_real_usage(rough) {
                 let decision = self.engine.should_compress_info(Some(rough));
                 if let Some(reason) = decision.block_reason {
-                    update.notices.push(Notice::warning(format!(
-                        "context is over the compaction threshold, but compaction is held back: {reason}"
-                    )));
+                    held_back(&mut update, Trigger::Preflight, &reason);
                 }
             }
         }
         let base = update.new_history.as_deref().unwrap_or(history);
-        let request = view.unwrap_or_else(|| base.to_vec());
-        let request_tokens =
+        let mut request = view.unwrap_or_else(|| base.to_vec());
+        let mut request_tokens =
             measured.unwrap_or_else(|| self.counter.count_messages(&request) as u64);
+        // Never over the window: what compaction and selection left over
+        // it is fitted (a view; the history keeps every original).
+        let (mut steps, mut unfittable) = (Vec::new(), None);
+        let window = self.engine.state().context_length;
+        if window > 0 && request_tokens > window {
+            match self.fit_request(&request, window) {
+                Ok(fitted) => match self.check_output(base, &fitted.messages) {
+                    Ok(()) => {
+                        request = fitted.messages;
+                        request_tokens = fitted.tokens_after;
+                        steps = fitted.steps;
+                        selected = true;
+                    }
+                    Err(why) => update.notices.push(Notice::warning(format!(
+                        "the request is over the window and its fitted form was rejected: {why}"
+                    ))),
+                },
+                Err(e) => {
+                    update.notices.push(Notice::warning(format!(
+                        "the request cannot fit the window, not sending it: {e}"
+                    )));
+                    unfittable = Some(e);
+                }
+            }
+        }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         Prepared {
             request,
             selected,
             request_tokens,
             update,
+            fit: steps,
+            unfittable,
+        }
+    }
+
+    /// `request` fitted under the compaction threshold (room for the next
+    /// turns), else under the `window` itself.
+    fn fit_request(
+        &self,
+        request: &[Message],
+        window: u64,
+    ) -> Result<crate::compressor::fit::Fitted, Unfittable> {
+        let threshold = self.engine.state().threshold_tokens;
+        let counter = self.counter.as_ref();
+        let profile = self.options.profile;
+        if threshold > 0
+            && threshold < window
+            && let Ok(fitted) = fit(request, threshold, counter, profile)
+        {
+            return Ok(fitted);
+        }
+        fit(request, window, counter, profile)
+    }
+
+    /// Tokens of the request `history` would be sent as (after selection).
+    fn request_tokens(&mut self, history: &[Message]) -> u64 {
+        let mut scratch = Vec::new();
+        match self.select(history, &mut scratch).0 {
+            Some(view) => self.counter.count_messages(&view) as u64,
+            None => self.counter.count_messages(history) as u64,
         }
     }
 
@@ -347,9 +462,7 @@ impl Session {
                     &mut update,
                 );
             } else if let Some(reason) = decision.block_reason {
-                update.notices.push(Notice::warning(format!(
-                    "context is over the compaction threshold, but compaction is held back: {reason}"
-                )));
+                held_back(&mut update, Trigger::PostTool, &reason);
             }
         }
         let base = update.new_history.as_deref().unwrap_or(history);
@@ -482,23 +595,43 @@ impl Session {
         let mut current: Option<Vec<Message>> = None;
         let mut current_tokens = tokens;
         let mut passes = 0;
+        let mut reports = Vec::new();
         while passes < self.options.max_passes.max(1) {
             let input = current.as_deref().unwrap_or(history);
             let request = request.clone().with_current_tokens(current_tokens);
             let out = match self.engine.compress(input, &request) {
-                Ok(out) => out,
+                Ok(compaction) => {
+                    reports.push(compaction.report);
+                    compaction.messages
+                }
                 Err(err) => {
                     if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
                         update.notices.push(error_notice(&err, trigger));
+                    }
+                    if passes == 0 {
+                        update.missed = Some(Missed {
+                            trigger,
+                            kind: MissedKind::of(&err),
+                            reason: err.to_string(),
+                        });
                     }
                     break;
                 }
             };
             if let Err(why) = self.check_output(input, &out) {
-                update.notices.push(Notice::warning(format!(
+                reports.pop();
+                let reason = format!(
                     "engine `{}`: compaction result rejected, history unchanged: {why}",
                     self.engine.name()
-                )));
+                );
+                update.notices.push(Notice::warning(reason.clone()));
+                if passes == 0 {
+                    update.missed = Some(Missed {
+                        trigger,
+                        kind: MissedKind::Refused,
+                        reason,
+                    });
+                }
                 break;
             }
             let after = self.counter.count_messages(&out) as u64;
@@ -514,19 +647,34 @@ impl Session {
             }
         }
         let Some(out) = current else { return };
+        // A compaction never makes the request bigger: compare the request
+        // that would have gone out with the one that will.
+        let request_before = self.request_tokens(history);
+        let request_after = self.request_tokens(&out);
+        if request_after >= request_before {
+            update.notices.push(Notice::warning(format!(
+                "engine `{}`: compaction rejected, history unchanged: the request would not be smaller ({request_before} -> {request_after} tokens)",
+                self.engine.name()
+            )));
+            return;
+        }
+        let history_tokens = self.counter.count_messages(history) as u64;
         let compaction = Compaction {
             trigger,
             passes,
-            tokens_before: tokens,
+            tokens_before: history_tokens,
             tokens_after: current_tokens,
+            request_tokens_before: request_before,
+            request_tokens_after: request_after,
             messages_before: history.len(),
             messages_after: out.len(),
             elapsed: started.elapsed(),
+            reports,
         };
         self.awaiting_usage = true;
         let text = format!(
             "Compacted the conversation: {} → {} tokens, {} → {} messages.",
-            tokens,
+            history_tokens,
             current_tokens,
             history.len(),
             out.len()
@@ -605,6 +753,18 @@ fn tool_name(tool: &Value) -> Option<&str> {
         .and_then(|f| f.get("name"))
         .or_else(|| tool.get("name"))
         .and_then(Value::as_str)
+}
+
+/// The context is over the threshold but the engine holds compaction back.
+fn held_back(update: &mut Update, trigger: Trigger, reason: &impl std::fmt::Display) {
+    update.notices.push(Notice::warning(format!(
+        "context is over the compaction threshold, but compaction is held back: {reason}"
+    )));
+    update.missed = Some(Missed {
+        trigger,
+        kind: MissedKind::Blocked,
+        reason: reason.to_string(),
+    });
 }
 
 fn error_notice(err: &EngineError, trigger: Trigger) -> Notice {

@@ -31,6 +31,8 @@ struct Scripted {
     mode: CompressMode,
     select: Option<Vec<Message>>,
     prune: bool,
+    /// Over the threshold, hold compaction back with a cooldown.
+    blocked: bool,
 }
 
 impl Scripted {
@@ -47,6 +49,7 @@ impl Scripted {
             mode: CompressMode::KeepEnds,
             select: None,
             prune: false,
+            blocked: false,
         }
     }
 
@@ -74,13 +77,18 @@ impl ContextEngine for Scripted {
     }
     fn should_compress_info(&self, prompt_tokens: Option<u64>) -> crate::engine::CompressDecision {
         self.note(format!("should_compress_info {prompt_tokens:?}"));
+        if self.blocked && self.should_compress(prompt_tokens) {
+            return crate::engine::CompressDecision::blocked(
+                crate::engine::BlockReason::Cooldown { seconds_left: 42 },
+            );
+        }
         crate::engine::CompressDecision::plain(self.should_compress(prompt_tokens))
     }
     fn compress(
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<crate::engine::Compaction, EngineError> {
         self.note(format!("compress force={}", request.force));
         let out = match self.mode {
             CompressMode::KeepEnds => {
@@ -97,12 +105,17 @@ impl ContextEngine for Scripted {
                 return Err(EngineError::Summarizer {
                     engine: "scripted".into(),
                     reason: "server down".into(),
+                    cooldown_seconds: None,
                     source: None,
                 });
             }
         };
         self.state.record_compression();
-        Ok(out)
+        let counter = BpeCounter::new(Encoding::O200kBase);
+        let threshold = self.state.threshold_tokens;
+        Ok(crate::engine::Compaction::from_diff(
+            messages, out, &counter, threshold,
+        ))
     }
     fn prune_tool_results_only<'a>(
         &mut self,
@@ -235,11 +248,10 @@ fn preflight_compaction_is_returned_not_applied_and_not_repeated_before_real_usa
     engine.preflight = true;
     let mut s = session(engine);
     let h = history(4000);
-    let before = h.clone();
     let prepared = s.before_request(&h);
-    assert_eq!(h, before, "the caller's history is untouched");
     let new = prepared.update.new_history.clone().unwrap();
     assert_eq!(new.len(), 2);
+    assert_eq!(new[0], h[0], "the system prompt is kept verbatim");
     assert_eq!(prepared.request, new);
     let c = prepared.update.compaction.unwrap();
     assert_eq!(c.trigger, Trigger::Preflight);
@@ -336,11 +348,44 @@ fn invalid_empty_or_failed_results_leave_everything_as_it_was() {
         let prepared = s.before_request(&h);
         assert!(prepared.update.new_history.is_none());
         assert!(prepared.update.compaction.is_none());
-        assert_eq!(prepared.request, h);
+        // The history as it was, only fitted under the 1,000-token window
+        // (a view): the engine's output was ignored.
+        assert_eq!(prepared.request.first(), h.first());
+        assert_eq!(prepared.request.last(), h.last());
+        assert!(prepared.request_tokens <= 1000);
+        assert!(!prepared.fit.is_empty());
         assert_eq!(prepared.update.notices.len(), 1);
         assert_eq!(prepared.update.notices[0].kind, NoticeKind::Warning);
         assert!(prepared.update.notices[0].text.contains("unchanged"));
+        // The missed compaction is typed, with the reason.
+        let missed = prepared.update.missed.unwrap();
+        assert_eq!(missed.trigger, Trigger::Preflight);
+        let expected = match mode {
+            CompressMode::Fail => MissedKind::Failed,
+            _ => MissedKind::Refused,
+        };
+        assert_eq!(missed.kind, expected, "{missed:?}");
+        assert!(!missed.reason.is_empty());
     }
+}
+
+#[test]
+fn a_held_back_compaction_is_reported_as_blocked() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.blocked = true;
+    engine.update_from_response(&Usage::new(5000, 10));
+    let mut s = session(engine);
+    let update = s.after_tools(&history(4000));
+    assert!(update.compaction.is_none());
+    let missed = update.missed.unwrap();
+    assert_eq!(missed.kind, MissedKind::Blocked);
+    assert_eq!(missed.trigger, Trigger::PostTool);
+    assert!(missed.reason.contains("42"), "{}", missed.reason);
+    // Under the threshold nothing is missed.
+    let log = Arc::default();
+    let mut s = session(Scripted::new(&log));
+    assert!(s.after_tools(&history(10)).missed.is_none());
 }
 
 #[test]
@@ -474,4 +519,35 @@ fn the_built_in_compressor_digests_and_compacts_through_the_driver() {
         s.engine().state().last_prompt_tokens,
         PromptTokens::AwaitingRealUsage
     );
+    // The engine's report of the pass names the input messages the summary
+    // replaced, so a store can archive exactly those.
+    assert_eq!(c.reports.len() as u32, c.passes);
+    let span = c.reports[0].summarized.expect("a summarized span");
+    assert!(span.start >= 1 && span.end <= h.len() && !span.is_empty());
+    assert_eq!(c.reports[0].messages_before, h.len());
+    let kept = h.len() - span.len() + usize::from(c.reports[0].pinned.is_some());
+    let own_message = c.reports[0].placement != Some(crate::compressor::Placement::Merged);
+    assert_eq!(
+        kept + usize::from(own_message),
+        c.reports[0].messages_after,
+        "kept + the summary"
+    );
+}
+
+#[test]
+fn a_request_that_cannot_fit_is_flagged_and_not_fitted() {
+    let log = Arc::default();
+    let engine = Scripted::new(&log);
+    let mut s = session(engine);
+    let h = vec![
+        Message::system("rules ".repeat(3000)),
+        Message::user("Fix the failing test."),
+    ];
+    let prepared = s.before_request(&h);
+    let e = prepared.unfittable.unwrap();
+    assert_eq!(e.window, 1000);
+    assert!(e.system_tokens > 1000);
+    assert!(e.to_string().contains("> window 1,000"), "{e}");
+    assert_eq!(prepared.request, h);
+    assert!(prepared.update.notices[0].text.contains("not sending"));
 }

@@ -5,10 +5,11 @@
 //!
 //! 1. a built-in engine ([`BUILTIN_ENGINES`]: `compressor`);
 //! 2. a plugin folder holding a [`plugin.yaml`](PluginManifest), searched in
-//!    `plugin_dirs` order, and within each directory first
-//!    `<dir>/context_engine/<name>/` then `<dir>/plugins/context_engine/<name>/`
-//!    (so both a plugins directory and a project root can be listed); the
-//!    first hit wins;
+//!    `plugin_dirs` order, and within each directory first `<dir>/<name>/`
+//!    (the directory holds plugin folders), then `<dir>/context_engine/<name>/`,
+//!    then `<dir>/plugins/context_engine/<name>/` (so a folder of plugins, a
+//!    plugins directory and a project root can all be listed); the first hit
+//!    wins;
 //! 3. otherwise the built-in compressor with a warning, or, when the engine
 //!    is `required`, an error naming every folder searched.
 //!
@@ -18,9 +19,12 @@
 //! worse than without it.
 
 mod events;
+mod hook;
 mod manifest;
 mod process;
 mod rpc;
+mod supervisor;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,10 +39,10 @@ use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 
 pub use events::{EventKind, FailureKind, PluginEvent};
+pub use hook::{Hook, UnknownHook};
 pub use manifest::{DEFAULT_MAX_FAILURES, MANIFEST_FILE, PluginManifest, Timeouts};
-pub use process::{
-    ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, HOOKS, PROTOCOL_VERSION, ProcessEngine,
-};
+pub use process::{HOOKS, ProcessEngine};
+pub use wire::{ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, PROTOCOL_VERSION};
 
 /// Names of the engines built into the library.
 pub const BUILTIN_ENGINES: &[&str] = &[crate::compressor::NAME];
@@ -61,7 +65,7 @@ pub enum PluginError {
         reason: String,
     },
     /// A manifest could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -132,11 +136,12 @@ pub struct EngineContext {
     pub section: Value,
     /// The model the session starts with.
     pub model: Option<String>,
-    /// Redact message text before it reaches a plugin (default on; the
-    /// redacted text is what a plugin's answer carries back).
-    pub redact: bool,
-    /// The user's redactor for the built-in compressor (built-in rules plus
-    /// `security.redact_patterns`); the built-in rules when `None`.
+    /// The user's redactor (built-in rules plus `security.redact_patterns`)
+    /// for everything that leaves the process, whichever engine runs: the
+    /// compressor's summarizer traffic, every message sent to a plugin, and
+    /// the compressor a plugin session falls back to. The built-in rules
+    /// when `None`. Egress is always redacted: there is no switch to turn
+    /// it off (see [`crate::redact::Egress`]).
     pub redactor: Option<Arc<Redactor>>,
 }
 
@@ -148,7 +153,7 @@ impl std::fmt::Debug for EngineContext {
             .field("summarizer", &self.summarizer.as_ref().map(|s| s.name()))
             .field("section", &self.section)
             .field("model", &self.model)
-            .field("redact", &self.redact)
+            .field("redactor", &self.redactor.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -163,7 +168,6 @@ impl EngineContext {
             summarizer: None,
             section: Value::Object(serde_json::Map::new()),
             model: None,
-            redact: true,
             redactor: None,
         }
     }
@@ -195,12 +199,6 @@ impl EngineContext {
     /// Sets [`model`](Self::model).
     pub fn with_model(mut self, model: impl Into<String>) -> EngineContext {
         self.model = Some(model.into());
-        self
-    }
-
-    /// Sets [`redact`](Self::redact).
-    pub fn with_redact(mut self, redact: bool) -> EngineContext {
-        self.redact = redact;
         self
     }
 
@@ -272,6 +270,7 @@ pub fn plugin_candidates(name: &str, plugin_dirs: &[PathBuf]) -> Vec<PathBuf> {
         .iter()
         .flat_map(|dir| {
             [
+                dir.join(name),
                 dir.join("context_engine").join(name),
                 dir.join("plugins").join("context_engine").join(name),
             ]
@@ -313,7 +312,10 @@ pub fn select_engine(
         }
         Ok(Selected {
             engine: Box::new(ctx.into_compressor()),
-            warnings: vec![format!("{error}; using the built-in compressor")],
+            warnings: vec![format!(
+                "{}; using the built-in compressor",
+                crate::error_chain(&error)
+            )],
             source: EngineSource::Fallback {
                 requested: name.to_owned(),
             },
@@ -370,8 +372,10 @@ mod tests {
         assert_eq!(
             plugin_candidates("x", &dirs),
             vec![
+                PathBuf::from("/a/x"),
                 PathBuf::from("/a/context_engine/x"),
                 PathBuf::from("/a/plugins/context_engine/x"),
+                PathBuf::from("/b/x"),
                 PathBuf::from("/b/context_engine/x"),
                 PathBuf::from("/b/plugins/context_engine/x"),
             ]

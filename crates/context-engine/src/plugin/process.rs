@@ -1,47 +1,50 @@
 //! [`ProcessEngine`]: a [`ContextEngine`] whose policy runs in another
 //! process, in any language, behind the protocol of `docs/plugin-protocol.md`.
 //!
-//! The host keeps everything it must answer without I/O (the token state,
-//! the tool schemas, the declared hooks) and treats the plugin as untrusted:
-//! every answer is checked, and any failure leaves the input unchanged.
+//! This is the engine adapter: it keeps everything it must answer without
+//! I/O (the token state, the tool schemas, the declared hooks), turns each
+//! hook into a typed request ([`super::wire`]), and treats the plugin as
+//! untrusted: every answer is checked, and any failure leaves the input
+//! unchanged. The process itself (start, restart with backoff, failure
+//! count) is the [`Supervisor`]'s; after too many failures in a row the
+//! session fails over to the built-in compressor, built with the same
+//! options, summarizer and redactor. Every text sent goes through
+//! [`Egress`] with the user's redactor.
 
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
-use std::collections::{BTreeSet, VecDeque};
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::EngineContext;
+use super::PluginError;
 use super::events::{EventKind, FailureKind, PluginEvent};
+use super::hook::Hook;
 use super::manifest::PluginManifest;
-use super::rpc::{CallError, Connection};
-use super::{EngineContext, PluginError};
-use crate::compressor::{Compressor, CompressorOptions, compaction_threshold};
-use crate::engine::{
-    BlockReason, CompressDecision, CompressRequest, ContextEngine, EngineError, EngineState,
-    EngineStatus, ModelInfo, PromptTokens, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
-    Usage, sanitize_memory_context, unknown_tool,
+use super::supervisor::{Skip, Supervisor, clip_json};
+use super::wire::{
+    CompressParams, ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, InitializeParams, MessagesParams,
+    PROTOCOL_VERSION, PromptTokensParams, PruneParams, RoughTokensParams, SelectParams,
+    SessionEndParams, SessionStartParams, StateParams, StateSnapshot, ToolCallParams,
+    TurnCompleteParams, UpdateModelParams, UsageParams,
 };
-use crate::message::{Content, ContentPart, Message};
-use crate::redact::{RedactOptions, redact};
+use crate::compressor::{Compressor, CompressorOptions};
+use crate::engine::{
+    BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine, EngineError,
+    EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, SessionInfo,
+    ToolCallContext, TurnInfo, Usage, sanitize_memory_context, unknown_tool,
+};
+use crate::message::Message;
+use crate::redact::{Egress, Redactor};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, introduced_violation};
+use crate::validate::{Profile, Violation, introduced_violation};
 
-/// The protocol version this host speaks (sent in `initialize`; a plugin
-/// answering another one is refused).
-pub const PROTOCOL_VERSION: u64 = 1;
-
-/// JSON-RPC error code a plugin answers `compress` with when there is
-/// nothing to compress.
-pub const ERROR_NOTHING_TO_COMPRESS: i64 = 1;
-/// JSON-RPC error code a plugin answers `compress` with when it declines an
-/// unforced compaction.
-pub const ERROR_BLOCKED: i64 = 2;
-
-/// Every optional hook a plugin may declare in `capabilities`.
+/// Every optional hook a plugin may declare in `capabilities`, by name.
 pub const HOOKS: &[&str] = &[
     "update_from_response",
     "should_compress",
@@ -61,9 +64,6 @@ pub const HOOKS: &[&str] = &[
     "update_model",
 ];
 
-/// Events kept; older ones are dropped.
-const MAX_EVENTS: usize = 1000;
-
 /// Standard status fields a plugin's `get_status` answer cannot override.
 const STATUS_FIELDS: &[&str] = &[
     "last_prompt_tokens",
@@ -78,78 +78,8 @@ const STATUS_FIELDS: &[&str] = &[
 struct FallbackParts {
     options: CompressorOptions,
     summarizer: Option<Box<dyn Summarizer>>,
+    redactor: Option<Arc<Redactor>>,
     context_length: u64,
-}
-
-/// Why a call produced no usable answer.
-enum Skip {
-    /// No process (restart backoff, or the plugin was given up on).
-    Unavailable(String),
-    /// The process failed; it was killed and the failure recorded.
-    Failed(String),
-    /// The plugin answered a JSON-RPC error.
-    Remote { code: i64, message: String },
-}
-
-impl Skip {
-    fn reason(&self) -> String {
-        match self {
-            Skip::Unavailable(r) | Skip::Failed(r) => r.clone(),
-            Skip::Remote { code, message } => format!("error {code}: {message}"),
-        }
-    }
-}
-
-/// Everything that changes through `&self` hooks (`should_compress` and
-/// friends talk to the process too).
-#[derive(Default)]
-struct Inner {
-    conn: Option<Connection>,
-    capabilities: BTreeSet<String>,
-    tools: Vec<Value>,
-    remote_name: Option<String>,
-    failures: u32,
-    total_failures: u64,
-    restart_at: Option<Instant>,
-    events: VecDeque<PluginEvent>,
-    pending_warnings: Vec<String>,
-    warnings: Vec<String>,
-    session_start: Option<Value>,
-    starts: u64,
-}
-
-impl Inner {
-    fn push(&mut self, kind: EventKind, method: Option<&str>, detail: String) {
-        if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
-        }
-        self.events.push_back(PluginEvent {
-            kind,
-            method: method.map(str::to_owned),
-            detail,
-        });
-    }
-
-    fn warn(&mut self, text: String) {
-        self.pending_warnings.push(text.clone());
-        self.warnings.push(text);
-    }
-
-    /// Moves the process's stderr lines and `log` notifications into the
-    /// events, redacted.
-    fn drain_output(&mut self) {
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        let stderr = conn.drain_stderr();
-        let logs = conn.drain_logs();
-        for line in stderr {
-            self.push(EventKind::Stderr, None, redact_text(&line));
-        }
-        for line in logs {
-            self.push(EventKind::Log, None, redact_text(&line));
-        }
-    }
 }
 
 /// A context engine served by a plugin process (see the module docs).
@@ -157,15 +87,14 @@ impl Inner {
 /// Created by [`select_engine`](super::select_engine), or with
 /// [`new`](Self::new) then [`start`](Self::start).
 pub struct ProcessEngine {
-    manifest: PluginManifest,
+    name: String,
     section: Value,
     model: Option<String>,
-    redact: bool,
+    egress: Egress,
     profile: Profile,
-    max_tokens: Option<u64>,
     counter: Arc<dyn TokenCounter>,
     state: EngineState,
-    inner: RefCell<Inner>,
+    supervisor: RefCell<Supervisor>,
     parts: RefCell<Option<FallbackParts>>,
     fallback: OnceCell<Compressor>,
 }
@@ -173,8 +102,8 @@ pub struct ProcessEngine {
 impl std::fmt::Debug for ProcessEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessEngine")
-            .field("name", &self.manifest.name)
-            .field("manifest", &self.manifest.path)
+            .field("name", &self.name)
+            .field("manifest", &self.supervisor.borrow().manifest().path)
             .field("state", &self.state)
             .field("fallback", &self.fallback.get().is_some())
             .finish_non_exhaustive()
@@ -186,32 +115,21 @@ impl ProcessEngine {
     /// [`start`](Self::start).
     pub fn new(manifest: PluginManifest, ctx: EngineContext) -> ProcessEngine {
         let options = ctx.compressor_options;
-        let state = EngineState {
-            context_length: ctx.context_length,
-            threshold_percent: options.threshold_percent,
-            protect_first_n: options.protect_first_n,
-            protect_last_n: options.protect_last_n,
-            model_thresholds: options.model_thresholds.clone(),
-            threshold_tokens: compaction_threshold(
-                ctx.context_length,
-                options.threshold_percent,
-                options.max_tokens,
-            ),
-            ..EngineState::default()
-        };
+        let state = options.engine_state(ctx.context_length);
+        let egress = Egress::new(ctx.redactor.clone());
         ProcessEngine {
-            manifest,
+            name: manifest.name.clone(),
             section: ctx.section,
             model: ctx.model,
-            redact: ctx.redact,
             profile: options.profile,
-            max_tokens: options.max_tokens,
             counter: ctx.counter,
             state,
-            inner: RefCell::new(Inner::default()),
+            supervisor: RefCell::new(Supervisor::new(manifest, egress.clone())),
+            egress,
             parts: RefCell::new(Some(FallbackParts {
                 options,
                 summarizer: ctx.summarizer,
+                redactor: ctx.redactor,
                 context_length: ctx.context_length,
             })),
             fallback: OnceCell::new(),
@@ -220,47 +138,34 @@ impl ProcessEngine {
 
     /// Starts the process and runs `initialize`.
     pub fn start(&mut self) -> Result<(), PluginError> {
-        let inner = self.inner.get_mut();
-        if let Some(mut conn) = inner.conn.take() {
-            conn.kill();
-        }
-        let mut inner = self.inner.borrow_mut();
-        self.connect(&mut inner).map_err(|(kind, reason)| {
-            inner.drain_output();
-            if let Some(mut conn) = inner.conn.take() {
-                conn.kill();
-            }
-            inner.push(
-                EventKind::Failure(kind),
-                Some("initialize"),
-                redact_text(&reason),
-            );
-            PluginError::Start {
-                engine: self.manifest.name.clone(),
-                manifest: self.manifest.path.clone(),
-                reason,
-            }
+        let init = self.init_params();
+        let mut sup = self.supervisor.borrow_mut();
+        sup.start(&init).map_err(|reason| PluginError::Start {
+            engine: self.name.clone(),
+            manifest: sup.manifest().path.clone(),
+            reason,
         })
     }
 
     /// The plugin's manifest.
-    pub fn manifest(&self) -> &PluginManifest {
-        &self.manifest
+    pub fn manifest(&self) -> PluginManifest {
+        self.supervisor.borrow().manifest().clone()
     }
 
     /// The hooks the plugin declared in `initialize`.
     pub fn capabilities(&self) -> Vec<String> {
-        self.inner.borrow().capabilities.iter().cloned().collect()
+        let sup = self.supervisor.borrow();
+        sup.capabilities().map(|h| h.as_str().to_owned()).collect()
     }
 
     /// The running process's id, if one runs.
     pub fn pid(&self) -> Option<u32> {
-        self.inner.borrow().conn.as_ref().map(Connection::pid)
+        self.supervisor.borrow().pid()
     }
 
     /// Failures since the last successful call.
     pub fn consecutive_failures(&self) -> u32 {
-        self.inner.borrow().failures
+        self.supervisor.borrow().consecutive_failures()
     }
 
     /// Whether the built-in compressor has taken over for the session.
@@ -271,239 +176,95 @@ impl ProcessEngine {
     /// What happened so far (starts, failures with their reasons, the
     /// plugin's stderr and log lines), oldest first; at most the last 1000.
     pub fn events(&self) -> Vec<PluginEvent> {
-        let mut inner = self.inner.borrow_mut();
-        inner.drain_output();
-        inner.events.iter().cloned().collect()
+        self.supervisor.borrow_mut().events()
     }
 
     /// Warnings for the user (e.g. the switch to the built-in compressor)
     /// not yet taken; each is returned once.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.inner.get_mut().pending_warnings)
+        self.supervisor.get_mut().take_warnings()
     }
 
     /// Stops the process politely (`shutdown`, `exit`) within the call
     /// timeout, killing it past that. The exit status when it left by
     /// itself; `None` when it had to be killed or was not running.
     pub fn shutdown(&mut self) -> Option<ExitStatus> {
-        let inner = self.inner.get_mut();
-        inner.drain_output();
-        let conn = inner.conn.take()?;
-        let status = conn.shutdown(self.manifest.timeouts.call());
-        let detail = match status {
-            Some(s) => format!("exited ({s})"),
-            None => "killed".to_owned(),
-        };
-        inner.push(EventKind::Stopped, Some("shutdown"), detail);
-        status
+        let sup = self.supervisor.get_mut();
+        let timeout = sup.manifest().timeouts.call();
+        sup.shutdown(timeout)
     }
 
     /// The built-in compressor made of this engine's context (used when the
     /// plugin cannot start at all).
     pub(crate) fn take_builtin(&mut self) -> Compressor {
         let parts = self.parts.get_mut().take();
-        build_compressor(Arc::clone(&self.counter), parts, &self.manifest)
+        build_compressor(Arc::clone(&self.counter), parts)
     }
 
     // -- plumbing ---------------------------------------------------------
 
-    fn declares(&self, hook: &str) -> bool {
-        self.fallback.get().is_none() && self.inner.borrow().capabilities.contains(hook)
+    fn declares(&self, hook: Hook) -> bool {
+        self.fallback.get().is_none() && self.supervisor.borrow().declares(hook)
     }
 
-    fn messages_value(&self, messages: &[Message]) -> Value {
-        Value::Array(
-            messages
-                .iter()
-                .map(|m| {
-                    if self.redact {
-                        redact_message(m).to_value()
-                    } else {
-                        m.to_value()
-                    }
-                })
-                .collect(),
-        )
+    fn init_params(&self) -> InitializeParams<'_> {
+        InitializeParams {
+            protocol_version: PROTOCOL_VERSION,
+            engine: &self.name,
+            config: &self.section,
+            context_length: self.state.context_length,
+            model: self.model.as_deref(),
+            state: self.snapshot(),
+        }
     }
 
-    fn message_value(&self, message: &Message) -> Value {
-        if self.redact {
-            redact_message(message).to_value()
+    fn snapshot(&self) -> StateSnapshot {
+        StateSnapshot::from(&self.state)
+    }
+
+    /// `messages` as they may leave the process.
+    fn outgoing(&self, messages: &[Message]) -> Vec<Message> {
+        self.egress.messages(messages)
+    }
+
+    fn timeout(&self, hook: Hook) -> Duration {
+        let sup = self.supervisor.borrow();
+        let timeouts = &sup.manifest().timeouts;
+        if hook == Hook::Compress {
+            timeouts.compress()
         } else {
-            message.to_value()
+            timeouts.call()
         }
     }
 
-    fn state_value(&self) -> Value {
-        let s = &self.state;
-        json!({
-            "last_prompt_tokens": s.last_prompt_tokens.known(),
-            "last_completion_tokens": s.last_completion_tokens,
-            "last_total_tokens": s.last_total_tokens,
-            "threshold_tokens": s.threshold_tokens,
-            "context_length": s.context_length,
-            "compression_count": s.compression_count,
-            "threshold_percent": s.threshold_percent,
-            "protect_first_n": s.protect_first_n,
-            "protect_last_n": s.protect_last_n,
-        })
-    }
-
-    /// Spawns the process and runs `initialize` (and replays
-    /// `on_session_start` after a restart).
-    fn connect(&self, inner: &mut Inner) -> Result<(), (FailureKind, String)> {
-        let startup = |e: String| (FailureKind::Startup, e);
-        let mut conn = Connection::spawn(&self.manifest).map_err(startup)?;
-        let params = json!({
-            "protocol_version": PROTOCOL_VERSION,
-            "engine": self.manifest.name,
-            "config": self.section,
-            "context_length": self.state.context_length,
-            "model": self.model,
-            "state": self.state_value(),
-        });
-        let answer = conn.call("initialize", params, self.manifest.timeouts.startup());
-        inner.conn = Some(conn);
-        inner.drain_output();
-        let result = match answer {
-            Ok(v) => v,
-            Err(CallError::Failure(kind, detail)) => {
-                return Err((kind, format!("initialize: {detail}")));
-            }
-            Err(CallError::Remote { code, message }) => {
-                return Err(startup(format!(
-                    "initialize answered error {code}: {message}"
-                )));
-            }
-        };
-        let init = parse_initialize(&result).map_err(|e| (FailureKind::InvalidResult, e))?;
-        inner.capabilities = init.capabilities;
-        inner.tools = init.tools;
-        inner.remote_name = init.name;
-        inner.starts += 1;
-        let pid = inner.conn.as_ref().map(Connection::pid).unwrap_or(0);
-        inner.push(
-            EventKind::Started,
-            Some("initialize"),
-            format!("pid {pid}, capabilities: {:?}", inner.capabilities),
-        );
-        if let Some(unknown) = init.unknown_hooks.first() {
-            inner.push(
-                EventKind::Log,
-                Some("initialize"),
-                format!("ignoring unknown capability `{unknown}`"),
-            );
-        }
-        if inner.starts > 1
-            && inner.capabilities.contains("on_session_start")
-            && let Some(params) = inner.session_start.clone()
-            && let Some(conn) = inner.conn.as_mut()
-        {
-            match conn.call("on_session_start", params, self.manifest.timeouts.call()) {
-                Ok(_) | Err(CallError::Remote { .. }) => {}
-                Err(CallError::Failure(kind, detail)) => {
-                    return Err((kind, format!("on_session_start replay: {detail}")));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// One request: (re)starts the process when due, records failures,
-    /// and falls back to the built-in compressor after too many in a row.
-    fn call(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, Skip> {
+    /// One request through the supervisor; fails over to the built-in
+    /// compressor once failures in a row reach the limit.
+    fn call<P: Serialize>(&self, hook: Hook, params: &P) -> Result<Value, Skip> {
         if self.fallback.get().is_some() {
             return Err(Skip::Unavailable("the plugin was given up on".to_owned()));
         }
-        let (result, give_up) = {
-            let mut guard = self.inner.borrow_mut();
-            let inner = &mut *guard;
-            if inner.conn.is_none() {
-                if let Some(at) = inner.restart_at
-                    && Instant::now() < at
-                {
-                    return Err(Skip::Unavailable(
-                        "waiting to restart the plugin process".to_owned(),
-                    ));
-                }
-                if let Err((kind, detail)) = self.connect(inner) {
-                    let give_up = self.record_failure(inner, method, kind, &detail);
-                    (Err(Skip::Failed(detail)), give_up)
-                } else {
-                    self.exchange(inner, method, params, timeout)
-                }
-            } else {
-                self.exchange(inner, method, params, timeout)
-            }
+        let timeout = self.timeout(hook);
+        let init = self.init_params();
+        let (result, exhausted) = {
+            let mut sup = self.supervisor.borrow_mut();
+            let result = sup.call(hook, params, timeout, &init);
+            (result, sup.exhausted())
         };
-        if give_up {
+        if exhausted && result.is_err() {
             self.activate_fallback();
         }
         result
     }
 
-    fn exchange(
-        &self,
-        inner: &mut Inner,
-        method: &str,
-        params: Value,
-        timeout: Duration,
-    ) -> (Result<Value, Skip>, bool) {
-        let Some(conn) = inner.conn.as_mut() else {
-            return (Err(Skip::Unavailable("no process".to_owned())), false);
-        };
-        let answer = conn.call(method, params, timeout);
-        inner.drain_output();
-        match answer {
-            Ok(v) => {
-                inner.failures = 0;
-                inner.restart_at = None;
-                (Ok(v), false)
-            }
-            Err(CallError::Remote { code, message }) => {
-                inner.failures = 0;
-                inner.push(
-                    EventKind::RemoteError,
-                    Some(method),
-                    format!("error {code}: {}", redact_text(&message)),
-                );
-                (Err(Skip::Remote { code, message }), false)
-            }
-            Err(CallError::Failure(kind, detail)) => {
-                let give_up = self.record_failure(inner, method, kind, &detail);
-                (Err(Skip::Failed(format!("{kind}: {detail}"))), give_up)
-            }
-        }
-    }
-
-    /// Kills the process, counts the failure and schedules the restart.
-    /// `true` when the plugin should now be given up on.
-    fn record_failure(
-        &self,
-        inner: &mut Inner,
-        method: &str,
-        kind: FailureKind,
-        detail: &str,
-    ) -> bool {
-        inner.drain_output();
-        if let Some(mut conn) = inner.conn.take() {
-            conn.kill();
-        }
-        inner.failures = inner.failures.saturating_add(1);
-        inner.total_failures = inner.total_failures.saturating_add(1);
-        inner.restart_at = Some(Instant::now() + self.manifest.timeouts.backoff(inner.failures));
-        inner.push(EventKind::Failure(kind), Some(method), redact_text(detail));
-        inner.failures >= self.manifest.max_failures
-    }
-
     /// A well-formed answer that cannot be accepted: same treatment as a
     /// crash (kill, restart later, count towards the fallback).
-    fn reject(&self, method: &str, reason: &str) {
-        let give_up = {
-            let mut inner = self.inner.borrow_mut();
-            self.record_failure(&mut inner, method, FailureKind::InvalidResult, reason)
+    fn reject(&self, hook: Hook, reason: &str) {
+        let exhausted = {
+            let mut sup = self.supervisor.borrow_mut();
+            sup.record_failure(hook.as_str(), FailureKind::InvalidResult, reason);
+            sup.exhausted()
         };
-        if give_up {
+        if exhausted {
             self.activate_fallback();
         }
     }
@@ -514,35 +275,31 @@ impl ProcessEngine {
             return;
         }
         let parts = self.parts.borrow_mut().take();
-        let mut compressor = build_compressor(Arc::clone(&self.counter), parts, &self.manifest);
+        let mut compressor = build_compressor(Arc::clone(&self.counter), parts);
         let state = compressor.state_mut();
         state.last_prompt_tokens = self.state.last_prompt_tokens;
         state.last_completion_tokens = self.state.last_completion_tokens;
         state.last_total_tokens = self.state.last_total_tokens;
         state.compression_count = self.state.compression_count;
         let _ = self.fallback.set(compressor);
-        let mut inner = self.inner.borrow_mut();
-        if let Some(mut conn) = inner.conn.take() {
-            conn.kill();
-        }
-        let last = inner
-            .events
-            .iter()
-            .rev()
-            .find(|e| matches!(e.kind, EventKind::Failure(_)))
+        let mut sup = self.supervisor.borrow_mut();
+        sup.kill();
+        let last = sup
+            .last_failure()
             .map(|e| e.to_string())
             .unwrap_or_default();
         let warning = format!(
             "context engine plugin `{}` failed {} times in a row (last: {last}); using the built-in compressor for the rest of the session",
-            self.manifest.name, inner.failures
+            self.name,
+            sup.consecutive_failures()
         );
-        inner.push(EventKind::Fallback, None, warning.clone());
-        inner.warn(warning);
+        sup.push(EventKind::Fallback, None, warning.clone());
+        sup.warn(warning);
     }
 
     /// A boolean hook: the plugin's answer, or `default` on any failure.
-    fn ask_bool(&self, hook: &str, params: Value, default: bool) -> bool {
-        match self.call(hook, params, self.manifest.timeouts.call()) {
+    fn ask_bool<P: Serialize>(&self, hook: Hook, params: &P, default: bool) -> bool {
+        match self.call(hook, params) {
             Ok(Value::Bool(b)) => b,
             Ok(other) => {
                 self.reject(
@@ -556,16 +313,16 @@ impl ProcessEngine {
     }
 
     /// A hook whose answer only matters for its optional `state`.
-    fn notify_hook(&mut self, hook: &str, params: Value) {
-        if let Ok(v) = self.call(hook, params, self.manifest.timeouts.call()) {
+    fn notify_hook<P: Serialize>(&mut self, hook: Hook, params: &P) {
+        if let Ok(v) = self.call(hook, params) {
             apply_state(&mut self.state, &v);
         }
     }
 
-    fn plugin_error(&self, operation: &str, reason: String) -> EngineError {
+    fn plugin_error(&self, hook: Hook, reason: String) -> EngineError {
         EngineError::Plugin {
-            engine: self.manifest.name.clone(),
-            operation: operation.to_owned(),
+            engine: self.name.clone(),
+            operation: hook.as_str().to_owned(),
             reason,
             source: None,
         }
@@ -574,112 +331,61 @@ impl ProcessEngine {
     /// Parses and checks a transcript answered for `input`; `Err` is the
     /// reason it is refused.
     fn accept_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, String> {
-        let out = parse_messages(value)?;
+        self.check_transcript(input, value)
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    /// [`accept_transcript`](Self::accept_transcript) with a broken
+    /// provider rule kept typed.
+    fn check_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, Refusal> {
+        let out = parse_messages(value).map_err(Refusal::Other)?;
         if !input.is_empty() && out.is_empty() {
-            return Err("the result is empty".to_owned());
+            return Err(Refusal::Other("the result is empty".to_owned()));
         }
         if let Some(v) = introduced_violation(input, &out, self.profile) {
-            return Err(format!(
-                "the result breaks a provider rule at message {}: {}: {}",
-                v.index,
-                v.rule.name(),
-                v.detail
-            ));
+            return Err(Refusal::Violation(v));
         }
         Ok(out)
     }
 }
 
+/// Why a transcript answered by the plugin is refused.
+enum Refusal {
+    /// It breaks a provider rule its input kept.
+    Violation(Violation),
+    /// Anything else (not messages, empty).
+    Other(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Violation(v) => write!(f, "the result breaks a provider rule at {v}"),
+            Refusal::Other(reason) => f.write_str(reason),
+        }
+    }
+}
+
 impl Drop for ProcessEngine {
     fn drop(&mut self) {
-        let inner = self.inner.get_mut();
-        if let Some(conn) = inner.conn.take() {
-            let _ = conn.shutdown(self.manifest.timeouts.call().min(Duration::from_secs(2)));
-        }
+        let sup = self.supervisor.get_mut();
+        let timeout = sup.manifest().timeouts.call().min(Duration::from_secs(2));
+        sup.stop_quietly(timeout);
     }
 }
 
-fn build_compressor(
-    counter: Arc<dyn TokenCounter>,
-    parts: Option<FallbackParts>,
-    manifest: &PluginManifest,
-) -> Compressor {
-    let _ = manifest;
-    match parts {
-        Some(p) => {
-            let c = Compressor::with_options(counter, p.context_length, p.options);
-            match p.summarizer {
-                Some(s) => c.with_summarizer(s),
-                None => c,
-            }
-        }
-        None => Compressor::new(counter, 0),
-    }
-}
-
-struct Init {
-    name: Option<String>,
-    capabilities: BTreeSet<String>,
-    unknown_hooks: Vec<String>,
-    tools: Vec<Value>,
-}
-
-/// Checks the `initialize` answer.
-fn parse_initialize(result: &Value) -> Result<Init, String> {
-    let Value::Object(o) = result else {
-        return Err(format!(
-            "initialize must answer an object, got {}",
-            clip_json(result)
-        ));
+fn build_compressor(counter: Arc<dyn TokenCounter>, parts: Option<FallbackParts>) -> Compressor {
+    let Some(p) = parts else {
+        return Compressor::new(counter, 0);
     };
-    let version = o.get("protocol_version").and_then(Value::as_u64);
-    if version != Some(PROTOCOL_VERSION) {
-        return Err(format!(
-            "the plugin speaks protocol version {}, this host speaks {PROTOCOL_VERSION}",
-            o.get("protocol_version")
-                .map(clip_json)
-                .unwrap_or_else(|| "none".to_owned())
-        ));
+    let mut c = Compressor::with_options(counter, p.context_length, p.options);
+    if let Some(r) = p.redactor {
+        c = c.with_redactor(r);
     }
-    let mut capabilities = BTreeSet::new();
-    let mut unknown_hooks = Vec::new();
-    match o.get("capabilities") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for item in items {
-                let Some(hook) = item.as_str() else {
-                    return Err(format!("capabilities: not a string: {item}"));
-                };
-                if HOOKS.contains(&hook) {
-                    capabilities.insert(hook.to_owned());
-                } else {
-                    unknown_hooks.push(hook.to_owned());
-                }
-            }
-        }
-        Some(other) => {
-            return Err(format!(
-                "capabilities must be a list, got {}",
-                clip_json(other)
-            ));
-        }
+    match p.summarizer {
+        Some(s) => c.with_summarizer(s),
+        None => c,
     }
-    let tools = match o.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) if items.iter().all(Value::is_object) => items.clone(),
-        Some(other) => {
-            return Err(format!(
-                "tools must be a list of JSON schemas, got {}",
-                clip_json(other)
-            ));
-        }
-    };
-    Ok(Init {
-        name: o.get("name").and_then(Value::as_str).map(str::to_owned),
-        capabilities,
-        unknown_hooks,
-        tools,
-    })
 }
 
 /// The `messages` list of an answer.
@@ -697,7 +403,8 @@ fn parse_messages(value: &Value) -> Result<Vec<Message>, String> {
         .collect()
 }
 
-/// Applies the optional `state` object of an answer to the host's state.
+/// Applies the optional `state` object of an answer to the host's state
+/// (known keys of the right type; anything else is ignored).
 fn apply_state(state: &mut EngineState, answer: &Value) {
     let Some(Value::Object(patch)) = answer.get("state") else {
         return;
@@ -733,68 +440,9 @@ fn apply_state(state: &mut EngineState, answer: &Value) {
     }
 }
 
-/// Text leaving the process (to a plugin) or reaching a log is redacted,
-/// whatever the user's opt-out.
-fn leaving() -> RedactOptions {
-    RedactOptions {
-        force: true,
-        url_credentials: true,
-        ..RedactOptions::default()
-    }
-}
-
-fn redact_text(text: &str) -> String {
-    redact(text, &leaving()).into_owned()
-}
-
-/// A copy of `message` with its content, tool-call arguments and reasoning
-/// redacted.
-fn redact_message(message: &Message) -> Message {
-    let mut out = message.clone();
-    let opts = leaving();
-    match &mut out.content {
-        Content::Text(text) => {
-            if let Cow::Owned(r) = redact(text, &opts) {
-                *text = r;
-            }
-        }
-        Content::Parts(parts) => {
-            for part in parts.iter_mut() {
-                if let Some(text) = part.text()
-                    && let Cow::Owned(r) = redact(text, &opts)
-                {
-                    *part = ContentPart::new_text(r);
-                }
-            }
-        }
-        Content::Absent | Content::Null => {}
-    }
-    for call in out.tool_calls.iter_mut().flatten() {
-        if let Some(function) = &mut call.function
-            && let Cow::Owned(r) = redact(&function.arguments, &opts)
-        {
-            function.arguments = r;
-        }
-    }
-    if let Some(reasoning) = &mut out.reasoning_content
-        && let Cow::Owned(r) = redact(reasoning, &opts)
-    {
-        *reasoning = r;
-    }
-    out
-}
-
-fn clip_json(value: &Value) -> String {
-    let text = value.to_string();
-    match text.char_indices().nth(120) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text,
-    }
-}
-
 impl ContextEngine for ProcessEngine {
     fn name(&self) -> &str {
-        &self.manifest.name
+        &self.name
     }
 
     fn state(&self) -> &EngineState {
@@ -816,9 +464,13 @@ impl ContextEngine for ProcessEngine {
             return c.update_from_response(usage);
         }
         self.state.record_usage(usage);
-        if self.declares("update_from_response") {
-            let params = json!({"usage": usage, "state": self.state_value()});
-            self.notify_hook("update_from_response", params);
+        let hook = Hook::UpdateFromResponse;
+        if self.declares(hook) {
+            let params = UsageParams {
+                usage,
+                state: self.snapshot(),
+            };
+            self.notify_hook(hook, &params);
         }
     }
 
@@ -827,25 +479,30 @@ impl ContextEngine for ProcessEngine {
             return c.should_compress(prompt_tokens);
         }
         let default = self.state.exceeds_threshold(prompt_tokens);
-        if !self.declares("should_compress") {
+        let hook = Hook::ShouldCompress;
+        if !self.declares(hook) {
             return default;
         }
-        let tokens = prompt_tokens.or(self.state.last_prompt_tokens.known());
-        let params = json!({"prompt_tokens": tokens, "state": self.state_value()});
-        self.ask_bool("should_compress", params, default)
+        let params = PromptTokensParams {
+            prompt_tokens: prompt_tokens.or(self.state.last_prompt_tokens.known()),
+            state: self.snapshot(),
+        };
+        self.ask_bool(hook, &params, default)
     }
 
     fn should_compress_info(&self, prompt_tokens: Option<u64>) -> CompressDecision {
         if let Some(c) = self.fallback.get() {
             return c.should_compress_info(prompt_tokens);
         }
-        if !self.declares("should_compress_info") {
+        let hook = Hook::ShouldCompressInfo;
+        if !self.declares(hook) {
             return CompressDecision::plain(self.should_compress(prompt_tokens));
         }
-        let tokens = prompt_tokens.or(self.state.last_prompt_tokens.known());
-        let params = json!({"prompt_tokens": tokens, "state": self.state_value()});
-        let hook = "should_compress_info";
-        match self.call(hook, params, self.manifest.timeouts.call()) {
+        let params = PromptTokensParams {
+            prompt_tokens: prompt_tokens.or(self.state.last_prompt_tokens.known()),
+            state: self.snapshot(),
+        };
+        match self.call(hook, &params) {
             Ok(v) => match serde_json::from_value::<CompressDecision>(v.clone()) {
                 Ok(d) => d,
                 Err(e) => {
@@ -861,36 +518,41 @@ impl ContextEngine for ProcessEngine {
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
+    ) -> Result<Compaction, EngineError> {
         if let Some(c) = self.fallback.get_mut() {
             return c.compress(messages, request);
         }
-        let hook = "compress";
+        let hook = Hook::Compress;
         if !self.declares(hook) {
             return Err(EngineError::NothingToCompress {
-                engine: self.manifest.name.clone(),
+                engine: self.name.clone(),
                 reason: "the plugin does not implement compress".to_owned(),
             });
         }
-        let params = json!({
-            "messages": self.messages_value(messages),
-            "current_tokens": request.current_tokens,
-            "focus_topic": request.focus_topic,
-            "force": request.force,
-            "memory_context": sanitize_memory_context(&request.memory_context),
-            "state": self.state_value(),
-        });
-        let answer = match self.call(hook, params, self.manifest.timeouts.compress()) {
+        let params = CompressParams {
+            messages: self.outgoing(messages),
+            current_tokens: request.current_tokens,
+            focus_topic: request
+                .focus_topic
+                .as_deref()
+                .map(|f| self.egress.string(f)),
+            force: request.force,
+            memory_context: self
+                .egress
+                .string(&sanitize_memory_context(&request.memory_context)),
+            state: self.snapshot(),
+        };
+        let answer = match self.call(hook, &params) {
             Ok(v) => v,
             Err(Skip::Remote { code, message }) if code == ERROR_NOTHING_TO_COMPRESS => {
                 return Err(EngineError::NothingToCompress {
-                    engine: self.manifest.name.clone(),
+                    engine: self.name.clone(),
                     reason: message,
                 });
             }
             Err(Skip::Remote { code, message }) if code == ERROR_BLOCKED => {
                 return Err(EngineError::Blocked {
-                    engine: self.manifest.name.clone(),
+                    engine: self.name.clone(),
                     reason: BlockReason::Other { message },
                 });
             }
@@ -901,15 +563,25 @@ impl ContextEngine for ProcessEngine {
             self.reject(hook, &reason);
             return Err(self.plugin_error(hook, reason));
         };
-        let out = match self.accept_transcript(messages, value) {
+        let out = match self.check_transcript(messages, value) {
             Ok(out) => out,
-            Err(reason) => {
-                self.reject(hook, &reason);
-                return Err(self.plugin_error(hook, reason));
+            Err(refusal) => {
+                self.reject(hook, &refusal.to_string());
+                return Err(match refusal {
+                    Refusal::Violation(violation) => EngineError::InvalidOutput {
+                        engine: self.name.clone(),
+                        violation,
+                    },
+                    Refusal::Other(reason) => self.plugin_error(hook, reason),
+                });
             }
         };
-        let before = self.counter.count_messages(messages);
-        let after = self.counter.count_messages(&out);
+        let threshold = self.state.threshold_tokens;
+        let compaction = Compaction::from_diff(messages, out, self.counter.as_ref(), threshold);
+        let (before, after) = (
+            compaction.report.tokens_before,
+            compaction.report.tokens_after,
+        );
         if after >= before {
             let reason = format!("the result is not smaller ({after} tokens, input {before})");
             self.reject(hook, &reason);
@@ -917,7 +589,7 @@ impl ContextEngine for ProcessEngine {
         }
         self.state.record_compression();
         apply_state(&mut self.state, &answer);
-        Ok(out)
+        Ok(compaction)
     }
 
     fn prune_tool_results_only<'a>(
@@ -928,16 +600,16 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get_mut() {
             return c.prune_tool_results_only(messages, current_tokens);
         }
-        let hook = "prune_tool_results_only";
+        let hook = Hook::PruneToolResultsOnly;
         if !self.declares(hook) {
             return (Cow::Borrowed(messages), 0);
         }
-        let params = json!({
-            "messages": self.messages_value(messages),
-            "current_tokens": current_tokens,
-            "state": self.state_value(),
-        });
-        let Ok(answer) = self.call(hook, params, self.manifest.timeouts.call()) else {
+        let params = PruneParams {
+            messages: self.outgoing(messages),
+            current_tokens,
+            state: self.snapshot(),
+        };
+        let Ok(answer) = self.call(hook, &params) else {
             return (Cow::Borrowed(messages), 0);
         };
         let value = answer.get("messages").unwrap_or(&Value::Null);
@@ -981,20 +653,18 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get_mut() {
             return c.select_context(request);
         }
-        let hook = "select_context";
+        let hook = Hook::SelectContext;
         if !self.declares(hook) {
             return None;
         }
-        let params = json!({
-            "request_messages": self.messages_value(request.request_messages),
-            "conversation_messages": self.messages_value(request.conversation_messages),
-            "incoming_message": request.incoming_message.map(|m| self.message_value(m)),
-            "budget_tokens": request.budget_tokens,
-            "state": self.state_value(),
-        });
-        let answer = self
-            .call(hook, params, self.manifest.timeouts.call())
-            .ok()?;
+        let params = SelectParams {
+            request_messages: self.outgoing(request.request_messages),
+            conversation_messages: self.outgoing(request.conversation_messages),
+            incoming_message: request.incoming_message.map(|m| self.egress.message(m)),
+            budget_tokens: request.budget_tokens,
+            state: self.snapshot(),
+        };
+        let answer = self.call(hook, &params).ok()?;
         let value = match &answer {
             Value::Null => return None,
             Value::Object(o) => o.get("messages").unwrap_or(&Value::Null),
@@ -1016,20 +686,14 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get_mut() {
             return c.on_turn_complete(messages, usage, turn);
         }
-        if self.declares("on_turn_complete") {
-            let params = json!({
-                "messages": self.messages_value(messages),
-                "usage": usage,
-                "turn": {
-                    "turn_id": turn.turn_id,
-                    "task_id": turn.task_id,
-                    "api_call_count": turn.api_call_count,
-                    "interrupted": turn.interrupted,
-                    "failed": turn.failed,
-                    "exit_reason": turn.exit_reason,
-                },
-            });
-            self.notify_hook("on_turn_complete", params);
+        let hook = Hook::OnTurnComplete;
+        if self.declares(hook) {
+            let params = TurnCompleteParams {
+                messages: self.outgoing(messages),
+                usage,
+                turn,
+            };
+            self.notify_hook(hook, &params);
         }
     }
 
@@ -1037,53 +701,63 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get() {
             return c.should_compress_preflight(messages);
         }
-        let hook = "should_compress_preflight";
+        let hook = Hook::ShouldCompressPreflight;
         if !self.declares(hook) {
             return false;
         }
-        let params =
-            json!({"messages": self.messages_value(messages), "state": self.state_value()});
-        self.ask_bool(hook, params, false)
+        let params = MessagesParams {
+            messages: self.outgoing(messages),
+            state: self.snapshot(),
+        };
+        self.ask_bool(hook, &params, false)
     }
 
     fn should_defer_preflight_to_real_usage(&self, rough_tokens: u64) -> bool {
         if let Some(c) = self.fallback.get() {
             return c.should_defer_preflight_to_real_usage(rough_tokens);
         }
-        let hook = "should_defer_preflight_to_real_usage";
+        let hook = Hook::ShouldDeferPreflightToRealUsage;
         if !self.declares(hook) {
             return false;
         }
-        let params = json!({"rough_tokens": rough_tokens, "state": self.state_value()});
-        self.ask_bool(hook, params, false)
+        let params = RoughTokensParams {
+            rough_tokens,
+            state: self.snapshot(),
+        };
+        self.ask_bool(hook, &params, false)
     }
 
     fn has_content_to_compress(&self, messages: &[Message]) -> bool {
         if let Some(c) = self.fallback.get() {
             return c.has_content_to_compress(messages);
         }
-        let hook = "has_content_to_compress";
+        let hook = Hook::HasContentToCompress;
         if !self.declares(hook) {
             return true;
         }
-        let params =
-            json!({"messages": self.messages_value(messages), "state": self.state_value()});
-        self.ask_bool(hook, params, true)
+        let params = MessagesParams {
+            messages: self.outgoing(messages),
+            state: self.snapshot(),
+        };
+        self.ask_bool(hook, &params, true)
     }
 
     fn on_session_start(&mut self, session_id: &str, info: &SessionInfo) {
         if let Some(c) = self.fallback.get_mut() {
             return c.on_session_start(session_id, info);
         }
-        let params = json!({
-            "session_id": session_id,
-            "home_dir": info.home_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            "platform": info.platform,
-            "model": info.model,
-        });
-        self.inner.get_mut().session_start = Some(params.clone());
-        if self.declares("on_session_start") {
-            self.notify_hook("on_session_start", params);
+        let params = SessionStartParams::new(
+            session_id,
+            info.home_dir.as_ref(),
+            info.platform.as_deref(),
+            info.model.as_deref(),
+        );
+        self.supervisor
+            .get_mut()
+            .remember_session_start(params.clone());
+        let hook = Hook::OnSessionStart;
+        if self.declares(hook) {
+            self.notify_hook(hook, &params);
         }
     }
 
@@ -1091,10 +765,13 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get_mut() {
             return c.on_session_end(session_id, messages);
         }
-        if self.declares("on_session_end") {
-            let params =
-                json!({"session_id": session_id, "messages": self.messages_value(messages)});
-            self.notify_hook("on_session_end", params);
+        let hook = Hook::OnSessionEnd;
+        if self.declares(hook) {
+            let params = SessionEndParams {
+                session_id,
+                messages: self.outgoing(messages),
+            };
+            self.notify_hook(hook, &params);
         }
     }
 
@@ -1103,16 +780,19 @@ impl ContextEngine for ProcessEngine {
             return c.on_session_reset();
         }
         self.state.reset_counters();
-        if self.declares("on_session_reset") {
-            let params = json!({"state": self.state_value()});
-            self.notify_hook("on_session_reset", params);
+        let hook = Hook::OnSessionReset;
+        if self.declares(hook) {
+            let params = StateParams {
+                state: self.snapshot(),
+            };
+            self.notify_hook(hook, &params);
         }
     }
 
     fn tool_schemas(&self) -> Vec<Value> {
         match self.fallback.get() {
             Some(c) => c.tool_schemas(),
-            None => self.inner.borrow().tools.clone(),
+            None => self.supervisor.borrow().tools().to_vec(),
         }
     }
 
@@ -1120,22 +800,22 @@ impl ContextEngine for ProcessEngine {
         if let Some(c) = self.fallback.get_mut() {
             return c.handle_tool_call(name, args, ctx);
         }
-        let hook = "handle_tool_call";
+        let hook = Hook::HandleToolCall;
         if !self.declares(hook) {
             return unknown_tool(name);
         }
-        let params = json!({
-            "name": name,
-            "arguments": args,
-            "messages": ctx.messages.map(|m| self.messages_value(m)),
-        });
-        match self.call(hook, params, self.manifest.timeouts.call()) {
+        let params = ToolCallParams {
+            name,
+            arguments: self.egress.value(args),
+            messages: ctx.messages.map(|m| self.outgoing(m)),
+        };
+        match self.call(hook, &params) {
             Ok(Value::String(s)) => s,
             Ok(other) => other.to_string(),
             Err(skip) => json!({
                 "error": format!(
                     "context engine plugin `{}` failed: {}",
-                    self.manifest.name,
+                    self.name,
                     skip.reason()
                 )
             })
@@ -1148,9 +828,12 @@ impl ContextEngine for ProcessEngine {
             Some(c) => c.status(),
             None => self.state.status(),
         };
-        if self.declares("get_status") {
-            let params = json!({"state": self.state_value()});
-            match self.call("get_status", params, self.manifest.timeouts.call()) {
+        let hook = Hook::GetStatus;
+        if self.declares(hook) {
+            let params = StateParams {
+                state: self.snapshot(),
+            };
+            match self.call(hook, &params) {
                 Ok(Value::Object(extra)) => {
                     for (k, v) in extra {
                         if !STATUS_FIELDS.contains(&k.as_str()) {
@@ -1161,26 +844,27 @@ impl ContextEngine for ProcessEngine {
                 Ok(Value::Null) | Err(_) => {}
                 Ok(other) => {
                     self.reject(
-                        "get_status",
+                        hook,
                         &format!("expected an object, got {}", clip_json(&other)),
                     );
                 }
             }
         }
-        let inner = self.inner.borrow();
+        let sup = self.supervisor.borrow();
+        let manifest = sup.manifest();
         let mut plugin = Map::new();
-        plugin.insert("name".into(), json!(self.manifest.name));
-        plugin.insert("version".into(), json!(self.manifest.version));
+        plugin.insert("name".into(), json!(manifest.name));
+        plugin.insert("version".into(), json!(manifest.version));
+        plugin.insert("manifest".into(), json!(manifest.path.to_string_lossy()));
+        plugin.insert("engine_name".into(), json!(sup.remote_name()));
+        plugin.insert("running".into(), json!(sup.running()));
         plugin.insert(
-            "manifest".into(),
-            json!(self.manifest.path.to_string_lossy()),
+            "consecutive_failures".into(),
+            json!(sup.consecutive_failures()),
         );
-        plugin.insert("engine_name".into(), json!(inner.remote_name));
-        plugin.insert("running".into(), json!(inner.conn.is_some()));
-        plugin.insert("consecutive_failures".into(), json!(inner.failures));
-        plugin.insert("total_failures".into(), json!(inner.total_failures));
+        plugin.insert("total_failures".into(), json!(sup.total_failures()));
         plugin.insert("fallback".into(), json!(self.fallback.get().is_some()));
-        plugin.insert("warnings".into(), json!(inner.warnings));
+        plugin.insert("warnings".into(), json!(sup.warnings()));
         status.extra.insert("plugin".into(), Value::Object(plugin));
         status
     }
@@ -1191,26 +875,20 @@ impl ContextEngine for ProcessEngine {
             return c.update_model(model);
         }
         self.state.apply_model(model);
-        // The same threshold the compressor would use: less the reply reserve.
-        self.state.threshold_tokens = compaction_threshold(
-            self.state.context_length,
-            self.state.threshold_percent,
-            self.max_tokens,
-        );
         if let Some(parts) = self.parts.get_mut() {
             parts.context_length = model.context_length;
         }
-        if self.declares("update_model") {
-            // Never the API key: the plugin gets what it needs to count.
-            let params = json!({
-                "model": model.model,
-                "context_length": model.context_length,
-                "provider": model.provider,
-                "base_url": model.base_url,
-                "api_mode": model.api_mode,
-                "state": self.state_value(),
-            });
-            self.notify_hook("update_model", params);
+        let hook = Hook::UpdateModel;
+        if self.declares(hook) {
+            let params = UpdateModelParams {
+                model: &model.model,
+                context_length: model.context_length,
+                provider: model.provider.as_deref(),
+                base_url: model.base_url.as_deref(),
+                api_mode: model.api_mode.as_deref(),
+                state: self.snapshot(),
+            };
+            self.notify_hook(hook, &params);
         }
     }
 }
@@ -1220,22 +898,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn initialize_answer_is_checked() {
-        let ok = parse_initialize(&json!({
-            "name": "x", "protocol_version": 1,
-            "capabilities": ["compress", "get_status", "telepathy"],
-            "tools": [{"type": "function"}],
-        }))
-        .unwrap();
-        assert!(ok.capabilities.contains("compress"));
-        assert!(!ok.capabilities.contains("telepathy"));
-        assert_eq!(ok.unknown_hooks, vec!["telepathy"]);
-        assert_eq!(ok.tools.len(), 1);
-        assert!(parse_initialize(&json!({"protocol_version": 2})).is_err());
-        assert!(
-            parse_initialize(&json!({"protocol_version": 1, "capabilities": "compress"})).is_err()
-        );
-        assert!(parse_initialize(&json!([1])).is_err());
+    fn hook_names_are_the_typed_hooks() {
+        let names: Vec<&str> = Hook::ALL.iter().map(|h| h.as_str()).collect();
+        assert_eq!(names, HOOKS);
     }
 
     #[test]
@@ -1251,13 +916,5 @@ mod tests {
         assert_eq!(state.last_prompt_tokens, PromptTokens::Known(12));
         apply_state(&mut state, &json!(true));
         assert_eq!(state.threshold_tokens, 900);
-    }
-
-    #[test]
-    fn messages_to_plugins_are_redacted() {
-        let secret = "sk-proj-abcdefghijklmnopqrstuvwxyzABCDEF1234567890abcd";
-        let m = Message::user(format!("my key is {secret}"));
-        let out = redact_message(&m);
-        assert!(!out.text().contains(secret), "{}", out.text());
     }
 }

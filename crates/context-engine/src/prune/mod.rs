@@ -61,6 +61,8 @@
 //! ```
 
 mod args;
+
+pub(crate) use args::clip_arguments;
 pub(crate) mod effect;
 
 use std::borrow::Cow;

@@ -2,13 +2,15 @@
 //!
 //! Summaries persist and are fed back into every later prompt, often through
 //! another provider: a secret that reaches one once has leaked for good. So
-//! every outgoing text goes through [`redact`] (with `force`).
+//! every outgoing text goes through [`Egress`] (the user's patterns, always
+//! forced), the one helper for text that leaves the process.
 //!
 //! The rules are data (`rules.toml`, gitleaks-like, compiled in). Speed comes
 //! from never running a regex blindly: one Aho-Corasick pass finds the rules'
 //! keywords, and each rule's byte regex (ASCII mode) only runs on the few
 //! bytes around its keyword hits.
 
+mod egress;
 mod filters;
 mod normalize;
 mod rules;
@@ -17,10 +19,12 @@ mod scan;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex_automata::meta::Regex;
 
 use rules::Rule;
+
+pub use egress::Egress;
 
 /// Environment variable through which a user can opt out of redaction
 /// (`CTX_REDACT_SECRETS=0`); ignored when [`RedactOptions::force`] is set.
@@ -248,9 +252,13 @@ impl RedactorBuilder {
                 }
             }
         }
+        // A full DFA: the overlapping keyword pass is most of the scan's
+        // time, and a DFA takes one table lookup per byte (about twice as
+        // fast as the default NFA here; see `benches/redact.rs`).
         let prefilter = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::DFA))
             .build(&keywords)
             .map_err(|e| RedactError::Prefilter(e.to_string()))?;
         Ok(Redactor {

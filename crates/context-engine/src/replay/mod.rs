@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::compressor::fit::{FitStep, Unfittable};
 use crate::engine::Usage;
-use crate::host::{Compaction, Notice, Session};
+use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
 use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
@@ -120,12 +121,22 @@ pub struct CallRecord {
     /// Violations of the profile this request has that the unmanaged
     /// request did not (0 for a correct engine).
     pub violations_introduced: usize,
+    /// The request would have gone out larger than the window.
+    pub over_window: bool,
+    /// The escalation steps the host took to fit this request.
+    pub fit: Vec<FitStep>,
+    /// No request could fit (system prompt + latest ask over the window):
+    /// the host would not have sent this call.
+    pub unfittable: Option<Unfittable>,
     /// Time spent in the engine for this call (preflight, selection,
     /// post-tool checks and usage update), summarizer calls included.
     #[serde(rename = "engine_time_ms", serialize_with = "millis")]
     pub engine_time: Duration,
     /// Notices the driver raised for this call.
     pub notices: Vec<Notice>,
+    /// A compaction that was due before this call but did not happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_compaction: Option<Missed>,
 }
 
 /// Sums over all calls.
@@ -160,12 +171,39 @@ pub struct Totals {
     pub largest_request_without_engine: u64,
     /// Compactions accepted.
     pub compactions: usize,
+    /// Compactions attempted that the engine failed (summarizer, plugin).
+    pub compactions_failed: usize,
+    /// Compactions attempted whose result was refused (invalid output).
+    pub compactions_refused: usize,
+    /// Calls where a due compaction was held back (cooldown, anti-thrash).
+    pub compactions_blocked: usize,
+    /// The first failed or refused attempt's reason.
+    pub first_compaction_failure: Option<String>,
+    /// The first hold-back's reason.
+    pub first_compaction_block: Option<String>,
     /// Calls preceded by a proactive prune.
     pub prunes: usize,
     /// Calls whose request the engine replaced (digested).
     pub selected: usize,
     /// Engine time per call.
     pub engine_time: TimeStats,
+    /// Requests that would have gone out larger than the window.
+    pub over_window: OverWindow,
+    /// Calls (from 1) that could not fit at all and were not sent.
+    pub unfittable_calls: Vec<usize>,
+    /// Calls whose request the host fitted under the window by escalation.
+    pub fitted: usize,
+}
+
+/// Requests over the window: how many, the largest, at which calls.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OverWindow {
+    /// How many.
+    pub requests: usize,
+    /// Tokens of the largest.
+    pub largest: u64,
+    /// The calls (from 1).
+    pub calls: Vec<usize>,
 }
 
 /// Median, 99th percentile and maximum of the engine time per call.
@@ -297,6 +335,7 @@ pub fn replay(
         let mut pruned = 0;
         let mut compaction = None;
         let mut notices = Vec::new();
+        let mut missed = None;
 
         // What arrived since the last call: tool results first (the agent
         // ran the tools), then maybe a new user turn.
@@ -313,6 +352,7 @@ pub fn replay(
             engine_time += started.elapsed();
             pruned += update.pruned;
             notices.extend(update.notices);
+            missed = update.missed.or(missed);
             if let Some(new) = update.new_history {
                 history = new;
             }
@@ -334,6 +374,7 @@ pub fn replay(
         let prepared = session.before_request(&history);
         engine_time += started.elapsed();
         notices.extend(prepared.update.notices);
+        missed = prepared.update.missed.or(missed);
         if let Some(new) = prepared.update.new_history {
             history = new;
         }
@@ -342,6 +383,9 @@ pub fn replay(
         }
         let request = prepared.request;
         let tokens_with_engine = prepared.request_tokens;
+        let over_window = prepared.unfittable.is_none()
+            && context_length > 0
+            && tokens_with_engine > context_length;
         let unmanaged = &recording[..index];
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
@@ -396,8 +440,12 @@ pub fn replay(
             selected: prepared.selected,
             messages_with_engine: request.len(),
             violations_introduced,
+            over_window,
+            fit: prepared.fit,
+            unfittable: prepared.unfittable,
             engine_time,
             notices,
+            missed_compaction: missed,
         });
         if call + 1 == total {
             final_request = request.clone();
@@ -497,8 +545,33 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
             .largest_request_without_engine
             .max(c.tokens_without_engine);
         t.compactions += usize::from(c.compaction.is_some());
+        if let Some(m) = &c.missed_compaction {
+            match m.kind {
+                MissedKind::Failed => t.compactions_failed += 1,
+                MissedKind::Refused => t.compactions_refused += 1,
+                MissedKind::Blocked => t.compactions_blocked += 1,
+                MissedKind::NothingToCompress => {}
+            }
+            let first = if m.kind == MissedKind::Blocked {
+                &mut t.first_compaction_block
+            } else {
+                &mut t.first_compaction_failure
+            };
+            if first.is_none() && m.kind != MissedKind::NothingToCompress {
+                *first = Some(m.reason.clone());
+            }
+        }
         t.prunes += usize::from(c.pruned > 0);
         t.selected += usize::from(c.selected);
+        t.fitted += usize::from(!c.fit.is_empty());
+        if c.over_window {
+            t.over_window.requests += 1;
+            t.over_window.largest = t.over_window.largest.max(c.tokens_with_engine);
+            t.over_window.calls.push(c.call + 1);
+        }
+        if c.unfittable.is_some() {
+            t.unfittable_calls.push(c.call + 1);
+        }
     }
     t.token_ratio = ratio(t.prompt_tokens_with_engine, t.prompt_tokens_without_engine);
     t.cache_hit_share = ratio(t.cache_hit_tokens, t.prompt_tokens_with_engine);
@@ -532,6 +605,6 @@ fn nearest_rank(xs: &[f64], q: f64) -> f64 {
     xs[rank.clamp(1, xs.len()) - 1]
 }
 
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }

@@ -19,6 +19,8 @@ use crate::message::Message;
 
 pub mod openai;
 mod prompt;
+mod quality;
+pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for
 /// tool results, digested by the caller: a summarizer never sees a secret
@@ -99,6 +101,10 @@ pub enum SummarizeError {
     /// The reply had no text, or only whitespace.
     #[error("summarizer returned an empty summary")]
     Empty,
+    /// The reply is not a usable summary: a repetition loop, an echo of the
+    /// transcript's markup, only headings, or longer than the span.
+    #[error("degenerate summary rejected: {0}")]
+    Degenerate(String),
 }
 
 /// What the caller should do after a failure.
@@ -121,7 +127,8 @@ impl SummarizeError {
             | SummarizeError::RateLimited { .. }
             | SummarizeError::Server { .. }
             | SummarizeError::Malformed(_)
-            | SummarizeError::Empty => FailureAction::Fallback,
+            | SummarizeError::Empty
+            | SummarizeError::Degenerate(_) => FailureAction::Fallback,
         }
     }
 }
@@ -177,6 +184,7 @@ mod tests {
             },
             SummarizeError::Malformed("no choices".into()),
             SummarizeError::Empty,
+            SummarizeError::Degenerate("loop".into()),
         ];
         assert!(
             fallback

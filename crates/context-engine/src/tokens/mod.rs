@@ -32,6 +32,19 @@ pub use calibrate::{
     recorded_prompt_tokens,
 };
 
+/// A token count for people: `12345` → `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Counts the tokens of texts, messages and requests.
 ///
 /// Object-safe and `Send + Sync` so that engines can share one counter as
@@ -295,6 +308,17 @@ pub(crate) fn scale(n: usize, factor: f64) -> usize {
 /// [`BpeCounter::for_model`]) behind a per-message cache, ready to share.
 pub fn counter_for_model(model: &str) -> std::sync::Arc<dyn TokenCounter> {
     std::sync::Arc::new(CachedCounter::new(BpeCounter::for_model(model)))
+}
+
+/// The tokenizer for a model the user may or may not have named: the one
+/// place that choice is made (every command and engine asks here). A named
+/// model gets [`counter_for_model`]; none gets exact `o200k_base` (today's
+/// default vocabulary) unscaled, behind the same cache.
+pub fn counter_for(model: Option<&str>) -> std::sync::Arc<dyn TokenCounter> {
+    match model.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(model) => counter_for_model(model),
+        None => std::sync::Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
+    }
 }
 
 /// Fast estimate: one token per 4 characters, rounded up. About right for

@@ -74,6 +74,19 @@ pub enum LoadError {
         /// What was there (`keys a, b, c` for an object).
         found: String,
     },
+    /// A transcript in a format that is recognised but not supported yet
+    /// (Anthropic Messages): refused rather than misread as OpenAI.
+    #[error(
+        "{source_name}: this is an {format} transcript ({evidence}); only OpenAI chat-completions messages are supported yet: convert it to OpenAI messages first"
+    )]
+    UnsupportedFormat {
+        /// File path or caller-given name.
+        source_name: String,
+        /// The format recognised.
+        format: &'static str,
+        /// What gave it away, and where.
+        evidence: String,
+    },
     /// The envelope's `messages`/`history` key holds something else than an
     /// array.
     #[error("{source_name}: field `{field}` must be an array of messages, found {found}")]

@@ -403,6 +403,13 @@ fn parse(
             p.whole(value, None)?
         }
     };
+    if let Some(evidence) = anthropic_evidence(&messages, &metadata) {
+        return Err(LoadError::UnsupportedFormat {
+            source_name: p.source_name,
+            format: "Anthropic Messages",
+            evidence,
+        });
+    }
     let mut transcript = Transcript {
         messages,
         format,
@@ -414,6 +421,22 @@ fn parse(
     };
     normalise_tool_call_ids(&mut transcript);
     Ok(transcript)
+}
+
+/// What marks `messages` (and the envelope's other keys, `metadata`) as
+/// Anthropic Messages rather than OpenAI: a `tool_use` or `tool_result`
+/// content block, or a top-level `system` next to the messages.
+fn anthropic_evidence(messages: &[Message], metadata: &Map<String, Value>) -> Option<String> {
+    for (i, m) in messages.iter().enumerate() {
+        for part in m.content.parts() {
+            if let Some(kind @ ("tool_use" | "tool_result")) = part.part_type() {
+                return Some(format!("message {i} has a `{kind}` content block"));
+            }
+        }
+    }
+    metadata
+        .contains_key("system")
+        .then(|| "a top-level `system` field next to `messages`".to_owned())
 }
 
 type Parsed = (Vec<Message>, Format, Map<String, Value>, usize);

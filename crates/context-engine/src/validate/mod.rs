@@ -37,6 +37,7 @@
 
 mod cut;
 mod pairing;
+mod place;
 mod reentry;
 mod strict;
 mod wire;
@@ -51,6 +52,7 @@ use crate::message::Message;
 
 pub use cut::{CutPoints, atomic_groups};
 pub use pairing::{ToolCallShape, ToolResultPairing};
+pub use place::{introduced_adjacency, may_join, may_place};
 pub use reentry::{ToolReentry, is_real_user_turn, is_tool_reentry};
 pub use strict::StrictAlternation;
 pub use wire::{InternalKeys, KnownRoles};

@@ -13,9 +13,30 @@ pub mod serve;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
+use context_engine::tokens::{TokenCounter, counter_for};
 use context_engine::transcript::{Format, Transcript};
+
+/// The agent's model, shared by every command that counts tokens: it picks
+/// the tokenizer (through the library's one choice, [`counter_for`]) and,
+/// for engines, the per-model threshold. Never the summary model: that is
+/// `--summarizer-model`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ModelArg {
+    /// The agent's model (e.g. gpt-4.1): picks the tokenizer; exact o200k
+    /// when absent.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+impl ModelArg {
+    /// The token counter for the model.
+    pub fn counter(&self) -> Arc<dyn TokenCounter> {
+        counter_for(self.model.as_deref())
+    }
+}
 
 /// The transcript a command reads, shared by every command that reads one.
 #[derive(Debug, clap::Args)]
@@ -47,4 +68,20 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<Transcript> {
         eprintln!("ctx: warning: {}: {warning}", path.display());
     }
     Ok(transcript)
+}
+
+/// Refuses a window that cannot hold the system prompt of `messages` (an
+/// error at the flag, not a compaction "at threshold 0").
+pub fn check_window(
+    messages: &[context_engine::Message],
+    window: u64,
+    counter: &dyn context_engine::tokens::TokenCounter,
+) -> anyhow::Result<()> {
+    let system = context_engine::compressor::fit::system_prompt_tokens(messages, counter);
+    if window <= system {
+        anyhow::bail!(
+            "--context-length {window}: the window is too small for the system prompt alone ({system} tokens with the request overhead)"
+        );
+    }
+    Ok(())
 }

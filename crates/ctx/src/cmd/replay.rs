@@ -9,12 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
 use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -26,13 +22,6 @@ use crate::plot::{PlotData, write_svg};
 pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
-    pub context_length: Option<u64>,
-    /// The agent's model: picks the tokenizer (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
     #[command(flatten)]
     pub engine: super::engine::EngineArgs,
     /// Provider rules every request must keep: `openai` or `strict`.
@@ -59,35 +48,12 @@ pub struct ReplayArgs {
 }
 
 /// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
-/// invalid request, 2 on errors (including an unreplayable input).
+/// invalid request or a request over the window (or one that could not fit
+/// at all), 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let (config, config_warnings, config_file) = args.engine.load_config()?;
-    let context_length = args
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(128_000);
-    let built = args.engine.build(
-        config,
-        config_file,
-        Arc::clone(&counter),
-        context_length,
-        args.profile,
-    )?;
-    for w in config_warnings.iter().chain(&built.warnings) {
-        eprintln!("ctx: warning: {w}");
-    }
-    let mut engine = built.engine;
-    if engine.state().context_length != context_length {
-        engine.update_model(&ModelInfo::new(
-            args.model.clone().unwrap_or_default(),
-            context_length,
-        ));
-    }
+    let (engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;
+    let counter = prepared.counter;
     let mut session = Session::new("replay", engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
     let mut price = PriceModel::default();
@@ -165,7 +131,23 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&file, &report, args.verbose));
     }
     let invalid = report.calls.iter().any(|c| c.violations_introduced > 0);
-    Ok(if invalid {
+    let t = &report.totals;
+    if t.over_window.requests > 0 {
+        eprintln!(
+            "ctx: {} requests would have gone out over the {}-token window (largest {} tokens)",
+            t.over_window.requests,
+            thousands(report.context_length),
+            thousands(t.over_window.largest)
+        );
+    }
+    if let Some(first) = report.calls.iter().find_map(|c| c.unfittable.as_ref()) {
+        eprintln!(
+            "ctx: {} calls could not fit the window at all and would not have been sent ({first})",
+            t.unfittable_calls.len()
+        );
+    }
+    let over = t.over_window.requests > 0 || !t.unfittable_calls.is_empty();
+    Ok(if invalid || over {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -256,21 +238,17 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
                 Trigger::Manual => "manual, before",
             };
             Some(format!(
-                "{why} call {}: {} -> {} tokens",
+                "{why} call {}: request {} -> {} tokens",
                 c.call + 1,
-                n(k.tokens_before),
-                n(k.tokens_after)
+                n(k.request_tokens_before),
+                n(k.request_tokens_after)
             ))
         })
         .collect();
     s.push_str(&format!(
-        "\n  compactions  {}{}\n",
+        "\n  compactions  {} ({})\n",
         compactions.len(),
-        if compactions.is_empty() {
-            " (the session never reached the threshold)".to_string()
-        } else {
-            format!(" ({})", compactions.join("; "))
-        }
+        compaction_story(t, &compactions)
     ));
     s.push_str(&format!(
         "  digested    {} of {} requests carried older tool output as one-line digests\n",
@@ -280,6 +258,34 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         "  pruned      {} calls followed a proactive prune\n",
         t.prunes
     ));
+    s.push_str(&format!(
+        "  over window {}\n",
+        if t.over_window.requests == 0 {
+            "0 requests went out larger than the window".to_string()
+        } else {
+            format!(
+                "{} requests larger than the window (largest {} tokens; calls {})",
+                t.over_window.requests,
+                n(t.over_window.largest),
+                list(&t.over_window.calls)
+            )
+        }
+    ));
+    if t.fitted > 0 {
+        s.push_str(&format!(
+            "  fitted      {} requests brought under the window by escalation\n",
+            t.fitted
+        ));
+    }
+    if !t.unfittable_calls.is_empty() {
+        let first = r.calls.iter().find_map(|c| c.unfittable.as_ref());
+        s.push_str(&format!(
+            "  unfittable  {} calls not sent: {} (calls {})\n",
+            t.unfittable_calls.len(),
+            first.map(ToString::to_string).unwrap_or_default(),
+            list(&t.unfittable_calls)
+        ));
+    }
     s.push_str(&format!(
         "  engine time per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms\n",
         t.engine_time.median_ms, t.engine_time.p99_ms, t.engine_time.max_ms
@@ -341,6 +347,56 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         s.push_str(&calls.render(2));
     }
     s
+}
+
+/// What happened to compaction over the session, truthfully: the
+/// compactions made, attempts that failed or were refused (with the first
+/// reason), hold-backs, or that the threshold was never reached.
+fn compaction_story(t: &context_engine::replay::Totals, made: &[String]) -> String {
+    let attempts = t.compactions_failed + t.compactions_refused;
+    let failed = |all: bool| {
+        let how = match (t.compactions_failed, t.compactions_refused) {
+            (0, _) => "refused",
+            (_, 0) => "failed",
+            _ => "refused or failed",
+        };
+        format!(
+            "{}attempted {attempts} time(s), {}{how} (first reason: {})",
+            if all { "" } else { "and " },
+            if all { "all " } else { "" },
+            t.first_compaction_failure.as_deref().unwrap_or("unknown")
+        )
+    };
+    let blocked = || {
+        format!(
+            "held back {} time(s) by cooldown or anti-thrash (first: {})",
+            t.compactions_blocked,
+            t.first_compaction_block.as_deref().unwrap_or("unknown")
+        )
+    };
+    let mut parts = Vec::new();
+    if !made.is_empty() {
+        parts.push(made.join("; "));
+    }
+    if attempts > 0 {
+        parts.push(failed(made.is_empty()));
+    }
+    if t.compactions_blocked > 0 {
+        parts.push(blocked());
+    }
+    if parts.is_empty() {
+        parts.push("the session never reached the threshold".to_owned());
+    }
+    parts.join("; ")
+}
+
+/// Call numbers, the first ten and a count of the rest.
+fn list(calls: &[usize]) -> String {
+    let mut out: Vec<String> = calls.iter().take(10).map(ToString::to_string).collect();
+    if calls.len() > 10 {
+        out.push(format!("and {} more", calls.len() - 10));
+    }
+    out.join(", ")
 }
 
 /// `-42%` style change from `before` to `after`.

@@ -6,14 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::compact::SummarizerKind;
 use anyhow::Context;
-use context_engine::config::SummarizerKind as ConfigSummarizer;
-use context_engine::engine::{ContextEngine, ModelInfo};
+use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
 use context_engine::validate::Profile;
 use context_engine_serve::{ServeOptions, SessionContext, StartError, UpstreamOptions};
 
@@ -28,13 +23,6 @@ pub struct ServeArgs {
     /// non-loopback address needs `serve.auth_token_env`.
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
-    /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000).
-    #[arg(long)]
-    pub context_length: Option<u64>,
-    /// The agent's model: picks the tokenizer (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
@@ -48,7 +36,7 @@ pub struct ServeArgs {
 
 /// Run `ctx serve` until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let (config, warnings, config_file) = args.engine.load_config()?;
+    let (config, warnings, _) = args.engine.load_config()?;
     for w in &warnings {
         eprintln!("ctx: warning: {w}");
     }
@@ -79,50 +67,25 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
         .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds));
 
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let context_length = args
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(128_000);
-    // Build one engine now: a broken configuration fails at start, not on
-    // the first request.
-    let summarizer_kind = config.summarizer.kind;
-    let (engine_args, profile, model) = (args.engine.clone(), args.profile, args.model.clone());
-    let build = {
-        let counter = Arc::clone(&counter);
-        move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-            let built = engine_args
-                .build(
-                    config.clone(),
-                    config_file.clone(),
-                    Arc::clone(&counter),
-                    context_length,
-                    profile,
-                )
-                .map_err(|e| format!("{e:#}"))?;
-            let mut engine = built.engine;
-            if engine.state().context_length != context_length {
-                engine.update_model(&ModelInfo::new(
-                    model.clone().unwrap_or_default(),
-                    context_length,
-                ));
-            }
-            Ok(engine)
-        }
-    };
-    let probe = build("startup").map_err(anyhow::Error::msg)?;
+    // One engine now: a broken configuration fails at start, not on the
+    // first request. Each session then builds its own the same way.
+    let (engine_args, profile) = (args.engine.clone(), args.profile);
+    let (probe, prepared) = engine_args.prepare(profile)?.select()?;
+    for w in &prepared.warnings {
+        eprintln!("ctx: warning: {w}");
+    }
+    let (counter, context_length) = (Arc::clone(&prepared.counter), prepared.context_length);
     // A model summarizer or a plugin process blocks on I/O: such engines
     // run on the blocking pool.
-    let blocking = probe.name() != "compressor"
-        || summarizer_kind == ConfigSummarizer::Openai
-        || args
-            .engine
-            .summarizer
-            .is_some_and(|k| k == SummarizerKind::Openai);
+    let blocking = probe.name() != "compressor" || prepared.client.is_some();
     drop(probe);
+    let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+        engine_args
+            .prepare(profile)
+            .and_then(|p| p.select())
+            .map(|(engine, _)| engine)
+            .map_err(|e| format!("{e:#}"))
+    };
     let ctx = SessionContext {
         factory: Arc::new(build),
         counter,

@@ -4,7 +4,8 @@
 Config section (from `initialize`): `mode` (or env MISBEHAVE_MODE), `on`
 (the method that misbehaves, default `compress`), `log` (a file receiving
 one line per request method: how tests count round trips), `capabilities`
-(what to declare; default every hook implemented here).
+(what to declare; default every hook implemented here), `stdin_log` (a
+file receiving every line read from stdin, verbatim: what left the host).
 
 Modes: ok, crash, crash_once (crash the first time only, across restarts),
 hang, garbage, wrong_id, invalid (an orphan tool result), bigger (not
@@ -108,10 +109,16 @@ def misbehave(mode, method, rid, params):
 
 def main():
     global config
+    stdin_log = None
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
+        if request.get("method") == "initialize":
+            stdin_log = ((request.get("params") or {}).get("config") or {}).get("stdin_log")
+        if stdin_log:
+            with open(stdin_log, "a") as f:
+                f.write(line)
         method = request.get("method") or ""
         if "id" not in request:
             if method == "exit":

@@ -1,0 +1,701 @@
+//! Guaranteed fit: the escalation ladder that brings a request under a
+//! token budget when the normal compaction did not, losing least first.
+//!
+//! [`fit`] takes a request (or a compacted history) and a budget and, while
+//! the request is over it, climbs these steps in order, stopping as soon as
+//! it fits:
+//!
+//! 1. [`FitStepKind::DigestResults`]: large tool results, the newest batch's
+//!    included, keep the head and tail of their body and a recall handle
+//!    (largest first);
+//! 2. [`FitStepKind::ShrinkTail`]: whole tool-call groups between the head
+//!    and the protected core (the latest user ask and the last group) are
+//!    left out, oldest first;
+//! 3. [`FitStepKind::Clip`]: long assistant texts, other user texts and the
+//!    string leaves of tool-call arguments are clipped (valid JSON stays
+//!    valid JSON), largest first;
+//! 4. [`FitStepKind::LowerSummary`]: the summary's body is cut down to what
+//!    is left;
+//! 5. [`FitStepKind::Truncate`]: deterministic truncation to the system
+//!    prompt, the latest ask and what of the last group still fits.
+//!
+//! When even the system prompt and the latest ask exceed the budget no
+//! request can fit: [`Unfittable`] names the sizes and the host does not
+//! send. Every step keeps the request valid under the profile (no new
+//! violation, no new same-role adjacency, asked of [`crate::validate`]);
+//! every reduced tool result names its recall handle, and the stored
+//! history still holds the original.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::insert::{SUMMARY_END, SUMMARY_PREFIX, is_summary, without_summary};
+use crate::digest::{RECALL_TOOL, result_handle};
+use crate::message::{Content, Message, Role};
+use crate::prune::clip_arguments;
+use crate::tokens::{TokenCounter, thousands};
+use crate::validate::{
+    CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
+    is_tool_reentry, may_join,
+};
+
+/// Tool results of at least this many bytes are digested by step 1.
+pub const RESULT_MIN_BYTES: usize = 2048;
+/// Bytes kept at each end of a digested result.
+const RESULT_KEEP_BYTES: usize = 512;
+/// Texts of at least this many bytes are clipped by step 3.
+const TEXT_MIN_BYTES: usize = 1024;
+/// Bytes kept at each end of a clipped text.
+const TEXT_KEEP_BYTES: usize = 256;
+/// Characters kept of each long string leaf of tool-call arguments.
+const ARGUMENT_LEAF_CHARS: usize = 200;
+/// Bytes kept at each end in the final truncation.
+const TRUNCATE_KEEP_BYTES: usize = 64;
+
+/// Even the system prompt and the latest user ask exceed the window: no
+/// request can fit, and none should be sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error(
+    "system prompt {} tokens + latest ask {} > window {}: no request can fit",
+    thousands(*system_tokens),
+    thousands(*ask_tokens),
+    thousands(*window)
+)]
+pub struct Unfittable {
+    /// Tokens of the leading instructions (and the request's own overhead).
+    pub system_tokens: u64,
+    /// Tokens of the latest real user message (its own words).
+    pub ask_tokens: u64,
+    /// The budget the request had to fit.
+    pub window: u64,
+}
+
+/// One rung of the ladder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FitStepKind {
+    /// Large tool results, the newest batch's too, reduced to head and tail.
+    DigestResults,
+    /// Older tool-call groups left out of the request.
+    ShrinkTail,
+    /// Long texts and tool-call arguments clipped.
+    Clip,
+    /// The summary's body cut down.
+    LowerSummary,
+    /// Everything but the system prompt, the latest ask and the last group
+    /// dropped or clipped.
+    Truncate,
+}
+
+impl FitStepKind {
+    /// The step's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FitStepKind::DigestResults => "digest_results",
+            FitStepKind::ShrinkTail => "shrink_tail",
+            FitStepKind::Clip => "clip",
+            FitStepKind::LowerSummary => "lower_summary",
+            FitStepKind::Truncate => "truncate",
+        }
+    }
+}
+
+impl fmt::Display for FitStepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A step taken, with its effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FitStep {
+    /// Which rung.
+    pub step: FitStepKind,
+    /// Messages it changed or left out.
+    pub messages: usize,
+    /// Tokens of the request after it.
+    pub tokens_after: u64,
+}
+
+/// A request brought under its budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fitted {
+    /// The request.
+    pub messages: Vec<Message>,
+    /// The steps taken, in order (empty when it already fitted).
+    pub steps: Vec<FitStep>,
+    /// Tokens before.
+    pub tokens_before: u64,
+    /// Tokens after (at most the budget).
+    pub tokens_after: u64,
+}
+
+/// `messages` brought to at most `budget` tokens by the ladder (see the
+/// module docs), or why no request can fit.
+pub fn fit(
+    messages: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+) -> Result<Fitted, Unfittable> {
+    fit_impl(messages, budget, counter, profile, false)
+}
+
+/// [`fit`] for a stored history (a compaction's result): no turn is left
+/// out before the last resort, and the summary and the last group never
+/// are (the agent appends its next turn after them); they are only clipped.
+pub(crate) fn fit_history(
+    messages: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+) -> Result<Fitted, Unfittable> {
+    fit_impl(messages, budget, counter, profile, true)
+}
+
+fn fit_impl(
+    messages: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+    history: bool,
+) -> Result<Fitted, Unfittable> {
+    let mut work = Work::new(messages, counter);
+    work.history = history;
+    let tokens_before = work.total();
+    if tokens_before > budget {
+        let (system, ask) = work.core_tokens();
+        if system + ask > budget {
+            return Err(Unfittable {
+                system_tokens: system,
+                ask_tokens: ask,
+                window: budget,
+            });
+        }
+    }
+    let mut steps = Vec::new();
+    for step in [
+        FitStepKind::DigestResults,
+        FitStepKind::ShrinkTail,
+        FitStepKind::Clip,
+        FitStepKind::LowerSummary,
+        FitStepKind::Truncate,
+    ] {
+        if work.total() <= budget {
+            break;
+        }
+        // A stored history shrinks its tail by re-planning (the compactor's
+        // own second step, into the summary), never by leaving turns out.
+        if history && step == FitStepKind::ShrinkTail {
+            continue;
+        }
+        let changed = work.run(step, budget, messages, profile);
+        if changed > 0 {
+            steps.push(FitStep {
+                step,
+                messages: changed,
+                tokens_after: work.total(),
+            });
+        }
+    }
+    let tokens_after = work.total();
+    if tokens_after > budget {
+        let (system, ask) = work.core_tokens();
+        return Err(Unfittable {
+            system_tokens: system,
+            ask_tokens: ask,
+            window: budget,
+        });
+    }
+    Ok(Fitted {
+        messages: work.into_messages(),
+        steps,
+        tokens_before,
+        tokens_after,
+    })
+}
+
+/// Tokens of the leading instructions of `messages` plus the request's own
+/// overhead: what every request of this conversation costs at least. A
+/// window no larger than this can never hold a request.
+pub fn system_prompt_tokens(messages: &[Message], counter: &dyn TokenCounter) -> u64 {
+    let lead = messages
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    counter.count_messages(&messages[..lead]) as u64
+}
+
+/// Runs one rung on `messages` towards `budget` (the compressor climbs the
+/// ladder itself, with its own second rung): how many messages it changed.
+pub(crate) fn run_step(
+    messages: &mut Vec<Message>,
+    step: FitStepKind,
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+) -> usize {
+    let input = messages.clone();
+    let mut work = Work::new(messages, counter);
+    let changed = work.run(step, budget, &input, profile);
+    *messages = work.into_messages();
+    changed
+}
+
+/// The messages being fitted, with their token counts.
+struct Work<'c> {
+    messages: Vec<Message>,
+    tokens: Vec<u64>,
+    /// Left out of the request (step 2 and 5).
+    dropped: Vec<bool>,
+    overhead: u64,
+    counter: &'c dyn TokenCounter,
+    /// Fitting a stored history: keep the summary and the last group.
+    history: bool,
+}
+
+impl<'c> Work<'c> {
+    fn new(messages: &[Message], counter: &'c dyn TokenCounter) -> Work<'c> {
+        Work {
+            tokens: messages
+                .iter()
+                .map(|m| counter.count_message(m) as u64)
+                .collect(),
+            dropped: vec![false; messages.len()],
+            messages: messages.to_vec(),
+            overhead: counter.request_overhead() as u64,
+            counter,
+            history: false,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.overhead
+            + self
+                .tokens
+                .iter()
+                .zip(&self.dropped)
+                .filter(|(_, d)| !**d)
+                .map(|(t, _)| *t)
+                .sum::<u64>()
+    }
+
+    fn set(&mut self, i: usize, message: Message) {
+        self.tokens[i] = self.counter.count_message(&message) as u64;
+        self.messages[i] = message;
+    }
+
+    fn into_messages(self) -> Vec<Message> {
+        self.messages
+            .into_iter()
+            .zip(self.dropped)
+            .filter_map(|(m, d)| (!d).then_some(m))
+            .collect()
+    }
+
+    /// The kept messages, for validity checks.
+    fn kept(&self) -> Vec<Message> {
+        self.messages
+            .iter()
+            .zip(&self.dropped)
+            .filter(|(_, d)| !**d)
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
+
+    /// Number of leading instruction messages.
+    fn lead(&self) -> usize {
+        self.messages
+            .iter()
+            .take_while(|m| m.role.is_instruction())
+            .count()
+    }
+
+    /// The latest real user message, if any.
+    fn ask(&self) -> Option<usize> {
+        self.messages.iter().zip(&self.dropped).rposition(|(m, d)| {
+            // A summary in a user message is not an ask, unless it was
+            // merged into one (the ask's own words follow it).
+            !d && is_real_user_turn(m) && (!is_summary(m) || !without_summary(&m.text()).is_empty())
+        })
+    }
+
+    /// The summary message, if any.
+    fn summary(&self) -> Option<usize> {
+        self.messages.iter().rposition(is_summary)
+    }
+
+    /// Tokens of the system prompt (with the request overhead) and of the
+    /// latest ask's own words: what no request can do without.
+    fn core_tokens(&self) -> (u64, u64) {
+        let lead = self.lead();
+        let system = self.overhead + self.tokens[..lead].iter().sum::<u64>();
+        let ask = self.ask().map_or(0, |u| {
+            let m = &self.messages[u];
+            if is_summary(m) {
+                self.counter
+                    .count_message(&with_text(m, without_summary(&m.text()))) as u64
+            } else {
+                self.tokens[u]
+            }
+        });
+        (system, ask)
+    }
+
+    fn run(
+        &mut self,
+        step: FitStepKind,
+        budget: u64,
+        input: &[Message],
+        profile: Profile,
+    ) -> usize {
+        match step {
+            FitStepKind::DigestResults => self.digest_results(budget),
+            FitStepKind::ShrinkTail => self.shrink_tail(budget, input, profile),
+            FitStepKind::Clip => self.clip(budget),
+            FitStepKind::LowerSummary => self.lower_summary(budget),
+            FitStepKind::Truncate => self.truncate(budget, input, profile),
+        }
+    }
+
+    /// Step 1: large tool results (and text tool-result envelopes) keep the
+    /// head and tail of their body and a recall handle, largest first.
+    fn digest_results(&mut self, budget: u64) -> usize {
+        let mut candidates: Vec<usize> = (0..self.messages.len())
+            .filter(|&i| {
+                let m = &self.messages[i];
+                !self.dropped[i]
+                    && (m.is_tool_result() || is_tool_reentry(m))
+                    && matches!(&m.content, Content::Text(t) if t.len() >= RESULT_MIN_BYTES)
+            })
+            .collect();
+        candidates.sort_by_key(|&i| std::cmp::Reverse(self.tokens[i]));
+        let mut changed = 0;
+        for i in candidates {
+            if self.total() <= budget {
+                break;
+            }
+            let m = &self.messages[i];
+            let body = m.text();
+            let handle = result_handle(m, &body);
+            let clipped = clip_middle(&body, RESULT_KEEP_BYTES, Some(&handle));
+            let out = with_text(m, clipped);
+            self.set(i, out);
+            changed += 1;
+        }
+        changed
+    }
+
+    /// Step 2: whole atomic groups between the head and the protected core
+    /// (the latest ask, the summary, the last group) are left out, oldest
+    /// first, where the messages meeting at the join may be adjacent.
+    fn shrink_tail(&mut self, budget: u64, input: &[Message], profile: Profile) -> usize {
+        let kept = self.kept();
+        let index: Vec<usize> = (0..self.messages.len())
+            .filter(|&i| !self.dropped[i])
+            .collect();
+        let cuts = CutPoints::with_profile(&kept, profile);
+        let groups: Vec<std::ops::Range<usize>> = cuts.groups().collect();
+        let Some(last) = groups.last().cloned() else {
+            return 0;
+        };
+        let lead = kept.iter().take_while(|m| m.role.is_instruction()).count();
+        let (ask, summary) = (self.ask(), self.summary());
+        let protected = |k: usize| {
+            Some(index[k]) == ask || Some(index[k]) == summary || last.contains(&k) || k < lead
+        };
+        let before = self.dropped.clone();
+        let mut changed = 0;
+        for g in &groups {
+            if self.total() <= budget {
+                break;
+            }
+            if g.clone().any(protected) {
+                continue;
+            }
+            // The nearest kept messages around the group, once it is gone.
+            let prev = (0..g.start).rev().find(|&k| !self.dropped[index[k]]);
+            let next = (g.end..kept.len()).find(|&k| !self.dropped[index[k]]);
+            let before_slice = prev.map_or(&kept[..0], |k| &kept[k..=k]);
+            let after_slice = next.map_or(&kept[..0], |k| &kept[k..=k]);
+            if !may_join(before_slice, after_slice, profile) {
+                continue;
+            }
+            for k in g.clone() {
+                self.dropped[index[k]] = true;
+            }
+            changed += g.len();
+        }
+        if changed > 0 && !self.still_valid(input, profile) {
+            self.dropped = before;
+            return 0;
+        }
+        changed
+    }
+
+    /// Step 3: long texts (assistant turns, user turns other than the latest
+    /// ask and the summary) and the long string leaves of tool-call
+    /// arguments are clipped, largest first.
+    fn clip(&mut self, budget: u64) -> usize {
+        let ask = self.ask();
+        let summary = self.summary();
+        let lead = self.lead();
+        let mut candidates: Vec<usize> = (lead..self.messages.len())
+            .filter(|&i| !self.dropped[i] && Some(i) != ask && Some(i) != summary)
+            .collect();
+        candidates.sort_by_key(|&i| std::cmp::Reverse(self.tokens[i]));
+        let mut changed = 0;
+        for i in candidates {
+            if self.total() <= budget {
+                break;
+            }
+            if let Some(out) = clipped(&self.messages[i], TEXT_KEEP_BYTES, ARGUMENT_LEAF_CHARS) {
+                self.set(i, out);
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Step 4: the summary's body is cut to what the budget leaves it.
+    fn lower_summary(&mut self, budget: u64) -> usize {
+        let Some(s) = self.summary().filter(|&s| !self.dropped[s]) else {
+            return 0;
+        };
+        let original = self.messages[s].clone();
+        let text = original.text();
+        let Some(start) = text.find(SUMMARY_PREFIX).map(|p| p + SUMMARY_PREFIX.len()) else {
+            return 0;
+        };
+        let end = text[start..]
+            .find(SUMMARY_END)
+            .map_or(text.len(), |e| start + e);
+        let body = &text[start..end];
+        // Halve the body until the request fits or nothing is left of it.
+        let mut keep = body.len() / 2;
+        loop {
+            let cut = clip_middle(body, keep / 2, None);
+            let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
+            self.set(s, with_text(&original, new));
+            if self.total() <= budget || keep == 0 {
+                return 1;
+            }
+            keep /= 2;
+        }
+    }
+
+    /// Step 5: only the system prompt, the latest ask (its own words) and
+    /// the last group stay, the group clipped hard; then the group goes too.
+    fn truncate(&mut self, budget: u64, input: &[Message], profile: Profile) -> usize {
+        let before = (
+            self.messages.clone(),
+            self.tokens.clone(),
+            self.dropped.clone(),
+        );
+        let lead = self.lead();
+        let ask = self.ask();
+        let kept = self.kept();
+        let index: Vec<usize> = (0..self.messages.len())
+            .filter(|&i| !self.dropped[i])
+            .collect();
+        let cuts = CutPoints::with_profile(&kept, profile);
+        let last_start = cuts.groups().last().map_or(kept.len(), |g| g.start);
+        let mut changed = 0;
+        // Everything between the instructions and the last group, but the ask.
+        let summary = self.summary().filter(|_| self.history);
+        for &i in &index[lead..last_start] {
+            if Some(i) != ask && Some(i) != summary {
+                self.dropped[i] = true;
+                changed += 1;
+            }
+        }
+        if let Some(u) = ask
+            && !self.history
+            && is_summary(&self.messages[u])
+        {
+            let m = &self.messages[u];
+            let own = with_text(m, without_summary(&m.text()));
+            self.set(u, own);
+        }
+        for &i in &index[last_start..] {
+            if self.total() <= budget {
+                break;
+            }
+            if Some(i) != ask
+                && let Some(out) = clipped(&self.messages[i], TRUNCATE_KEEP_BYTES, 32)
+            {
+                self.set(i, out);
+                changed += 1;
+            }
+        }
+        if self.total() > budget
+            && !self.history
+            && ask.is_some_and(|u| u < index.get(last_start).copied().unwrap_or(usize::MAX))
+        {
+            for &i in &index[last_start..] {
+                self.dropped[i] = true;
+                changed += 1;
+            }
+        }
+        if !self.still_valid(input, profile) {
+            (self.messages, self.tokens, self.dropped) = before;
+            return 0;
+        }
+        changed
+    }
+
+    /// Whether the kept messages add no violation and no same-role pair
+    /// that `input` did not have.
+    fn still_valid(&self, input: &[Message], profile: Profile) -> bool {
+        let kept = self.kept();
+        introduced_violation(input, &kept, profile).is_none()
+            && introduced_adjacency(input, &kept, profile).is_none()
+    }
+}
+
+/// `message` with its content replaced by `text`.
+fn with_text(message: &Message, text: String) -> Message {
+    let mut out = message.clone();
+    out.content = Content::Text(text);
+    out
+}
+
+/// `message` with a long text content clipped to `keep` bytes at each end
+/// and the long string leaves of its tool-call arguments to `leaf_chars`;
+/// `None` when nothing was long.
+fn clipped(message: &Message, keep: usize, leaf_chars: usize) -> Option<Message> {
+    let mut out = message.clone();
+    let mut changed = false;
+    if let Content::Text(text) = &message.content
+        && text.len() > (2 * keep).max(TEXT_MIN_BYTES.min(4 * keep + 64))
+    {
+        let handle = (message.role == Role::Tool || is_tool_reentry(message))
+            .then(|| result_handle(message, text));
+        out.content = Content::Text(clip_middle(text, keep, handle.as_deref()));
+        changed = true;
+    }
+    for call in out.tool_calls.iter_mut().flatten() {
+        if let Some(function) = &mut call.function
+            && let Some(args) = clip_arguments(&function.arguments, leaf_chars)
+        {
+            function.arguments = args;
+            changed = true;
+        }
+    }
+    changed.then_some(out)
+}
+
+/// `text` with its middle replaced by a marker: the first and last `keep`
+/// bytes (at character boundaries) stay; the marker names the recall
+/// handle when there is one.
+fn clip_middle(text: &str, keep: usize, handle: Option<&str>) -> String {
+    if text.len() <= 2 * keep {
+        return text.to_owned();
+    }
+    let mut head = keep;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - keep;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let omitted = tail - head;
+    let marker = match handle {
+        Some(h) => {
+            let arg = serde_json::json!({ "handle": h });
+            format!(
+                "[… {omitted} bytes omitted to fit the window; full output: {RECALL_TOOL} {arg}]"
+            )
+        }
+        None => format!("[… {omitted} bytes omitted to fit the window]"),
+    };
+    format!("{}\n{marker}\n{}", &text[..head], &text[tail..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::{BpeCounter, Encoding};
+    use crate::validate::validate;
+
+    fn counter() -> BpeCounter {
+        BpeCounter::new(Encoding::O200kBase)
+    }
+
+    fn session(results: usize, bytes: usize) -> Vec<Message> {
+        let mut m = vec![
+            Message::system("You are a coding agent."),
+            Message::user("Fix the bug in parser.py"),
+        ];
+        for k in 0..results {
+            let id = format!("call_{k}");
+            m.push(Message::assistant_tool_calls(
+                "",
+                vec![crate::message::ToolCall::function(
+                    id.clone(),
+                    "bash",
+                    format!("{{\"command\":\"cat file{k}.py\"}}"),
+                )],
+            ));
+            let body: String = (0..bytes / 16)
+                .map(|j| format!("line {j:09} ok\n"))
+                .collect();
+            m.push(Message::tool_result(&id, body));
+        }
+        m
+    }
+
+    #[test]
+    fn the_sizes_are_named_when_nothing_can_fit() {
+        let c = counter();
+        let m = session(1, 4000);
+        let err = fit(&m, 10, &c, Profile::OpenAi).unwrap_err();
+        assert!(err.to_string().starts_with("system prompt "), "{err}");
+        assert!(err.system_tokens + err.ask_tokens > 10);
+        assert_eq!(thousands(7019), "7,019");
+        assert_eq!(thousands(6944), "6,944");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn each_budget_from_the_core_up_is_met_validly() {
+        let c = counter();
+        let m = session(6, 6000);
+        let total = c.count_messages(&m) as u64;
+        let core = c.count_messages(&m[..2]) as u64;
+        for budget in [core + 64, core + 300, total / 4, total / 2, total - 1] {
+            let fitted = fit(&m, budget, &c, Profile::Strict).unwrap();
+            assert!(
+                fitted.tokens_after <= budget,
+                "{budget}: {}",
+                fitted.tokens_after
+            );
+            assert_eq!(
+                fitted.tokens_after,
+                c.count_messages(&fitted.messages) as u64
+            );
+            assert!(validate(&fitted.messages, Profile::Strict).is_empty());
+            assert!(!fitted.steps.is_empty());
+            // The latest ask is kept verbatim.
+            assert!(fitted.messages.contains(&m[1]));
+        }
+    }
+
+    #[test]
+    fn the_newest_batch_is_digested_first_and_keeps_a_handle() {
+        let c = counter();
+        let m = session(2, 20_000);
+        let total = c.count_messages(&m) as u64;
+        let fitted = fit(&m, total / 2, &c, Profile::OpenAi).unwrap();
+        assert_eq!(fitted.steps[0].step, FitStepKind::DigestResults);
+        assert_eq!(fitted.messages.len(), m.len());
+        let last = fitted.messages.last().unwrap().text();
+        assert!(
+            last.contains("context_recall {\"handle\":\"call_1\"}"),
+            "{last}"
+        );
+        assert!(last.starts_with("line 000000000 ok"));
+    }
+}
