@@ -375,10 +375,10 @@ impl ContextEngine for Panicky {
     }
     fn compress(
         &mut self,
-        m: &[Message],
+        _: &[Message],
         _: &CompressRequest,
-    ) -> Result<Vec<Message>, EngineError> {
-        Ok(m.to_vec())
+    ) -> Result<context_engine::engine::Compaction, EngineError> {
+        panic!("never asked: should_compress is false")
     }
     fn select_context(&mut self, _: &SelectRequest<'_>) -> Option<Vec<Message>> {
         panic!("engine bug")
