@@ -277,7 +277,8 @@ fn long_history(turns: usize) -> Vec<Value> {
     for i in 0..turns {
         m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
             "function": {"name": "bash", "arguments": format!("{{\"cmd\":\"cat src/file{i}.rs\"}}")}}]}));
-        let body: String = (0..120)
+        // Under the digest's size floor, so only compaction can shrink them.
+        let body: String = (0..8)
             .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
             .collect();
         m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body}));
@@ -295,8 +296,8 @@ async fn divergence_starts_a_new_lineage_and_never_mixes() {
         compressor_context(Arc::clone(&counter), 8_000),
     )
     .await;
-    let history = long_history(12);
-    let big = |req: &Value| req["messages"].as_array().unwrap().len() as u64 * 600;
+    let history = long_history(40);
+    let big = |req: &Value| req["messages"].as_array().unwrap().len() as u64 * 150;
     let mut compacted_at = None;
     // Grow the conversation call by call until the proxy compacts.
     for n in (3..=history.len()).step_by(2) {
@@ -316,7 +317,13 @@ async fn divergence_starts_a_new_lineage_and_never_mixes() {
             break;
         }
     }
-    let n = compacted_at.expect("the small window compacts");
+    let status = json_of(
+        reqwest::get(format!("http://{addr}/ctx/sessions/d"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let n = compacted_at.unwrap_or_else(|| panic!("the small window compacts: {status}"));
     let managed = script.last_body()["messages"].clone();
     // The client continues: the compacted prefix is sent again, unchanged.
     let mut next: Vec<Value> = history[..n].to_vec();
