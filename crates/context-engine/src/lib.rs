@@ -43,6 +43,7 @@ pub mod replay;
 pub mod retention;
 pub mod summarize;
 pub mod tokens;
+pub mod tool_output;
 pub mod transcript;
 pub mod validate;
 

@@ -557,10 +557,14 @@ fn a_window_bounds_the_request_sends_max_tokens_and_seed_and_appends_the_record(
         .summarize(&SummaryRequest::new(&turns, 5000))
         .unwrap();
     // The model's text, then the extracted record with the asks and files.
-    assert!(summary.starts_with("The agent fixed the parser.\n\nRecorded from the messages"));
-    assert!(summary.contains("## User asks\n- first ask: port the lexer in src/lexer.rs\n"));
+    assert!(summary.starts_with("The agent fixed the parser.\n\n## State record"));
+    assert!(summary.contains("### User asks\n- first ask: port the lexer in src/lexer.rs\n"));
     assert!(summary.contains("- LATEST ASK: now fix src/parser.rs"));
-    assert!(summary.contains("## Files\n"));
+    assert!(summary.contains("### Files read or written\n"));
+    assert!(
+        summary.ends_with("### Next\n- NEWEST TURN: reading src/parser.rs"),
+        "{summary}"
+    );
     assert!(summary.contains("src/parser.rs"));
 
     let stats = summarizer.last_call();

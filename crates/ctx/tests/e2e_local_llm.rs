@@ -33,8 +33,8 @@ const KEY_ENV: &str = "CTX_E2E_API_KEY";
 const SUMMARY_PREFIX: &str = "[CONTEXT SUMMARY: reference only]";
 const SUMMARY_END: &str = "[END CONTEXT SUMMARY]";
 /// Heading of the sections the client extracts from the messages
-/// (`summarize::openai::RECORD_HEADING`).
-const RECORD_HEADING: &str = "Recorded from the messages themselves";
+/// (`summarize::state::STATE_RECORD_HEADING`).
+const RECORD_HEADING: &str = "## State record";
 
 /// The server's base URL, or `None` with the reason printed.
 fn base_url() -> Option<String> {
@@ -236,7 +236,12 @@ fn compact_and_check(label: &str, base_url: &str, file: &Path, context_length: u
         prose.chars().take(400).collect::<String>()
     );
     assert!(!prose.is_empty(), "the model wrote nothing: {body}");
-    for section in ["## User asks", "## Files", "## Errors"] {
+    for section in [
+        "### User asks",
+        "### Files read or written",
+        "### Commands",
+        "### Errors",
+    ] {
         assert!(
             body[record..].contains(section),
             "{section} missing: {body}"
@@ -268,8 +273,11 @@ fn compact_the_example_session_with_the_real_model() {
     let all: String = after.iter().map(text_of).collect();
     let record = &all[all.find(RECORD_HEADING).unwrap()..];
     assert!(record.contains("billing/invoice.py"), "{record}");
-    let errors = &record[record.find("## Errors").unwrap()..];
-    assert!(!errors.contains("(none in this span)"), "{record}");
+    let errors = &record[record.find("### Errors").unwrap()..];
+    assert!(
+        !errors.starts_with("### Errors (latest occurrence)\n- none"),
+        "{record}"
+    );
     assert!(after.contains(&messages_of(&file)[1]));
 }
 

@@ -27,7 +27,7 @@ use crate::message::{Message, Role};
 use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
-    Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
+    Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
 };
 
 pub use price::PriceModel;
@@ -325,6 +325,8 @@ pub fn replay(
     // prefix grows (count_message is additive).
     let mut unmanaged_tokens: u64 = counter.request_overhead() as u64;
     let mut cursor = 0;
+    // Tool results that arrive as user messages (envelopes, observations).
+    let reentry = reentries(recording);
     let mut previous_request: Vec<Message> = Vec::new();
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
@@ -342,7 +344,8 @@ pub fn replay(
         let segment = &recording[cursor..index];
         let tools_end = segment
             .iter()
-            .position(|m| !(m.is_tool_result() || is_tool_reentry(m)))
+            .enumerate()
+            .position(|(k, m)| !(m.is_tool_result() || reentry[cursor + k]))
             .unwrap_or(segment.len());
         let (tools, rest) = segment.split_at(tools_end);
         if call > 0 && !tools.is_empty() {
@@ -362,7 +365,8 @@ pub fn replay(
         } else {
             history.extend_from_slice(tools);
         }
-        if call > 0 && rest.iter().any(is_real_user_turn) {
+        let rest_from = cursor + tools_end;
+        if call > 0 && (rest_from..index).any(|k| is_real_user_turn(recording, k)) {
             session.turn_complete(&history, &Default::default());
         }
         history.extend_from_slice(rest);

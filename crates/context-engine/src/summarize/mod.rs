@@ -20,6 +20,7 @@ use crate::message::Message;
 pub mod openai;
 mod prompt;
 mod quality;
+pub mod state;
 pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for
@@ -39,6 +40,9 @@ pub struct SummaryRequest<'a> {
     pub memory_context: Option<&'a str>,
     /// Size the summary should aim for, in tokens.
     pub target_tokens: usize,
+    /// The archive handle of the span, when the caller archived it: the
+    /// state record's collapsed entries point to it.
+    pub archive_handle: Option<&'a str>,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -50,6 +54,7 @@ impl<'a> SummaryRequest<'a> {
             focus_topic: None,
             memory_context: None,
             target_tokens,
+            archive_handle: None,
         }
     }
 
@@ -62,6 +67,12 @@ impl<'a> SummaryRequest<'a> {
     /// Sets [`focus_topic`](Self::focus_topic).
     pub fn with_focus_topic(mut self, topic: &'a str) -> SummaryRequest<'a> {
         self.focus_topic = Some(topic);
+        self
+    }
+
+    /// Sets [`archive_handle`](Self::archive_handle).
+    pub fn with_archive_handle(mut self, handle: &'a str) -> SummaryRequest<'a> {
+        self.archive_handle = Some(handle);
         self
     }
 

@@ -46,9 +46,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::extractive::ExtractiveSummarizer;
 use super::prompt::{self, Limits, TokenBound};
 use super::quality;
+use super::state::StateRecord;
 use super::window::{self, Window, WindowSource};
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::redact::{Egress, Redactor};
@@ -56,10 +56,6 @@ use crate::tokens::{TokenCounter, counter_for_model};
 
 /// The seed sent by default: any fixed value makes runs repeatable.
 pub const DEFAULT_SEED: u64 = 42;
-
-/// Opens the extracted sections appended to a model's summary.
-pub const RECORD_HEADING: &str =
-    "Recorded from the messages themselves (extracted, not written by the model):";
 
 /// Longest excerpt of a server's error body kept in an error message.
 const ERROR_EXCERPT_CHARS: usize = 300;
@@ -565,8 +561,12 @@ impl OpenAiSummarizer {
             return Ok(reply.text);
         }
         let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
-        let record = ExtractiveSummarizer.record_sections(request.turns, budget);
-        Ok(format!("{}\n\n{RECORD_HEADING}\n\n{record}", reply.text))
+        let mut record = StateRecord::build(request.turns);
+        if let Some(previous) = request.previous_summary {
+            record.carry_over(previous);
+        }
+        let record = record.render(budget, request.archive_handle);
+        Ok(format!("{}\n\n{record}", reply.text.trim_end()))
     }
 
     /// One request for `request` bounded by `window`, with the retries of

@@ -154,6 +154,8 @@ impl EngineArgs {
             .with_overrides(self.set.iter().cloned())
             .load()?;
         let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
+        // How text-action observations are recognised holds for the process.
+        context_engine::validate::set_text_actions(loaded.config.text_actions()?);
         Ok((loaded.config, warnings, loaded.file))
     }
 
