@@ -7,9 +7,7 @@ use context_engine::engine::{SessionInfo, Usage};
 use context_engine::host::{self, Compaction, HostOptions, Notice};
 use context_engine::message::{Message, Role};
 use context_engine::tokens::TokenCounter;
-use context_engine::validate::{
-    introduced_violation, is_real_user_turn, is_tool_reentry, validate,
-};
+use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -161,29 +159,38 @@ impl Managed {
                 new_from
             }
         };
-        // Parse everything new before touching the lineage.
-        let new: Vec<(usize, Message)> = raw
-            .iter()
-            .enumerate()
-            .skip(new_from)
-            .map(|(i, m)| parse(m, i).map(|msg| (i, msg)))
-            .collect::<Result<_, _>>()?;
+        // Parse everything new before touching the lineage. The last
+        // managed message goes first, as context: whether a user message
+        // is a tool observation depends on the action before it.
+        let context = usize::from(new_from > 0 && !self.lineage.messages().is_empty());
+        let mut batch: Vec<Message> = self
+            .lineage
+            .messages()
+            .last()
+            .cloned()
+            .into_iter()
+            .take(context)
+            .collect();
+        for (i, m) in raw.iter().enumerate().skip(new_from) {
+            batch.push(parse(m, i)?);
+        }
 
         let mut notices = Vec::new();
         let mut compaction = None;
         // The order of the reference host (and of `ctx replay`): the reply
         // to the previous call, then its tool results (post-tool check and
         // prune), then a new user turn closes the previous turn.
-        let replies = new
+        let replies = batch[context..]
             .iter()
-            .take_while(|(_, m)| m.role == Role::Assistant)
+            .take_while(|m| m.role == Role::Assistant)
             .count();
-        let tools = new[replies..]
-            .iter()
-            .take_while(|(_, m)| m.is_tool_result() || is_tool_reentry(m))
+        let tools = (context + replies..batch.len())
+            .take_while(|&k| batch[k].is_tool_result() || is_reentry_at(&batch, k))
             .count();
-        let mut rest = new.into_iter();
-        for (i, m) in rest.by_ref().take(replies + tools) {
+        let real_user_turn =
+            (context + replies + tools..batch.len()).any(|k| is_real_user_turn(&batch, k));
+        let mut rest = batch.into_iter().skip(context).zip(new_from..);
+        for (m, i) in rest.by_ref().take(replies + tools) {
             self.lineage.push_client(m, raw[i], i);
         }
         if self.calls > 0 && tools > 0 {
@@ -195,12 +202,11 @@ impl Managed {
             }
             compaction = update.compaction;
         }
-        let rest: Vec<(usize, Message)> = rest.collect();
-        if self.calls > 0 && rest.iter().any(|(_, m)| is_real_user_turn(m)) {
+        if self.calls > 0 && real_user_turn {
             self.host
                 .turn_complete(self.lineage.messages(), &Default::default());
         }
-        for (i, m) in rest {
+        for (m, i) in rest {
             self.lineage.push_client(m, raw[i], i);
         }
         self.lineage.set_chain(&chain);
