@@ -95,6 +95,28 @@ enum Command {
                             ctx config check config.example.yaml"
     )]
     Config(cmd::config::ConfigArgs),
+    /// Run the engine as an OpenAI-compatible proxy in front of any provider.
+    #[command(
+        after_help = "Point the agent's base URL at http://127.0.0.1:8787/v1; every chat request is \
+                      managed (digest, prune, compaction), every other /v1 call passed through. \
+                      Metrics at /metrics, a session's status at /ctx/sessions/{id}.\n\n\
+                      Example:\n  ctx serve --upstream https://api.openai.com/v1 --context-length 128000\n  \
+                            ctx serve --upstream http://127.0.0.1:8080/v1 --listen 127.0.0.1:9000"
+    )]
+    Serve(cmd::serve::ServeArgs),
+}
+
+/// Structured logs on stderr for `ctx serve` (`CTX_LOG=debug|info|warn`,
+/// default `info`); bodies and keys are never logged.
+fn init_logging() {
+    let level = std::env::var("CTX_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::INFO);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -110,6 +132,10 @@ fn main() -> ExitCode {
         Command::Config(args) => cmd::config::run(args),
         Command::Recall(args) => cmd::recall::run(args),
         Command::Search(args) => cmd::search::run(args),
+        Command::Serve(args) => {
+            init_logging();
+            cmd::serve::run(args)
+        }
     };
     match result {
         Ok(code) => code,

@@ -38,7 +38,7 @@ pub enum SummarizerKind {
 
 /// Flags that choose and configure the engine, shared by every command
 /// that runs one.
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct EngineArgs {
     /// The model's context window the engine manages, in tokens
     /// (default: `context.context_length`, else 128000; at least 1, and

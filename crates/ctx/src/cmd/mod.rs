@@ -11,6 +11,7 @@ pub mod recall;
 pub mod redact;
 pub mod replay;
 pub mod search;
+pub mod serve;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use context_engine::transcript::{Format, Transcript};
 /// the tokenizer (through the library's one choice, [`counter_for`]) and,
 /// for engines, the per-model threshold. Never the summary model: that is
 /// `--summarizer-model`.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct ModelArg {
     /// The agent's model (e.g. gpt-4.1): picks the tokenizer; exact o200k
     /// when absent.
