@@ -29,6 +29,8 @@
 //! # Ok::<(), context_engine::transcript::LoadError>(())
 //! ```
 
+pub mod anthropic;
+pub mod bridge;
 pub mod compressor;
 pub mod config;
 pub mod digest;
@@ -40,6 +42,7 @@ pub mod plugin;
 pub mod prune;
 pub mod redact;
 pub mod replay;
+pub mod responses;
 pub mod retention;
 pub mod summarize;
 pub mod tokens;

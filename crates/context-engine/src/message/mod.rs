@@ -15,7 +15,7 @@
 //! This module knows nothing of files: other formats convert at the edge, in
 //! [`crate::transcript`].
 
-mod layout;
+pub(crate) mod layout;
 
 use std::borrow::Cow;
 use std::fmt;
