@@ -35,10 +35,12 @@
 //! user texts scanned for envelopes): engines call it on every compaction of
 //! transcripts with thousands of messages.
 
+pub mod anthropic;
 mod cut;
 mod pairing;
 mod place;
 mod reentry;
+pub mod responses;
 mod strict;
 mod wire;
 
@@ -163,11 +165,18 @@ pub enum Rule {
     FirstNotUser,
     /// Strict: two consecutive turns with the same role.
     ConsecutiveSameRole,
+    /// Anthropic: a `tool_result` block after other content in its message.
+    ToolResultNotFirst,
+    /// Anthropic: a rewrite changed the thinking blocks of a turn that uses
+    /// tools.
+    ThinkingChanged,
+    /// Responses: a `reasoning` item not followed by the item it belongs to.
+    ReasoningNotFollowed,
 }
 
 impl Rule {
     /// Every rule, in a fixed order.
-    pub const ALL: [Rule; 12] = [
+    pub const ALL: [Rule; 15] = [
         Rule::UnknownRole,
         Rule::InternalKey,
         Rule::ToolCallWithoutId,
@@ -180,6 +189,9 @@ impl Rule {
         Rule::UnansweredToolCall,
         Rule::FirstNotUser,
         Rule::ConsecutiveSameRole,
+        Rule::ToolResultNotFirst,
+        Rule::ThinkingChanged,
+        Rule::ReasoningNotFollowed,
     ];
 
     /// The stable kebab-case name (the same as the serde form).
@@ -197,6 +209,9 @@ impl Rule {
             Rule::UnansweredToolCall => "unanswered-tool-call",
             Rule::FirstNotUser => "first-not-user",
             Rule::ConsecutiveSameRole => "consecutive-same-role",
+            Rule::ToolResultNotFirst => "tool-result-not-first",
+            Rule::ThinkingChanged => "thinking-changed",
+            Rule::ReasoningNotFollowed => "reasoning-not-followed",
         }
     }
 
