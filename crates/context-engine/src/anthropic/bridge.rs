@@ -215,7 +215,7 @@ struct Rebuild {
 pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]) -> Request {
     let steps = align(&bridged.messages, output);
     let mut request = original.clone();
-    let mut messages: Vec<Message> = Vec::new();
+    let mut messages: Vec<(Message, Option<usize>)> = Vec::new();
     let mut current: Option<Rebuild> = None;
     let mut seen = vec![false; bridged.messages.len()];
     let mut system_seen = false;
@@ -229,10 +229,13 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
     }
     let mut new_system: Vec<String> = Vec::new();
 
-    let flush = |current: &mut Option<Rebuild>, messages: &mut Vec<Message>, seen: &[bool]| {
+    let flush = |current: &mut Option<Rebuild>,
+                 messages: &mut Vec<(Message, Option<usize>)>,
+                 seen: &[bool]| {
         if let Some(r) = current.take() {
+            let index = r.index;
             if let Some(m) = finish(original, bridged, &members, r, seen) {
-                messages.push(m);
+                messages.push((m, Some(index)));
             }
         }
     };
@@ -246,7 +249,7 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
                     new_system.push(m.text().into_owned());
                 } else {
                     flush(&mut current, &mut messages, &seen);
-                    messages.push(new_message(m));
+                    messages.push((new_message(m), None));
                 }
                 continue;
             }
@@ -558,14 +561,19 @@ fn new_message(m: &chat::Message) -> Message {
     }
 }
 
-/// Merges consecutive messages of the same role (user or assistant), tool
-/// results first in a user message. Messages that need no merge are moved
-/// untouched.
-fn merge_same_role(messages: Vec<Message>) -> Vec<Message> {
+/// Merges consecutive messages of the same role (user or assistant) that
+/// the engine brought together (a new message, or two source messages that
+/// were not adjacent), tool results first in a user message. Pairs that were
+/// adjacent in the source stay as they were: repairing the client's own
+/// request is not the bridge's job.
+fn merge_same_role(messages: Vec<(Message, Option<usize>)>) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
-    for m in messages {
+    let mut last_source: Option<usize> = None;
+    for (m, source) in messages {
+        let adjacent = matches!((last_source, source), (Some(a), Some(b)) if b == a + 1);
+        last_source = source;
         let mergeable = |a: &Message| {
-            a.role == m.role && matches!(m.role.as_str(), "user" | "assistant")
+            !adjacent && a.role == m.role && matches!(m.role.as_str(), "user" | "assistant")
         };
         match out.last_mut() {
             Some(prev) if mergeable(prev) => {
