@@ -119,15 +119,15 @@ pub fn cut_points(request: &Request) -> CutPoints {
         }
     }
     // Open calls: forbid every boundary between a call and its last output.
-    let mut open_until = 0usize;
+    let mut open_until: Option<usize> = None;
     for (i, it) in items.iter().enumerate() {
-        if open_until > i {
+        if open_until.is_some_and(|o| o >= i) {
             forbidden[i] = true;
         }
         match it.kind() {
             ItemKind::Call { call_id, .. } => {
                 if let Some(&o) = last_output.get(call_id) {
-                    open_until = open_until.max(o);
+                    open_until = open_until.max(Some(o));
                 }
             }
             ItemKind::Reasoning { .. } => forbidden[i + 1] = true,
