@@ -135,3 +135,16 @@ fn anthropic_and_responses_request_files_round_trip() {
     assert_eq!(t.format, Format::Anthropic);
     assert_eq!(t.to_json_string(), bare);
 }
+
+#[test]
+fn native_rules_judge_wire_transcripts_in_their_own_indexes() {
+    let broken = r#"{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"bash","input":{}}]},{"role":"user","content":[{"type":"text","text":"never mind"}]}]}"#;
+    let t = Transcript::parse(broken, "a.json").unwrap();
+    let (rules, v) = t.native_violations().unwrap();
+    assert_eq!(rules, "anthropic");
+    assert_eq!(v.len(), 1);
+    assert_eq!((v[0].index, v[0].rule.name()), (1, "unanswered-tool-call"));
+    let t = Transcript::load(fixture("rollout-2026-01-01T10-00-00-0199a1b2.jsonl")).unwrap();
+    assert_eq!(t.native_violations().map(|(r, v)| (r, v.len())), Some(("responses", 0)));
+    assert!(Transcript::parse("[]", "x").unwrap().native_violations().is_none());
+}

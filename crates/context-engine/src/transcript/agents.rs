@@ -91,6 +91,27 @@ impl Wire {
         }
     }
 
+    /// The rules of this wire format on `messages` converted back into it:
+    /// the rule set's name and every violation, indexed in the format's own
+    /// `messages` / input items.
+    pub(crate) fn violations(
+        &self,
+        messages: &[crate::message::Message],
+    ) -> (&'static str, Vec<crate::validate::Violation>) {
+        match self {
+            Wire::Anthropic {
+                request, bridged, ..
+            } => {
+                let r = anthropic::bridge::from_chat(request, bridged, messages);
+                ("anthropic", crate::validate::anthropic::validate(&r))
+            }
+            Wire::Responses { request, bridged } => {
+                let r = responses::bridge::from_chat(request, bridged, messages);
+                ("responses", crate::validate::responses::validate(&r))
+            }
+        }
+    }
+
     /// An empty request of `format`'s wire kind, for converting chat
     /// messages into it (every message is then new).
     pub(crate) fn empty(format: Format) -> Option<Wire> {

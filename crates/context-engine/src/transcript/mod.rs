@@ -264,6 +264,16 @@ impl Transcript {
         parse(input.as_ref(), source_name.into(), Some(format))
     }
 
+    /// For a transcript read from a wire format (an Anthropic or Responses
+    /// request, a Claude Code or Codex session log): that format's own rules
+    /// ([`crate::validate::anthropic`], [`crate::validate::responses`]) on
+    /// the messages converted back into it, as `(rules name, violations)`,
+    /// indexed in the format's messages / input items. `None` for chat
+    /// formats.
+    pub fn native_violations(&self) -> Option<(&'static str, Vec<crate::validate::Violation>)> {
+        self.wire.as_ref().map(|w| w.violations(&self.messages))
+    }
+
     /// The file path or name the transcript was parsed from.
     pub fn source_name(&self) -> &str {
         &self.source_name
