@@ -47,7 +47,11 @@ fn identity(m: &Message) -> Option<(bool, &str)> {
         return m.tool_call_id.as_deref().map(|id| (false, id));
     }
     if m.role == Role::Assistant {
-        return m.tool_calls().first().and_then(|c| c.id.as_deref()).map(|id| (true, id));
+        return m
+            .tool_calls()
+            .first()
+            .and_then(|c| c.id.as_deref())
+            .map(|id| (true, id));
     }
     None
 }
@@ -111,7 +115,8 @@ pub fn align<'a>(input: &[Message], output: &'a [Message]) -> Vec<Step<'a>> {
             .unwrap_or(input.len());
         let mut j = from;
         for m in &output[k..gap_end] {
-            let found = (j..until).find(|&i| input[i].role == m.role && identity(&input[i]).is_none());
+            let found =
+                (j..until).find(|&i| input[i].role == m.role && identity(&input[i]).is_none());
             match found {
                 Some(i) => {
                     steps.push(Step::Changed(i, m));
@@ -174,9 +179,19 @@ mod tests {
         // With the user ask dropped, the summary is new.
         let output = vec![input[0].clone(), summary, input[4].clone()];
         let steps = align(&input, &output);
-        assert_eq!(steps, vec![Step::Same(0), Step::Changed(1, &output[1]), Step::Same(4)]);
-        let output = vec![input[0].clone(), Message::assistant("note"), input[4].clone()];
+        assert_eq!(
+            steps,
+            vec![Step::Same(0), Step::Changed(1, &output[1]), Step::Same(4)]
+        );
+        let output = vec![
+            input[0].clone(),
+            Message::assistant("note"),
+            input[4].clone(),
+        ];
         let steps = align(&input, &output);
-        assert_eq!(steps, vec![Step::Same(0), Step::New(&output[1]), Step::Same(4)]);
+        assert_eq!(
+            steps,
+            vec![Step::Same(0), Step::New(&output[1]), Step::Same(4)]
+        );
     }
 }

@@ -97,14 +97,21 @@ fn session_log_errors_name_the_line() {
     let mut lines: Vec<&str> = text.lines().collect();
     lines[3] = r#"{"parentUuid":"a1","sessionId":"x","type":"assistant","uuid":"a2"}"#;
     let err = Transcript::parse(lines.join("\n"), "s.jsonl").unwrap_err();
-    assert!(matches!(err, LoadError::Format { line: Some(4), .. }), "{err}");
+    assert!(
+        matches!(err, LoadError::Format { line: Some(4), .. }),
+        "{err}"
+    );
     assert_eq!(err.to_string(), "s.jsonl (line 4): missing field `message`");
     lines[3] = "{not json";
     let err = Transcript::parse(lines.join("\n"), "s.jsonl").unwrap_err();
     assert!(err.to_string().contains("line 4"), "{err}");
     let codex = "{\"timestamp\":\"t\",\"type\":\"response_item\",\"payload\":3}\n";
     let err = Transcript::parse(codex, "r.jsonl").unwrap_err();
-    assert!(err.to_string().starts_with("r.jsonl (line 1): missing field"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("r.jsonl (line 1): missing field"),
+        "{err}"
+    );
 }
 
 const ANTHROPIC: &str = r#"{"system":"You are helpful.","messages":[{"role":"user","content":"list files"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"bash","input":{"cmd":"ls"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a.py","cache_control":{"type":"ephemeral"}}]}],"max_tokens":100}"#;
@@ -145,6 +152,14 @@ fn native_rules_judge_wire_transcripts_in_their_own_indexes() {
     assert_eq!(v.len(), 1);
     assert_eq!((v[0].index, v[0].rule.name()), (1, "unanswered-tool-call"));
     let t = Transcript::load(fixture("rollout-2026-01-01T10-00-00-0199a1b2.jsonl")).unwrap();
-    assert_eq!(t.native_violations().map(|(r, v)| (r, v.len())), Some(("responses", 0)));
-    assert!(Transcript::parse("[]", "x").unwrap().native_violations().is_none());
+    assert_eq!(
+        t.native_violations().map(|(r, v)| (r, v.len())),
+        Some(("responses", 0))
+    );
+    assert!(
+        Transcript::parse("[]", "x")
+            .unwrap()
+            .native_violations()
+            .is_none()
+    );
 }

@@ -255,7 +255,11 @@ fn agent_session_logs_and_anthropic_requests_are_read() {
         let out = ctx(&["validate", path, "--json"]);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(out.status.success(), "{path}: {v}");
-        let rules = if format == "codex" { "responses" } else { "anthropic" };
+        let rules = if format == "codex" {
+            "responses"
+        } else {
+            "anthropic"
+        };
         assert_eq!(v["profile"], rules, "{path}: {v}");
         let out = ctx(&["validate", path, "--profile", "openai"]);
         assert!(out.status.success(), "{path}");

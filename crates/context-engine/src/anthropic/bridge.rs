@@ -114,7 +114,8 @@ pub fn to_chat(request: &Request) -> Bridged {
         origins: Vec::new(),
     };
     if let Some(system) = &request.system {
-        out.messages.push(chat::Message::system(system_text(system)));
+        out.messages
+            .push(chat::Message::system(system_text(system)));
         out.origins.push(Origin::System);
     }
     for (index, m) in request.messages.iter().enumerate() {
@@ -135,7 +136,10 @@ fn convert_message(index: usize, m: &Message, out: &mut Bridged) {
     };
     let blocks = match content {
         Content::Text(t) => {
-            push(chat::Message::new(role, chat::Content::Text(t.clone())), Vec::new());
+            push(
+                chat::Message::new(role, chat::Content::Text(t.clone())),
+                Vec::new(),
+            );
             return;
         }
         Content::Blocks(b) => b,
@@ -221,10 +225,10 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
     let mut system_seen = false;
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); original.messages.len()];
     for (j, origin) in bridged.origins.iter().enumerate() {
-        if let Origin::Message { index, .. } = origin {
-            if let Some(list) = members.get_mut(*index) {
-                list.push(j);
-            }
+        if let Origin::Message { index, .. } = origin
+            && let Some(list) = members.get_mut(*index)
+        {
+            list.push(j);
         }
     }
     let mut new_system: Vec<String> = Vec::new();
@@ -313,13 +317,13 @@ fn finish(
 ) -> Option<Message> {
     let source = &original.messages[r.index];
     for &j in members.get(r.index).map_or(&[][..], Vec::as_slice) {
-        if let Origin::Message { blocks, .. } = &bridged.origins[j] {
-            if !seen[j] {
-                r.changed = true;
-                for &i in blocks {
-                    if let Some(slot) = r.blocks.get_mut(i) {
-                        *slot = None;
-                    }
+        if let Origin::Message { blocks, .. } = &bridged.origins[j]
+            && !seen[j]
+        {
+            r.changed = true;
+            for &i in blocks {
+                if let Some(slot) = r.blocks.get_mut(i) {
+                    *slot = None;
                 }
             }
         }
@@ -344,7 +348,13 @@ fn finish(
 
 /// Applies the engine's rewrite `now` of chat message `was` (carrying
 /// `blocks` of the source message) to `r`.
-fn patch(original: &Request, r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: &chat::Message) {
+fn patch(
+    original: &Request,
+    r: &mut Rebuild,
+    blocks: &[usize],
+    was: &chat::Message,
+    now: &chat::Message,
+) {
     r.changed = true;
     let source = &original.messages[r.index];
     if let Some(Content::Text(_)) = &source.content {
@@ -352,24 +362,21 @@ fn patch(original: &Request, r: &mut Rebuild, blocks: &[usize], was: &chat::Mess
         return;
     }
     // A tool result: replace its content.
-    if let [i] = blocks {
-        if let Some(Some(block)) = r.blocks.get_mut(*i) {
-            if let BlockKind::ToolResult { content, .. } = block.kind() {
-                let new = match (content, &now.content) {
-                    (Some(Value::String(_)) | None, chat::Content::Text(t)) => {
-                        Value::String(t.clone())
-                    }
-                    _ => Value::Array(
-                        parts_to_blocks(now, &[])
-                            .into_iter()
-                            .map(|b| Value::Object(b.into_map()))
-                            .collect(),
-                    ),
-                };
-                block.as_map_mut().insert("content".into(), new);
-                return;
-            }
-        }
+    if let [i] = blocks
+        && let Some(Some(block)) = r.blocks.get_mut(*i)
+        && let BlockKind::ToolResult { content, .. } = block.kind()
+    {
+        let new = match (content, &now.content) {
+            (Some(Value::String(_)) | None, chat::Content::Text(t)) => Value::String(t.clone()),
+            _ => Value::Array(
+                parts_to_blocks(now, &[])
+                    .into_iter()
+                    .map(|b| Value::Object(b.into_map()))
+                    .collect(),
+            ),
+        };
+        block.as_map_mut().insert("content".into(), new);
+        return;
     }
     match now.role {
         Role::Assistant => patch_assistant(r, blocks, was, now),
@@ -385,16 +392,17 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
         let text = now.text().into_owned();
         let mut first = true;
         for &i in blocks {
-            if let Some(slot) = r.blocks.get_mut(i) {
-                if slot.as_ref().and_then(Block::text).is_some() {
-                    if first && !text.is_empty() {
-                        if let Some(b) = slot.as_mut() {
-                            b.as_map_mut().insert("text".into(), Value::String(text.clone()));
-                        }
-                        first = false;
-                    } else {
-                        *slot = None;
+            if let Some(slot) = r.blocks.get_mut(i)
+                && slot.as_ref().and_then(Block::text).is_some()
+            {
+                if first && !text.is_empty() {
+                    if let Some(b) = slot.as_mut() {
+                        b.as_map_mut()
+                            .insert("text".into(), Value::String(text.clone()));
                     }
+                    first = false;
+                } else {
+                    *slot = None;
                 }
             }
         }
@@ -414,10 +422,10 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
             continue;
         };
         for &i in blocks {
-            if let Some(Some(b)) = r.blocks.get_mut(i) {
-                if matches!(b.kind(), BlockKind::ToolUse { id: bid, .. } if bid == id) {
-                    b.as_map_mut().insert("input".into(), input.clone());
-                }
+            if let Some(Some(b)) = r.blocks.get_mut(i)
+                && matches!(b.kind(), BlockKind::ToolUse { id: bid, .. } if bid == id)
+            {
+                b.as_map_mut().insert("input".into(), input.clone());
             }
         }
     }
@@ -436,7 +444,8 @@ fn patch_parts(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: &cha
             }
             if let (Some(Some(b)), Some(t)) = (r.blocks.get_mut(i), n.text()) {
                 if b.text().is_some() {
-                    b.as_map_mut().insert("text".into(), Value::String(t.to_owned()));
+                    b.as_map_mut()
+                        .insert("text".into(), Value::String(t.to_owned()));
                 } else {
                     *b = Block::new_text(t);
                 }
@@ -506,7 +515,8 @@ fn patch_system(original: Option<&Content>, text: &str) -> Option<Content> {
                 if b.text().is_some() {
                     if !placed {
                         let mut nb = b.clone();
-                        nb.as_map_mut().insert("text".into(), Value::String(text.to_owned()));
+                        nb.as_map_mut()
+                            .insert("text".into(), Value::String(text.to_owned()));
                         out.push(nb);
                         placed = true;
                     }

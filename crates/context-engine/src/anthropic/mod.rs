@@ -417,10 +417,10 @@ impl Record for Request {
     const FIELDS: &'static [&'static str] = &["system", "messages"];
 
     fn take(&mut self, index: usize, value: Value) -> Result<(), Value> {
-        match index {
-            0 => self.system = Some(Content::take(value)?),
-            // The messages are parsed by `from_value`; this keeps the slot.
-            _ => {}
+        // The messages are parsed by `from_value`; index 1 only keeps the
+        // slot.
+        if index == 0 {
+            self.system = Some(Content::take(value)?);
         }
         Ok(())
     }

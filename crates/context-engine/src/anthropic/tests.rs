@@ -70,15 +70,30 @@ fn claude_code_request_round_trips_byte_for_byte() {
     assert_eq!(request.to_json_string(), text);
     assert_eq!(request.messages.len(), 8);
     assert!(matches!(request.system, Some(Content::Blocks(ref b)) if b.len() == 2));
-    let kinds: Vec<_> = request.messages[3].blocks().iter().map(Block::kind).collect();
+    let kinds: Vec<_> = request.messages[3]
+        .blocks()
+        .iter()
+        .map(Block::kind)
+        .collect();
     assert_eq!(
         kinds[0],
         BlockKind::RedactedThinking {
             data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"
         }
     );
-    assert!(matches!(kinds[1], BlockKind::ServerToolUse { id: "srvtoolu_1", .. }));
-    assert!(matches!(kinds[2], BlockKind::ServerToolResult { tool_use_id: "srvtoolu_1" }));
+    assert!(matches!(
+        kinds[1],
+        BlockKind::ServerToolUse {
+            id: "srvtoolu_1",
+            ..
+        }
+    ));
+    assert!(matches!(
+        kinds[2],
+        BlockKind::ServerToolResult {
+            tool_use_id: "srvtoolu_1"
+        }
+    ));
     assert_eq!(
         request.messages[4].blocks()[2].kind(),
         BlockKind::Unknown(Some("future_block"))
@@ -97,7 +112,12 @@ fn malformed_requests_say_where() {
         "field `messages` must be an array, found an object"
     );
     assert!(Request::parse("[1]").is_err());
-    assert!(Request::parse("{").unwrap_err().to_string().starts_with("invalid JSON"));
+    assert!(
+        Request::parse("{")
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid JSON")
+    );
     // A content of an unexpected type is kept, not judged by the parser.
     let text = r#"{"messages":[{"role":"user","content":7}]}"#;
     let r = Request::parse(text).unwrap();
@@ -131,8 +151,12 @@ fn arb_block() -> impl Strategy<Value = Value> {
         Just("image"),
         Just("mystery")
     ];
-    (ty, prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..4), "[a-z]{0,6}").prop_map(
-        |(ty, extra, s)| {
+    (
+        ty,
+        prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..4),
+        "[a-z]{0,6}",
+    )
+        .prop_map(|(ty, extra, s)| {
             let mut m = serde_json::Map::new();
             for (k, v) in extra {
                 m.insert(k, v);
@@ -149,8 +173,7 @@ fn arb_block() -> impl Strategy<Value = Value> {
                 _ => {}
             }
             Value::Object(m)
-        },
-    )
+        })
 }
 
 fn arb_request() -> impl Strategy<Value = Value> {
@@ -167,10 +190,8 @@ fn arb_request() -> impl Strategy<Value = Value> {
     )
         .prop_map(|(role, content, extra, content_first)| {
             let mut m = serde_json::Map::new();
-            if content_first {
-                if let Some(c) = content.clone() {
-                    m.insert("content".into(), c);
-                }
+            if content_first && let Some(c) = content.clone() {
+                m.insert("content".into(), c);
             }
             m.insert("role".into(), role.into());
             for (k, v) in extra {
@@ -269,9 +290,11 @@ fn long_session(turns: usize) -> String {
             {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": format!("fn f{i}() {{}}\n").repeat(80)}
         ]}));
     }
-    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]}));
+    messages
+        .push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]}));
     messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Now write the tests.", "cache_control": {"type": "ephemeral"}}]}));
-    json!({"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": messages}).to_string()
+    json!({"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": messages})
+        .to_string()
 }
 
 #[test]
@@ -297,11 +320,19 @@ fn a_compaction_yields_a_valid_anthropic_request() {
     assert!(back.messages.len() < request.messages.len());
     // The kept tail is byte-identical, breakpoint included.
     let (a, b) = (request.to_value(), back.to_value());
-    let (am, bm) = (a["messages"].as_array().unwrap(), b["messages"].as_array().unwrap());
+    let (am, bm) = (
+        a["messages"].as_array().unwrap(),
+        b["messages"].as_array().unwrap(),
+    );
     assert_eq!(am.last(), bm.last());
     assert_eq!(am[am.len() - 2], bm[bm.len() - 2]);
     // The system prompt carries the compaction note after the original text.
-    assert!(b["system"].as_str().unwrap().starts_with("You are a coding agent."));
+    assert!(
+        b["system"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are a coding agent.")
+    );
     // And the summary names the task.
     assert!(b.to_string().contains("Refactor the parser."));
 }
@@ -362,7 +393,8 @@ fn changed_thinking_is_reported() {
     let before = Request::parse(&text).unwrap();
     let mut after = before.clone();
     if let Some(Content::Blocks(b)) = after.messages[1].content.as_mut() {
-        b[0].as_map_mut().insert("signature".into(), "forged".into());
+        b[0].as_map_mut()
+            .insert("signature".into(), "forged".into());
     }
     let v = thinking_changed(&before, &after);
     assert_eq!(v.len(), 1);

@@ -132,7 +132,8 @@ pub fn to_chat(request: &Request) -> Bridged {
                 reasoning.clear();
                 pending.push(i);
                 out.messages.push(m);
-                out.origins.push(Origin::Items(std::mem::take(&mut pending)));
+                out.origins
+                    .push(Origin::Items(std::mem::take(&mut pending)));
                 i += 1;
             }
             ItemKind::Call { .. } => {
@@ -161,7 +162,8 @@ pub fn to_chat(request: &Request) -> Bridged {
                 }
                 reasoning.clear();
                 out.messages.push(m);
-                out.origins.push(Origin::Items(std::mem::take(&mut pending)));
+                out.origins
+                    .push(Origin::Items(std::mem::take(&mut pending)));
             }
             ItemKind::Output { call_id, output } => {
                 let content = output.map_or(chat::Content::Text(String::new()), message_content);
@@ -169,7 +171,8 @@ pub fn to_chat(request: &Request) -> Bridged {
                 m.tool_call_id = Some(call_id.to_owned());
                 pending.push(i);
                 out.messages.push(m);
-                out.origins.push(Origin::Items(std::mem::take(&mut pending)));
+                out.origins
+                    .push(Origin::Items(std::mem::take(&mut pending)));
                 i += 1;
             }
         }
@@ -278,16 +281,16 @@ fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Item {
                 .find(|c| c.id.as_deref() == Some(call_id))
                 .and_then(|c| c.function.as_ref())
                 .map(|f| f.arguments.clone());
-            if let Some(args) = new {
-                if args != call_arguments(&item) {
-                    let key = if item.as_map().contains_key("arguments") {
-                        "arguments"
-                    } else {
-                        "input"
-                    };
-                    if item.as_map().get(key).is_some_and(Value::is_string) {
-                        item.as_map_mut().insert(key.into(), Value::String(args));
-                    }
+            if let Some(args) = new
+                && args != call_arguments(&item)
+            {
+                let key = if item.as_map().contains_key("arguments") {
+                    "arguments"
+                } else {
+                    "input"
+                };
+                if item.as_map().get(key).is_some_and(Value::is_string) {
+                    item.as_map_mut().insert(key.into(), Value::String(args));
                 }
             }
         }
@@ -343,7 +346,10 @@ fn new_items(m: &chat::Message) -> Vec<Item> {
         Role::Tool | Role::Function => {
             let mut o = Map::new();
             o.insert("type".into(), "function_call_output".into());
-            o.insert("call_id".into(), m.tool_call_id.clone().unwrap_or_default().into());
+            o.insert(
+                "call_id".into(),
+                m.tool_call_id.clone().unwrap_or_default().into(),
+            );
             o.insert("output".into(), Value::String(m.text().into_owned()));
             vec![Item::from_map(o)]
         }
@@ -360,7 +366,11 @@ fn new_items(m: &chat::Message) -> Vec<Item> {
                 o.insert("name".into(), c.name().unwrap_or_default().into());
                 o.insert(
                     "arguments".into(),
-                    c.function.as_ref().map(|f| f.arguments.clone()).unwrap_or_default().into(),
+                    c.function
+                        .as_ref()
+                        .map(|f| f.arguments.clone())
+                        .unwrap_or_default()
+                        .into(),
                 );
                 out.push(Item::from_map(o));
             }

@@ -62,10 +62,25 @@ fn codex_request_round_trips_and_validates() {
             encrypted_content: Some("gAAAAABo+enc==")
         }
     );
-    assert!(matches!(items[8].kind(), ItemKind::Call { call_id: "call_3", name: Some("apply_patch") }));
-    assert!(matches!(items[10].kind(), ItemKind::Call { call_id: "call_4", name: None }));
+    assert!(matches!(
+        items[8].kind(),
+        ItemKind::Call {
+            call_id: "call_3",
+            name: Some("apply_patch")
+        }
+    ));
+    assert!(matches!(
+        items[10].kind(),
+        ItemKind::Call {
+            call_id: "call_4",
+            name: None
+        }
+    ));
     assert_eq!(items[12].kind(), ItemKind::Other(Some("web_search_call")));
-    assert!(matches!(items[15].kind(), ItemKind::Message { role: "user", .. }));
+    assert!(matches!(
+        items[15].kind(),
+        ItemKind::Message { role: "user", .. }
+    ));
     assert!(validate(&request).is_empty(), "{:?}", validate(&request));
     assert_eq!(request.previous_response_id(), None);
 }
@@ -80,7 +95,9 @@ fn string_input_and_bad_shapes() {
     assert_eq!(b.messages.len(), 1);
     assert_eq!(from_chat(&r, &b, &b.messages).to_json_string(), text);
     assert_eq!(
-        Request::parse(r#"{"input":[{"type":"message"},3]}"#).unwrap_err().to_string(),
+        Request::parse(r#"{"input":[{"type":"message"},3]}"#)
+            .unwrap_err()
+            .to_string(),
         "input item 1: expected a JSON object, found a number"
     );
     assert_eq!(
@@ -202,9 +219,13 @@ fn a_digested_output_changes_only_that_item() {
 }
 
 fn long_codex(turns: usize) -> String {
-    let mut input = vec![json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Port the parser to Rust."}]})];
+    let mut input = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Port the parser to Rust."}]}),
+    ];
     for i in 0..turns {
-        input.push(json!({"type": "reasoning", "summary": [], "encrypted_content": format!("enc{i}")}));
+        input.push(
+            json!({"type": "reasoning", "summary": [], "encrypted_content": format!("enc{i}")}),
+        );
         input.push(json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"f{i}.py\"]}}"), "call_id": format!("call_{i}")}));
         input.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": format!("def f{i}(): pass\n").repeat(80)}));
     }
@@ -229,7 +250,10 @@ fn a_compaction_yields_a_valid_responses_request() {
     let back = from_chat(&request, &bridged, &out);
     assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
     let (a, b) = (request.to_value(), back.to_value());
-    let (ai, bi) = (a["input"].as_array().unwrap(), b["input"].as_array().unwrap());
+    let (ai, bi) = (
+        a["input"].as_array().unwrap(),
+        b["input"].as_array().unwrap(),
+    );
     assert!(bi.len() < ai.len());
     // Append-only prefix: the first item and the kept tail are unchanged.
     assert_eq!(ai[0], bi[0]);

@@ -154,14 +154,16 @@ pub(super) fn is_anthropic(value: &Value) -> bool {
     let has_blocks = |messages: &Value| {
         messages.as_array().is_some_and(|ms| {
             ms.iter().any(|m| {
-                m.get("content").and_then(Value::as_array).is_some_and(|bs| {
-                    bs.iter().any(|b| {
-                        matches!(
-                            b.get("type").and_then(Value::as_str),
-                            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
-                        )
+                m.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| {
+                        bs.iter().any(|b| {
+                            matches!(
+                                b.get("type").and_then(Value::as_str),
+                                Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+                            )
+                        })
                     })
-                })
             })
         })
     };
@@ -198,15 +200,17 @@ pub(super) fn anthropic_request(source_name: &str, value: Value) -> Result<Wire,
     let request = if let Value::Array(items) = value {
         let mut messages = Vec::with_capacity(items.len());
         for (i, v) in items.into_iter().enumerate() {
-            messages.push(
-                anthropic::Message::from_value(v).map_err(|e| {
-                    format_error(source_name, None, FormatError::At {
+            messages.push(anthropic::Message::from_value(v).map_err(|e| {
+                format_error(
+                    source_name,
+                    None,
+                    FormatError::At {
                         what: "message",
                         index: i,
                         error: Box::new(e),
-                    })
-                })?,
-            );
+                    },
+                )
+            })?);
         }
         anthropic::Request::new(messages)
     } else {
@@ -223,7 +227,10 @@ pub(super) fn responses_request(source_name: &str, value: Value) -> Result<Wire,
 
 /// The non-blank lines of a JSON Lines file, parsed, with their 1-based
 /// line numbers.
-fn lines(source_name: &str, text: &str) -> Result<Vec<(usize, Map<String, Value>)>, LoadError> {
+/// One parsed line: its 1-based number and its object.
+type Line = (usize, Map<String, Value>);
+
+fn lines(source_name: &str, text: &str) -> Result<Vec<Line>, LoadError> {
     let mut out = Vec::new();
     for (i, line) in text.split('\n').enumerate() {
         let line = line.trim_matches(is_json_ws);
@@ -261,15 +268,18 @@ fn lines(source_name: &str, text: &str) -> Result<Vec<(usize, Map<String, Value>
 /// A Claude Code session log (see the module docs).
 pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Wire, LoadError> {
     let entries = lines(source_name, text)?;
-    let uuid = |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
+    let uuid =
+        |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
     let by_uuid: HashMap<String, usize> = entries
         .iter()
         .enumerate()
         .filter_map(|(i, (_, o))| Some((uuid(o, "uuid")?, i)))
         .collect();
     let is_turn = |o: &Map<String, Value>| {
-        matches!(o.get("type").and_then(Value::as_str), Some("user" | "assistant"))
-            && o.get("isSidechain").and_then(Value::as_bool) != Some(true)
+        matches!(
+            o.get("type").and_then(Value::as_str),
+            Some("user" | "assistant")
+        ) && o.get("isSidechain").and_then(Value::as_bool) != Some(true)
     };
     let Some(leaf) = entries.iter().rposition(|(_, o)| is_turn(o)) else {
         return Err(format_error(
@@ -377,8 +387,9 @@ pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
                         .filter_map(Value::as_object)
                         .map(|m| Item::from_map(m.clone()))
                         .collect();
-                } else if let Some(summary) =
-                    payload.and_then(|p| p.get("message")).and_then(Value::as_str)
+                } else if let Some(summary) = payload
+                    .and_then(|p| p.get("message"))
+                    .and_then(Value::as_str)
                 {
                     items.push(Item::new_message("user", summary));
                 }
@@ -388,7 +399,9 @@ pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
     }
     let mut request = responses::Request::new(items);
     if let Some(i) = instructions {
-        request.extra.insert("instructions".into(), Value::String(i));
+        request
+            .extra
+            .insert("instructions".into(), Value::String(i));
     }
     Ok(Wire::responses(request))
 }

@@ -363,8 +363,13 @@ impl Transcript {
                 let own = self.wire.as_ref().filter(|w| {
                     matches!(
                         (w, format),
-                        (agents::Wire::Anthropic { .. }, Format::Anthropic | Format::ClaudeCode)
-                            | (agents::Wire::Responses { .. }, Format::Responses | Format::Codex)
+                        (
+                            agents::Wire::Anthropic { .. },
+                            Format::Anthropic | Format::ClaudeCode
+                        ) | (
+                            agents::Wire::Responses { .. },
+                            Format::Responses | Format::Codex
+                        )
                     )
                 });
                 let empty = agents::Wire::empty(format);
@@ -507,7 +512,11 @@ fn parse(
         let value = p.json(text)?;
         if agents::is_anthropic(&value) {
             let wire = agents::anthropic_request(&p.source_name, value)?;
-            return Ok(Transcript::from_wire(wire, Format::Anthropic, p.source_name));
+            return Ok(Transcript::from_wire(
+                wire,
+                Format::Anthropic,
+                p.source_name,
+            ));
         }
     }
     let mut transcript = Transcript {

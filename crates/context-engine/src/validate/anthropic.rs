@@ -189,14 +189,14 @@ pub fn thinking_changed(before: &Request, after: &Request) -> Vec<Violation> {
         let Some(first) = tool_use_ids(m).first().copied() else {
             continue;
         };
-        if let Some(orig) = by_call.get(first) {
-            if thinking(orig) != thinking(m) {
-                out.push(Violation::new(
-                    i,
-                    Rule::ThinkingChanged,
-                    format!("the thinking blocks of the turn calling `{first}` changed"),
-                ));
-            }
+        if let Some(orig) = by_call.get(first)
+            && thinking(orig) != thinking(m)
+        {
+            out.push(Violation::new(
+                i,
+                Rule::ThinkingChanged,
+                format!("the thinking blocks of the turn calling `{first}` changed"),
+            ));
         }
     }
     out
@@ -211,8 +211,7 @@ pub fn cut_points(request: &Request) -> CutPoints {
             forbidden[i + 1] = true;
         }
         let starts_with_result = m.role == "user"
-            && m
-                .blocks()
+            && m.blocks()
                 .first()
                 .is_some_and(|b| matches!(b.kind(), BlockKind::ToolResult { .. }));
         if starts_with_result {

@@ -49,7 +49,9 @@ pub fn validate(request: &Request) -> Vec<Violation> {
                     out.push(Violation::new(
                         i,
                         Rule::UnknownRole,
-                        format!("message role `{role}` is not user, assistant, system or developer"),
+                        format!(
+                            "message role `{role}` is not user, assistant, system or developer"
+                        ),
                     ));
                 }
             }
