@@ -60,6 +60,30 @@ fn identity(m: &Message) -> Option<(bool, &str)> {
 /// sources of the steps are increasing. O(n + m) lookups plus one
 /// serialization of each message.
 pub fn align<'a>(input: &[Message], output: &'a [Message]) -> Vec<Step<'a>> {
+    // Fast path: the common prefix of equal messages (all of them for a
+    // no-op pass), compared without serializing.
+    let same = input
+        .iter()
+        .zip(output)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut steps: Vec<Step<'a>> = (0..same).map(Step::Same).collect();
+    if same == output.len() {
+        return steps;
+    }
+    steps.extend(
+        align_rest(&input[same..], &output[same..])
+            .into_iter()
+            .map(|s| match s {
+                Step::Same(j) => Step::Same(j + same),
+                Step::Changed(j, m) => Step::Changed(j + same, m),
+                Step::New(m) => Step::New(m),
+            }),
+    );
+    steps
+}
+
+fn align_rest<'a>(input: &[Message], output: &'a [Message]) -> Vec<Step<'a>> {
     let key = |m: &Message| serde_json::to_string(m).unwrap_or_default();
     let mut by_text: HashMap<String, Vec<usize>> = HashMap::new();
     for (j, m) in input.iter().enumerate().rev() {

@@ -218,7 +218,12 @@ struct Rebuild {
 /// module docs). `bridged` must be `to_chat(original)`.
 pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]) -> Request {
     let steps = align(&bridged.messages, output);
-    let mut request = original.clone();
+    let mut request = Request {
+        system: original.system.clone(),
+        messages: Vec::new(),
+        extra: original.extra.clone(),
+        layout: original.layout.clone(),
+    };
     let mut messages: Vec<(Message, Option<usize>)> = Vec::new();
     let mut current: Option<Rebuild> = None;
     let mut seen = vec![false; bridged.messages.len()];

@@ -197,7 +197,11 @@ pub fn to_chat(request: &Request) -> Bridged {
 /// `bridged` must be `to_chat(original)`.
 pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]) -> Request {
     let steps = align(&bridged.messages, output);
-    let mut request = original.clone();
+    let mut request = Request {
+        input: Input::Items(Vec::new()),
+        extra: original.extra.clone(),
+        layout: original.layout.clone(),
+    };
     let source = original.items();
     let mut items: Vec<Item> = Vec::with_capacity(source.len());
     let mut instructions_seen = false;
