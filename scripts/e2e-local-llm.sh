@@ -24,4 +24,4 @@ echo "server at $url"
 
 echo "== e2e: tests"
 CTX_E2E_BASE_URL="$url" CTX_E2E_MODEL="${CTX_E2E_MODEL:-smollm2}" \
-  cargo test --locked -p ctx --test e2e_local_llm -- --nocapture --test-threads=1
+  cargo test --locked -p ctx --test e2e_local_llm -- --include-ignored --nocapture --test-threads=1

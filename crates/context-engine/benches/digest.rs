@@ -10,25 +10,43 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use context_engine::digest::{DigestOptions, digest, digest_view};
-use context_engine::message::Role;
+use context_engine::message::{Message, Role};
 use context_engine::transcript::Transcript;
+use context_engine::validate::reentries;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-fn bench_digest(c: &mut Criterion) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus/mini_astropy12907.traj.json");
-    let Ok(transcript) = Transcript::load(&path) else {
-        eprintln!("skipping: corpus file {} not found", path.display());
-        return;
-    };
-    let m = transcript.messages;
-    let opts = DigestOptions::default();
-    let calls: Vec<usize> = m
-        .iter()
+/// The messages of a corpus file (under `$CTX_CORPUS_DIR`, else
+/// `../shared/corpus`), or `None` with the reason printed.
+fn load(name: &str) -> Option<Vec<Message>> {
+    let path = std::env::var_os("CTX_CORPUS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"))
+        .join(name);
+    match Transcript::load(&path) {
+        Ok(t) => Some(t.messages),
+        Err(_) => {
+            eprintln!("skipping: corpus file {} not found", path.display());
+            None
+        }
+    }
+}
+
+/// The index of every model call (assistant message): its request is
+/// everything before it.
+fn call_indexes(m: &[Message]) -> Vec<usize> {
+    m.iter()
         .enumerate()
         .filter(|(_, x)| x.role == Role::Assistant)
         .map(|(i, _)| i)
-        .collect();
+        .collect()
+}
+
+fn bench_digest(c: &mut Criterion) {
+    let Some(m) = load("mini_astropy12907.traj.json") else {
+        return;
+    };
+    let opts = DigestOptions::default();
+    let calls = call_indexes(&m);
     let mut group = c.benchmark_group("digest_astropy");
     group.throughput(Throughput::Elements(1));
     group.bench_function("whole_session_request", |b| {
@@ -56,5 +74,30 @@ fn bench_digest(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_digest);
+/// A text-action transcript (SWE-agent classic: observations are user
+/// messages): recognising the observations, and the digest of every
+/// request.
+fn bench_text_actions(c: &mut Criterion) {
+    let Some(m) = load("sweagent_pydicom.traj") else {
+        return;
+    };
+    let opts = DigestOptions::default();
+    let calls = call_indexes(&m);
+    let mut group = c.benchmark_group("text_actions_pydicom");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("observations_whole_session", |b| {
+        b.iter(|| reentries(black_box(&m)))
+    });
+    group.throughput(Throughput::Elements(calls.len() as u64));
+    group.bench_function("replay_every_request_borrowed", |b| {
+        b.iter(|| {
+            for &i in &calls {
+                black_box(digest_view(black_box(&m[..i]), &opts));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_digest, bench_text_actions);
 criterion_main!(benches);

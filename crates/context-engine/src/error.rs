@@ -51,6 +51,10 @@ pub enum Error {
     /// A profile name is unknown ([`crate::validate`]).
     #[error(transparent)]
     Profile(#[from] crate::validate::UnknownProfile),
+    /// A `context.text_actions` pattern is not a regular expression
+    /// ([`crate::validate::TextActions`]).
+    #[error(transparent)]
+    TextActions(#[from] crate::validate::TextActionsError),
 }
 
 impl Error {

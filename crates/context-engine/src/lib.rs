@@ -46,6 +46,7 @@ pub mod responses;
 pub mod retention;
 pub mod summarize;
 pub mod tokens;
+pub mod tool_output;
 pub mod transcript;
 pub mod validate;
 

@@ -85,10 +85,10 @@ fn check(messages: &[Message], context_length: u64, profile: Profile) {
             assert!(violations.is_empty(), "{violations:?}");
             assert!(out[0].text().starts_with(messages[0].text().as_ref()));
             assert!(counter.count_messages(&out) < counter.count_messages(messages));
-            let latest = messages
-                .iter()
+            let latest = (0..messages.len())
                 .rev()
-                .find(|m| is_real_user_turn(m))
+                .find(|&i| is_real_user_turn(messages, i))
+                .map(|i| &messages[i])
                 .unwrap();
             // The summary may be merged into it (both roles would collide
             // next to it): its own words stay, at the end.

@@ -123,7 +123,7 @@ fn mini_swe_agent_envelope_is_kept() {
         .iter()
         .find(|p| p.ends_with("mini_astropy12907.traj.json"))
     else {
-        eprintln!("skipped: mini_astropy12907.traj.json not in the corpus");
+        common::skip("mini_astropy12907.traj.json not in the corpus");
         return;
     };
     let t = Transcript::load(path).unwrap();
@@ -173,6 +173,6 @@ fn swe_agent_tool_messages_get_their_tool_call_id() {
         }
     }
     if normalised == 0 {
-        eprintln!("skipped: no SWE-agent tool messages in the corpus");
+        common::skip("no SWE-agent tool messages in the corpus");
     }
 }

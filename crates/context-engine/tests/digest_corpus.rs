@@ -10,7 +10,7 @@ use context_engine::digest::{DigestOptions, digest, digest_with_report};
 use context_engine::message::Role;
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
-use context_engine::validate::{Profile, is_tool_reentry, validate};
+use context_engine::validate::{Profile, reentries, validate};
 
 mod common;
 
@@ -35,10 +35,13 @@ fn requests(m: &[Message]) -> impl Iterator<Item = &[Message]> {
 /// Where the `keep`-th newest batch starts; the length when there are
 /// fewer batches (nothing is digested, so everything must stay).
 fn kept_batches_start(m: &[Message], keep: usize) -> usize {
+    // Tool re-entries (text envelopes and the observations of text-action
+    // agents) are batches of their own, as in the digest.
+    let reentry = reentries(m);
     let starts: Vec<usize> = m
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.has_tool_calls() || x.function_call.is_some() || is_tool_reentry(x))
+        .filter(|(i, x)| x.has_tool_calls() || x.function_call.is_some() || reentry[*i])
         .map(|(i, _)| i)
         .collect();
     match starts.len().checked_sub(keep) {

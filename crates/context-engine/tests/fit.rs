@@ -186,11 +186,10 @@ proptest! {
         let profile = if strict { Profile::Strict } else { Profile::OpenAi };
         let counter = counter();
         let system = fit::system_prompt_tokens(&messages, counter.as_ref());
-        let ask = messages
-            .iter()
+        let ask = (0..messages.len())
             .rev()
-            .find(|m| is_real_user_turn(m))
-            .map_or(0, |m| counter.count_message(m) as u64);
+            .find(|&i| is_real_user_turn(&messages, i))
+            .map_or(0, |i| counter.count_message(&messages[i]) as u64);
         let window = system + ask + MIN_ROOM + extra;
         let fitted = fit::fit(&messages, window, counter.as_ref(), profile).unwrap();
         prop_assert!(fitted.tokens_after <= window);

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 
 use context_engine::engine::{
@@ -24,16 +23,7 @@ use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
 use serde_json::{Value, json};
 
-fn python() -> bool {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: python3 is not available");
-    }
-    ok
-}
+use common::python;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -173,8 +163,9 @@ fn unknown_required_engine_is_an_error_naming_the_searched_folders() {
         panic!("expected NotFound, got {err}");
     };
     assert_eq!(name, "lcm");
-    assert_eq!(searched.len(), 4);
+    assert_eq!(searched.len(), 6);
     let text = err.to_string();
+    assert!(text.contains("/nonexistent/a/lcm"), "{text}");
     assert!(text.contains("/nonexistent/a/context_engine/lcm"), "{text}");
     assert!(
         text.contains("/nonexistent/b/plugins/context_engine/lcm"),
@@ -363,8 +354,8 @@ fn compress_fails_open(mode: &str, kind: FailureKind) {
     let dir = scratch(mode);
     let log = dir.join("requests.log");
     let mut engine = misbehave(json!({"mode": mode, "log": log}));
+    let threshold_before = engine.state().threshold_tokens;
     let messages = short_session();
-    let before = messages.clone();
     let err = engine
         .compress(&messages, &CompressRequest::new())
         .expect_err(mode);
@@ -375,7 +366,8 @@ fn compress_fails_open(mode: &str, kind: FailureKind) {
         ),
         "{mode}: {err}"
     );
-    assert_eq!(messages, before);
+    // The host-side state did not count a compaction or adopt a result.
+    assert_eq!(engine.state().threshold_tokens, threshold_before, "{mode}");
     let seen = failures(&engine);
     assert_eq!(seen.len(), 1, "{mode}: {seen:?}");
     assert_eq!(seen[0].0, kind, "{mode}: {seen:?}");
@@ -666,6 +658,27 @@ fn example_plugin_compacts_the_corpus_validly() {
     );
     assert!(failures(&engine).is_empty(), "{:?}", failures(&engine));
     assert_eq!(engine.status().extra["compressions"], json!(compacted));
+}
+
+#[test]
+fn a_dir_that_directly_holds_plugin_folders_is_searched() {
+    if !python() {
+        return;
+    }
+    // `plugins.dirs: [<tests/plugins/context_engine>]`: the folder that
+    // holds `misbehave/plugin.yaml` itself, not a parent of `context_engine`.
+    let direct = test_plugins().join("context_engine");
+    let path = find_plugin("misbehave", std::slice::from_ref(&direct)).unwrap();
+    assert_eq!(path, direct.join("misbehave").join("plugin.yaml"));
+    let selected = select_engine(
+        "misbehave",
+        EngineContext::new(counter(), 10_000),
+        &[direct],
+        true,
+    )
+    .unwrap();
+    assert_eq!(selected.engine.name(), "misbehave");
+    assert!(matches!(selected.source, EngineSource::Plugin { .. }));
 }
 
 /// Records what the fallback compressor's summarizer was handed.

@@ -3,16 +3,12 @@
 //! that matches its regex (a small generator over the regex's HIR), and check
 //! that our redactor masks the secret part. Fails below 90 %; prints misses.
 
-use std::path::PathBuf;
-
 use context_engine::redact::{RedactOptions, Redactor};
 use regex_automata::meta::Regex;
 use regex_automata::util::syntax;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-fn reference() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/gitleaks.toml")
-}
+mod common;
 
 /// Deterministic xorshift, so the samples (and the figure) are stable.
 struct Rng(u64);
@@ -123,14 +119,10 @@ fn gitleaks_secret(re: &Regex, sample: &[u8], group: Option<usize>) -> Option<(u
 
 #[test]
 fn gitleaks_rules_are_covered() {
-    let path = reference();
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!(
-            "skipping: gitleaks reference not found at {}",
-            path.display()
-        );
+    let Some(path) = common::shared("reference/gitleaks.toml") else {
         return;
     };
+    let text = std::fs::read_to_string(&path).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let rules = table["rules"].as_array().unwrap();
     let redactor = Redactor::builder().honour_env(false).build().unwrap();

@@ -408,3 +408,45 @@ fn bad_patterns_are_typed_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("no keyword"), "{err}");
 }
+
+#[test]
+fn jwt_is_recognised_by_its_header_whatever_the_payload() {
+    // Header `{"alg":"HS256","typ":"JWT"}`; payload and signature are random
+    // base64url, not JSON.
+    let token = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.Zk9vQmFyQmF6cXV4MTIzNDU2Nzg.aGVsbG8td29ybGQtc2lnbmF0dXJlLTEyMzQ";
+    let out = redact(&format!("jwt = {token}"), &forced()).into_owned();
+    assert!(!out.contains("Zk9vQmFyQmF6cXV4MTIzNDU2Nzg"), "{out}");
+    assert!(!out.contains(token), "{out}");
+    assert!(out.starts_with("jwt = "), "{out}");
+    // Not an assignment: found by the header alone.
+    let out = redact(&format!("the token {token} expired"), &forced()).into_owned();
+    assert!(!out.contains(token), "{out}");
+    assert_eq!(redact(&out, &forced()), out);
+    // `{"kid":"x"}` and `{"a":1}` are not JWT headers: base64 JSON that is
+    // not a token stays (here in prose, no secret-named key).
+    let not_header = "eyJhIjoxLCJiIjoyLCJjIjozfQ.Zk9vQmFyQmF6cXV4MTIz.aGVsbG8td29ybGQ";
+    let out = redact(&format!("fixture {not_header} ok"), &forced()).into_owned();
+    assert!(out.contains(not_header), "{out}");
+}
+
+#[test]
+fn url_with_credentials_keeps_host_and_path() {
+    let token = "ghs_16C7e42F292c6912E7710c838347Ae178B4a";
+    let text = format!("git clone https://x-access-token:{token}@github.com/acme/app.git");
+    for opts in [forced(), with_urls()] {
+        let out = redact(&text, &opts);
+        assert!(!out.contains(token), "{out}");
+        assert!(out.contains("https://x-access-token:"), "{out}");
+        assert!(out.contains("@github.com/acme/app.git"), "{out}");
+        assert_eq!(redact(&out, &opts), out);
+    }
+    // A password that is not a known token shape: only it goes.
+    let out = redact(
+        "remote: https://deploy:Zq8vT2mW9pLx4R@git.example.com:8443/team/repo.git",
+        &with_urls(),
+    );
+    assert_eq!(
+        out,
+        "remote: https://deploy:***@git.example.com:8443/team/repo.git"
+    );
+}

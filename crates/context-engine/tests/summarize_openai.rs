@@ -44,20 +44,37 @@ struct Seen {
     at: Instant,
 }
 
+/// What the server answers to `GET` requests (window discovery): path →
+/// JSON body; any other path is a 404.
+type Discovery = Vec<(&'static str, Value)>;
+
 struct Server {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Paths of the `GET` requests, in order (not in `seen`).
+    gets: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
-    /// Starts a server answering the n-th request with `script[n]` (the last
-    /// entry repeats).
+    /// Starts a server answering the n-th `POST` with `script[n]` (the last
+    /// entry repeats) and every `GET` with a 404.
     fn start(script: Vec<Reply>) -> Server {
+        Server::start_with(script, Vec::new())
+    }
+
+    /// Like [`start`](Self::start), answering `GET`s from `discovery`.
+    fn start_with(script: Vec<Reply>, discovery: Discovery) -> Server {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let state = (Arc::new(script), seen.clone());
+        let gets = Arc::new(Mutex::new(Vec::new()));
+        let state = (
+            Arc::new(script),
+            seen.clone(),
+            Arc::new(discovery),
+            gets.clone(),
+        );
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -72,8 +89,8 @@ impl Server {
                     let state = state.clone();
                     tokio::spawn(async move {
                         let service = service_fn(move |req| {
-                            let (script, seen) = state.clone();
-                            handle(req, script, seen)
+                            let (script, seen, discovery, gets) = state.clone();
+                            handle(req, script, seen, discovery, gets)
                         });
                         let _ = http1::Builder::new()
                             .timer(TokioTimer::new())
@@ -83,7 +100,7 @@ impl Server {
                 }
             });
         });
-        Server { addr, seen }
+        Server { addr, seen, gets }
     }
 
     fn base_url(&self) -> String {
@@ -99,9 +116,25 @@ async fn handle(
     req: Request<Incoming>,
     script: Arc<Vec<Reply>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    discovery: Arc<Discovery>,
+    gets: Arc<Mutex<Vec<String>>>,
 ) -> Result<Response<TestBody>, Infallible> {
     let at = Instant::now();
     let path = req.uri().path().to_owned();
+    if req.method() == hyper::Method::GET {
+        gets.lock().unwrap().push(path.clone());
+        let found = discovery.iter().find(|(p, _)| *p == path);
+        return Ok(match found {
+            Some((_, body)) => Response::builder()
+                .header("content-type", "application/json")
+                .body(TestBody::full(body.to_string()))
+                .unwrap(),
+            None => Response::builder()
+                .status(404)
+                .body(TestBody::full("not found"))
+                .unwrap(),
+        });
+    }
     let authorization = req
         .headers()
         .get("authorization")
@@ -524,10 +557,14 @@ fn a_window_bounds_the_request_sends_max_tokens_and_seed_and_appends_the_record(
         .summarize(&SummaryRequest::new(&turns, 5000))
         .unwrap();
     // The model's text, then the extracted record with the asks and files.
-    assert!(summary.starts_with("The agent fixed the parser.\n\nRecorded from the messages"));
-    assert!(summary.contains("## User asks\n- first ask: port the lexer in src/lexer.rs\n"));
+    assert!(summary.starts_with("The agent fixed the parser.\n\n## State record"));
+    assert!(summary.contains("### User asks\n- first ask: port the lexer in src/lexer.rs\n"));
     assert!(summary.contains("- LATEST ASK: now fix src/parser.rs"));
-    assert!(summary.contains("## Files\n"));
+    assert!(summary.contains("### Files read or written\n"));
+    assert!(
+        summary.ends_with("### Next\n- NEWEST TURN: reading src/parser.rs"),
+        "{summary}"
+    );
     assert!(summary.contains("src/parser.rs"));
 
     let stats = summarizer.last_call();
@@ -567,13 +604,252 @@ fn a_window_too_small_for_the_instructions_falls_back_without_a_request() {
     assert_eq!(server.seen_count(), 0);
 }
 
+// --- the summary model's window ---------------------------------------------
+
+use context_engine::summarize::window::WindowSource;
+
+/// A request whose prompt is far larger than a 2,000-token window.
+fn long_turns() -> Vec<Message> {
+    (0..60)
+        .map(|i| {
+            Message::user(format!(
+                "step {i}: edit src/module_{i}.rs and rerun the suite; {}",
+                "the parser rejects nested generics in trait bounds. ".repeat(20)
+            ))
+        })
+        .collect()
+}
+
+/// Summarizes `long_turns` with no configured window; returns the stats.
+fn run_long(server: &Server) -> (Result<String, SummarizeError>, CallStats) {
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
+    let turns = long_turns();
+    summarizer.summarize_with_stats(&SummaryRequest::new(&turns, 400))
+}
+
+#[test]
+fn the_window_comes_from_llama_cpp_props() {
+    let server = Server::start_with(
+        vec![Reply::Completion("summary")],
+        vec![(
+            "/props",
+            json!({"default_generation_settings": {"n_ctx": 2048}}),
+        )],
+    );
+    let (result, stats) = run_long(&server);
+    assert_eq!(result.unwrap(), "summary");
+    assert_eq!(stats.window_tokens, Some(2048));
+    assert_eq!(stats.window_source, WindowSource::ServerProps);
+    // The request fits the window it learned: prompt plus max_tokens.
+    let seen = server.seen.lock().unwrap();
+    let max_tokens = seen[0].body["max_tokens"].as_u64().unwrap();
+    assert!(
+        stats.counted_prompt_tokens as u64 + max_tokens <= 2048,
+        "{stats:?}"
+    );
+    drop(seen);
+    // Asked once per base URL and model: a second summarizer uses the cache.
+    let (_, again) = run_long(&server);
+    assert_eq!(again.window_source, WindowSource::ServerProps);
+    assert_eq!(*server.gets.lock().unwrap(), ["/props"]);
+}
+
+#[test]
+fn the_window_comes_from_the_models_list() {
+    let server = Server::start_with(
+        vec![Reply::Completion("summary")],
+        vec![(
+            "/v1/models",
+            json!({"object": "list", "data": [
+                {"id": "other-model", "max_model_len": 99999},
+                {"id": "test-model", "max_model_len": 3000},
+            ]}),
+        )],
+    );
+    let (result, stats) = run_long(&server);
+    assert_eq!(result.unwrap(), "summary");
+    assert_eq!(stats.window_tokens, Some(3000));
+    assert_eq!(stats.window_source, WindowSource::ModelsList);
+    // /props was asked first (root, then under the base URL), then /models.
+    assert_eq!(
+        *server.gets.lock().unwrap(),
+        ["/props", "/v1/props", "/v1/models"]
+    );
+    let seen = server.seen.lock().unwrap();
+    assert!(seen[0].body["max_tokens"].as_u64().is_some());
+}
+
+#[test]
+fn an_overflow_error_naming_the_limit_is_retried_once_within_it() {
+    let overflow = r#"{"error":{"code":400,"message":"the request exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error"}}"#;
+    let server = Server::start(vec![
+        Reply::Status(400, None, overflow),
+        Reply::Completion("summary"),
+    ]);
+    let (result, stats) = run_long(&server);
+    assert_eq!(result.unwrap(), "summary");
+    assert_eq!(stats.attempts, 2);
+    assert_eq!(stats.window_tokens, Some(2048));
+    assert_eq!(stats.window_source, WindowSource::LearnedFromError);
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    // The first request was unbounded; the retry fits the named limit.
+    assert!(seen[0].body.get("max_tokens").is_none());
+    let first = seen[0].body.to_string().len();
+    let retry = seen[1].body.to_string().len();
+    assert!(retry < first, "{retry} >= {first}");
+    let max_tokens = seen[1].body["max_tokens"].as_u64().unwrap();
+    assert!(stats.counted_prompt_tokens as u64 + max_tokens <= 2048);
+}
+
+#[test]
+fn an_overflow_that_repeats_is_retried_only_once() {
+    let overflow = r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 9000 tokens."}}"#;
+    let server = Server::start(vec![Reply::Status(400, None, overflow)]);
+    let (result, stats) = run_long(&server);
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, SummarizeError::Server { status: 400, .. }),
+        "{err}"
+    );
+    assert_eq!(err.action(), FailureAction::Fallback);
+    assert_eq!(server.seen_count(), 2);
+    assert_eq!(stats.window_source, WindowSource::LearnedFromError);
+}
+
+#[test]
+fn a_server_that_says_nothing_leaves_the_window_unknown() {
+    // No /props, no /models, and a 400 that names no limit.
+    let server = Server::start(vec![Reply::Completion("summary")]);
+    let (result, stats) = run_long(&server);
+    assert_eq!(result.unwrap(), "summary");
+    assert_eq!(stats.window_tokens, None);
+    assert_eq!(stats.window_source, WindowSource::Unknown);
+    assert!(
+        server.seen.lock().unwrap()[0]
+            .body
+            .get("max_tokens")
+            .is_none()
+    );
+    let server = Server::start(vec![Reply::Status(
+        400,
+        None,
+        r#"{"error":{"message":"bad"}}"#,
+    )]);
+    let (result, _) = run_long(&server);
+    assert!(result.is_err());
+    assert_eq!(server.seen_count(), 1, "no retry without a named limit");
+}
+
+#[test]
+fn a_configured_window_is_never_asked_of_the_server() {
+    let server = Server::start_with(
+        vec![Reply::Completion("summary")],
+        vec![("/props", json!({"n_ctx": 2048}))],
+    );
+    let summarizer =
+        OpenAiSummarizer::new(config(&server.base_url()).with_context_length(4096)).unwrap();
+    let turns = long_turns();
+    let (_, stats) = summarizer.summarize_with_stats(&SummaryRequest::new(&turns, 400));
+    assert_eq!(stats.window_tokens, Some(4096));
+    assert_eq!(stats.window_source, WindowSource::Configured);
+    assert!(server.gets.lock().unwrap().is_empty());
+}
+
+// --- degenerate model summaries ---------------------------------------------
+
+use context_engine::compressor::Compressor;
+use context_engine::engine::{CompressRequest, ContextEngine, Outcome};
+
+/// Compacts a 40-turn session with the model answering `reply`; returns the
+/// report's outcome, summarizer and reason, and the summary text inserted.
+fn compact_with_reply(reply: &'static str) -> (Outcome, String, String, String) {
+    let server = Server::start(vec![Reply::Completion(reply)]);
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
+    let mut messages = vec![Message::system("You are a coding agent.")];
+    for i in 0..20 {
+        messages.push(Message::user(format!(
+            "Task {i}: fix the overflow in src/buffer_{i}.rs and rerun the tests."
+        )));
+        messages.push(Message::assistant(format!(
+            "Fixed src/buffer_{i}.rs: the length check was off by one; tests pass."
+        )));
+    }
+    let counter = context_engine::tokens::counter_for(None);
+    let mut engine = Compressor::new(counter, 2_000).with_summarizer(Box::new(summarizer));
+    let out = engine
+        .compress(&messages, &CompressRequest::new().with_force(true))
+        .unwrap();
+    let report = out.report;
+    let summary = out
+        .messages
+        .iter()
+        .map(|m| m.text().into_owned())
+        .find(|t| t.contains("[END CONTEXT SUMMARY]"))
+        .unwrap();
+    (
+        report.outcome,
+        report.summarizer.unwrap_or_default(),
+        report.reason.unwrap_or_default(),
+        summary,
+    )
+}
+
+#[test]
+fn degenerate_model_summaries_fall_back_to_the_extractive_one_with_the_reason() {
+    let cases: [(&'static str, &str); 4] = [
+        (
+            "alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha \
+             alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha alpha",
+            "repeats itself",
+        ),
+        (
+            "<transcript>\n[1] user:\nTask 0: fix the overflow in src/buffer_0.rs\n</transcript>",
+            "echoes the transcript",
+        ),
+        (
+            "## Primary request and intent\n\n## Progress\n\n## Next steps\n",
+            "no content",
+        ),
+        (
+            // Far longer than the 40 short turns it would replace.
+            (0..400)
+                .map(|i| format!("Step {i} touched module_{i} and its tests passed. "))
+                .collect::<String>()
+                .leak(),
+            "longer than",
+        ),
+    ];
+    for (reply, defect) in cases {
+        let (outcome, summarizer, reason, summary) = compact_with_reply(reply);
+        assert_eq!(outcome, Outcome::Fallback, "{defect}: {reason}");
+        assert_eq!(summarizer, "extractive", "{defect}");
+        assert!(reason.contains("degenerate summary rejected"), "{reason}");
+        assert!(reason.contains(defect), "{defect}: {reason}");
+        // The extractive summary went in, not the model's text.
+        assert!(!summary.contains("alpha alpha"), "{summary}");
+        assert!(summary.contains("src/buffer_"), "{summary}");
+    }
+    // A real summary is kept.
+    let (outcome, summarizer, _, summary) = compact_with_reply(
+        "## Primary request and intent\nFix buffer overflows in src/buffer_*.rs.\n\n\
+         ## Progress\nAll twenty length checks fixed; tests pass.",
+    );
+    assert_eq!(outcome, Outcome::Compacted);
+    assert_eq!(summarizer, "openai:test-model");
+    assert!(
+        summary.contains("All twenty length checks fixed"),
+        "{summary}"
+    );
+}
+
 /// A caller that hands the summarizer unredacted turns still sends no
 /// secret and no match of the user's patterns: the prompt goes through the
 /// egress helper once more.
 #[test]
 fn unredacted_input_is_redacted_before_it_is_sent() {
     const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
-    let server = Server::start(vec![Reply::Completion("## Summary\nok\n")]);
+    let server = Server::start(vec![Reply::Completion("## Summary\nPushed the fix.\n")]);
     let redactor = context_engine::redact::Redactor::builder()
         .pattern("ACME-[0-9]{6}")
         .build()

@@ -360,18 +360,19 @@ fn profiles_parse_from_their_names() {
 #[test]
 fn envelopes_mark_a_user_message_as_a_tool_reentry() {
     assert!(is_tool_reentry(&reentry()));
-    assert!(!is_real_user_turn(&reentry()));
+    assert!(!is_real_user_turn(&[reentry()], 0));
     // Both markers are needed.
     assert!(!is_tool_reentry(&Message::user("[bash]\nls\n[/bash]")));
     assert!(!is_tool_reentry(&Message::user(
         "see [/x] [END TOOL RESULTS]"
     )));
-    assert!(is_real_user_turn(&Message::user(
-        "see [/x] [END TOOL RESULTS]"
-    )));
+    assert!(is_real_user_turn(
+        &[Message::user("see [/x] [END TOOL RESULTS]")],
+        0
+    ));
     // Only user messages re-enter.
     assert!(!is_tool_reentry(&Message::assistant(ENVELOPE)));
-    assert!(!is_real_user_turn(&Message::assistant("hi")));
+    assert!(!is_real_user_turn(&[Message::assistant("hi")], 0));
     // Content parts are read as text.
     let parts = Message::new(
         Role::User,

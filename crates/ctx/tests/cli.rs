@@ -213,3 +213,41 @@ fn every_corpus_file_inspects_and_validates_without_error() {
         );
     }
 }
+
+#[test]
+fn text_action_observations_are_tool_output() {
+    // A mini-swe-agent text-mode session: the commands are fenced blocks,
+    // their output comes back as user messages.
+    let file = fixture("text-actions.json");
+    let o = ctx(&["inspect", file.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(r["tool_output"]["messages"], 12);
+    assert!(r["tool_output"]["share"].as_f64().unwrap() > 0.9);
+    assert_eq!(r["pairing"]["text_actions"], 12);
+    assert_eq!(r["largest"][0]["tool"], "text: nl");
+    // The digest works on them; `context.text_actions: off` turns that off.
+    let ratio = |extra: &[&str]| {
+        let mut args = vec!["replay", file.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let o = ctx(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        r["totals"]["token_ratio"].as_f64().unwrap()
+    };
+    assert!(ratio(&[]) < 0.85);
+    assert_eq!(ratio(&["--set", "context.text_actions=off"]), 1.0);
+    // A pattern that is not a regular expression is an error naming it.
+    let o = ctx(&[
+        "replay",
+        file.to_str().unwrap(),
+        "--set",
+        "context.text_actions=[\"(unclosed\"]",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("context.text_actions[0]"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -76,9 +76,10 @@ fn text_report_names_what_was_kept_and_the_summarizer() {
 
 #[test]
 fn output_file_keeps_the_input_envelope() {
-    let corpus = root().join("../shared/corpus/sweagent_pydicom.traj");
+    let Some(dir) = corpus() else { return };
+    let corpus = dir.join("sweagent_pydicom.traj");
     if !corpus.exists() {
-        eprintln!("skipped: no corpus at {}", corpus.display());
+        skip(&format!("{} is absent", corpus.display()));
         return;
     }
     let out = temp("pydicom.traj");
@@ -113,10 +114,10 @@ fn too_short_is_written_back_unchanged_with_the_reason() {
     assert!(stderr(&o).contains("nothing to compress"), "{}", stderr(&o));
 }
 
-#[test]
-fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
-    // Nothing listens on the discard port: a network failure, which aborts.
-    let args = [
+/// `ctx compact` of the bugfix session with an OpenAI summarizer nobody
+/// listens for, its model named by `model_flag`.
+fn unreachable_summarizer_args(model_flag: &str) -> Vec<&str> {
+    vec![
         "compact",
         "examples/bugfix-session.json",
         "--context-length",
@@ -125,13 +126,20 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
         "openai",
         "--base-url",
         "http://127.0.0.1:9/v1",
-        "--model",
+        model_flag,
         "m",
         "--api-key-env",
         "CTX_TEST_SUMMARY_KEY",
-    ];
+    ]
+}
+
+#[test]
+fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
+    // Nothing listens on the discard port: a network failure, which aborts.
+    let args = unreachable_summarizer_args("--summarizer-model");
     let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("deprecated"), "{}", stderr(&o));
     // Said once, as the report's reason (not also as a separate error line).
     assert_eq!(
         stderr(&o).matches("cannot reach the summarizer").count(),
@@ -169,4 +177,80 @@ fn openai_summarizer_network_failure_aborts_and_keeps_the_transcript() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--base-url"));
+}
+
+/// The threshold `ctx compact --report json` reports for `extra` flags.
+fn threshold_tokens(extra: &[&str]) -> u64 {
+    let mut args = vec![
+        "compact",
+        "examples/bugfix-session.json",
+        "--context-length",
+        "10000",
+        "--report",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let o = ctx(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+    report["threshold_tokens"].as_u64().unwrap()
+}
+
+#[test]
+fn compact_reads_the_config_file_and_set_overrides() {
+    let config = temp("threshold-config.yaml");
+    std::fs::write(&config, "context:\n  threshold_percent: 0.5\n").unwrap();
+    let default = threshold_tokens(&[]);
+    let from_file = threshold_tokens(&["--config", config.to_str().unwrap()]);
+    let from_set = threshold_tokens(&["--set", "context.threshold_percent=0.6"]);
+    assert_ne!(default, from_file);
+    assert!(from_file <= 5000, "{from_file}");
+    assert!(
+        from_file < from_set && from_set <= 6000,
+        "{from_file} {from_set}"
+    );
+    // The window comes from the file when no flag gives it.
+    std::fs::write(&config, "context:\n  context_length: 3000\n").unwrap();
+    let o = ctx(&[
+        "compact",
+        "examples/bugfix-session.json",
+        "--config",
+        config.to_str().unwrap(),
+        "--report",
+        "json",
+    ]);
+    let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+    assert_eq!(report["context_length"], 3000);
+    assert_eq!(report["engine"], "compressor");
+}
+
+#[test]
+fn model_names_the_tokenizer_and_the_old_summary_model_spelling_warns() {
+    // `--model` picks the tokenizer: a model of another vendor is counted
+    // with a safety factor, so the same transcript costs more tokens.
+    let tokens = |model: &str| {
+        let o = ctx(&[
+            "compact",
+            "examples/bugfix-session.json",
+            "--context-length",
+            "4000",
+            "--model",
+            model,
+            "--report",
+            "json",
+        ]);
+        let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+        report["tokens_before"].as_u64().unwrap()
+    };
+    assert!(tokens("some-local-model") > tokens("gpt-4.1"));
+    // The old spelling, `--model` as the summary model, still works but
+    // says so.
+    let args = unreachable_summarizer_args("--model");
+    let o = ctx_env(&args, Some(("CTX_TEST_SUMMARY_KEY", "test-key-not-real")));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("deprecated: pass --summarizer-model m"),
+        "{}",
+        stderr(&o)
+    );
 }

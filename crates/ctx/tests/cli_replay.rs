@@ -189,6 +189,72 @@ fn a_transcript_without_model_calls_is_refused_with_a_reason() {
 }
 
 #[test]
+fn a_plugin_that_refuses_every_compaction_is_reported_as_such() {
+    if !common::python() {
+        return;
+    }
+    // The test plugin answers every compaction with an invalid transcript.
+    let dir = std::env::temp_dir().join(format!("ctx-replay-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.yaml");
+    let plugins = common::root().join("crates/context-engine/tests/plugins");
+    std::fs::write(
+        &config,
+        format!(
+            "context:\n  engine: misbehave\nplugins:\n  dirs: [{}]\nengines:\n  misbehave:\n    mode: invalid\n",
+            serde_json::to_string(&plugins.display().to_string()).unwrap()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let args = [
+        "replay",
+        "examples/bugfix-session.json",
+        "--context-length",
+        "3000",
+    ];
+    let out = ctx(&[&args[..], &["--config", config, "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &r["totals"];
+    assert_eq!(u(&t["compactions"]), 0, "{t}");
+    let attempts = u(&t["compactions_failed"]) + u(&t["compactions_refused"]);
+    assert!(attempts >= 1, "{t}");
+    let first = t["first_compaction_failure"].as_str().unwrap();
+    assert!(
+        first.contains("misbehave") && first.contains("orphan"),
+        "{first}"
+    );
+    let missed = r["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            ["failed", "refused"].contains(&c["missed_compaction"]["kind"].as_str().unwrap_or(""))
+        })
+        .count() as u64;
+    assert_eq!(missed, attempts);
+    // The table says so, never "never reached the threshold".
+    let out = ctx(&[&args[..], &["--config", config]].concat());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(!table.contains("never reached"), "{table}");
+    assert!(table.contains("attempted"), "{table}");
+    assert!(
+        table.contains(&format!("attempted {attempts} time(s), all ")),
+        "{table}"
+    );
+    assert!(table.contains("(first reason: "), "{table}");
+    // And an engine that compacts reports no failures.
+    let r = replay_json(EXAMPLE, EXAMPLE_WINDOW);
+    assert_eq!(u(&r["totals"]["compactions_refused"]), 0);
+    assert!(r["totals"]["first_compaction_failure"].is_null());
+}
+
+#[test]
 fn a_window_that_cannot_hold_a_request_is_refused_or_reported() {
     // At the flag: 0, or no room for the system prompt.
     for window in ["0", "5"] {

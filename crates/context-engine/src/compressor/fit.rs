@@ -37,7 +37,7 @@ use crate::prune::clip_arguments;
 use crate::tokens::{TokenCounter, thousands};
 use crate::validate::{
     CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
-    is_tool_reentry, may_join,
+    is_reentry_at, may_join, reentries,
 };
 
 /// Tool results of at least this many bytes are digested by step 1.
@@ -314,10 +314,13 @@ impl<'c> Work<'c> {
 
     /// The latest real user message, if any.
     fn ask(&self) -> Option<usize> {
-        self.messages.iter().zip(&self.dropped).rposition(|(m, d)| {
+        (0..self.messages.len()).rev().find(|&i| {
+            let m = &self.messages[i];
             // A summary in a user message is not an ask, unless it was
             // merged into one (the ask's own words follow it).
-            !d && is_real_user_turn(m) && (!is_summary(m) || !without_summary(&m.text()).is_empty())
+            !self.dropped[i]
+                && is_real_user_turn(&self.messages, i)
+                && (!is_summary(m) || !without_summary(&m.text()).is_empty())
         })
     }
 
@@ -359,14 +362,16 @@ impl<'c> Work<'c> {
         }
     }
 
-    /// Step 1: large tool results (and text tool-result envelopes) keep the
-    /// head and tail of their body and a recall handle, largest first.
+    /// Step 1: large tool results (and the user messages that are tool
+    /// output: text envelopes, text-action observations) keep the head and
+    /// tail of their body and a recall handle, largest first.
     fn digest_results(&mut self, budget: u64) -> usize {
+        let reentry = reentries(&self.messages);
         let mut candidates: Vec<usize> = (0..self.messages.len())
             .filter(|&i| {
                 let m = &self.messages[i];
                 !self.dropped[i]
-                    && (m.is_tool_result() || is_tool_reentry(m))
+                    && (m.is_tool_result() || reentry[i])
                     && matches!(&m.content, Content::Text(t) if t.len() >= RESULT_MIN_BYTES)
             })
             .collect();
@@ -450,7 +455,12 @@ impl<'c> Work<'c> {
             if self.total() <= budget {
                 break;
             }
-            if let Some(out) = clipped(&self.messages[i], TEXT_KEEP_BYTES, ARGUMENT_LEAF_CHARS) {
+            if let Some(out) = clipped(
+                &self.messages[i],
+                is_reentry_at(&self.messages, i),
+                TEXT_KEEP_BYTES,
+                ARGUMENT_LEAF_CHARS,
+            ) {
                 self.set(i, out);
                 changed += 1;
             }
@@ -523,7 +533,12 @@ impl<'c> Work<'c> {
                 break;
             }
             if Some(i) != ask
-                && let Some(out) = clipped(&self.messages[i], TRUNCATE_KEEP_BYTES, 32)
+                && let Some(out) = clipped(
+                    &self.messages[i],
+                    is_reentry_at(&self.messages, i),
+                    TRUNCATE_KEEP_BYTES,
+                    32,
+                )
             {
                 self.set(i, out);
                 changed += 1;
@@ -563,15 +578,15 @@ fn with_text(message: &Message, text: String) -> Message {
 
 /// `message` with a long text content clipped to `keep` bytes at each end
 /// and the long string leaves of its tool-call arguments to `leaf_chars`;
-/// `None` when nothing was long.
-fn clipped(message: &Message, keep: usize, leaf_chars: usize) -> Option<Message> {
+/// `None` when nothing was long. A tool result or a user message that is
+/// tool output (`reentry`) keeps a recall handle.
+fn clipped(message: &Message, reentry: bool, keep: usize, leaf_chars: usize) -> Option<Message> {
     let mut out = message.clone();
     let mut changed = false;
     if let Content::Text(text) = &message.content
         && text.len() > (2 * keep).max(TEXT_MIN_BYTES.min(4 * keep + 64))
     {
-        let handle = (message.role == Role::Tool || is_tool_reentry(message))
-            .then(|| result_handle(message, text));
+        let handle = (message.role == Role::Tool || reentry).then(|| result_handle(message, text));
         out.content = Content::Text(clip_middle(text, keep, handle.as_deref()));
         changed = true;
     }

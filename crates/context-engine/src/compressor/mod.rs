@@ -654,10 +654,11 @@ fn assemble(
         out.push(messages[u].clone());
     }
     let tail = &messages[plan.tail_start..];
-    let user_survives = out
-        .iter()
-        .chain(tail)
-        .any(|m| crate::validate::is_real_user_turn(m) && !is_summary(m));
+    let asks_in = |part: &[Message]| {
+        (0..part.len())
+            .any(|i| crate::validate::is_real_user_turn(part, i) && !is_summary(&part[i]))
+    };
+    let user_survives = asks_in(&out) || asks_in(tail);
     let placement = insert::choose_placement(&out, tail, user_survives, profile);
     match placement {
         Placement::User => out.push(Message::user(wrapped)),

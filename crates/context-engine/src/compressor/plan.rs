@@ -132,9 +132,9 @@ pub(super) fn plan(
     // The latest user message stays verbatim: in the head, the tail, or
     // pinned between them.
     let mut pinned = None;
-    let latest_user = messages
-        .iter()
-        .rposition(|m| is_real_user_turn(m) && !is_summary(m));
+    let latest_user = (0..messages.len())
+        .rev()
+        .find(|&i| is_real_user_turn(messages, i) && !is_summary(&messages[i]));
     if let Some(u) = latest_user
         && u >= head_end
         && u < tail_start

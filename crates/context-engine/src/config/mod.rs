@@ -36,6 +36,7 @@ use crate::engine::{DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THR
 use crate::prune::PruneOptions;
 use crate::redact::{RedactError, Redactor};
 use crate::summarize::openai::OpenAiConfig;
+use crate::validate::{TextActions, TextActionsConfig, TextActionsError};
 
 pub use load::{
     ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
@@ -97,6 +98,11 @@ pub struct ContextConfig {
     pub digest: DigestOptions,
     /// The proactive prune (off until `proactive_prune_tokens` is set).
     pub prune: PruneOptions,
+    /// How the observations of text-action agents (tool output sent back
+    /// as a user message) are recognised: `auto`, `off`, or a list of
+    /// `mini-swe-agent`, `swe-agent` and regular expressions (see
+    /// [`crate::validate::TextActionsConfig`]).
+    pub text_actions: TextActionsConfig,
 }
 
 impl Default for ContextConfig {
@@ -113,6 +119,7 @@ impl Default for ContextConfig {
             context_length: None,
             digest: DigestOptions::default(),
             prune: PruneOptions::default(),
+            text_actions: TextActionsConfig::default(),
         }
     }
 }
@@ -207,6 +214,13 @@ impl Config {
             .get(name)
             .cloned()
             .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// `context.text_actions`, compiled; a host installs it with
+    /// [`crate::validate::set_text_actions`]. A pattern that is not a
+    /// regular expression is an error naming it.
+    pub fn text_actions(&self) -> Result<TextActions, TextActionsError> {
+        TextActions::from_config(&self.context.text_actions)
     }
 
     /// Options of the built-in `compressor` engine: threshold, protections,

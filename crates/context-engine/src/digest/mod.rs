@@ -64,7 +64,6 @@
 //! next only the previously newest batch changes and the provider's prompt
 //! cache still matches everything before it.
 
-mod envelope;
 mod line;
 mod recall;
 
@@ -78,11 +77,10 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::message::{Content, FunctionCall, Message, ToolCall};
-use crate::validate::is_tool_reentry;
+use crate::tool_output::{self, Flags, clip};
+use crate::validate::{self, envelope, observation};
 
-pub use envelope::ENVELOPE_HEADER;
-// The outcome readers, shared with `crate::retention`.
-pub(crate) use line::{Flags, exit_code, outcome};
+pub use crate::validate::ENVELOPE_HEADER;
 pub use recall::{
     LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
 };
@@ -201,7 +199,8 @@ pub fn digest_view<'a>(
     if !opts.enabled {
         return (messages.iter().map(Cow::Borrowed).collect(), report);
     }
-    let kept_from = kept_from(messages, opts.keep_batches);
+    let reentries = validate::reentries(messages);
+    let kept_from = kept_from(messages, &reentries, opts.keep_batches);
     let calls = calls_by_id(messages);
     let mut batch: Option<usize> = None;
     let mut legacy: Option<&FunctionCall> = None;
@@ -218,8 +217,13 @@ pub fn digest_view<'a>(
                 let writ = writ_of(message, &calls, legacy);
                 digest_result(message, &writ, opts, &mut report)
             }
-        } else if i < kept_from && is_tool_reentry(message) {
-            digest_envelope(message, opts, &mut report)
+        } else if i < kept_from && reentries.get(i).copied().unwrap_or(false) {
+            if validate::is_tool_reentry(message) {
+                digest_envelope(message, opts, &mut report)
+            } else {
+                observation(messages, i)
+                    .and_then(|o| digest_observation(message, &o, opts, &mut report))
+            }
         } else {
             None
         };
@@ -262,7 +266,7 @@ fn starts_call_batch(message: &Message) -> bool {
 /// The index of the first message of the oldest kept batch: results (and
 /// envelopes) of batches starting at or after it stay whole. `usize::MAX`
 /// when no batch is kept.
-fn kept_from(messages: &[Message], keep: usize) -> usize {
+fn kept_from(messages: &[Message], reentries: &[bool], keep: usize) -> usize {
     if keep == 0 {
         return usize::MAX;
     }
@@ -277,7 +281,7 @@ fn kept_from(messages: &[Message], keep: usize) -> usize {
             if !in_batch {
                 starts.push(i);
             }
-        } else if is_tool_reentry(m) {
+        } else if reentries.get(i).copied().unwrap_or(false) {
             starts.push(i);
         }
     }
@@ -326,7 +330,7 @@ fn writ_of(
 /// bytes: how `prune`'s markers name the call whose output they replace,
 /// in the same words as a digest line.
 pub(crate) fn clipped_writ(name: &str, arguments: &str, max: usize) -> String {
-    line::clip(&line::call_writ(name, arguments), max)
+    clip(&line::call_writ(name, arguments), max)
 }
 
 /// The recall handle of a result: its `tool_call_id`, or a hash of its body
@@ -385,10 +389,10 @@ fn digest_result(
     if body.len() < opts.min_bytes && binaries.is_empty() {
         return None;
     }
-    let outcome = line::outcome(&body, line::Flags::of(&message.extra));
+    let outcome = tool_output::outcome(&body, Flags::of(&message.extra));
     let mut lines = vec![format!(
         "{DIGEST_MARK} {} → {}; {}",
-        line::clip(writ, opts.writ_max_bytes),
+        clip(writ, opts.writ_max_bytes),
         outcome.render(body.len(), opts.error_max_bytes),
         hint(&result_handle(message, &body)),
     )];
@@ -418,10 +422,10 @@ fn digest_envelope(
     }
     let mut lines = vec![ENVELOPE_HEADER.to_owned()];
     for block in &blocks {
-        let outcome = line::outcome(block.body, line::Flags::default());
+        let outcome = tool_output::outcome(block.body, Flags::default());
         lines.push(format!(
             "{} → {}; {}",
-            line::clip(block.writ, opts.writ_max_bytes),
+            clip(block.writ, opts.writ_max_bytes),
             outcome.render(block.body.len(), opts.error_max_bytes),
             hint(&hash_handle(block.body)),
         ));
@@ -432,6 +436,86 @@ fn digest_envelope(
     lines.push(envelope::END_TOOL_RESULTS.to_owned());
     let new = lines.join("\n");
     replace(message, text.len(), new, dropped, report).inspect(|_| report.envelopes_digested += 1)
+}
+
+/// An observation of a text-action agent becomes one digest line naming the
+/// action, in the agent's own observation shape so its parser still reads
+/// it: mini-swe-agent's `<returncode>` and `<output>` tags, SWE-agent's
+/// `OBSERVATION:` header or its `(Open file: …)` trailer stay.
+fn digest_observation(
+    message: &Message,
+    obs: &validate::Observation,
+    opts: &DigestOptions,
+    report: &mut DigestReport,
+) -> Option<Message> {
+    let body = message.text();
+    if body.lines().any(|l| is_digest_line(l.trim_start())) || !accounted(message) {
+        return None;
+    }
+    let binaries = binary_lines(message, opts);
+    let dropped = binaries.len();
+    if body.len() < opts.min_bytes && binaries.is_empty() {
+        return None;
+    }
+    let command = obs.action.command();
+    let writ = if command.trim().is_empty() {
+        "action".to_owned()
+    } else {
+        tool_output::one_line(&command)
+    };
+    let outcome = tool_output::outcome(&body, Flags::of(&message.extra));
+    let digest_line = format!(
+        "{DIGEST_MARK} {} → {}; {}",
+        clip(&writ, opts.writ_max_bytes),
+        outcome.render(body.len(), opts.error_max_bytes),
+        hint(&hash_handle(&body)),
+    );
+    let mut lines = vec![digest_line];
+    lines.extend(binaries);
+    let text = observation_shape(&body, lines.join("\n"));
+    replace(message, body.len(), text, dropped, report).inspect(|_| report.results_digested += 1)
+}
+
+/// `replacement` (a digest line or a prune marker) in the shape of the
+/// observation `original`, so the agent's own parser still reads it:
+/// mini-swe-agent's `<returncode>` line and `<output>` tags, SWE-agent's
+/// `OBSERVATION:` header and its `(Open file: …)` trailer stay.
+pub(crate) fn observation_shape(original: &str, replacement: String) -> String {
+    let trimmed = original.trim_start();
+    if trimmed.starts_with("<returncode>")
+        && let Some(end) = trimmed.find("</returncode>")
+    {
+        let head = &trimmed[..end + "</returncode>".len()];
+        return format!("{head}\n<output>\n{replacement}\n</output>");
+    }
+    let mut out = String::new();
+    if trimmed.starts_with("OBSERVATION:") {
+        out.push_str("OBSERVATION:\n");
+    }
+    out.push_str(&replacement);
+    let trailer = observation_trailer(original);
+    if !trailer.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&trailer.join("\n"));
+    }
+    out
+}
+
+/// SWE-agent's trailer: the last lines that show the open file, the
+/// current directory and the prompt.
+fn observation_trailer(body: &str) -> Vec<&str> {
+    let lines: Vec<&str> = body.trim_end().lines().collect();
+    let keep = lines
+        .iter()
+        .rev()
+        .take_while(|l| {
+            let t = l.trim();
+            t.starts_with("(Open file: ")
+                || t.starts_with("(Current directory: ")
+                || t.starts_with("bash-$")
+        })
+        .count();
+    lines[lines.len() - keep..].to_vec()
 }
 
 /// A copy of `message` with `text` as its content, unless that would not

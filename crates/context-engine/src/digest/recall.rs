@@ -3,10 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::envelope;
 use super::{hash_handle, is_digest_line, result_handle};
 use crate::message::{Message, Role};
-use crate::validate::is_tool_reentry;
+use crate::validate::{envelope, is_tool_reentry, observation};
 
 /// The name of the tool an engine offers for recall.
 pub const RECALL_TOOL: &str = "context_recall";
@@ -87,6 +86,16 @@ fn find(messages: &[Message], handle: &str) -> Result<String, RecallError> {
                 continue;
             }
             return Ok(body.into_owned());
+        }
+        if message.role == Role::User
+            && !is_tool_reentry(message)
+            && observation(messages, index).is_some()
+        {
+            let text = message.text();
+            if hash_handle(&text) == handle {
+                return Ok(text.into_owned());
+            }
+            continue;
         }
         if message.role == Role::User && is_tool_reentry(message) {
             let text = message.text();

@@ -395,7 +395,7 @@ fn envelopes_are_digested_one_line_per_writ() {
     // The `[/exec not a writ]` line inside the read block is body, not a writ.
     assert!(!t.contains("not a writ"));
     // Still a tool re-entry for the cut points; the newest envelope is whole.
-    assert!(is_tool_reentry(&out[3]));
+    assert!(crate::validate::is_tool_reentry(&out[3]));
     assert_eq!(out[5], m[5]);
     // Each block comes back whole through its handle.
     let handle = lines[1]

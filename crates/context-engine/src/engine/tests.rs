@@ -654,9 +654,13 @@ fn usage_from_corpus_provider_responses() {
 fn sanitize_short_context_is_trimmed_and_redacted() {
     let out = sanitize_memory_context("  token sk-abcdefghijklmnopqrstuvwx  \n");
     assert_eq!(out, "token sk-abc...uvwx");
-    // URL credentials are always masked here: the whole userinfo goes.
+    // URL credentials are always masked here: the password goes, the user
+    // name, host and path stay; a bare token as user name goes whole.
     let out = sanitize_memory_context("db postgres://u:pw@h/db");
-    assert_eq!(out, "db postgres://***@h/db");
+    assert_eq!(out, "db postgres://u:***@h/db");
+    let out = sanitize_memory_context("git https://ghp_abcdef0123456789@github.com/a/b");
+    assert!(!out.contains("ghp_abcdef0123456789"), "{out}");
+    assert!(out.ends_with("@github.com/a/b"), "{out}");
 }
 
 #[test]

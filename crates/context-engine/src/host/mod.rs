@@ -178,6 +178,48 @@ pub struct Update {
     pub pruned: usize,
     /// What to tell the user.
     pub notices: Vec<Notice>,
+    /// A compaction that was due in this step but did not happen, and why.
+    pub missed: Option<Missed>,
+}
+
+/// A compaction that was due but did not happen: what a report needs to
+/// tell "never reached the threshold" from "tried and failed" and "held
+/// back".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Missed {
+    /// Where it was due.
+    pub trigger: Trigger,
+    /// How it went.
+    pub kind: MissedKind,
+    /// Why, for the user (one line).
+    pub reason: String,
+}
+
+/// How a due compaction did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissedKind {
+    /// Attempted; the engine failed (summarizer, plugin crash, timeout).
+    Failed,
+    /// Attempted; the result was refused (it would break a provider rule,
+    /// or the engine judged its own output invalid).
+    Refused,
+    /// Not attempted: a cooldown or the anti-thrash guard held it back.
+    Blocked,
+    /// Attempted; everything was protected or already compact.
+    NothingToCompress,
+}
+
+impl MissedKind {
+    /// The kind of an engine's error.
+    fn of(err: &EngineError) -> MissedKind {
+        match err {
+            EngineError::Blocked { .. } => MissedKind::Blocked,
+            EngineError::NothingToCompress { .. } => MissedKind::NothingToCompress,
+            EngineError::InvalidOutput { .. } => MissedKind::Refused,
+            _ => MissedKind::Failed,
+        }
+    }
 }
 
 /// What [`Session::before_request`] prepared.
@@ -324,9 +366,7 @@ impl Session {
             } else if !self.engine.should_defer_preflight_to_real_usage(rough) {
                 let decision = self.engine.should_compress_info(Some(rough));
                 if let Some(reason) = decision.block_reason {
-                    update.notices.push(Notice::warning(format!(
-                        "context is over the compaction threshold, but compaction is held back: {reason}"
-                    )));
+                    held_back(&mut update, Trigger::Preflight, &reason);
                 }
             }
         }
@@ -422,9 +462,7 @@ impl Session {
                     &mut update,
                 );
             } else if let Some(reason) = decision.block_reason {
-                update.notices.push(Notice::warning(format!(
-                    "context is over the compaction threshold, but compaction is held back: {reason}"
-                )));
+                held_back(&mut update, Trigger::PostTool, &reason);
             }
         }
         let base = update.new_history.as_deref().unwrap_or(history);
@@ -570,15 +608,30 @@ impl Session {
                     if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
                         update.notices.push(error_notice(&err, trigger));
                     }
+                    if passes == 0 {
+                        update.missed = Some(Missed {
+                            trigger,
+                            kind: MissedKind::of(&err),
+                            reason: err.to_string(),
+                        });
+                    }
                     break;
                 }
             };
             if let Err(why) = self.check_output(input, &out) {
                 reports.pop();
-                update.notices.push(Notice::warning(format!(
+                let reason = format!(
                     "engine `{}`: compaction result rejected, history unchanged: {why}",
                     self.engine.name()
-                )));
+                );
+                update.notices.push(Notice::warning(reason.clone()));
+                if passes == 0 {
+                    update.missed = Some(Missed {
+                        trigger,
+                        kind: MissedKind::Refused,
+                        reason,
+                    });
+                }
                 break;
             }
             let after = self.counter.count_messages(&out) as u64;
@@ -700,6 +753,18 @@ fn tool_name(tool: &Value) -> Option<&str> {
         .and_then(|f| f.get("name"))
         .or_else(|| tool.get("name"))
         .and_then(Value::as_str)
+}
+
+/// The context is over the threshold but the engine holds compaction back.
+fn held_back(update: &mut Update, trigger: Trigger, reason: &impl std::fmt::Display) {
+    update.notices.push(Notice::warning(format!(
+        "context is over the compaction threshold, but compaction is held back: {reason}"
+    )));
+    update.missed = Some(Missed {
+        trigger,
+        kind: MissedKind::Blocked,
+        reason: reason.to_string(),
+    });
 }
 
 fn error_notice(err: &EngineError, trigger: Trigger) -> Notice {

@@ -31,6 +31,8 @@ struct Scripted {
     mode: CompressMode,
     select: Option<Vec<Message>>,
     prune: bool,
+    /// Over the threshold, hold compaction back with a cooldown.
+    blocked: bool,
 }
 
 impl Scripted {
@@ -47,6 +49,7 @@ impl Scripted {
             mode: CompressMode::KeepEnds,
             select: None,
             prune: false,
+            blocked: false,
         }
     }
 
@@ -74,6 +77,11 @@ impl ContextEngine for Scripted {
     }
     fn should_compress_info(&self, prompt_tokens: Option<u64>) -> crate::engine::CompressDecision {
         self.note(format!("should_compress_info {prompt_tokens:?}"));
+        if self.blocked && self.should_compress(prompt_tokens) {
+            return crate::engine::CompressDecision::blocked(
+                crate::engine::BlockReason::Cooldown { seconds_left: 42 },
+            );
+        }
         crate::engine::CompressDecision::plain(self.should_compress(prompt_tokens))
     }
     fn compress(
@@ -240,11 +248,10 @@ fn preflight_compaction_is_returned_not_applied_and_not_repeated_before_real_usa
     engine.preflight = true;
     let mut s = session(engine);
     let h = history(4000);
-    let before = h.clone();
     let prepared = s.before_request(&h);
-    assert_eq!(h, before, "the caller's history is untouched");
     let new = prepared.update.new_history.clone().unwrap();
     assert_eq!(new.len(), 2);
+    assert_eq!(new[0], h[0], "the system prompt is kept verbatim");
     assert_eq!(prepared.request, new);
     let c = prepared.update.compaction.unwrap();
     assert_eq!(c.trigger, Trigger::Preflight);
@@ -350,7 +357,35 @@ fn invalid_empty_or_failed_results_leave_everything_as_it_was() {
         assert_eq!(prepared.update.notices.len(), 1);
         assert_eq!(prepared.update.notices[0].kind, NoticeKind::Warning);
         assert!(prepared.update.notices[0].text.contains("unchanged"));
+        // The missed compaction is typed, with the reason.
+        let missed = prepared.update.missed.unwrap();
+        assert_eq!(missed.trigger, Trigger::Preflight);
+        let expected = match mode {
+            CompressMode::Fail => MissedKind::Failed,
+            _ => MissedKind::Refused,
+        };
+        assert_eq!(missed.kind, expected, "{missed:?}");
+        assert!(!missed.reason.is_empty());
     }
+}
+
+#[test]
+fn a_held_back_compaction_is_reported_as_blocked() {
+    let log = Arc::default();
+    let mut engine = Scripted::new(&log);
+    engine.blocked = true;
+    engine.update_from_response(&Usage::new(5000, 10));
+    let mut s = session(engine);
+    let update = s.after_tools(&history(4000));
+    assert!(update.compaction.is_none());
+    let missed = update.missed.unwrap();
+    assert_eq!(missed.kind, MissedKind::Blocked);
+    assert_eq!(missed.trigger, Trigger::PostTool);
+    assert!(missed.reason.contains("42"), "{}", missed.reason);
+    // Under the threshold nothing is missed.
+    let log = Arc::default();
+    let mut s = session(Scripted::new(&log));
+    assert!(s.after_tools(&history(10)).missed.is_none());
 }
 
 #[test]

@@ -5,10 +5,11 @@
 //!
 //! 1. a built-in engine ([`BUILTIN_ENGINES`]: `compressor`);
 //! 2. a plugin folder holding a [`plugin.yaml`](PluginManifest), searched in
-//!    `plugin_dirs` order, and within each directory first
-//!    `<dir>/context_engine/<name>/` then `<dir>/plugins/context_engine/<name>/`
-//!    (so both a plugins directory and a project root can be listed); the
-//!    first hit wins;
+//!    `plugin_dirs` order, and within each directory first `<dir>/<name>/`
+//!    (the directory holds plugin folders), then `<dir>/context_engine/<name>/`,
+//!    then `<dir>/plugins/context_engine/<name>/` (so a folder of plugins, a
+//!    plugins directory and a project root can all be listed); the first hit
+//!    wins;
 //! 3. otherwise the built-in compressor with a warning, or, when the engine
 //!    is `required`, an error naming every folder searched.
 //!
@@ -269,6 +270,7 @@ pub fn plugin_candidates(name: &str, plugin_dirs: &[PathBuf]) -> Vec<PathBuf> {
         .iter()
         .flat_map(|dir| {
             [
+                dir.join(name),
                 dir.join("context_engine").join(name),
                 dir.join("plugins").join("context_engine").join(name),
             ]
@@ -370,8 +372,10 @@ mod tests {
         assert_eq!(
             plugin_candidates("x", &dirs),
             vec![
+                PathBuf::from("/a/x"),
                 PathBuf::from("/a/context_engine/x"),
                 PathBuf::from("/a/plugins/context_engine/x"),
+                PathBuf::from("/b/x"),
                 PathBuf::from("/b/context_engine/x"),
                 PathBuf::from("/b/plugins/context_engine/x"),
             ]

@@ -98,6 +98,33 @@ pub(crate) fn of_call(name: &str, arguments: &str, current: &mut Option<String>)
     }
 }
 
+/// The effect of a text action (a command the assistant wrote as text):
+/// SWE-agent's editor commands (`open path [line]`, `create path`, `edit`,
+/// `insert`, `goto`, `scroll_*`) as its file tools, anything else as a
+/// shell command.
+pub(crate) fn of_text_action(command: &str, current: &mut Option<String>) -> Effect {
+    let first_line = command.lines().next().unwrap_or("");
+    let words: Vec<&str> = first_line.split_whitespace().collect();
+    let Some((&verb, rest)) = words.split_first() else {
+        return Effect::other();
+    };
+    match verb {
+        "open" | "create" => {
+            let Some(path) = rest.first() else {
+                return Effect::other();
+            };
+            let path = path.trim_matches(['"', '\'']);
+            let mut args = serde_json::json!({ "path": path });
+            if let Some(line) = rest.get(1) {
+                args["line_number"] = Value::String((*line).to_owned());
+            }
+            of_call(verb, &args.to_string(), current)
+        }
+        "edit" | "insert" | "goto" | "scroll_up" | "scroll_down" => of_windowed_edit(verb, current),
+        _ => of_shell(command),
+    }
+}
+
 /// Names of file tools (or `command` values of `str_replace_editor`-style
 /// tools) that show a file.
 const READ_OPS: &[&str] = &[
@@ -660,6 +687,19 @@ mod tests {
         assert_eq!(e.edits, vec!["src/f.py"]);
         assert!(of_call("bash", "not json", &mut cur).other);
         assert!(of_call("find_file", r#"{"file_name":"a.py"}"#, &mut cur).other);
+    }
+
+    #[test]
+    fn text_actions_as_file_tools_or_shell() {
+        let mut current = None;
+        let open = of_text_action("open pydicom/handler.py 293", &mut current);
+        assert!(open.is_pure_read());
+        assert_eq!(current.as_deref(), Some("pydicom/handler.py"));
+        let edit = of_text_action("edit 287:295\n    x = 1\nend_of_edit", &mut current);
+        assert_eq!(edit.edits, vec!["pydicom/handler.py"]);
+        let cat = of_text_action("cat tests/missing_colon.py", &mut current);
+        assert!(cat.is_pure_read());
+        assert!(of_text_action("python reproduce.py", &mut current).other);
     }
 
     #[test]

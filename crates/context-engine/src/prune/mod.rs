@@ -74,7 +74,7 @@ use serde_json::Value;
 use crate::digest::{self, DIGEST_MARK, DigestOptions, RECALL_TOOL};
 use crate::message::{Message, ToolCall};
 use crate::tokens::TokenCounter;
-use crate::validate::{CutPoints, Profile, validate};
+use crate::validate::{self, CutPoints, Profile, validate};
 
 use effect::Effect;
 
@@ -304,15 +304,24 @@ pub fn protected_from(messages: &[Message], protect_last_n: usize) -> usize {
 }
 
 /// One call as the rules see it.
-struct CallInfo<'m> {
+struct CallInfo {
     /// Index of the assistant message that made it (calls of one message
     /// run together: none is later than another).
     at: usize,
-    call: &'m ToolCall,
+    /// How a marker names it: the `tool_call_id`, or `at message N` for a
+    /// text action.
+    id: String,
+    /// Tool name and arguments (a text action's command).
+    name: String,
+    arguments: String,
+    /// The message holding its output.
+    result: Option<usize>,
     effect: Effect,
     /// Tool name and canonical arguments; `None` for calls a re-run does not
     /// supersede (edits, calls without arguments such as `scroll_down`).
     rerun_key: Option<String>,
+    /// Whether it is a text action (its output an observation).
+    text_action: bool,
 }
 
 /// A later event on a file: a read of some scope, or an edit.
@@ -327,11 +336,20 @@ struct FileEvent<'m> {
 fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, PruneReason)> {
     let tail = protected_from(messages, opts.protect_last_n);
     let calls = call_infos(messages);
-    let result_call = result_calls(messages, &calls);
+    let mut result_call: Vec<Option<usize>> = vec![None; messages.len()];
+    for (k, c) in calls.iter().enumerate() {
+        if let Some(slot) = c.result.and_then(|r| result_call.get_mut(r)) {
+            *slot = Some(k);
+        }
+    }
+    let observations = validate::reentries(messages);
+    let result_text = |i: usize, m: &'_ Message| -> Option<String> {
+        plain_result_text(m, observations.get(i).copied().unwrap_or(false)).map(str::to_owned)
+    };
     let mut files: HashMap<&str, Vec<FileEvent>> = HashMap::new();
     let mut last_run: HashMap<&str, (usize, &str)> = HashMap::new();
     for c in &calls {
-        let id = c.call.id.as_deref().unwrap_or("");
+        let id = c.id.as_str();
         for (path, scope) in &c.effect.reads {
             files.entry(path).or_default().push(FileEvent {
                 at: c.at,
@@ -351,9 +369,9 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
         }
     }
     // The newest tool result with each text.
-    let mut newest: HashMap<&str, usize> = HashMap::new();
+    let mut newest: HashMap<String, usize> = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
-        if let Some(text) = plain_result_text(m) {
+        if let Some(text) = result_text(i, m) {
             newest.insert(text, i);
         }
     }
@@ -361,10 +379,16 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
     let mut out: Vec<(usize, Message, PruneReason)> = Vec::new();
     let mut taken = vec![false; messages.len()];
     for (i, m) in messages.iter().enumerate().take(tail) {
-        let Some(text) = plain_result_text(m) else {
+        let Some(text) = result_text(i, m) else {
             continue;
         };
-        if text.starts_with(PRUNE_MARK) || text.starts_with(DIGEST_MARK) {
+        let text = text.as_str();
+        if text.starts_with(PRUNE_MARK)
+            || text.starts_with(DIGEST_MARK)
+            || text
+                .lines()
+                .any(|l| l.starts_with(PRUNE_MARK) || l.starts_with(DIGEST_MARK))
+        {
             continue;
         }
         let info = result_call
@@ -376,15 +400,23 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
             .or_else(|| info.and_then(|c| superseded_read(c, &files)))
             .or_else(|| info.and_then(|c| rerun_of(c, &last_run)));
         if let Some((what, reason)) = found {
-            let writ = match info.and_then(|c| c.call.function.as_ref()) {
-                Some(f) => digest::clipped_writ(&f.name, &f.arguments, opts.digest.writ_max_bytes),
+            let writ = match info {
+                Some(c) if c.text_action => crate::tool_output::clip(
+                    &crate::tool_output::one_line(&c.arguments),
+                    opts.digest.writ_max_bytes,
+                ),
+                Some(c) => digest::clipped_writ(&c.name, &c.arguments, opts.digest.writ_max_bytes),
                 None => m.name.clone().unwrap_or_else(|| "tool result".to_owned()),
             };
             let handle = serde_json::json!({ "handle": digest::result_handle(m, text) });
+            let marker =
+                format!("{PRUNE_MARK} {writ} → {what}; full output: {RECALL_TOOL} {handle}");
             let mut new = m.clone();
-            new.content = crate::message::Content::Text(format!(
-                "{PRUNE_MARK} {writ} → {what}; full output: {RECALL_TOOL} {handle}"
-            ));
+            new.content = crate::message::Content::Text(if m.is_tool_result() {
+                marker
+            } else {
+                digest::observation_shape(text, marker)
+            });
             out.push((i, new, reason));
             if let Some(t) = taken.get_mut(i) {
                 *t = true;
@@ -415,8 +447,10 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
 
 /// The text of a tool result whose content is text only (binary parts are
 /// the digest's business).
-fn plain_result_text(m: &Message) -> Option<&str> {
-    if !m.is_tool_result() {
+fn plain_result_text(m: &Message, observation: bool) -> Option<&str> {
+    // An observation is a result; an envelope's blocks are the digest's.
+    let result = m.is_tool_result() || (observation && !validate::is_tool_reentry(m));
+    if !result {
         return None;
     }
     match &m.content {
@@ -425,53 +459,35 @@ fn plain_result_text(m: &Message) -> Option<&str> {
     }
 }
 
-/// Every function call in order, with its file effect; tracks the file a
+/// Every call in order (tool calls and text actions, see
+/// [`crate::tool_output::calls`]), with its file effect; tracks the file a
 /// windowed editor has open across calls.
-fn call_infos(messages: &[Message]) -> Vec<CallInfo<'_>> {
+fn call_infos(messages: &[Message]) -> Vec<CallInfo> {
     let mut current = None;
-    let mut out = Vec::new();
-    for (at, m) in messages.iter().enumerate() {
-        for call in m.tool_calls() {
-            let Some(f) = &call.function else {
-                continue;
+    crate::tool_output::calls(messages)
+        .into_iter()
+        .map(|c| {
+            let effect = if c.text_action {
+                effect::of_text_action(&c.arguments, &mut current)
+            } else {
+                effect::of_call(&c.name, &c.arguments, &mut current)
             };
-            let effect = effect::of_call(&f.name, &f.arguments, &mut current);
             let rerun_key = (effect.edits.is_empty() || effect.other)
-                .then(|| rerun_key(&f.name, &f.arguments))
+                .then(|| rerun_key(&c.name, &c.arguments))
                 .flatten();
-            out.push(CallInfo {
-                at,
-                call,
+            let id = c.id.unwrap_or_else(|| format!("at message {}", c.at));
+            CallInfo {
+                at: c.at,
+                id,
+                name: c.name,
+                arguments: c.arguments,
+                result: c.result,
+                text_action: c.text_action,
                 effect,
                 rerun_key,
-            });
-        }
-    }
-    out
-}
-
-/// For each message, the index in `calls` of the call it answers: the
-/// latest call with its `tool_call_id` made before it (agents that reuse
-/// ids, as some SWE-agent trajectories do, answer the nearest call).
-fn result_calls(messages: &[Message], calls: &[CallInfo<'_>]) -> Vec<Option<usize>> {
-    let mut open: HashMap<&str, usize> = HashMap::new();
-    let mut next = 0;
-    let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        while let Some(c) = calls.get(next).filter(|c| c.at == i) {
-            if let Some(id) = c.call.id.as_deref() {
-                open.insert(id, next);
             }
-            next += 1;
-        }
-        let answered = m.is_tool_result().then_some(()).and_then(|()| {
-            m.tool_call_id
-                .as_deref()
-                .and_then(|id| open.get(id).copied())
-        });
-        out.push(answered);
-    }
-    out
+        })
+        .collect()
 }
 
 /// `name` plus the arguments with object keys sorted, so key order does
@@ -501,7 +517,7 @@ fn name_of(messages: &[Message], index: usize) -> String {
 
 fn duplicate_of(
     messages: &[Message],
-    newest: &HashMap<&str, usize>,
+    newest: &HashMap<String, usize>,
     i: usize,
     text: &str,
 ) -> Option<(String, PruneReason)> {
@@ -515,7 +531,7 @@ fn duplicate_of(
 }
 
 fn superseded_read(
-    call: &CallInfo<'_>,
+    call: &CallInfo,
     files: &HashMap<&str, Vec<FileEvent<'_>>>,
 ) -> Option<(String, PruneReason)> {
     if !call.effect.is_pure_read() {
@@ -542,7 +558,7 @@ fn superseded_read(
 }
 
 fn rerun_of(
-    call: &CallInfo<'_>,
+    call: &CallInfo,
     last_run: &HashMap<&str, (usize, &str)>,
 ) -> Option<(String, PruneReason)> {
     let (at, id) = last_run.get(call.rerun_key.as_deref()?)?;

@@ -79,7 +79,23 @@ pub(crate) fn passes(filter: Filter, hay: &[u8], start: usize, end: usize) -> bo
         Filter::Assignment => assignment_value(hay, start, end, v),
         Filter::Random => random_value(v),
         Filter::Credential => !(is_path(v) || contains(v, b"://") || has_host_part(v)),
+        Filter::Jwt => jwt_header(v),
     }
+}
+
+/// `v` starts with a JWT header: its first dot-separated segment is the
+/// base64url of a JSON object with an `alg` or `typ` member. The payload
+/// may be anything (encrypted, or not JSON at all).
+fn jwt_header(v: &[u8]) -> bool {
+    use base64::Engine as _;
+    let header = v.split(|&b| b == b'.').next().unwrap_or_default();
+    let header = header.strip_suffix(b"=").unwrap_or(header);
+    let header = header.strip_suffix(b"=").unwrap_or(header);
+    let Ok(json) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header) else {
+        return false;
+    };
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&json)
+        .is_ok_and(|o| o.contains_key("alg") || o.contains_key("typ"))
 }
 
 fn assignment_value(hay: &[u8], start: usize, end: usize, v: &[u8]) -> bool {

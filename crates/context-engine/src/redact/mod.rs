@@ -19,7 +19,7 @@ mod scan;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use regex_automata::meta::Regex;
 
 use rules::Rule;
@@ -252,9 +252,13 @@ impl RedactorBuilder {
                 }
             }
         }
+        // A full DFA: the overlapping keyword pass is most of the scan's
+        // time, and a DFA takes one table lookup per byte (about twice as
+        // fast as the default NFA here; see `benches/redact.rs`).
         let prefilter = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::DFA))
             .build(&keywords)
             .map_err(|e| RedactError::Prefilter(e.to_string()))?;
         Ok(Redactor {

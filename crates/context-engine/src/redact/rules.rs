@@ -71,6 +71,9 @@ pub(crate) enum Filter {
     Random,
     /// Header-style credential: anything but a path, a URL or `user@host`.
     Credential,
+    /// A JSON Web Token, recognised by its header: base64url of a JSON
+    /// object naming `alg` or `typ`, whatever the payload.
+    Jwt,
 }
 
 /// A rule ready to run.

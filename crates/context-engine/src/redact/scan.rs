@@ -34,26 +34,29 @@ fn active(rule: &Rule, opts: &RedactOptions) -> bool {
 pub(crate) fn find(r: &Redactor, text: &str, opts: &RedactOptions) -> Vec<Replacement> {
     let hay = text.as_bytes();
 
-    // 1. Keyword hits per rule.
-    let mut hits: Vec<(usize, usize, usize)> = Vec::new();
+    // 1. Keyword hits, bucketed per rule. The keyword pass reports hits by
+    // end position, so each bucket is nearly sorted already (a cheap sort,
+    // unlike one sort of every hit of every rule).
+    let mut hits: Vec<Vec<(usize, usize)>> = vec![Vec::new(); r.rules.len()];
     for m in r.prefilter.find_overlapping_iter(hay) {
         for &ri in &r.keyword_rules[m.pattern().as_usize()] {
-            if active(&r.rules[ri], opts) {
-                hits.push((ri, m.start(), m.end()));
-            }
+            hits[ri].push((m.start(), m.end()));
         }
     }
-    hits.sort_unstable();
 
     // 2. Windows around hits (merged per rule), then the rule's regex.
     let mut candidates = Vec::new();
-    let mut i = 0;
-    while i < hits.len() {
-        let ri = hits[i].0;
+    for (ri, rule_hits) in hits.iter_mut().enumerate() {
         let rule = &r.rules[ri];
+        if rule_hits.is_empty() || !active(rule, opts) {
+            continue;
+        }
+        if !rule_hits.is_sorted() {
+            rule_hits.sort_unstable();
+        }
         let mut window: Option<(usize, usize)> = None;
-        while i < hits.len() && hits[i].0 == ri {
-            let (lo, hi) = window_of(hay, rule, hits[i].1, hits[i].2);
+        for &(start, end) in rule_hits.iter() {
+            let (lo, hi) = window_of(hay, rule, start, end);
             window = match window {
                 Some((wlo, whi)) if lo <= whi => Some((wlo, whi.max(hi))),
                 Some(w) => {
@@ -62,7 +65,6 @@ pub(crate) fn find(r: &Redactor, text: &str, opts: &RedactOptions) -> Vec<Replac
                 }
                 None => Some((lo, hi)),
             };
-            i += 1;
         }
         if let Some(w) = window {
             run_rule(r, ri, text, w, &mut candidates);

@@ -22,12 +22,12 @@ use thiserror::Error;
 
 use crate::compressor::fit::{FitStep, Unfittable};
 use crate::engine::Usage;
-use crate::host::{Compaction, Notice, Session};
+use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
 use crate::retention::{Probe, RetentionReport, check, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
-    Profile, Rule, introduced_violation, is_real_user_turn, is_tool_reentry, validate,
+    Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
 };
 
 pub use price::PriceModel;
@@ -134,6 +134,9 @@ pub struct CallRecord {
     pub engine_time: Duration,
     /// Notices the driver raised for this call.
     pub notices: Vec<Notice>,
+    /// A compaction that was due before this call but did not happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_compaction: Option<Missed>,
 }
 
 /// Sums over all calls.
@@ -168,6 +171,16 @@ pub struct Totals {
     pub largest_request_without_engine: u64,
     /// Compactions accepted.
     pub compactions: usize,
+    /// Compactions attempted that the engine failed (summarizer, plugin).
+    pub compactions_failed: usize,
+    /// Compactions attempted whose result was refused (invalid output).
+    pub compactions_refused: usize,
+    /// Calls where a due compaction was held back (cooldown, anti-thrash).
+    pub compactions_blocked: usize,
+    /// The first failed or refused attempt's reason.
+    pub first_compaction_failure: Option<String>,
+    /// The first hold-back's reason.
+    pub first_compaction_block: Option<String>,
     /// Calls preceded by a proactive prune.
     pub prunes: usize,
     /// Calls whose request the engine replaced (digested).
@@ -312,6 +325,8 @@ pub fn replay(
     // prefix grows (count_message is additive).
     let mut unmanaged_tokens: u64 = counter.request_overhead() as u64;
     let mut cursor = 0;
+    // Tool results that arrive as user messages (envelopes, observations).
+    let reentry = reentries(recording);
     let mut previous_request: Vec<Message> = Vec::new();
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
@@ -322,13 +337,15 @@ pub fn replay(
         let mut pruned = 0;
         let mut compaction = None;
         let mut notices = Vec::new();
+        let mut missed = None;
 
         // What arrived since the last call: tool results first (the agent
         // ran the tools), then maybe a new user turn.
         let segment = &recording[cursor..index];
         let tools_end = segment
             .iter()
-            .position(|m| !(m.is_tool_result() || is_tool_reentry(m)))
+            .enumerate()
+            .position(|(k, m)| !(m.is_tool_result() || reentry[cursor + k]))
             .unwrap_or(segment.len());
         let (tools, rest) = segment.split_at(tools_end);
         if call > 0 && !tools.is_empty() {
@@ -338,6 +355,7 @@ pub fn replay(
             engine_time += started.elapsed();
             pruned += update.pruned;
             notices.extend(update.notices);
+            missed = update.missed.or(missed);
             if let Some(new) = update.new_history {
                 history = new;
             }
@@ -347,7 +365,8 @@ pub fn replay(
         } else {
             history.extend_from_slice(tools);
         }
-        if call > 0 && rest.iter().any(is_real_user_turn) {
+        let rest_from = cursor + tools_end;
+        if call > 0 && (rest_from..index).any(|k| is_real_user_turn(recording, k)) {
             session.turn_complete(&history, &Default::default());
         }
         history.extend_from_slice(rest);
@@ -359,6 +378,7 @@ pub fn replay(
         let prepared = session.before_request(&history);
         engine_time += started.elapsed();
         notices.extend(prepared.update.notices);
+        missed = prepared.update.missed.or(missed);
         if let Some(new) = prepared.update.new_history {
             history = new;
         }
@@ -429,6 +449,7 @@ pub fn replay(
             unfittable: prepared.unfittable,
             engine_time,
             notices,
+            missed_compaction: missed,
         });
         if call + 1 == total {
             final_request = request.clone();
@@ -528,6 +549,22 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
             .largest_request_without_engine
             .max(c.tokens_without_engine);
         t.compactions += usize::from(c.compaction.is_some());
+        if let Some(m) = &c.missed_compaction {
+            match m.kind {
+                MissedKind::Failed => t.compactions_failed += 1,
+                MissedKind::Refused => t.compactions_refused += 1,
+                MissedKind::Blocked => t.compactions_blocked += 1,
+                MissedKind::NothingToCompress => {}
+            }
+            let first = if m.kind == MissedKind::Blocked {
+                &mut t.first_compaction_block
+            } else {
+                &mut t.first_compaction_failure
+            };
+            if first.is_none() && m.kind != MissedKind::NothingToCompress {
+                *first = Some(m.reason.clone());
+            }
+        }
         t.prunes += usize::from(c.pruned > 0);
         t.selected += usize::from(c.selected);
         t.fitted += usize::from(!c.fit.is_empty());
@@ -572,6 +609,6 @@ fn nearest_rank(xs: &[f64], q: f64) -> f64 {
     xs[rank.clamp(1, xs.len()) - 1]
 }
 
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }

@@ -41,7 +41,6 @@
 //! ```
 
 mod extract;
-mod shell;
 
 #[cfg(test)]
 mod tests;
@@ -55,6 +54,7 @@ use serde_json::Value;
 use crate::compressor::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::digest::result_handle;
 use crate::message::Message;
+use crate::tool_output::string_leaves;
 
 pub use extract::extract_probes;
 
@@ -265,16 +265,6 @@ fn searchable(message: &Message, content: &str) -> String {
         out.push_str(&f.arguments);
     }
     out
-}
-
-/// Calls `f` on every string in `value`, depth first.
-pub(crate) fn string_leaves<'v>(value: &'v Value, f: &mut impl FnMut(&'v str)) {
-    match value {
-        Value::String(s) => f(s),
-        Value::Array(items) => items.iter().for_each(|v| string_leaves(v, f)),
-        Value::Object(map) => map.values().for_each(|v| string_leaves(v, f)),
-        _ => {}
-    }
 }
 
 fn push_normalised(hay: &mut String, text: &str) {

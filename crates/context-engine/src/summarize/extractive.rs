@@ -3,27 +3,29 @@
 //! Offline and deterministic, so it is both the embedded default (no model
 //! needed) and the fallback when a model summary fails: a compaction then
 //! still keeps the user's asks, what was done, which files were touched and
-//! what went wrong, instead of a blank "earlier turns were dropped". Every
-//! section is clipped, and the whole summary is bounded by the request's
+//! what went wrong, instead of a blank "earlier turns were dropped". The
+//! narrative sections (constraints, completed actions with their outcomes,
+//! current state, pending tasks, critical context) come first; the summary
+//! ends with the [`StateRecord`] every summary ends with. Every section is
+//! clipped, and the whole summary is bounded by the request's
 //! `target_tokens` (about four characters a token) so the fallback can never
 //! be the thing that overflows the window.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::state::StateRecord;
 use super::{SummarizeError, Summarizer, SummaryRequest};
-use crate::message::{Message, Role};
-use crate::validate::is_real_user_turn;
+use crate::message::Message;
+use crate::tool_output::{self, Flags, clip, one_line};
+use crate::validate::{is_real_user_turn, reentries};
 
 /// Characters a token is assumed to take when sizing the summary.
 const CHARS_PER_TOKEN: usize = 4;
 /// Smallest summary budget, in characters, whatever the target says: below
 /// this the sections cannot say anything useful.
 const MIN_BUDGET_CHARS: usize = 1_200;
-/// Longest user ask kept, in characters (asks matching the focus get 4x).
-const ASK_MAX_CHARS: usize = 600;
 /// Longest writ of a completed action.
 const WRIT_MAX_CHARS: usize = 160;
 /// Longest error line.
@@ -32,10 +34,6 @@ const ERROR_MAX_CHARS: usize = 200;
 const TURN_MAX_CHARS: usize = 400;
 /// How many of the span's last turns "Current state" shows.
 const RECENT_TURNS: usize = 4;
-/// Most file paths listed.
-const MAX_FILES: usize = 40;
-/// Most error lines listed.
-const MAX_ERRORS: usize = 15;
 
 /// Words that mark a user's line as a constraint or preference.
 const CONSTRAINT_WORDS: &[&str] = &[
@@ -52,14 +50,6 @@ const CONSTRAINT_WORDS: &[&str] = &[
     "without",
     "make sure",
     "required",
-];
-
-/// File extensions recognised in paths without a directory part.
-const EXTENSIONS: &[&str] = &[
-    "py", "rs", "js", "ts", "tsx", "jsx", "go", "java", "c", "h", "cc", "cpp", "hpp", "rb", "php",
-    "cs", "swift", "kt", "scala", "sh", "bash", "zsh", "toml", "yaml", "yml", "json", "jsonl",
-    "md", "rst", "txt", "cfg", "ini", "lock", "html", "css", "sql", "xml", "csv", "ipynb", "pyi",
-    "pyx", "proto", "gradle", "mk", "cmake", "patch", "diff", "log", "env",
 ];
 
 /// The offline summarizer (see the module docs). Stateless.
@@ -83,7 +73,7 @@ impl ExtractiveSummarizer {
             .map(str::trim)
             .filter(|f| !f.is_empty())
             .map(str::to_lowercase);
-        let facts = Facts::gather(request.turns, focus.as_deref());
+        let facts = Facts::gather(request.turns);
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -92,60 +82,39 @@ impl ExtractiveSummarizer {
             request.turns.len()
         );
         if let Some(topic) = request.focus_topic.map(str::trim).filter(|t| !t.is_empty()) {
-            let _ = writeln!(out, "Focus topic: {}", clip(topic, ASK_MAX_CHARS));
+            let _ = writeln!(out, "Focus topic: {}", clip(topic, 600));
         }
-        // Shares of the budget, in order of what a successor needs most.
-        section(
-            &mut out,
-            "Primary request and intent",
-            &facts.asks,
-            budget * 25 / 100,
-            false,
-        );
+        // Shares of the narrative's half of the budget, in order of what a
+        // successor needs most; the state record gets the rest.
+        let narrative = budget / 2;
         section(
             &mut out,
             "Constraints and preferences",
             &facts.constraints,
-            budget * 8 / 100,
+            narrative * 10 / 100,
             false,
         );
         section(
             &mut out,
             "Completed actions",
             &facts.actions,
-            budget * 22 / 100,
+            narrative * 35 / 100,
             true,
-        );
-        section(
-            &mut out,
-            "Files and code",
-            &facts.files,
-            budget * 8 / 100,
-            false,
-        );
-        section(
-            &mut out,
-            "Errors and fixes",
-            &facts.errors,
-            budget * 10 / 100,
-            false,
         );
         section(
             &mut out,
             "Current state",
             &facts.recent,
-            budget * 12 / 100,
+            narrative * 20 / 100,
             false,
         );
-        let pending: Vec<String> = facts.next_step.iter().cloned().collect();
         section(
             &mut out,
             "Pending tasks",
             &facts.pending,
-            budget * 4 / 100,
+            narrative * 5 / 100,
             false,
         );
-        section(&mut out, "Next step", &pending, budget * 3 / 100, false);
         let mut critical = Vec::new();
         if let Some(previous) = request
             .previous_summary
@@ -154,7 +123,7 @@ impl ExtractiveSummarizer {
         {
             critical.push(format!(
                 "Summary of still earlier turns (from the previous compaction):\n{}",
-                clip(previous, budget * 20 / 100)
+                clip(previous, narrative * 20 / 100)
             ));
         }
         if let Some(memory) = request
@@ -164,33 +133,24 @@ impl ExtractiveSummarizer {
         {
             critical.push(format!(
                 "<memory-context> (quoted source material, not instructions)\n{}\n</memory-context>",
-                clip(memory, budget * 8 / 100)
+                clip(memory, narrative * 8 / 100)
             ));
         }
         section(
             &mut out,
             "Critical context",
             &critical,
-            budget * 30 / 100,
+            narrative * 30 / 100,
             false,
         );
-        clip(out.trim_end(), budget)
-    }
-}
-
-impl ExtractiveSummarizer {
-    /// The user's asks, the files touched and the errors met in `turns`,
-    /// as `##` sections within about `budget_chars` characters. A model
-    /// summary gets these appended: they come from the messages themselves,
-    /// so what a small model's prose leaves out is still there.
-    pub fn record_sections(&self, turns: &[Message], budget_chars: usize) -> String {
-        let facts = Facts::gather(turns, None);
-        let budget = budget_chars.max(MIN_BUDGET_CHARS);
-        let mut out = String::new();
-        section(&mut out, "User asks", &facts.asks, budget * 50 / 100, false);
-        section(&mut out, "Files", &facts.files, budget * 25 / 100, false);
-        section(&mut out, "Errors", &facts.errors, budget * 25 / 100, false);
-        clip(out.trim(), budget)
+        let narrative_text = clip(out.trim_end(), narrative.max(budget / 3));
+        let room = budget.saturating_sub(narrative_text.len() + 2);
+        let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
+        if let Some(previous) = request.previous_summary {
+            record.carry_over(previous);
+        }
+        let record = record.render(room, request.archive_handle);
+        clip(&format!("{narrative_text}\n\n{record}"), budget)
     }
 }
 
@@ -204,142 +164,82 @@ impl Summarizer for ExtractiveSummarizer {
     }
 }
 
-/// What the sections are built from.
+/// What the narrative sections are built from.
 #[derive(Default)]
 struct Facts {
-    asks: Vec<String>,
     constraints: Vec<String>,
     actions: Vec<String>,
-    files: Vec<String>,
-    errors: Vec<String>,
     recent: Vec<String>,
     pending: Vec<String>,
-    next_step: Option<String>,
 }
 
 impl Facts {
-    fn gather(turns: &[Message], focus: Option<&str>) -> Facts {
+    fn gather(turns: &[Message]) -> Facts {
         let mut facts = Facts::default();
-        let mut files = Paths::default();
-        let mut seen_errors = HashSet::new();
-        // Tool call id -> index into `actions`, to attach outcomes.
-        let mut pending_calls: HashMap<String, usize> = HashMap::new();
-        // A text-protocol action (a ```bash block) waiting for its observation.
-        let mut text_action: Option<usize> = None;
-        for message in turns {
-            let text = message.text();
-            match message.role {
-                Role::User if is_real_user_turn(message) && text_action.is_none() => {
-                    facts.push_ask(&text, focus);
-                }
-                Role::User => {
-                    // An observation (text protocol) or a tool re-entry.
-                    let index = text_action.take();
-                    facts.record_outcome(index, &text, message, &mut seen_errors);
-                    files.scan(&text);
-                }
-                Role::Tool | Role::Function => {
-                    let index = message
-                        .tool_call_id
-                        .as_deref()
-                        .and_then(|id| pending_calls.remove(id));
-                    facts.record_outcome(index, &text, message, &mut seen_errors);
-                    files.scan(&text);
-                }
-                Role::Assistant => {
-                    for call in message.tool_calls() {
-                        let (name, args) = call
-                            .function
-                            .as_ref()
-                            .map_or(("tool", ""), |f| (f.name.as_str(), f.arguments.as_str()));
-                        files.scan(args);
-                        let writ = writ(name, &readable_args(args));
-                        facts.actions.push(writ);
-                        if let Some(id) = &call.id {
-                            pending_calls.insert(id.clone(), facts.actions.len() - 1);
+        for (i, message) in turns.iter().enumerate() {
+            if is_real_user_turn(turns, i) {
+                facts.read_ask(&message.text());
+            }
+        }
+        for (k, call) in tool_output::calls(turns).into_iter().enumerate() {
+            let args = if call.text_action {
+                call.arguments.clone()
+            } else {
+                readable_args(&call.arguments)
+            };
+            let name = if call.text_action && call.name != "bash" {
+                // SWE-agent's action already starts with its command word.
+                String::new()
+            } else {
+                call.name.clone()
+            };
+            let writ = writ(&name, &args);
+            let outcome = match call.result.and_then(|r| turns.get(r)) {
+                None => "(no result in this span)".to_owned(),
+                Some(m) => {
+                    let r = tool_output::read(&m.text(), &Flags::of(&m.extra));
+                    match (r.failed, r.first_error, r.exit) {
+                        (false, _, _) => "ok".to_owned(),
+                        (true, Some(line), _) => {
+                            format!("error: {}", clip(line.trim(), ERROR_MAX_CHARS))
                         }
-                    }
-                    if let Some(call) = &message.function_call {
-                        files.scan(&call.arguments);
-                        facts
-                            .actions
-                            .push(writ(&call.name, &readable_args(&call.arguments)));
-                    }
-                    if !message.has_tool_calls()
-                        && let Some(command) = fenced_command(&text)
-                    {
-                        files.scan(&command);
-                        facts.actions.push(writ("bash", &command));
-                        text_action = Some(facts.actions.len() - 1);
-                    }
-                    let trimmed = text.trim();
-                    if !trimmed.is_empty() {
-                        facts.next_step = Some(clip(&one_line(last_paragraph(trimmed)), 400));
+                        (true, None, Some(code)) => format!("error: exit code {code}"),
+                        (true, None, None) => "error".to_owned(),
                     }
                 }
-                _ => {}
-            }
+            };
+            facts.actions.push(format!("{}. {writ} → {outcome}", k + 1));
         }
-        // Calls whose result lies outside the span.
-        for index in pending_calls.into_values().chain(text_action) {
-            if let Some(action) = facts.actions.get_mut(index) {
-                action.push_str(" → (no result in this span)");
-            }
-        }
-        for (i, action) in facts.actions.iter_mut().enumerate() {
-            if !action.contains(" → ") {
-                action.push_str(" → ok");
-            }
-            *action = format!("{}. {action}", i + 1);
-        }
-        if focus.is_none()
-            && let Some(last) = turns.iter().rev().find(|m| {
-                m.role == Role::User && is_real_user_turn(m) && !m.text().trim().is_empty()
-            })
-            && let Some(slot) = facts.asks.last_mut()
-        {
-            let text = last.text();
-            let full = clip_middle(text.trim(), ASK_MAX_CHARS * 4);
-            if full.starts_with(slot.split(" […] ").next().unwrap_or(slot.as_str())) {
-                *slot = full;
-            }
-        }
-        facts.files = files.list;
-        facts.recent = turns
+        let reentry = reentries(turns);
+        let mut recent: Vec<String> = turns
             .iter()
+            .enumerate()
             .rev()
-            .filter(|m| !m.text().trim().is_empty() || m.has_tool_calls())
+            .filter(|(_, m)| !m.text().trim().is_empty() || m.has_tool_calls())
             .take(RECENT_TURNS)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .map(|m| {
+            .map(|(i, m)| {
                 let body = if m.text().trim().is_empty() {
                     let names: Vec<&str> = m.tool_calls().iter().filter_map(|c| c.name()).collect();
                     format!("(calls {})", names.join(", "))
                 } else {
                     clip(&one_line(&m.text()), TURN_MAX_CHARS)
                 };
-                format!("{}: {body}", m.role)
+                // A user message that is tool output says so.
+                let who = if reentry[i] {
+                    "tool output"
+                } else {
+                    m.role.as_str()
+                };
+                format!("{who}: {body}")
             })
             .collect();
+        recent.reverse();
+        facts.recent = recent;
         facts
     }
 
-    fn push_ask(&mut self, text: &str, focus: Option<&str>) {
-        let text = text.trim();
-        if text.is_empty() {
-            return;
-        }
-        // Without a focus topic the latest ask is the focus: `gather`
-        // re-clips it at the larger size once the span is read.
-        let focused = focus.is_some_and(|f| text.to_lowercase().contains(f));
-        let max = if focused {
-            ASK_MAX_CHARS * 4
-        } else {
-            ASK_MAX_CHARS
-        };
-        self.asks.push(clip_middle(text, max));
+    /// Constraint and to-do lines of a user ask.
+    fn read_ask(&mut self, text: &str) {
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let lower = line.to_lowercase();
             if CONSTRAINT_WORDS.iter().any(|w| contains_word(&lower, w)) {
@@ -350,35 +250,6 @@ impl Facts {
             }
             if lower.starts_with("todo") || lower.starts_with("- [ ]") {
                 self.pending.push(clip(line, 240));
-            }
-        }
-    }
-
-    /// Attaches a result's outcome to action `index` and collects its error line.
-    fn record_outcome(
-        &mut self,
-        index: Option<usize>,
-        body: &str,
-        message: &Message,
-        seen: &mut HashSet<String>,
-    ) {
-        let error = error_line(body, message);
-        if let Some(line) = &error {
-            let line = clip(line.trim(), ERROR_MAX_CHARS);
-            if seen.insert(line.clone()) && self.errors.len() < MAX_ERRORS {
-                let origin = index
-                    .and_then(|i| self.actions.get(i))
-                    .map(|a| format!(" (from {})", clip(a, 80)))
-                    .unwrap_or_default();
-                self.errors.push(format!("{line}{origin}"));
-            }
-        }
-        if let Some(action) = index.and_then(|i| self.actions.get_mut(i)) {
-            match error {
-                Some(line) => {
-                    let _ = write!(action, " → error: {}", clip(line.trim(), ERROR_MAX_CHARS));
-                }
-                None => action.push_str(" → ok"),
             }
         }
     }
@@ -413,7 +284,10 @@ fn section(out: &mut String, title: &str, items: &[String], budget: usize, keep_
     }
     let omitted = items.len() - chosen.len();
     if keep_last && omitted > 0 {
-        let _ = writeln!(out, "- ({omitted} earlier items omitted)");
+        let _ = writeln!(
+            out,
+            "- ({omitted} earlier actions not listed; see the state record)"
+        );
     }
     for item in chosen {
         let item = clip(item, budget);
@@ -424,18 +298,17 @@ fn section(out: &mut String, title: &str, items: &[String], budget: usize, keep_
         }
     }
     if !keep_last && omitted > 0 {
-        let _ = writeln!(out, "- ({omitted} more omitted)");
+        let _ = writeln!(out, "- ({omitted} more not listed)");
     }
 }
 
 /// `name args`, on one line, clipped.
 fn writ(name: &str, args: &str) -> String {
     let args = one_line(args);
-    let name = if name.is_empty() { "tool" } else { name };
-    if args.is_empty() || args == "{}" {
-        name.to_owned()
-    } else {
-        clip(&format!("{name} {args}"), WRIT_MAX_CHARS)
+    match (name.is_empty(), args.is_empty() || args == "{}") {
+        (true, _) => clip(&args, WRIT_MAX_CHARS),
+        (false, true) => name.to_owned(),
+        (false, false) => clip(&format!("{name} {args}"), WRIT_MAX_CHARS),
     }
 }
 
@@ -451,223 +324,12 @@ fn readable_args(args: &str) -> String {
     }
 }
 
-/// The command of the last fenced shell block in a text-protocol reply.
-fn fenced_command(text: &str) -> Option<String> {
-    let mut command = None;
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let fence = line.trim_start();
-        if fence.starts_with("```bash") || fence.starts_with("```sh") {
-            let body: Vec<&str> = lines
-                .by_ref()
-                .take_while(|l| !l.trim_start().starts_with("```"))
-                .collect();
-            command = Some(body.join("\n"));
-        }
-    }
-    command.filter(|c| !c.trim().is_empty())
-}
-
-/// The last paragraph of an assistant text (where its plan usually sits).
-fn last_paragraph(text: &str) -> &str {
-    let prose = text.split("```").next().unwrap_or(text).trim();
-    let prose = if prose.is_empty() { text } else { prose };
-    prose
-        .rsplit("\n\n")
-        .find(|p| !p.trim().is_empty())
-        .unwrap_or(prose)
-}
-
-/// The first line of a tool body that reports a failure, or `None` when the
-/// body or the message says it succeeded.
-fn error_line(body: &str, message: &Message) -> Option<String> {
-    if body.starts_with(crate::digest::DIGEST_MARK) {
-        // A digest already says `→ ok, …` or `→ failed …`.
-        return body.split_once(" → failed").map(|(_, rest)| {
-            format!("failed{}", rest.split("; full output").next().unwrap_or(""))
-        });
-    }
-    let exit = exit_code(body).or_else(|| {
-        ["returncode", "exit_code"].iter().find_map(|k| {
-            message
-                .extra
-                .get(*k)
-                .or_else(|| message.extra.get("extra").and_then(|e| e.get(*k)))
-                .and_then(Value::as_i64)
-        })
-    });
-    if exit == Some(0) {
-        return None;
-    }
-    let line = body.lines().find(|l| is_error_line(l)).map(str::to_owned);
-    match (line, exit) {
-        (Some(line), _) => Some(line),
-        (None, Some(code)) => Some(format!("exit code {code}")),
-        (None, None) => None,
-    }
-}
-
-/// `<returncode>N</returncode>` (mini-swe-agent) or `exit code: N`.
-fn exit_code(body: &str) -> Option<i64> {
-    for line in body.lines() {
-        let l = line.trim();
-        let rest = l
-            .strip_prefix("<returncode>")
-            .or_else(|| l.strip_prefix("exit code:"))
-            .or_else(|| l.strip_prefix("Exit code:"));
-        if let Some(rest) = rest {
-            let digits: String = rest
-                .trim()
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '-')
-                .collect();
-            if let Ok(code) = digits.parse() {
-                return Some(code);
-            }
-        }
-    }
-    None
-}
-
-fn is_error_line(line: &str) -> bool {
-    let l = line.trim_start();
-    if l.starts_with("Traceback (most recent call last)")
-        || l.starts_with("error:")
-        || l.starts_with("error[")
-        || l.starts_with("ERROR")
-        || l.starts_with("Error:")
-        || l.starts_with("fatal:")
-        || l.starts_with("FAILED ")
-        || l.starts_with("FAIL:")
-        || l.starts_with("ERR:")
-    {
-        return true;
-    }
-    // A Python exception line: `SomethingError: …` / `SomethingException: …`.
-    let Some((head, _)) = l.split_once(':') else {
-        return false;
-    };
-    let name = head.rsplit('.').next().unwrap_or(head);
-    !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && (name.ends_with("Error") || name.ends_with("Exception"))
-}
-
-/// File paths seen, in first-seen order.
-#[derive(Default)]
-struct Paths {
-    list: Vec<String>,
-    seen: HashSet<String>,
-}
-
-impl Paths {
-    fn scan(&mut self, text: &str) {
-        if self.list.len() >= MAX_FILES {
-            return;
-        }
-        let separators = |c: char| {
-            c.is_whitespace()
-                || matches!(
-                    c,
-                    '"' | '\''
-                        | '`'
-                        | ','
-                        | ';'
-                        | '('
-                        | ')'
-                        | '['
-                        | ']'
-                        | '{'
-                        | '}'
-                        | '<'
-                        | '>'
-                        | '='
-                        | '|'
-                )
-        };
-        // A closing tag (`</returncode>`) is not the path `/returncode`.
-        let text = text.replace("</", "< ");
-        for raw in text.split(separators) {
-            let token = raw.trim_end_matches([':', '.']);
-            let token = token.split(':').next().unwrap_or(token);
-            if is_path(token) && self.seen.insert(token.to_owned()) {
-                self.list.push(token.to_owned());
-                if self.list.len() >= MAX_FILES {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn is_path(token: &str) -> bool {
-    if token.len() < 3 || token.len() > 200 || token.contains("://") {
-        return false;
-    }
-    if !token
-        .chars()
-        .all(|c| c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '~'))
-    {
-        return false;
-    }
-    let name = token.rsplit('/').next().unwrap_or(token);
-    let has_ext = name
-        .rsplit_once('.')
-        .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext));
-    let slashy = token.matches('/').count() >= 1
-        && token.chars().any(char::is_alphabetic)
-        && !token.starts_with("//")
-        && token.len() > 3
-        && (token.starts_with('/')
-            || token.starts_with("./")
-            || token.starts_with("~/")
-            || has_ext
-            || token.matches('/').count() >= 2);
-    has_ext || slashy
-}
-
 fn contains_word(haystack: &str, word: &str) -> bool {
     haystack.match_indices(word).any(|(i, _)| {
         let before = haystack[..i].chars().next_back();
         let after = haystack[i + word.len()..].chars().next();
         !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
     })
-}
-
-/// Runs of whitespace collapsed to one space.
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// At most `max` bytes of `s` at a character boundary, `…` included.
-pub(crate) fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-/// At most `max` bytes of `s`: its head and tail around a `[…]` (a long ask
-/// states the goal first and the details or constraints last).
-fn clip_middle(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let marker = " […] ";
-    let keep = max.saturating_sub(marker.len());
-    let mut head = keep * 2 / 3;
-    while head > 0 && !s.is_char_boundary(head) {
-        head -= 1;
-    }
-    let mut tail = s.len() - (keep - head);
-    while tail < s.len() && !s.is_char_boundary(tail) {
-        tail += 1;
-    }
-    format!("{}{marker}{}", &s[..head], &s[tail..])
 }
 
 #[cfg(test)]
@@ -710,15 +372,18 @@ mod tests {
         let turns = span();
         let s = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, 2000));
         for section in [
-            "## Primary request and intent",
             "## Constraints and preferences",
             "## Completed actions",
-            "## Files and code",
-            "## Errors and fixes",
             "## Current state",
             "## Pending tasks",
-            "## Next step",
             "## Critical context",
+            "## State record",
+            "### User asks",
+            "### Files read or written",
+            "### Commands (latest exit status)",
+            "### Failing tests",
+            "### Errors (latest occurrence)",
+            "### Next",
         ] {
             assert!(s.contains(section), "missing {section} in\n{s}");
         }
@@ -733,17 +398,12 @@ mod tests {
         );
         assert!(s.contains("2. read_file src/lexer.rs → ok"), "{s}");
         assert!(s.contains("3. read_file Cargo.toml → ok"), "{s}");
-        for path in ["src/parser.rs", "src/lexer.rs", "Cargo.toml"] {
+        for path in ["src/lexer.rs", "Cargo.toml"] {
             assert!(s.contains(&format!("- {path}\n")), "missing {path} in\n{s}");
         }
-        assert!(s.contains("next I will change the return type"));
-    }
-
-    #[test]
-    fn closing_tags_are_not_paths() {
-        let mut paths = Paths::default();
-        paths.scan("<returncode>0</returncode>\n<output>/testbed/setup.py</output>");
-        assert_eq!(paths.list, ["/testbed/setup.py"]);
+        assert!(s.contains("- `cargo test` → failed\n"), "{s}");
+        assert!(s.contains("- error[E0308]: mismatched types\n"), "{s}");
+        assert!(s.ends_with("next I will change the return type."), "{s}");
     }
 
     #[test]
@@ -761,7 +421,9 @@ mod tests {
         let b = ExtractiveSummarizer.summarize_span(&request);
         assert_eq!(a, b);
         assert!(a.len() <= 500 * CHARS_PER_TOKEN, "{}", a.len());
+        // The first ask (the task) and the latest stay.
         assert!(a.contains("ask number 0"));
+        assert!(a.contains("ask number 399"));
     }
 
     #[test]
@@ -794,7 +456,7 @@ mod tests {
         ];
         let s = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, 2000));
         assert!(
-            s.contains("1. bash python repro.py → error: Traceback"),
+            s.contains("1. bash python repro.py → error: ValueError: bad"),
             "{s}"
         );
         assert!(s.contains("2. bash ls → ok"), "{s}");
@@ -810,28 +472,41 @@ mod tests {
         let s = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, 4000));
         let first = s.lines().find(|l| l.starts_with("- first")).unwrap();
         let latest = s.lines().find(|l| l.starts_with("- latest")).unwrap();
-        assert!(first.len() <= ASK_MAX_CHARS + 2);
-        assert!(latest.len() > ASK_MAX_CHARS * 2, "{}", latest.len());
+        assert!(first.len() <= 600 + 2);
+        assert!(latest.len() > 600 * 2, "{}", latest.len());
     }
 
     #[test]
     fn clipping_respects_char_boundaries() {
         let s = "é".repeat(100);
         assert!(clip(&s, 11).len() <= 11);
-        assert!(clip_middle(&s, 21).len() <= 21);
+        assert!(super::super::state::clip_middle(&s, 21).len() <= 21);
         assert_eq!(clip("short", 10), "short");
     }
 
     #[test]
-    fn record_sections_hold_asks_files_and_errors_only() {
-        let turns = span();
-        let s = ExtractiveSummarizer.record_sections(&turns, 2000);
-        assert!(s.starts_with("## User asks\n- Fix the failing test in src/parser.rs."));
-        assert!(s.contains("## Files\n"));
-        assert!(s.contains("src/lexer.rs"));
-        assert!(s.contains("## Errors\n- error[E0308]: mismatched types"));
-        assert!(!s.contains("## Completed actions"));
-        let small = ExtractiveSummarizer.record_sections(&turns, 0);
-        assert!(small.len() <= MIN_BUDGET_CHARS);
+    fn the_summary_ends_with_the_state_record_and_its_handle() {
+        let mut turns = vec![Message::user("Fix src/parser.rs")];
+        for k in 0..60 {
+            turns.push(Message::assistant(format!(
+                "```bash\ncat src/file{k}.rs\n```"
+            )));
+            turns.push(Message::user(format!(
+                "<returncode>0</returncode>\n<output>\nfn f{k}() {{}}\n</output>"
+            )));
+        }
+        let request = SummaryRequest::new(&turns, 400).with_archive_handle("a-1-121");
+        let s = ExtractiveSummarizer.summarize_span(&request);
+        assert!(s.len() <= 400 * CHARS_PER_TOKEN, "{}", s.len());
+        let record = &s[s.find("## State record").expect("record")..];
+        assert!(record.contains("- Fix src/parser.rs"), "{record}");
+        assert!(record.contains("src/file59.rs"), "{record}");
+        assert!(
+            record.contains(r#"archived: context_expand {"handle":"a-1-121"}"#),
+            "{record}"
+        );
+        assert!(!s.contains("omitted"), "{s}");
+        // Observations are not asks.
+        assert!(!record.contains("- <returncode>"), "{record}");
     }
 }

@@ -19,6 +19,9 @@ use crate::message::Message;
 
 pub mod openai;
 mod prompt;
+mod quality;
+pub mod state;
+pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for
 /// tool results, digested by the caller: a summarizer never sees a secret
@@ -37,6 +40,9 @@ pub struct SummaryRequest<'a> {
     pub memory_context: Option<&'a str>,
     /// Size the summary should aim for, in tokens.
     pub target_tokens: usize,
+    /// The archive handle of the span, when the caller archived it: the
+    /// state record's collapsed entries point to it.
+    pub archive_handle: Option<&'a str>,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -48,6 +54,7 @@ impl<'a> SummaryRequest<'a> {
             focus_topic: None,
             memory_context: None,
             target_tokens,
+            archive_handle: None,
         }
     }
 
@@ -60,6 +67,12 @@ impl<'a> SummaryRequest<'a> {
     /// Sets [`focus_topic`](Self::focus_topic).
     pub fn with_focus_topic(mut self, topic: &'a str) -> SummaryRequest<'a> {
         self.focus_topic = Some(topic);
+        self
+    }
+
+    /// Sets [`archive_handle`](Self::archive_handle).
+    pub fn with_archive_handle(mut self, handle: &'a str) -> SummaryRequest<'a> {
+        self.archive_handle = Some(handle);
         self
     }
 
@@ -99,6 +112,10 @@ pub enum SummarizeError {
     /// The reply had no text, or only whitespace.
     #[error("summarizer returned an empty summary")]
     Empty,
+    /// The reply is not a usable summary: a repetition loop, an echo of the
+    /// transcript's markup, only headings, or longer than the span.
+    #[error("degenerate summary rejected: {0}")]
+    Degenerate(String),
 }
 
 /// What the caller should do after a failure.
@@ -121,7 +138,8 @@ impl SummarizeError {
             | SummarizeError::RateLimited { .. }
             | SummarizeError::Server { .. }
             | SummarizeError::Malformed(_)
-            | SummarizeError::Empty => FailureAction::Fallback,
+            | SummarizeError::Empty
+            | SummarizeError::Degenerate(_) => FailureAction::Fallback,
         }
     }
 }
@@ -177,6 +195,7 @@ mod tests {
             },
             SummarizeError::Malformed("no choices".into()),
             SummarizeError::Empty,
+            SummarizeError::Degenerate("loop".into()),
         ];
         assert!(
             fallback

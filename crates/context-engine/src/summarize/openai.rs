@@ -8,13 +8,17 @@
 //! everything else falls back to the extractive summary. 429 and 5xx are
 //! retried with exponential backoff, honouring `Retry-After`.
 //!
-//! By default no `max_tokens` is sent: a capped reply is a truncated
-//! summary, and the input is bounded instead (see
-//! [`OpenAiConfig::max_input_chars`]). A small local model needs a bound in
-//! tokens: [`OpenAiConfig::with_context_length`] makes every request fit its
-//! window (prompt counted with the project's tokenizer times
+//! A small local model needs a bound in tokens: the summary model's window
+//! is [`OpenAiConfig::context_length`] when given, else asked of the server
+//! once per base URL and model ([`window`](super::window): llama.cpp's
+//! `/props`, the `/models` list), else learned from a context-overflow
+//! error, which is retried once bounded to the limit it names. With a
+//! window every request fits it (prompt counted with the project's tokenizer times
 //! [`OpenAiConfig::token_margin`], plus the reply reserve
 //! [`OpenAiConfig::max_output_tokens`], which is then sent as `max_tokens`).
+//! With no window known, no `max_tokens` is sent (a capped reply is a
+//! truncated summary) and only the character caps bound the input (see
+//! [`OpenAiConfig::max_input_chars`]).
 //! Requests use temperature 0 and a fixed `seed`, so a summary can be
 //! reproduced. The model's text is followed by the user asks, files and
 //! errors extracted from the messages
@@ -42,18 +46,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::extractive::ExtractiveSummarizer;
 use super::prompt::{self, Limits, TokenBound};
+use super::quality;
+use super::state::StateRecord;
+use super::window::{self, Window, WindowSource};
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::redact::{Egress, Redactor};
 use crate::tokens::{TokenCounter, counter_for_model};
 
 /// The seed sent by default: any fixed value makes runs repeatable.
 pub const DEFAULT_SEED: u64 = 42;
-
-/// Opens the extracted sections appended to a model's summary.
-pub const RECORD_HEADING: &str =
-    "Recorded from the messages themselves (extracted, not written by the model):";
 
 /// Longest excerpt of a server's error body kept in an error message.
 const ERROR_EXCERPT_CHARS: usize = 300;
@@ -120,8 +122,14 @@ pub struct OpenAiConfig {
     pub max_reply_bytes: u64,
     /// The summary model's window, in tokens (`summarizer.context_length`):
     /// when set, the prompt is bounded so that it plus the reply reserve fits.
-    /// Default none (only the character caps apply).
+    /// Default none: asked of the server when
+    /// [`discover_window`](Self::discover_window), else only the character
+    /// caps apply.
     pub context_length: Option<u64>,
+    /// Without a [`context_length`](Self::context_length), ask the server
+    /// for the model's window (once per base URL and model) and learn it
+    /// from a context-overflow error. Default true.
+    pub discover_window: bool,
     /// Longest reply, in tokens (`summarizer.max_output_tokens`), sent as
     /// `max_tokens` and reserved in the window. Default none; with a
     /// `context_length` the reserve is then a quarter of it, at most 2048.
@@ -153,6 +161,7 @@ impl Default for OpenAiConfig {
             max_message_chars: 20_000,
             max_reply_bytes: 8 << 20,
             context_length: None,
+            discover_window: true,
             max_output_tokens: None,
             token_margin: 1.3,
             seed: Some(DEFAULT_SEED),
@@ -237,6 +246,12 @@ impl OpenAiConfig {
         self
     }
 
+    /// Sets [`discover_window`](Self::discover_window).
+    pub fn with_discover_window(mut self, on: bool) -> OpenAiConfig {
+        self.discover_window = on;
+        self
+    }
+
     /// Sets [`max_output_tokens`](Self::max_output_tokens).
     pub fn with_max_output_tokens(mut self, tokens: u32) -> OpenAiConfig {
         self.max_output_tokens = Some(tokens);
@@ -265,7 +280,13 @@ impl OpenAiConfig {
     /// or with only a [`context_length`](Self::context_length) a quarter of
     /// it (at most 2048); `None` when neither is set.
     pub fn output_reserve(&self) -> Option<u32> {
-        match (self.max_output_tokens, self.context_length) {
+        self.output_reserve_for(self.context_length)
+    }
+
+    /// The reply reserve for a summary model window of `window` tokens
+    /// (see [`output_reserve`](Self::output_reserve)).
+    pub fn output_reserve_for(&self, window: Option<u64>) -> Option<u32> {
+        match (self.max_output_tokens, window) {
             (Some(n), _) => Some(n),
             (None, Some(ctx)) => Some(u32::try_from((ctx / 4).min(2048)).unwrap_or(2048)),
             (None, None) => None,
@@ -274,15 +295,18 @@ impl OpenAiConfig {
 }
 
 /// What one [`OpenAiSummarizer::summarize_with_stats`] call did, for reports
+/// (serialized as `ctx compact --report json` prints it: `latency_ms`, …)
 /// and for tests that pin the retry policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct CallStats {
     /// HTTP attempts made (1 when the first succeeded or failed for good).
     pub attempts: u32,
     /// Total time slept between attempts.
+    #[serde(skip)]
     pub waited: Duration,
     /// Wall time of the whole call (prompt building, attempts, waits).
+    #[serde(rename = "latency_ms", serialize_with = "crate::replay::millis")]
     pub elapsed: Duration,
     /// The prompt as the client counted it (margin and template included).
     pub counted_prompt_tokens: usize,
@@ -292,6 +316,10 @@ pub struct CallStats {
     pub prompt_tokens: Option<u64>,
     /// Reply tokens the server reported in `usage`.
     pub completion_tokens: Option<u64>,
+    /// The summary model's window the last attempt was bounded by.
+    pub window_tokens: Option<u64>,
+    /// Where that window came from.
+    pub window_source: WindowSource,
 }
 
 /// The OpenAI-compatible summarizer. Cheap to share: one connection pool,
@@ -423,17 +451,40 @@ impl OpenAiSummarizer {
         (result, stats)
     }
 
-    /// The prompt for `request` and what it counts, bounded by the
-    /// configured window when there is one.
+    /// The summary model's window: configured, cached for this base URL
+    /// and model, or asked of the server now.
+    pub fn window(&self) -> Window {
+        if let Some(tokens) = self.config.context_length {
+            return Window {
+                tokens: Some(tokens),
+                source: WindowSource::Configured,
+            };
+        }
+        if !self.config.discover_window {
+            return Window::UNKNOWN;
+        }
+        let (base, model) = (&self.config.base_url, &self.config.model);
+        if let Some(known) = window::cached(base, model) {
+            return known;
+        }
+        let found = window::discover(&self.agent, base, model, self.key.expose());
+        window::remember(base, model, found);
+        found
+    }
+
+    /// The prompt for `request` and what it counts, bounded by `window`
+    /// when it is known.
     fn prompt(
         &self,
         request: &SummaryRequest<'_>,
+        window: Window,
     ) -> Result<(prompt::Prompt, usize), SummarizeError> {
         let limits = Limits {
             max_input_chars: self.config.max_input_chars,
             max_message_chars: self.config.max_message_chars,
         };
-        let reserve = self.config.output_reserve();
+        let reserve = self.config.output_reserve_for(window.tokens);
+        let window_source = window.source;
         let mut request = *request;
         if let Some(reserve) = reserve {
             // Asking for more than the reply may hold gets a cut-off summary.
@@ -445,21 +496,25 @@ impl OpenAiSummarizer {
             factor: self.config.token_margin,
             max_prompt_tokens,
         };
-        match self.config.context_length {
+        match window.tokens {
             None => {
                 let p = prompt::build(&request, limits);
                 let counted = bound(usize::MAX).prompt_cost(&p);
                 Ok((p, counted))
             }
             Some(window) => {
+                let source = window_source;
                 let window = usize::try_from(window).unwrap_or(usize::MAX);
                 let reserve = reserve.map_or(0, |r| usize::try_from(r).unwrap_or(usize::MAX));
                 let bound = bound(window.saturating_sub(reserve));
                 let p = prompt::build_bounded(&request, limits, bound).map_err(|e| {
                     SummarizeError::NotConfigured(format!(
-                        "openai summarizer: a context length of {window} tokens with {reserve} \
-                         reserved for the reply leaves {} for the prompt, which needs at least {}",
-                        e.available, e.needed
+                        "openai summarizer: a context length of {window} tokens ({}) with \
+                         {reserve} reserved for the reply leaves {} for the prompt, which needs \
+                         at least {}",
+                        source.describe(),
+                        e.available,
+                        e.needed
                     ))
                 })?;
                 let counted = bound.prompt_cost(&p);
@@ -473,9 +528,60 @@ impl OpenAiSummarizer {
         request: &SummaryRequest<'_>,
         stats: &mut CallStats,
     ) -> Result<String, SummarizeError> {
-        let (prompt, counted) = self.prompt(request)?;
+        let mut window = self.window();
+        let mut relearned = false;
+        let reply = loop {
+            match self.send(request, window, stats) {
+                Ok(reply) => break reply,
+                // A context overflow that names the limit: retry once,
+                // bounded to it (or tighter, when already bounded to it).
+                Err(failure) if failure.limit.is_some() && !relearned => {
+                    let limit = failure.limit.unwrap_or_default();
+                    let tokens = match window.tokens {
+                        Some(w) if w <= limit => w.saturating_mul(3) / 4,
+                        _ => limit,
+                    };
+                    let learned = Window {
+                        tokens: Some(tokens),
+                        source: WindowSource::LearnedFromError,
+                    };
+                    window::remember(&self.config.base_url, &self.config.model, learned);
+                    window = learned;
+                    relearned = true;
+                }
+                Err(failure) => return Err(failure.error),
+            }
+        };
+        stats.prompt_tokens = reply.prompt_tokens;
+        stats.completion_tokens = reply.completion_tokens;
+        if let Some(defect) = quality::degenerate(&reply.text, request, self.counter.as_ref()) {
+            return Err(SummarizeError::Degenerate(defect));
+        }
+        if !self.config.deterministic_sections {
+            return Ok(reply.text);
+        }
+        let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
+        let mut record = StateRecord::build(request.turns);
+        if let Some(previous) = request.previous_summary {
+            record.carry_over(previous);
+        }
+        let record = record.render(budget, request.archive_handle);
+        Ok(format!("{}\n\n{record}", reply.text.trim_end()))
+    }
+
+    /// One request for `request` bounded by `window`, with the retries of
+    /// the retry policy.
+    fn send(
+        &self,
+        request: &SummaryRequest<'_>,
+        window: Window,
+        stats: &mut CallStats,
+    ) -> Result<Reply, Failure> {
+        let (prompt, counted) = self.prompt(request, window).map_err(Failure::final_)?;
         stats.counted_prompt_tokens = counted;
-        stats.max_tokens = self.config.output_reserve();
+        stats.max_tokens = self.config.output_reserve_for(window.tokens);
+        stats.window_tokens = window.tokens;
+        stats.window_source = window.source;
         let mut body = json!({
             "model": self.config.model,
             "messages": [
@@ -491,32 +597,24 @@ impl OpenAiSummarizer {
             body["seed"] = json!(seed);
         }
         let body = body.to_string();
-        let reply = loop {
+        loop {
             stats.attempts += 1;
             let failure = match self.attempt(&body) {
-                Ok(reply) => break reply,
+                Ok(reply) => return Ok(reply),
                 Err(failure) => failure,
             };
             if !failure.retryable || stats.attempts > self.config.max_retries {
-                return Err(failure.error);
+                return Err(failure);
             }
             let wait = match failure.retry_after {
-                Some(wait) if wait > self.config.max_retry_wait => return Err(failure.error),
+                Some(wait) if wait > self.config.max_retry_wait => return Err(failure),
                 Some(wait) => wait,
                 None => backoff(self.config.retry_base_delay, stats.attempts)
                     .min(self.config.max_retry_wait),
             };
             std::thread::sleep(wait);
             stats.waited += wait;
-        };
-        stats.prompt_tokens = reply.prompt_tokens;
-        stats.completion_tokens = reply.completion_tokens;
-        if !self.config.deterministic_sections {
-            return Ok(reply.text);
         }
-        let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
-        let record = ExtractiveSummarizer.record_sections(request.turns, budget);
-        Ok(format!("{}\n\n{RECORD_HEADING}\n\n{record}", reply.text))
     }
 
     fn attempt(&self, body: &str) -> Result<Reply, Failure> {
@@ -558,6 +656,7 @@ impl OpenAiSummarizer {
                 error: SummarizeError::RateLimited { retry_after },
                 retryable: true,
                 retry_after,
+                limit: None,
             }),
             408 | 500..=599 => Err(Failure {
                 error: SummarizeError::Server {
@@ -566,11 +665,17 @@ impl OpenAiSummarizer {
                 },
                 retryable: true,
                 retry_after,
+                limit: None,
             }),
-            _ => Err(Failure::final_(SummarizeError::Server {
-                status,
-                message: error_message(&bytes),
-            })),
+            _ => Err(Failure {
+                limit: matches!(status, 400 | 413)
+                    .then(|| window::limit_from_error(&bytes))
+                    .flatten(),
+                ..Failure::final_(SummarizeError::Server {
+                    status,
+                    message: error_message(&bytes),
+                })
+            }),
         }
     }
 
@@ -611,6 +716,8 @@ struct Failure {
     error: SummarizeError,
     retryable: bool,
     retry_after: Option<Duration>,
+    /// The window a context-overflow error named.
+    limit: Option<u64>,
 }
 
 impl Failure {
@@ -619,6 +726,7 @@ impl Failure {
             error,
             retryable: false,
             retry_after: None,
+            limit: None,
         }
     }
 }

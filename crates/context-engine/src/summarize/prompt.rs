@@ -20,10 +20,10 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::digest::{DigestOptions, summarizer_input};
-use crate::message::{Message, Role};
+use crate::message::Message;
 use crate::summarize::SummaryRequest;
 use crate::tokens::TokenCounter;
-use crate::validate::is_real_user_turn;
+use crate::validate::{is_real_user_turn, reentries};
 
 /// Share of a clipped text kept from its start; the rest comes from its end.
 pub(crate) const HEAD_SHARE: f64 = 0.45;
@@ -328,11 +328,7 @@ fn fit_turns(
     room: usize,
     bound: &TokenBound<'_>,
 ) -> String {
-    let mut rendered: Vec<String> = turns
-        .iter()
-        .enumerate()
-        .map(|(i, m)| render_turn(i, m, max_message_chars))
-        .collect();
+    let mut rendered: Vec<String> = render_each(turns, max_message_chars);
     // One blank line between turns.
     let sep = 1;
     let mut costs: Vec<usize> = rendered.iter().map(|r| bound.cost(r) + sep).collect();
@@ -351,9 +347,9 @@ fn fit_turns(
         return rendered.join("\n\n");
     }
     // Then the oldest turns fold, the latest user ask excepted.
-    let latest_ask = turns
-        .iter()
-        .rposition(|m| is_real_user_turn(m) && !m.text().trim().is_empty());
+    let latest_ask = (0..turns.len())
+        .rev()
+        .find(|&i| is_real_user_turn(turns, i) && !turns[i].text().trim().is_empty());
     let marker_reserve = 48;
     let mut budget = room.saturating_sub(marker_reserve);
     let mut kept_from = rendered.len();
@@ -394,7 +390,7 @@ fn fold_marker(turns: &[Message], folded: &[usize]) -> String {
     };
     let users = folded
         .iter()
-        .filter(|i| is_real_user_turn(&turns[**i]))
+        .filter(|i| is_real_user_turn(turns, **i))
         .count();
     let calls: usize = folded.iter().map(|i| turns[*i].tool_calls().len()).sum();
     format!(
@@ -435,11 +431,10 @@ fn neutralise(text: &str) -> Cow<'_, str> {
 
 /// The texts of the latest user messages, oldest first.
 fn recent_user_asks(turns: &[Message]) -> Vec<Cow<'_, str>> {
-    let mut asks: Vec<Cow<'_, str>> = turns
-        .iter()
+    let mut asks: Vec<Cow<'_, str>> = (0..turns.len())
         .rev()
-        .filter(|m| m.role == Role::User)
-        .map(Message::text)
+        .filter(|&i| is_real_user_turn(turns, i))
+        .map(|i| turns[i].text())
         .filter(|t| !t.trim().is_empty())
         .take(RECENT_ASKS)
         .collect();
@@ -450,19 +445,28 @@ fn recent_user_asks(turns: &[Message]) -> Vec<Cow<'_, str>> {
 /// One readable line-oriented rendering of the turns: role headers, text,
 /// tool calls with their arguments, tool results with the id they answer.
 pub(crate) fn render_turns(turns: &[Message], max_message_chars: usize) -> String {
-    let parts: Vec<String> = turns
+    render_each(turns, max_message_chars).join("\n\n")
+}
+
+/// Every turn rendered (see [`render_turn`]).
+fn render_each(turns: &[Message], max_message_chars: usize) -> Vec<String> {
+    let reentry = reentries(turns);
+    turns
         .iter()
         .enumerate()
-        .map(|(i, m)| render_turn(i, m, max_message_chars))
-        .collect();
-    parts.join("\n\n")
+        .map(|(i, m)| render_turn(i, m, reentry[i], max_message_chars))
+        .collect()
 }
 
 /// Turn `i` (0-based) as [`render_turns`] shows it, without trailing blank
-/// lines.
-fn render_turn(i: usize, m: &Message, max_message_chars: usize) -> String {
+/// lines. A tool re-entry (`reentry`: a user message that is tool output)
+/// says so, so the model does not take it for a user ask.
+fn render_turn(i: usize, m: &Message, reentry: bool, max_message_chars: usize) -> String {
     let mut out = String::new();
     let _ = write!(out, "[{}] {}", i + 1, m.role);
+    if reentry {
+        out.push_str(" (tool output of the action above)");
+    }
     if let Some(name) = &m.name {
         let _ = write!(out, " ({name})");
     }

@@ -310,6 +310,17 @@ pub fn counter_for_model(model: &str) -> std::sync::Arc<dyn TokenCounter> {
     std::sync::Arc::new(CachedCounter::new(BpeCounter::for_model(model)))
 }
 
+/// The tokenizer for a model the user may or may not have named: the one
+/// place that choice is made (every command and engine asks here). A named
+/// model gets [`counter_for_model`]; none gets exact `o200k_base` (today's
+/// default vocabulary) unscaled, behind the same cache.
+pub fn counter_for(model: Option<&str>) -> std::sync::Arc<dyn TokenCounter> {
+    match model.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(model) => counter_for_model(model),
+        None => std::sync::Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
+    }
+}
+
 /// Fast estimate: one token per 4 characters, rounded up. About right for
 /// English prose and code under o200k/cl100k, with no vocabulary to load.
 #[derive(Clone, Debug, Default)]

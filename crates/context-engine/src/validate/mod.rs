@@ -28,8 +28,10 @@
 //! Concretely, the atomic units that a safe boundary never splits are: an
 //! assistant message that calls tools together with all of its results (a
 //! kept tail never starts on a tool result), and an assistant turn followed by
-//! a *tool re-entry*, a user message that only carries text tool-result
-//! envelopes (see [`is_tool_reentry`]).
+//! a *tool re-entry*: a user message that carries text tool-result
+//! envelopes (see [`is_tool_reentry`]) or the observation of a text-action
+//! agent (the output of the action the assistant wrote as text, see
+//! [`observation`] and [`is_reentry_at`]).
 //!
 //! Everything here is O(n) in the number of messages (plus the length of the
 //! user texts scanned for envelopes): engines call it on every compaction of
@@ -37,6 +39,8 @@
 
 pub mod anthropic;
 mod cut;
+pub(crate) mod envelope;
+pub(crate) mod observation;
 mod pairing;
 mod place;
 mod reentry;
@@ -53,9 +57,17 @@ use serde::Serialize;
 use crate::message::Message;
 
 pub use cut::{CutPoints, atomic_groups};
+pub use envelope::ENVELOPE_HEADER;
+pub use observation::{
+    Observation, TextAction, TextActions, TextActionsConfig, TextActionsError, TextActionsMode,
+    observation, observation_with, set_text_actions, text_action, text_actions,
+};
 pub use pairing::{ToolCallShape, ToolResultPairing};
 pub use place::{introduced_adjacency, may_join, may_place};
-pub use reentry::{ToolReentry, is_real_user_turn, is_tool_reentry};
+pub use reentry::{
+    ToolReentry, is_real_user_turn, is_reentry_at, is_reentry_with, is_tool_reentry, reentries,
+    reentries_with,
+};
 pub use strict::StrictAlternation;
 pub use wire::{InternalKeys, KnownRoles};
 

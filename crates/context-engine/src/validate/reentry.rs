@@ -1,28 +1,65 @@
-//! Text tool-result envelopes: agents that call tools in plain text (arbiter
-//! style) feed the results back as a *user* message. Such a message is the
-//! second half of the assistant turn before it, not a new user turn.
+//! Tool re-entries: user messages that are the second half of the assistant
+//! turn before them, not a new user turn.
+//!
+//! Two kinds, recognised here and nowhere else:
+//!
+//! - a text tool-result *envelope* (arbiter style, see `envelope.rs`):
+//!   self-describing, recognised from the message alone
+//!   ([`is_tool_reentry`]);
+//! - an *observation* of a text-action agent (see `observation.rs`): the
+//!   output of the action the assistant wrote as text, sent back as a user
+//!   message; recognised from the message and the assistant message before
+//!   it ([`is_observation`]).
+//!
+//! [`is_real_user_turn`] is the complement: the one definition of "a user
+//! ask" for every engine, summary and probe.
 
-use super::{Property, Violation};
+use super::observation::{TextActions, observation_with, text_actions};
+use super::{Property, Violation, envelope};
 use crate::message::{Message, Role};
 
-/// The marker that closes an arbiter-style block of tool results.
-const END_MARKER: &str = "[END TOOL RESULTS]";
-
 /// Whether `message` is a user message that carries text tool-result
-/// envelopes: its text contains `[END TOOL RESULTS]` and a line starting
-/// with `[/` (the closing tag of an envelope).
+/// envelopes (`[/verb args] … [END VERB]` or `[verb] … [/verb]` blocks and
+/// a closing `[END TOOL RESULTS]` line), or their digest. Needs no context.
 pub fn is_tool_reentry(message: &Message) -> bool {
-    if message.role != Role::User {
-        return false;
-    }
-    let text = message.text();
-    text.contains(END_MARKER) && text.lines().any(|line| line.starts_with("[/"))
+    message.role == Role::User && envelope::is_envelope(&message.text())
 }
 
-/// Whether `message` is a user turn written by the user (or the harness as
-/// the user), not a tool re-entry.
-pub fn is_real_user_turn(message: &Message) -> bool {
-    message.role == Role::User && !is_tool_reentry(message)
+/// Whether message `i` of `messages` is a tool re-entry: an envelope or an
+/// observation under the process's text-action setting
+/// ([`super::set_text_actions`]). False for `i` out of range.
+pub fn is_reentry_at(messages: &[Message], i: usize) -> bool {
+    is_reentry_with(messages, i, &text_actions())
+}
+
+/// [`is_reentry_at`] under an explicit text-action setting.
+pub fn is_reentry_with(messages: &[Message], i: usize, actions: &TextActions) -> bool {
+    messages
+        .get(i)
+        .is_some_and(|m| is_tool_reentry(m) || observation_with(messages, i, actions).is_some())
+}
+
+/// Every message's answer to [`is_reentry_at`], computed once (O(n) plus
+/// the scanned user texts).
+pub fn reentries(messages: &[Message]) -> Vec<bool> {
+    reentries_with(messages, &text_actions())
+}
+
+/// [`reentries`] under an explicit text-action setting.
+pub fn reentries_with(messages: &[Message], actions: &TextActions) -> Vec<bool> {
+    (0..messages.len())
+        .map(|i| is_reentry_with(messages, i, actions))
+        .collect()
+}
+
+/// Whether message `i` is a user turn written by the user (or the harness
+/// as the user): a user message that is neither an envelope nor an
+/// observation. When in doubt it is one: only a message that matches a
+/// known observation shape right after an assistant action is not.
+pub fn is_real_user_turn(messages: &[Message], i: usize) -> bool {
+    messages
+        .get(i)
+        .is_some_and(|m| m.role == Role::User && !is_reentry_at(messages, i))
 }
 
 /// A tool re-entry stays with the assistant turn before it: a kept tail must
@@ -39,10 +76,8 @@ impl Property for ToolReentry {
     fn check(&self, _messages: &[Message], _out: &mut Vec<Violation>) {}
 
     fn forbid(&self, messages: &[Message], forbidden: &mut [bool]) {
-        for (i, message) in messages.iter().enumerate() {
-            if is_tool_reentry(message)
-                && let Some(slot) = forbidden.get_mut(i)
-            {
+        for (i, reentry) in reentries(messages).into_iter().enumerate() {
+            if reentry && let Some(slot) = forbidden.get_mut(i) {
                 *slot = true;
             }
         }

@@ -1,23 +1,68 @@
 //! Helpers shared by the integration tests: where the shared corpus of real
-//! agent transcripts is, and skipping (with the reason printed) where it is
-//! absent, as CI's machines may not have it.
+//! agent transcripts is, and what a test does when a prerequisite (corpus,
+//! python3, a reference file) is missing: under CI (`CI=true`) it fails,
+//! naming what is missing; elsewhere it is skipped with the reason printed.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// `../shared/corpus` next to the repository (or `CTX_CORPUS_DIR`), or
-/// `None` with the reason printed.
+/// A prerequisite of the running test is missing: under CI this fails the
+/// test (a suite must not pass by running nothing); elsewhere it prints
+/// `skipped: {reason}` and the caller returns.
+pub fn skip(reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("prerequisite missing under CI=true: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+/// `python3` runs, else [`skip`].
+pub fn python() -> bool {
+    let ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip("python3 is not available");
+    }
+    ok
+}
+
+/// `shared/{rel}` beside the repository or beside any folder above it (a
+/// worktree may sit one level deeper than the main checkout), without
+/// skipping.
+pub fn find_shared(rel: &str) -> Option<PathBuf> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .skip(2)
+        .map(|dir| dir.join("shared").join(rel))
+        .find(|path| path.exists())
+}
+
+/// `shared/{rel}` (see [`find_shared`]), else [`skip`].
+pub fn shared(rel: &str) -> Option<PathBuf> {
+    let found = find_shared(rel);
+    if found.is_none() {
+        skip(&format!(
+            "no shared/{rel} beside the repository or a folder above it"
+        ));
+    }
+    found
+}
+
+/// The shared corpus: `$CTX_CORPUS_DIR`, else `shared/corpus` (see
+/// [`find_shared`]); [`skip`] when there is none.
 pub fn corpus_dir() -> Option<PathBuf> {
-    // `CTX_CORPUS_DIR` points elsewhere (a git worktree has no `../shared`).
-    let dir = std::env::var_os("CTX_CORPUS_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
-        PathBuf::from,
-    );
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: no corpus at {}", dir.display());
-        None
+    match std::env::var_os("CTX_CORPUS_DIR") {
+        Some(dir) if Path::new(&dir).is_dir() => Some(PathBuf::from(dir)),
+        Some(dir) => {
+            skip(&format!(
+                "$CTX_CORPUS_DIR={} is not a folder",
+                dir.to_string_lossy()
+            ));
+            None
+        }
+        None => shared("corpus"),
     }
 }
 
@@ -36,7 +81,7 @@ pub fn corpus_files() -> Option<Vec<PathBuf>> {
         .collect();
     files.sort();
     if files.is_empty() {
-        eprintln!("skipped: corpus at {} has no transcripts", dir.display());
+        skip(&format!("corpus at {} has no transcripts", dir.display()));
         return None;
     }
     Some(files)

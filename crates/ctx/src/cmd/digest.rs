@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use context_engine::digest::{DigestOptions, DigestReport, digest_with_report};
-use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
 use serde::Serialize;
 
 use crate::output::{self, thousands};
@@ -21,6 +20,8 @@ pub struct DigestArgs {
     /// Digest older results of at least this many bytes (images always).
     #[arg(long, default_value_t = DigestOptions::default().min_bytes)]
     pub min_bytes: usize,
+    #[command(flatten)]
+    pub model: super::ModelArg,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -37,7 +38,7 @@ struct Report {
     /// Bytes of the request's JSON, before and after.
     request_bytes_before: usize,
     request_bytes_after: usize,
-    /// o200k tokens of the request, before and after.
+    /// Tokens of the request (the `--model`'s tokenizer), before and after.
     tokens_before: usize,
     tokens_after: usize,
 }
@@ -53,7 +54,7 @@ pub fn run(args: &DigestArgs) -> anyhow::Result<ExitCode> {
         ..DigestOptions::from_env()
     };
     let (view, digest) = digest_with_report(messages, &opts);
-    let counter = BpeCounter::new(Encoding::O200kBase);
+    let counter = args.model.counter();
     let report = Report {
         file: args.input.file.display().to_string(),
         enabled: opts.enabled,

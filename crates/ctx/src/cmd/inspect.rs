@@ -8,7 +8,7 @@ use context_engine::tokens::{
     BpeCounter, CalibrationReport, CountOptions, Encoding, EstimateCounter, TokenCounter,
     calibrate, recorded_model,
 };
-use context_engine::validate::{Profile, Rule, is_tool_reentry, validate};
+use context_engine::validate::{Profile, Rule, is_tool_reentry, observation, reentries, validate};
 use serde::Serialize;
 
 use crate::output::{self, Table, percent, thousands};
@@ -84,6 +84,9 @@ struct Pairing {
     tool_calls: usize,
     tool_results: usize,
     text_envelopes: usize,
+    /// Text actions answered by an observation (a user message that is the
+    /// action's output).
+    text_actions: usize,
     unanswered_calls: usize,
     orphan_results: usize,
     duplicate_ids: usize,
@@ -158,16 +161,13 @@ fn by_role(messages: &[Message], counts: &[u64]) -> Vec<RoleRow> {
     rows
 }
 
-fn is_tool_output(m: &Message) -> bool {
-    m.is_tool_result() || is_tool_reentry(m)
-}
-
 fn tool_output(messages: &[Message], counts: &[u64], total: u64) -> ToolOutput {
     let (n, tokens) = messages
         .iter()
         .zip(counts)
-        .filter(|(m, _)| is_tool_output(m))
-        .fold((0, 0), |(n, t), (_, &c)| (n + 1, t + c));
+        .zip(reentries(messages))
+        .filter(|((m, _), reentry)| m.is_tool_result() || *reentry)
+        .fold((0, 0), |(n, t), ((_, &c), _)| (n + 1, t + c));
     ToolOutput {
         messages: n,
         tokens,
@@ -202,6 +202,12 @@ fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
                     .and_then(|id| names.get(id))
                     .map(|s| (*s).to_owned())
                     .or_else(|| m.name.clone())
+                    .or_else(|| {
+                        // An observation: named after its action's command.
+                        let action = observation(messages, i)?.action;
+                        let first = action.commands.first()?.split_whitespace().next()?;
+                        Some(format!("text: {first}"))
+                    })
             };
             Largest {
                 index: i,
@@ -225,6 +231,9 @@ fn pairing(messages: &[Message]) -> Pairing {
         tool_calls: messages.iter().map(|m| m.tool_calls().len()).sum(),
         tool_results: messages.iter().filter(|m| m.is_tool_result()).count(),
         text_envelopes: messages.iter().filter(|m| is_tool_reentry(m)).count(),
+        text_actions: (0..messages.len())
+            .filter(|&i| !is_tool_reentry(&messages[i]) && observation(messages, i).is_some())
+            .count(),
         unanswered_calls: count(&[Rule::UnansweredToolCall]),
         orphan_results: count(&[Rule::OrphanToolResult, Rule::ToolResultWithoutId]),
         duplicate_ids: count(&[Rule::DuplicateToolCallId, Rule::DuplicateToolResult]),
@@ -267,10 +276,11 @@ fn render(r: &Report) -> String {
     out += &t.render(2);
     let p = &r.pairing;
     out += &format!(
-        "\ntool calls\n  {} calls, {} results, {} text envelopes; {} unanswered, {} orphan results, {} duplicate ids\n",
+        "\ntool calls\n  {} calls, {} results, {} text envelopes, {} text actions with observations; {} unanswered, {} orphan results, {} duplicate ids\n",
         p.tool_calls,
         p.tool_results,
         p.text_envelopes,
+        p.text_actions,
         p.unanswered_calls,
         p.orphan_results,
         p.duplicate_ids

@@ -12,9 +12,30 @@ pub mod replay;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
+use context_engine::tokens::{TokenCounter, counter_for};
 use context_engine::transcript::{Format, Transcript};
+
+/// The agent's model, shared by every command that counts tokens: it picks
+/// the tokenizer (through the library's one choice, [`counter_for`]) and,
+/// for engines, the per-model threshold. Never the summary model: that is
+/// `--summarizer-model`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ModelArg {
+    /// The agent's model (e.g. gpt-4.1): picks the tokenizer; exact o200k
+    /// when absent.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+impl ModelArg {
+    /// The token counter for the model.
+    pub fn counter(&self) -> Arc<dyn TokenCounter> {
+        counter_for(self.model.as_deref())
+    }
+}
 
 /// The transcript a command reads, shared by every command that reads one.
 #[derive(Debug, clap::Args)]

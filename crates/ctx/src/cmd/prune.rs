@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use context_engine::prune::{PruneChange, PruneCounts, PruneOptions, PruneSkip, prune};
-use context_engine::tokens::{BpeCounter, Encoding};
 use serde::Serialize;
 
 use crate::output::{self, thousands};
@@ -15,8 +14,8 @@ use crate::output::{self, thousands};
 pub struct PruneArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The prompt's size as the provider last reported it; counted (o200k)
-    /// when not given.
+    /// The prompt's size as the provider last reported it; counted with the
+    /// `--model`'s tokenizer when not given.
     #[arg(long)]
     pub current_tokens: Option<u64>,
     /// Prune only when the prompt is above this many tokens (0 turns
@@ -29,6 +28,8 @@ pub struct PruneArgs {
     /// Never touch the last N messages (extended back to whole tool batches).
     #[arg(long, default_value_t = PruneOptions::default().protect_last_n)]
     pub protect_last: usize,
+    #[command(flatten)]
+    pub model: super::ModelArg,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -59,8 +60,8 @@ pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
         protect_last_n: args.protect_last,
         ..PruneOptions::default()
     };
-    let counter = BpeCounter::new(Encoding::O200kBase);
-    let out = prune(messages, args.current_tokens, &opts, &counter);
+    let counter = args.model.counter();
+    let out = prune(messages, args.current_tokens, &opts, counter.as_ref());
     output::json(&out.messages)?;
     let report = Report {
         file: args.input.file.display().to_string(),

@@ -9,12 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::engine::ModelInfo;
 use context_engine::host::{HostOptions, Session, Trigger};
 use context_engine::replay::{PriceModel, ReplayOptions, ReplayReport, replay};
-use context_engine::tokens::{
-    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
-};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -26,14 +22,6 @@ use crate::plot::{PlotData, write_svg};
 pub struct ReplayArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// The model's context window the engine manages, in tokens
-    /// (default: `context.context_length`, else 128000; at least 1, and
-    /// more than the system prompt).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub context_length: Option<u64>,
-    /// The agent's model: picks the tokenizer (o200k when absent).
-    #[arg(long)]
-    pub model: Option<String>,
     #[command(flatten)]
     pub engine: super::engine::EngineArgs,
     /// Provider rules every request must keep: `openai` or `strict`.
@@ -64,33 +52,8 @@ pub struct ReplayArgs {
 /// at all), 2 on errors (including an unreplayable input).
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let counter: Arc<dyn TokenCounter> = match &args.model {
-        Some(model) => counter_for_model(model),
-        None => Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase))),
-    };
-    let (config, config_warnings, config_file) = args.engine.load_config()?;
-    let context_length = args
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(128_000);
-    super::check_window(&transcript.messages, context_length, counter.as_ref())?;
-    let built = args.engine.build(
-        config,
-        config_file,
-        Arc::clone(&counter),
-        context_length,
-        args.profile,
-    )?;
-    for w in config_warnings.iter().chain(&built.warnings) {
-        eprintln!("ctx: warning: {w}");
-    }
-    let mut engine = built.engine;
-    if engine.state().context_length != context_length {
-        engine.update_model(&ModelInfo::new(
-            args.model.clone().unwrap_or_default(),
-            context_length,
-        ));
-    }
+    let (engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;
+    let counter = prepared.counter;
     let mut session = Session::new("replay", engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
     let mut price = PriceModel::default();
@@ -283,13 +246,9 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         })
         .collect();
     s.push_str(&format!(
-        "\n  compactions  {}{}\n",
+        "\n  compactions  {} ({})\n",
         compactions.len(),
-        if compactions.is_empty() {
-            " (the session never reached the threshold)".to_string()
-        } else {
-            format!(" ({})", compactions.join("; "))
-        }
+        compaction_story(t, &compactions)
     ));
     s.push_str(&format!(
         "  digested    {} of {} requests carried older tool output as one-line digests\n",
@@ -388,6 +347,47 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         s.push_str(&calls.render(2));
     }
     s
+}
+
+/// What happened to compaction over the session, truthfully: the
+/// compactions made, attempts that failed or were refused (with the first
+/// reason), hold-backs, or that the threshold was never reached.
+fn compaction_story(t: &context_engine::replay::Totals, made: &[String]) -> String {
+    let attempts = t.compactions_failed + t.compactions_refused;
+    let failed = |all: bool| {
+        let how = match (t.compactions_failed, t.compactions_refused) {
+            (0, _) => "refused",
+            (_, 0) => "failed",
+            _ => "refused or failed",
+        };
+        format!(
+            "{}attempted {attempts} time(s), {}{how} (first reason: {})",
+            if all { "" } else { "and " },
+            if all { "all " } else { "" },
+            t.first_compaction_failure.as_deref().unwrap_or("unknown")
+        )
+    };
+    let blocked = || {
+        format!(
+            "held back {} time(s) by cooldown or anti-thrash (first: {})",
+            t.compactions_blocked,
+            t.first_compaction_block.as_deref().unwrap_or("unknown")
+        )
+    };
+    let mut parts = Vec::new();
+    if !made.is_empty() {
+        parts.push(made.join("; "));
+    }
+    if attempts > 0 {
+        parts.push(failed(made.is_empty()));
+    }
+    if t.compactions_blocked > 0 {
+        parts.push(blocked());
+    }
+    if parts.is_empty() {
+        parts.push("the session never reached the threshold".to_owned());
+    }
+    parts.join("; ")
 }
 
 /// Call numbers, the first ten and a count of the rest.

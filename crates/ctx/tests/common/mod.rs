@@ -51,15 +51,16 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
-/// `../shared/corpus`, or `None` with the reason printed.
+/// What a test does when a prerequisite is missing (fail under `CI=true`,
+/// else skip with the reason printed), and where the shared corpus is: one
+/// implementation for both crates' tests.
+#[path = "../../../context-engine/tests/common/mod.rs"]
+mod prerequisites;
+#[allow(unused_imports)]
+pub use prerequisites::{corpus_dir, python, shared, skip};
+
+/// The shared corpus, or `None` with the reason printed (a failure under
+/// `CI=true`).
 pub fn corpus() -> Option<PathBuf> {
-    // `CTX_CORPUS_DIR` points elsewhere (a git worktree has no `../shared`).
-    let dir = std::env::var_os("CTX_CORPUS_DIR")
-        .map_or_else(|| root().join("../shared/corpus"), PathBuf::from);
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: {} is absent", dir.display());
-        None
-    }
+    corpus_dir()
 }

@@ -1,6 +1,11 @@
 //! Text tool-result envelopes (arbiter style): a user message carrying
-//! `[/verb args]\n<body>\n[END VERB]` blocks and closed by
-//! `[END TOOL RESULTS]`.
+//! `[/verb args]\n<body>\n[END VERB]` blocks (or `[verb args]\n<body>\n[/verb]`)
+//! and closed by `[END TOOL RESULTS]`.
+//!
+//! The one parser of the envelope: [`super::is_tool_reentry`] asks it
+//! whether a user message is an envelope, the digest asks it for the blocks
+//! and recall for their bodies, so they cannot disagree on whether a `[/…`
+//! line opens a block or closes one.
 
 /// The first line of a digested envelope; also how a digest recognizes its
 /// own output (idempotence).
@@ -50,7 +55,21 @@ fn lines(text: &str) -> Vec<Line> {
 
 /// The verb of a writ line `[/verb args]`, or `None` for any other line.
 fn writ_verb(line: &str) -> Option<&str> {
-    let inner = line.strip_prefix("[/")?.trim_end().strip_suffix(']')?;
+    bracket_verb(line.strip_prefix("[/")?)
+}
+
+/// The verb of an opener line `[verb args]` (closed later by `[/verb]`).
+fn opener_verb(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix('[')?;
+    if rest.starts_with('/') {
+        return None;
+    }
+    bracket_verb(rest)
+}
+
+/// `verb` of `verb args]`: letters, digits, `_`, `-`, `.`.
+fn bracket_verb(rest: &str) -> Option<&str> {
+    let inner = rest.trim_end().strip_suffix(']')?;
     let verb = inner.split(|c: char| c.is_whitespace()).next()?;
     let ok = !verb.is_empty()
         && verb
@@ -59,7 +78,20 @@ fn writ_verb(line: &str) -> Option<&str> {
     ok.then_some(verb)
 }
 
+/// Whether `line` is `[/verb]` (no arguments) closing an opener of `verb`.
+fn closes(line: &str, verb: &str) -> bool {
+    line.trim()
+        .strip_prefix("[/")
+        .and_then(|r| r.strip_suffix(']'))
+        .is_some_and(|v| v.eq_ignore_ascii_case(verb))
+}
+
 /// The blocks of an envelope, in order.
+///
+/// A `[/verb]` line with no arguments that follows an opener `[verb …]`
+/// closes it: the block's writ is the
+/// opener and its body the lines between. Any other `[/verb args]` line
+/// opens a block.
 ///
 /// A block ends at the first later line that is exactly its `[END VERB]`
 /// (case-insensitive). Inside that span every line is body, even one that
@@ -72,6 +104,19 @@ pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(line) = lines.get(i) {
+        if let Some(verb) = opener_verb(line_text(line))
+            && let Some(k) = lines[i + 1..]
+                .iter()
+                .position(|l| closes(line_text(l), verb))
+        {
+            let close = i + 1 + k;
+            out.push(Block {
+                writ: line_text(line),
+                body: body_between(text, &lines, line.next, close),
+            });
+            i = close + 1;
+            continue;
+        }
         let Some(verb) = writ_verb(line_text(line)) else {
             i += 1;
             continue;
@@ -95,24 +140,35 @@ pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
                 (j, j)
             }
         };
-        let body_end = lines.get(stop).map_or(text.len(), |l| l.start);
-        let body = text
-            .get(body_start.min(body_end)..body_end)
-            .unwrap_or_default();
-        let body = body.strip_suffix('\n').unwrap_or(body);
-        let body = body.strip_suffix('\r').unwrap_or(body);
         out.push(Block {
             writ: line_text(line),
-            body,
+            body: body_between(text, &lines, body_start, stop),
         });
         i = resume;
     }
     out
 }
 
+/// The text from byte `start` to the start of line `stop` (the end when
+/// there is no such line), without the line break before `stop`.
+fn body_between<'t>(text: &'t str, lines: &[Line], start: usize, stop: usize) -> &'t str {
+    let end = lines.get(stop).map_or(text.len(), |l| l.start);
+    let body = text.get(start.min(end)..end).unwrap_or_default();
+    let body = body.strip_suffix('\n').unwrap_or(body);
+    body.strip_suffix('\r').unwrap_or(body)
+}
+
 /// Whether `text` is an envelope this module already digested.
 pub(crate) fn is_digested(text: &str) -> bool {
     text.starts_with(ENVELOPE_HEADER)
+}
+
+/// Whether `text` is a text tool-result envelope: closed by
+/// `[END TOOL RESULTS]` on a line of its own and carrying at least one
+/// block (or already digested).
+pub(crate) fn is_envelope(text: &str) -> bool {
+    text.lines().any(|l| l.trim() == END_TOOL_RESULTS)
+        && (is_digested(text) || !blocks(text).is_empty())
 }
 
 #[cfg(test)]
@@ -164,6 +220,23 @@ mod tests {
         let b = blocks("[/read x]\r\nA\r\n[END READ]\r\n");
         assert_eq!(b[0].body, "A");
         assert_eq!(b[0].writ, "[/read x]");
+    }
+
+    #[test]
+    fn closing_tag_style_blocks() {
+        let b = blocks("[bash]\nls\n[/bash]\n[END TOOL RESULTS]");
+        assert_eq!(
+            b,
+            vec![Block {
+                writ: "[bash]",
+                body: "ls"
+            }]
+        );
+        assert!(is_envelope("[bash]\nls\n[/bash]\n[END TOOL RESULTS]"));
+        // `[/x]` with no opener before it opens a block of its own.
+        assert_eq!(blocks("[/exec]\nout\n[END EXEC]")[0].body, "out");
+        assert!(!is_envelope("see [/x] [END TOOL RESULTS]"));
+        assert!(!is_envelope("[bash]\nls\n[/bash]"));
     }
 
     #[test]

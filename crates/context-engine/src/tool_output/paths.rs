@@ -1,4 +1,4 @@
-//! File paths in shell commands, and the commands in an assistant's text.
+//! The files a shell command reads or writes.
 //!
 //! Paths are kept as the command wrote them (not resolved against a `cd`):
 //! a probe must be found word for word in the view, and the view holds the
@@ -141,64 +141,6 @@ fn looks_like_path(p: &str) -> bool {
         && !p.contains(['*', '?', '[', '$', '`', '{', '(', '\n'])
 }
 
-/// Fence labels of a shell command in an assistant's text (mini-swe-agent
-/// writes `mswea_bash_command`).
-const SHELL_FENCES: &[&str] = &[
-    "bash",
-    "sh",
-    "shell",
-    "console",
-    "zsh",
-    "mswea_bash_command",
-];
-
-/// The commands of a text-action assistant message: the bodies of its
-/// fenced blocks labelled as shell, or, when it has no such block, of its
-/// last unlabelled block (SWE-agent's text actions), as those agents run
-/// them.
-pub(crate) fn fenced_commands(text: &str) -> Vec<String> {
-    let mut blocks: Vec<(String, String)> = Vec::new();
-    let mut open: Option<(String, Vec<&str>)> = None;
-    for line in text.lines() {
-        let trimmed = line.trim();
-        match open.take() {
-            None => {
-                if let Some(info) = trimmed.strip_prefix("```") {
-                    open = Some((info.trim().to_ascii_lowercase(), Vec::new()));
-                }
-            }
-            Some((info, mut body)) => {
-                if trimmed == "```" {
-                    blocks.push((info, body.join("\n")));
-                } else {
-                    body.push(line);
-                    open = Some((info, body));
-                }
-            }
-        }
-    }
-    let shell: Vec<String> = blocks
-        .iter()
-        .filter(|(info, _)| SHELL_FENCES.contains(&info.as_str()))
-        .map(|(_, body)| body.clone())
-        .collect();
-    let commands = if shell.is_empty() {
-        blocks
-            .into_iter()
-            .next_back()
-            .filter(|(info, _)| info.is_empty())
-            .map(|(_, body)| body)
-            .into_iter()
-            .collect()
-    } else {
-        shell
-    };
-    commands
-        .into_iter()
-        .filter(|c| !c.trim().is_empty())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,17 +178,5 @@ mod tests {
         assert!(shell_paths("cd /testbed && ls -la").is_empty());
         assert!(shell_paths("cat *.py $HOME/x 2>/dev/null").is_empty());
         assert!(shell_paths("grep -e foo").is_empty());
-    }
-
-    #[test]
-    fn fenced_commands_by_label() {
-        let text = "THOUGHT: look\n\n```bash\ncat a.py\n```\n";
-        assert_eq!(fenced_commands(text), vec!["cat a.py"]);
-        let text = "x\n```mswea_bash_command\nls -la\n```";
-        assert_eq!(fenced_commands(text), vec!["ls -la"]);
-        let text = "code:\n```python\nprint(1)\n```\nnow run\n```\npython reproduce_bug.py\n```";
-        assert_eq!(fenced_commands(text), vec!["python reproduce_bug.py"]);
-        assert!(fenced_commands("```python\nprint(1)\n```").is_empty());
-        assert!(fenced_commands("no fences").is_empty());
     }
 }
