@@ -62,11 +62,7 @@ fn identity(m: &Message) -> Option<(bool, &str)> {
 pub fn align<'a>(input: &[Message], output: &'a [Message]) -> Vec<Step<'a>> {
     // Fast path: the common prefix of equal messages (all of them for a
     // no-op pass), compared without serializing.
-    let same = input
-        .iter()
-        .zip(output)
-        .take_while(|(a, b)| a == b)
-        .count();
+    let same = input.iter().zip(output).take_while(|(a, b)| a == b).count();
     let mut steps: Vec<Step<'a>> = (0..same).map(Step::Same).collect();
     if same == output.len() {
         return steps;

@@ -591,22 +591,26 @@ fn merge_same_role(messages: Vec<(Message, Option<usize>)>) -> Vec<Message> {
             !adjacent && a.role == m.role && matches!(m.role.as_str(), "user" | "assistant")
         };
         match out.last_mut() {
-            Some(prev) if mergeable(prev) => {
-                let mut blocks = into_blocks(prev.content.take());
-                blocks.extend(into_blocks(m.content));
-                if prev.role == "user" {
-                    let (results, rest): (Vec<Block>, Vec<Block>) = blocks
-                        .into_iter()
-                        .partition(|b| b.block_type() == Some("tool_result"));
-                    blocks = results;
-                    blocks.extend(rest);
-                }
-                prev.content = Some(Content::Blocks(blocks));
-            }
+            Some(prev) if mergeable(prev) => append_blocks(prev, m),
             _ => out.push(m),
         }
     }
     out
+}
+
+/// Appends `next`'s content to `prev` as blocks, tool results first in a
+/// user message (how the API reads two same-role messages).
+pub(crate) fn append_blocks(prev: &mut Message, next: Message) {
+    let mut blocks = into_blocks(prev.content.take());
+    blocks.extend(into_blocks(next.content));
+    if prev.role == "user" {
+        let (results, rest): (Vec<Block>, Vec<Block>) = blocks
+            .into_iter()
+            .partition(|b| b.block_type() == Some("tool_result"));
+        blocks = results;
+        blocks.extend(rest);
+    }
+    prev.content = Some(Content::Blocks(blocks));
 }
 
 fn into_blocks(content: Option<Content>) -> Vec<Block> {

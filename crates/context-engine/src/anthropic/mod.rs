@@ -18,7 +18,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::message::layout::{self, Layout, Record, object, string};
-use crate::message::{Extra, json_type};
+use crate::message::{Extra, json_type, record_storage};
 
 /// Why a JSON value is not an Anthropic Messages request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -331,18 +331,7 @@ impl Record for Message {
         index == 0 || self.content.is_some()
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 impl Serialize for Message {
@@ -439,18 +428,7 @@ impl Record for Request {
         index == 1 || self.system.is_some()
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 impl Serialize for Request {
@@ -460,4 +438,4 @@ impl Serialize for Request {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

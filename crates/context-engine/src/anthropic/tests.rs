@@ -125,7 +125,8 @@ fn malformed_requests_say_where() {
     assert_eq!(r.to_json_string(), text);
 }
 
-fn arb_json() -> impl Strategy<Value = Value> {
+/// Any small JSON value (shared with the Responses tests).
+pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),

@@ -43,6 +43,7 @@ macro_rules! record_storage {
         }
     };
 }
+pub(crate) use record_storage;
 
 /// Unknown fields of a record, in their original order.
 pub type Extra = Map<String, Value>;

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 pub use crate::anthropic::FormatError;
 use crate::anthropic::expect_object;
 use crate::message::layout::{self, Layout, Record, object};
-use crate::message::{Extra, json_type};
+use crate::message::{Extra, json_type, record_storage};
 
 /// One input item, kept as the JSON object it was.
 #[derive(Clone, Debug, PartialEq)]
@@ -273,18 +273,7 @@ impl Record for Request {
         true
     }
 
-    fn extra(&self) -> &Extra {
-        &self.extra
-    }
-    fn extra_mut(&mut self) -> &mut Extra {
-        &mut self.extra
-    }
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-    fn layout_mut(&mut self) -> &mut Layout {
-        &mut self.layout
-    }
+    record_storage!();
 }
 
 impl Serialize for Request {

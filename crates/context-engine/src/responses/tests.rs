@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::bridge::{from_chat, to_chat};
 use super::*;
+use crate::anthropic::tests::arb_json;
 use crate::compressor::Compressor;
 use crate::digest::{DigestOptions, digest};
 use crate::engine::{CompressRequest, ContextEngine};
@@ -104,22 +105,6 @@ fn string_input_and_bad_shapes() {
         Request::parse(r#"{"model":"m"}"#).unwrap_err().to_string(),
         "missing field `input`"
     );
-}
-
-fn arb_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i32>().prop_map(|n| json!(n)),
-        "[a-z _]{0,8}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-            prop::collection::vec(("[a-z_]{1,6}", inner), 0..4)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-        ]
-    })
 }
 
 fn arb_item() -> impl Strategy<Value = Value> {

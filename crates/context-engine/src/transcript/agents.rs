@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::{Format, LoadError, is_json_ws};
-use crate::anthropic::{self, Block, Content, FormatError};
+use crate::anthropic::{self, FormatError};
 use crate::responses::{self, Item};
 
 /// A request in a wire format, with the way back from chat messages.
@@ -324,30 +324,11 @@ pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Wire, LoadErr
         let m = anthropic::Message::from_value(message)
             .map_err(|e| format_error(source_name, Some(*line), e))?;
         match messages.last_mut() {
-            Some(prev) if prev.role == m.role => merge_into(prev, m),
+            Some(prev) if prev.role == m.role => anthropic::bridge::append_blocks(prev, m),
             _ => messages.push(m),
         }
     }
     Ok(Wire::anthropic(anthropic::Request::new(messages), false))
-}
-
-/// Appends `m`'s blocks to `prev` (tool results first in a user message).
-fn merge_into(prev: &mut anthropic::Message, m: anthropic::Message) {
-    let blocks = |c: Option<Content>| match c {
-        None => Vec::new(),
-        Some(Content::Text(t)) => vec![Block::new_text(t)],
-        Some(Content::Blocks(b)) => b,
-    };
-    let mut all = blocks(prev.content.take());
-    all.extend(blocks(m.content));
-    if prev.role == "user" {
-        let (results, rest): (Vec<Block>, Vec<Block>) = all
-            .into_iter()
-            .partition(|b| b.block_type() == Some("tool_result"));
-        all = results;
-        all.extend(rest);
-    }
-    prev.content = Some(Content::Blocks(all));
 }
 
 /// A Codex rollout (see the module docs).
