@@ -94,6 +94,18 @@ impl Format {
         Format::Codex,
     ];
 
+    /// The formats that hold chat-completions messages as they are: a
+    /// transcript converts between them without loss. The others are wire
+    /// formats reached through a bridge (fields the chat model carries but
+    /// the wire format has no place for, say a message's `extra`, are not
+    /// written there).
+    pub const CHAT: [Format; 4] = [
+        Format::Array,
+        Format::MiniSweAgent,
+        Format::SweAgent,
+        Format::JsonLines,
+    ];
+
     /// The canonical name, accepted back by [`Format::from_str`].
     pub fn name(self) -> &'static str {
         match self {
