@@ -143,6 +143,6 @@ pub struct WriteError {
 /// An unknown [`super::Format`] name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown transcript format `{0}` (expected one of: array, mini-swe-agent, swe-agent, jsonl)"
+    "unknown transcript format `{0}` (expected one of: array, mini-swe-agent, swe-agent, jsonl, anthropic, responses, claude-code, codex)"
 )]
 pub struct ParseFormatError(pub String);

@@ -1,5 +1,7 @@
 //! Provider rules and safe cut points: the one place that knows what a
-//! chat-completions request may look like.
+//! chat-completions request may look like, and (in [`anthropic`] and
+//! [`responses`]) what an Anthropic Messages or OpenAI Responses request
+//! may look like, on their own lossless models.
 //!
 //! Two questions are answered here, from the same set of rules:
 //!
