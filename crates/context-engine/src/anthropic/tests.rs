@@ -413,3 +413,59 @@ fn cut_points_keep_calls_with_their_results() {
     assert!(cuts.can_remove(1, 3));
     assert!(!cuts.can_remove(1, 8));
 }
+
+/// A valid session: per turn, 1..3 parallel calls (with thinking) answered
+/// in the next user message, sometimes followed by the user's text.
+fn arb_session() -> impl Strategy<Value = String> {
+    prop::collection::vec((1usize..4, any::<bool>()), 1..8).prop_map(|turns| {
+        let mut messages = vec![json!({"role": "user", "content": "task"})];
+        for (t, (calls, text_after)) in turns.into_iter().enumerate() {
+            let mut blocks = vec![json!({"type": "thinking", "thinking": "hm", "signature": format!("s{t}")})];
+            let mut results = Vec::new();
+            for c in 0..calls {
+                let id = format!("toolu_{t}_{c}");
+                blocks.push(json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"n": c}}));
+                results.push(json!({"type": "tool_result", "tool_use_id": id, "content": "out"}));
+            }
+            if text_after {
+                results.push(json!({"type": "text", "text": "and then?", "cache_control": {"type": "ephemeral"}}));
+            }
+            messages.push(json!({"role": "assistant", "content": blocks}));
+            messages.push(json!({"role": "user", "content": results}));
+        }
+        messages.push(json!({"role": "assistant", "content": "done"}));
+        json!({"system": "sys", "messages": messages}).to_string()
+    })
+}
+
+proptest! {
+    /// Removing any span the strict cut points allow, with or without a
+    /// summary in its place, gives a valid Anthropic request whose thinking
+    /// blocks are untouched.
+    #[test]
+    fn removing_a_safe_span_keeps_the_request_valid(
+        text in arb_session(),
+        a in 0usize..40,
+        len in 0usize..40,
+        summary in any::<bool>(),
+    ) {
+        let request = Request::parse(&text).unwrap();
+        prop_assert!(validate(&request).is_empty());
+        let bridged = to_chat(&request);
+        let cuts = crate::validate::CutPoints::with_profile(&bridged.messages, Profile::Strict);
+        let n = bridged.messages.len();
+        // Two safe boundaries after the system prompt.
+        let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();
+        let (x, y) = (safe[a % safe.len()], safe[len % safe.len()]);
+        let (a, b) = (x.min(y), x.max(y));
+        prop_assume!(a < n && cuts.can_remove(a, b));
+        let mut out: Vec<_> = bridged.messages[..a].to_vec();
+        if summary && a < b {
+            out.push(crate::message::Message::user("summary of the span"));
+        }
+        out.extend_from_slice(&bridged.messages[b..]);
+        let back = from_chat(&request, &bridged, &out);
+        prop_assert!(validate(&back).is_empty(), "{:?}\n{}", validate(&back), back.to_json_string());
+        prop_assert!(thinking_changed(&request, &back).is_empty());
+    }
+}
