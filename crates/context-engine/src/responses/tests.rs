@@ -304,3 +304,58 @@ fn cut_points_keep_reasoning_calls_and_outputs_together() {
     // search and the unknown item stay with the local shell call before them.
     assert_eq!(safe, vec![0, 1, 2, 7, 10, 14, 15, 16]);
 }
+
+/// A valid Codex-like input: per turn, reasoning, 1..3 calls and their
+/// outputs, sometimes a web search and an assistant message.
+fn arb_session() -> impl Strategy<Value = String> {
+    prop::collection::vec((1usize..4, any::<bool>()), 1..8).prop_map(|turns| {
+        let mut input = vec![json!({"type": "message", "role": "user", "content": "task"})];
+        for (t, (calls, extra)) in turns.into_iter().enumerate() {
+            input.push(json!({"type": "reasoning", "summary": [], "encrypted_content": format!("e{t}")}));
+            for c in 0..calls {
+                input.push(json!({"type": "function_call", "name": "shell", "arguments": "{}", "call_id": format!("c{t}_{c}")}));
+            }
+            for c in 0..calls {
+                input.push(json!({"type": "function_call_output", "call_id": format!("c{t}_{c}"), "output": "ok"}));
+            }
+            if extra {
+                input.push(json!({"type": "web_search_call", "id": format!("ws{t}"), "status": "completed"}));
+                input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "so far"}]}));
+            }
+        }
+        json!({"instructions": "sys", "input": input}).to_string()
+    })
+}
+
+proptest! {
+    /// Removing any span the chat cut points allow, with or without a
+    /// summary, gives a valid Responses input; reasoning stays with its call.
+    #[test]
+    fn removing_a_safe_span_keeps_the_input_valid(
+        text in arb_session(),
+        x in 0usize..40,
+        y in 0usize..40,
+        summary in any::<bool>(),
+    ) {
+        let request = Request::parse(&text).unwrap();
+        prop_assert!(validate(&request).is_empty());
+        let bridged = to_chat(&request);
+        let cuts = crate::validate::CutPoints::new(&bridged.messages);
+        let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();
+        let (x, y) = (safe[x % safe.len()], safe[y % safe.len()]);
+        let (a, b) = (x.min(y), x.max(y));
+        let mut out: Vec<_> = bridged.messages[..a].to_vec();
+        if summary && a < b {
+            out.push(crate::message::Message::user("summary of the span"));
+        }
+        out.extend_from_slice(&bridged.messages[b..]);
+        let back = from_chat(&request, &bridged, &out);
+        prop_assert!(validate(&back).is_empty(), "{:?}\n{}", validate(&back), back.to_json_string());
+        // Every encrypted reasoning item kept is byte-identical.
+        for item in back.items() {
+            if let ItemKind::Reasoning { encrypted_content } = item.kind() {
+                prop_assert!(request.items().iter().any(|o| o == item), "{:?}", encrypted_content);
+            }
+        }
+    }
+}
