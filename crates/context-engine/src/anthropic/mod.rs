@@ -53,6 +53,11 @@ impl FormatError {
     }
 }
 
+/// Parses a request body's JSON.
+pub(crate) fn parse_json(text: &str) -> Result<Value, FormatError> {
+    serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))
+}
+
 /// Takes the object out of `value`, or says what it was.
 pub(crate) fn expect_object(value: Value) -> Result<Map<String, Value>, FormatError> {
     object(value).map_err(|v| FormatError::NotAnObject {
@@ -104,10 +109,7 @@ pub enum BlockKind<'a> {
 impl Block {
     /// `{"type": "text", "text": text}`.
     pub fn new_text(text: impl Into<String>) -> Block {
-        let mut m = Map::new();
-        m.insert("type".into(), "text".into());
-        m.insert("text".into(), Value::String(text.into()));
-        Block(m)
+        Block(crate::message::ContentPart::new_text(text).into_map())
     }
 
     pub fn from_map(map: Extra) -> Block {
@@ -364,9 +366,7 @@ impl Request {
 
     /// Parses a request body.
     pub fn parse(text: &str) -> Result<Request, FormatError> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))?;
-        Request::from_value(value)
+        Request::from_value(parse_json(text)?)
     }
 
     pub fn from_value(value: Value) -> Result<Request, FormatError> {

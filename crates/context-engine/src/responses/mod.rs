@@ -19,7 +19,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 pub use crate::anthropic::FormatError;
-use crate::anthropic::expect_object;
+use crate::anthropic::{expect_object, parse_json};
 use crate::message::layout::{self, Layout, Record, object};
 use crate::message::{Extra, json_type, record_storage};
 
@@ -187,9 +187,7 @@ impl Request {
     }
 
     pub fn parse(text: &str) -> Result<Request, FormatError> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))?;
-        Request::from_value(value)
+        Request::from_value(parse_json(text)?)
     }
 
     pub fn from_value(value: Value) -> Result<Request, FormatError> {
