@@ -29,6 +29,8 @@
 //! # Ok::<(), context_engine::transcript::LoadError>(())
 //! ```
 
+pub mod anthropic;
+pub mod bridge;
 pub mod compressor;
 pub mod config;
 pub mod digest;
@@ -41,6 +43,7 @@ pub mod prune;
 pub mod recall;
 pub mod redact;
 pub mod replay;
+pub mod responses;
 pub mod retention;
 pub mod store;
 pub mod summarize;

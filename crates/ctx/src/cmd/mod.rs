@@ -48,7 +48,8 @@ pub struct Input {
     /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
     pub file: PathBuf,
     /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
+    /// (array, mini-swe-agent, swe-agent, jsonl, anthropic, responses,
+    /// claude-code, codex).
     #[arg(long)]
     pub format: Option<Format>,
 }
