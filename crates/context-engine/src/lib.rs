@@ -29,6 +29,8 @@
 //! # Ok::<(), context_engine::transcript::LoadError>(())
 //! ```
 
+pub mod anthropic;
+pub mod bridge;
 pub mod compressor;
 pub mod config;
 pub mod digest;
@@ -39,10 +41,13 @@ pub mod message;
 pub mod plugin;
 pub mod pricing;
 pub mod prune;
+pub mod recall;
 pub mod redact;
 pub mod replay;
+pub mod responses;
 pub mod retention;
 pub mod schedule;
+pub mod store;
 pub mod summarize;
 pub mod tokens;
 pub mod tool_output;

@@ -75,12 +75,48 @@ enum Command {
                             ctx prune session.traj --current-tokens 90000 --threshold 60000 > pruned.json"
     )]
     Prune(cmd::prune::PruneArgs),
+    /// Print the original messages behind a handle from the session store.
+    #[command(
+        after_help = "Handles come from summaries (s…), digest and prune lines (a tool call id or h…), \
+                      and search hits (m…).\n\n\
+                      Example:\n  ctx recall --store session.db s3f9a1c2b7d04\n  \
+                            ctx recall --store session.db call_7 --json"
+    )]
+    Recall(cmd::recall::RecallArgs),
+    /// Full-text search over what compactions archived in the session store.
+    #[command(
+        after_help = "Example:\n  ctx search --store session.db \"KeyError test_io.py\"\n  \
+                            ctx search --store session.db pytest --json"
+    )]
+    Search(cmd::search::SearchArgs),
     /// Show the effective configuration with each value's source, or check a config file.
     #[command(
         after_help = "Example:\n  ctx config show --set context.threshold_percent=60\n  \
                             ctx config check config.example.yaml"
     )]
     Config(cmd::config::ConfigArgs),
+    /// Run the engine as an OpenAI-compatible proxy in front of any provider.
+    #[command(
+        after_help = "Point the agent's base URL at http://127.0.0.1:8787/v1; every chat request is \
+                      managed (digest, prune, compaction), every other /v1 call passed through. \
+                      Metrics at /metrics, a session's status at /ctx/sessions/{id}.\n\n\
+                      Example:\n  ctx serve --upstream https://api.openai.com/v1 --context-length 128000\n  \
+                            ctx serve --upstream http://127.0.0.1:8080/v1 --listen 127.0.0.1:9000"
+    )]
+    Serve(cmd::serve::ServeArgs),
+}
+
+/// Structured logs on stderr for `ctx serve` (`CTX_LOG=debug|info|warn`,
+/// default `info`); bodies and keys are never logged.
+fn init_logging() {
+    let level = std::env::var("CTX_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::INFO);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -94,6 +130,12 @@ fn main() -> ExitCode {
         Command::Compact(args) => cmd::compact::run(args),
         Command::Prune(args) => cmd::prune::run(args),
         Command::Config(args) => cmd::config::run(args),
+        Command::Recall(args) => cmd::recall::run(args),
+        Command::Search(args) => cmd::search::run(args),
+        Command::Serve(args) => {
+            init_logging();
+            cmd::serve::run(args)
+        }
     };
     match result {
         Ok(code) => code,

@@ -312,21 +312,52 @@ fn a_window_that_cannot_hold_a_request_is_refused_or_reported() {
     assert!(err.contains("system prompt "), "{err}");
 }
 
+const SESSIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../context-engine/tests/fixtures/sessions"
+);
+
+/// Claude Code's and Codex's session logs, and an Anthropic request file,
+/// are read by `replay`, `inspect` and `validate`.
 #[test]
-fn an_anthropic_transcript_is_refused_by_name() {
+fn agent_session_logs_and_anthropic_requests_are_read() {
     let dir = std::env::temp_dir().join(format!("ctx-replay-anthropic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("anthropic.json");
+    let anthropic = dir.join("anthropic.json");
     std::fs::write(
-        &path,
+        &anthropic,
         r#"{"system":"You are helpful.","messages":[{"role":"user","content":"list files"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"bash","input":{"cmd":"ls"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a.py"}]}]}"#,
     )
     .unwrap();
-    for cmd in ["replay", "inspect", "validate"] {
-        let out = ctx(&[cmd, path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(2), "{cmd}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains("Anthropic Messages"), "{cmd}: {err}");
-        assert!(err.contains("tool_use"), "{cmd}: {err}");
+    let claude = format!("{SESSIONS}/claude-code-session.jsonl");
+    let codex = format!("{SESSIONS}/rollout-2026-01-01T10-00-00-0199a1b2.jsonl");
+    for (path, format, calls) in [
+        (anthropic.to_str().unwrap(), "anthropic", 1),
+        (claude.as_str(), "claude-code", 4),
+        (codex.as_str(), "codex", 4),
+    ] {
+        let r = replay_json(path, "8000");
+        assert_consistent(&r);
+        assert_eq!(r["calls"].as_array().unwrap().len(), calls, "{path}");
+        let out = ctx(&["validate", path, "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(out.status.success(), "{path}: {v}");
+        let rules = if format == "codex" {
+            "responses"
+        } else {
+            "anthropic"
+        };
+        assert_eq!(v["profile"], rules, "{path}: {v}");
+        let out = ctx(&["validate", path, "--profile", "openai"]);
+        assert!(out.status.success(), "{path}");
+        let out = ctx(&["inspect", path, "--json"]);
+        assert!(
+            out.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["format"], format, "{path}: {v}");
     }
+    std::fs::remove_dir_all(&dir).ok();
 }

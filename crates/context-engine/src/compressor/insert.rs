@@ -26,6 +26,13 @@ pub fn wrap_summary(body: &str) -> String {
     format!("{SUMMARY_PREFIX}\n\n{}\n{SUMMARY_END}", body.trim())
 }
 
+/// `body` opened by the line naming the archived span `start..end` of the
+/// input and its handle (see [`crate::store::archive_note`]).
+pub fn with_archive_note(body: &str, start: usize, end: usize, handle: &str) -> String {
+    let note = crate::store::archive_note(start, end, handle);
+    format!("{note}\n\n{}", body.trim())
+}
+
 /// The summary body inside `text`, if `text` carries one.
 pub fn summary_body(text: &str) -> Option<&str> {
     let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();

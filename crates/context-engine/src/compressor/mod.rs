@@ -492,8 +492,12 @@ impl Compressor {
                     .filter_map(|i| {
                         let m = &messages[i];
                         if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                            // The holder's own words and tool calls stay in
+                            // the span (a summary merged into a tool-call turn
+                            // must not take the calls with it).
                             let own = insert::without_summary(&m.text());
-                            return (!own.is_empty()).then(|| with_text(m, own));
+                            return (!own.is_empty() || m.has_tool_calls())
+                                .then(|| with_text(m, own));
                         }
                         Some(m.clone())
                     })
@@ -558,7 +562,12 @@ impl Compressor {
                 )
             }
         };
-        let body = self.egress.string(&body);
+        let mut body = self.egress.string(&body);
+        if request.archive {
+            let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
+            let handle = crate::store::span_handle(&replaced);
+            body = insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle);
+        }
         let wrapped = wrap_summary(&body);
 
         // Under the cache-aware schedule the head stays byte for byte what
@@ -652,6 +661,20 @@ impl Compressor {
         self.awaiting_effect = Some(tokens_before);
         Ok(Compaction::with_report(out, report))
     }
+}
+
+/// The compressor's own state in a snapshot (see
+/// [`ContextEngine::snapshot`]); the cooldown as time left, so it survives
+/// a restart on another clock.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Persisted {
+    cooldown_left_ms: Option<u64>,
+    transient_failures: usize,
+    fallback_streak: u32,
+    ineffective_streak: u32,
+    last_savings_percent: f64,
+    awaiting_effect: Option<u64>,
+    seen_real_usage: bool,
 }
 
 /// How far the rough estimate may grow past the last real count before
@@ -868,6 +891,48 @@ impl ContextEngine for Compressor {
                     .to_string()
             }
         }
+    }
+
+    /// The [`EngineState`] and the compressor's own: cooldown (as time
+    /// left), failure and ineffectiveness streaks, the pending effect check.
+    fn snapshot(&self) -> Value {
+        let own = Persisted {
+            cooldown_left_ms: self
+                .cooldown_until
+                .map(|until| until.saturating_sub(self.clock.now()).as_millis() as u64),
+            transient_failures: self.transient_failures,
+            fallback_streak: self.fallback_streak,
+            ineffective_streak: self.ineffective_streak,
+            last_savings_percent: self.last_savings_percent,
+            awaiting_effect: self.awaiting_effect,
+            seen_real_usage: self.seen_real_usage,
+        };
+        json!({ "state": self.state, "compressor": own })
+    }
+
+    fn restore(&mut self, snapshot: &Value) -> Result<(), EngineError> {
+        #[derive(serde::Deserialize)]
+        struct Snapshot {
+            state: EngineState,
+            compressor: Persisted,
+        }
+        let s: Snapshot =
+            serde::Deserialize::deserialize(snapshot).map_err(|e| EngineError::Restore {
+                engine: NAME.to_owned(),
+                reason: e.to_string(),
+            })?;
+        self.state = s.state;
+        let own = s.compressor;
+        self.cooldown_until = own
+            .cooldown_left_ms
+            .map(|ms| self.clock.now() + Duration::from_millis(ms));
+        self.transient_failures = own.transient_failures;
+        self.fallback_streak = own.fallback_streak;
+        self.ineffective_streak = own.ineffective_streak;
+        self.last_savings_percent = own.last_savings_percent;
+        self.awaiting_effect = own.awaiting_effect;
+        self.seen_real_usage = own.seen_real_usage;
+        Ok(())
     }
 
     fn status(&self) -> EngineStatus {

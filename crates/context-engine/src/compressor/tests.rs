@@ -677,3 +677,38 @@ fn proactive_prune_is_off_by_default_and_prunes_when_configured() {
     let changed = messages.iter().zip(out.iter()).filter(|(a, b)| a != b);
     assert_eq!(changed.count(), pruned);
 }
+
+#[test]
+fn a_summary_merged_into_a_tool_call_turn_keeps_the_calls_for_the_next_summary() {
+    // The previous compaction merged its summary into an assistant turn
+    // that calls a tool (the double-collision placement): the next
+    // compaction must summarise that call, not drop the turn with the
+    // summary text.
+    let mut history = vec![
+        Message::system("You are a coding agent."),
+        Message::user("Fix the bug in src/lib.rs; do not change the public API."),
+        Message::assistant_tool_calls(
+            wrap_summary("Earlier: read the parser."),
+            vec![ToolCall::function(
+                "n3",
+                "bash",
+                r#"{"command": "cat notes_3.txt"}"#,
+            )],
+        ),
+        Message::tool_result("n3", "note three\n".repeat(50)),
+    ];
+    history.extend(session(40).into_iter().skip(2));
+    let (stub, seen) = Stub::new(vec![Ok("updated summary".into())]);
+    let mut engine = Compressor::new(counter(), 20_000).with_summarizer(stub);
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    assert!(engine.last_report().unwrap().iterative);
+    let asked = seen.lock().unwrap()[0].clone();
+    assert!(
+        asked.contains("notes_3.txt"),
+        "the call was dropped: {asked}"
+    );
+    assert!(validate(&out, Profile::OpenAi).is_empty());
+}

@@ -684,7 +684,9 @@ fn check_api_keys(
             for (k, v) in map {
                 path.push(k.clone());
                 let lower = k.to_ascii_lowercase();
-                if (lower.starts_with("api_key") || lower.starts_with("apikey"))
+                if (lower.starts_with("api_key")
+                    || lower.starts_with("apikey")
+                    || lower.starts_with("auth_token"))
                     && let Value::String(s) = v
                     && (!is_env_name(s) || looks_secret(s))
                 {

@@ -63,6 +63,10 @@ pub struct Config {
     pub plugins: PluginsConfig,
     /// What the provider bills, for the cache-aware schedule and estimates.
     pub pricing: PricingConfig,
+    /// Where the session store lives.
+    pub store: StoreConfig,
+    /// `ctx serve`, the OpenAI-compatible proxy.
+    pub serve: ServeConfig,
     /// Engine-specific sections, passed to the engine of that name untyped:
     /// the engine, not this crate, knows their shape.
     pub engines: BTreeMap<String, serde_json::Value>,
@@ -301,6 +305,101 @@ pub struct PluginsConfig {
     /// project's config works from any working directory); from the
     /// environment or a flag, against the working directory.
     pub dirs: Vec<PathBuf>,
+}
+
+/// `store`: the session store that archives what compaction removes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// The store file, or `:memory:`; unset means `store.db` in the user
+    /// data folder ([`crate::store::default_path`]).
+    pub path: Option<PathBuf>,
+}
+
+impl StoreConfig {
+    /// [`path`](Self::path), else the default in the user data folder;
+    /// `None` when neither is known (no `HOME`).
+    pub fn resolved_path(&self) -> Option<PathBuf> {
+        self.path.clone().or_else(crate::store::default_path)
+    }
+}
+
+/// `serve`: the OpenAI-compatible proxy (`ctx serve`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServeConfig {
+    /// Address to listen on. Loopback by default; any other address needs
+    /// `auth_token_env`.
+    pub listen: String,
+    /// The provider the proxy forwards to.
+    pub upstream: UpstreamConfig,
+    /// NAME of the environment variable holding the access token clients
+    /// must present (`Authorization: Bearer …` or `x-ctx-token`); required
+    /// when `listen` is not a loopback address.
+    pub auth_token_env: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Offer the engine's tools (`context_recall`, ...) to the model and
+    /// resolve their calls in the proxy.
+    pub engine_tools: bool,
+    /// Upstream round trips spent on engine-tool calls per request.
+    pub max_tool_rounds: u32,
+    /// Sessions kept in memory; the least recently used goes first.
+    pub max_sessions: usize,
+    /// A session unused this long (seconds) is dropped.
+    pub session_idle_seconds: u64,
+    /// Share of the compaction threshold at which a model summary starts
+    /// being prepared in the background, in (0, 1).
+    #[serde(deserialize_with = "de_fraction")]
+    pub summary_watermark: f64,
+    /// How long a shutdown waits for in-flight requests, in seconds.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            listen: "127.0.0.1:8787".to_owned(),
+            upstream: UpstreamConfig::default(),
+            auth_token_env: None,
+            max_body_bytes: 64 * 1024 * 1024,
+            engine_tools: false,
+            max_tool_rounds: 3,
+            max_sessions: 10_000,
+            session_idle_seconds: 3600,
+            summary_watermark: 0.7,
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+/// `serve.upstream`: where requests go and how long they may take.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpstreamConfig {
+    /// Base URL as in the OpenAI SDKs (`https://…/v1`): `/v1/X` on the proxy
+    /// goes to `{url}/X`.
+    pub url: Option<String>,
+    /// NAME of the environment variable holding the provider key; when set,
+    /// it replaces the client's `Authorization`. Unset: the client's header
+    /// goes upstream as it came.
+    pub api_key_env: Option<String>,
+    /// Whole-request deadline of a non-streamed call, and the longest
+    /// silence inside a stream, in seconds.
+    pub timeout_seconds: u64,
+    /// Deadline of the TCP/TLS connect, in seconds.
+    pub connect_timeout_seconds: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> UpstreamConfig {
+        UpstreamConfig {
+            url: None,
+            api_key_env: None,
+            timeout_seconds: 600,
+            connect_timeout_seconds: 10,
+        }
+    }
 }
 
 impl Config {

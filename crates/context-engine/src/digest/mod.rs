@@ -65,7 +65,6 @@
 //! cache still matches everything before it.
 
 mod line;
-mod recall;
 
 #[cfg(test)]
 mod tests;
@@ -81,7 +80,9 @@ use crate::tool_output::{self, Flags, clip};
 use crate::validate::{self, envelope, observation};
 
 pub use crate::validate::ENVELOPE_HEADER;
-pub use recall::{
+// Recall lives in `crate::recall` (one home for the engine tools); the
+// digest's users keep finding it here.
+pub use crate::recall::{
     LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
 };
 
@@ -388,6 +389,17 @@ pub(crate) fn result_handle(message: &Message, body: &str) -> String {
 /// A content-derived handle: stable across turns and compactions.
 pub(crate) fn hash_handle(body: &str) -> String {
     format!("h{:016x}", xxh3_64(body.as_bytes()))
+}
+
+/// The recall handles of each block of a text tool-result envelope.
+pub(crate) fn envelope_block_handles(text: &str) -> Vec<String> {
+    if envelope::is_digested(text) {
+        return Vec::new();
+    }
+    envelope::blocks(text)
+        .into_iter()
+        .map(|b| hash_handle(b.body))
+        .collect()
 }
 
 /// `full output: context_recall {"handle":"…"}`.

@@ -79,7 +79,7 @@ impl Outcome {
             EngineError::InvalidOutput { .. } => Outcome::InvalidOutput,
             EngineError::NothingToCompress { .. } => Outcome::NothingToCompress,
             EngineError::Blocked { .. } => Outcome::Blocked,
-            EngineError::Plugin { .. } => Outcome::Failed,
+            EngineError::Plugin { .. } | EngineError::Restore { .. } => Outcome::Failed,
         }
     }
 

@@ -63,6 +63,15 @@ pub enum EngineError {
         /// Why (e.g. "all 8 messages are protected").
         reason: String,
     },
+    /// A persisted state snapshot could not be restored (written by
+    /// another engine or version, or edited by hand).
+    #[error("engine `{engine}`: cannot restore its saved state: {reason}")]
+    Restore {
+        /// Name of the engine.
+        engine: String,
+        /// What is wrong with the snapshot.
+        reason: String,
+    },
     /// The engine declined an unforced compaction.
     #[error("engine `{engine}`: compression blocked: {reason}")]
     Blocked {
@@ -80,6 +89,7 @@ impl EngineError {
             EngineError::Summarizer { engine, .. }
             | EngineError::InvalidOutput { engine, .. }
             | EngineError::Plugin { engine, .. }
+            | EngineError::Restore { engine, .. }
             | EngineError::NothingToCompress { engine, .. }
             | EngineError::Blocked { engine, .. } => engine,
         }
@@ -89,6 +99,7 @@ impl EngineError {
     pub fn reason(&self) -> String {
         match self {
             EngineError::Summarizer { reason, .. }
+            | EngineError::Restore { reason, .. }
             | EngineError::NothingToCompress { reason, .. } => reason.clone(),
             EngineError::InvalidOutput { violation, .. } => violation.to_string(),
             EngineError::Plugin {

@@ -30,6 +30,7 @@ mod tests;
 
 use std::borrow::Cow;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::message::Message;
@@ -213,6 +214,25 @@ pub trait ContextEngine: Send {
     fn handle_tool_call(&mut self, name: &str, args: &Value, ctx: &ToolCallContext<'_>) -> String {
         let _ = (args, ctx);
         unknown_tool(name)
+    }
+
+    /// The engine's state as JSON, for a session store to persist after
+    /// every step so that a restarted host resumes with the same decisions.
+    /// Default: the [`EngineState`]; engines with more state (cooldowns,
+    /// streaks) override this and [`restore`](Self::restore) together.
+    fn snapshot(&self) -> Value {
+        serde_json::to_value(self.state()).unwrap_or(Value::Null)
+    }
+
+    /// Adopts a [`snapshot`](Self::snapshot) taken earlier (possibly by
+    /// another process). On error the engine is unchanged.
+    fn restore(&mut self, snapshot: &Value) -> Result<(), EngineError> {
+        let state = EngineState::deserialize(snapshot).map_err(|e| EngineError::Restore {
+            engine: self.name().to_owned(),
+            reason: e.to_string(),
+        })?;
+        *self.state_mut() = state;
+        Ok(())
     }
 
     /// The standard status report; engines may add fields to its `extra`.

@@ -25,6 +25,10 @@ pub struct CompressRequest {
     /// that sends it to an LLM passes it through
     /// [`sanitize_memory_context`](super::sanitize_memory_context) first.
     pub memory_context: String,
+    /// The host archives what this compaction removes (a session store is
+    /// attached): the summary should name the span's handle
+    /// ([`span_handle`](crate::store::span_handle)) so the model can expand it.
+    pub archive: bool,
 }
 
 impl CompressRequest {
@@ -48,6 +52,12 @@ impl CompressRequest {
     /// Sets [`force`](Self::force).
     pub fn with_force(mut self, force: bool) -> CompressRequest {
         self.force = force;
+        self
+    }
+
+    /// Sets [`archive`](Self::archive).
+    pub fn with_archive(mut self, archive: bool) -> CompressRequest {
+        self.archive = archive;
         self
     }
 

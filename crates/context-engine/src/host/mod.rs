@@ -28,6 +28,16 @@
 //! fails open: an engine error, an empty result or a result that breaks a
 //! provider rule the input kept leaves the history (or request) as it was
 //! and becomes a [`Notice`].
+//!
+//! With a [`SessionStore`] attached ([`with_store`](Session::with_store)),
+//! nothing compacted is lost: each accepted compaction or prune archives
+//! the messages that left the history, records the compaction and saves the
+//! engine's state in one transaction *before* the new history is handed
+//! back (a store that cannot commit keeps the history unchanged), the state
+//! is saved after every response, a new `Session` on the same store and id
+//! resumes where the last one stopped, and the `context_recall`,
+//! `context_search` and `context_expand` tools answer from the history,
+//! then the archive.
 
 #[cfg(test)]
 mod tests;
@@ -45,6 +55,8 @@ use crate::engine::{
     Usage, automatic_compaction_status_message,
 };
 use crate::message::Message;
+use crate::recall::{self, Sources};
+use crate::store::{Batch, CompactionInfo, SessionStore, StoreError};
 use crate::tokens::TokenCounter;
 use crate::validate::{Profile, introduced_violation};
 
@@ -257,6 +269,21 @@ pub struct Session {
     awaiting_usage: bool,
     last_usage: Option<Usage>,
     calls_this_turn: u32,
+    /// The session store, when attached.
+    store: Option<Arc<dyn SessionStore>>,
+    /// Compactions recorded in the store (numbers the next record).
+    recorded: u64,
+    /// Store warnings raised where no [`Update`] is returned.
+    pending: Vec<Notice>,
+}
+
+/// The driver's own state, saved with the engine's.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HostState {
+    awaiting_usage: bool,
+    last_usage: Option<Usage>,
+    calls_this_turn: u32,
+    recorded: u64,
 }
 
 impl std::fmt::Debug for Session {
@@ -287,6 +314,80 @@ impl Session {
             awaiting_usage: false,
             last_usage: None,
             calls_this_turn: 0,
+            store: None,
+            recorded: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Attaches a session store: what leaves the history is archived there,
+    /// the state is saved after every step, and the recall tools read it.
+    /// When the store already has this session's state (a restart), the
+    /// engine and the driver resume from it.
+    pub fn with_store(mut self, store: Arc<dyn SessionStore>) -> Result<Session, StoreError> {
+        if let Some(saved) = store.load_state(&self.id)? {
+            let corrupt = |detail: String| StoreError::Corrupt {
+                location: store.location(),
+                detail: format!("state of session `{}`: {detail}", self.id),
+            };
+            let host: HostState = saved
+                .get("host")
+                .cloned()
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(|e| corrupt(e.to_string()))?
+                .ok_or_else(|| corrupt("no `host` part".into()))?;
+            let engine = saved
+                .get("engine_state")
+                .ok_or_else(|| corrupt("no `engine_state` part".into()))?;
+            self.engine
+                .restore(engine)
+                .map_err(|e| corrupt(e.to_string()))?;
+            self.awaiting_usage = host.awaiting_usage;
+            self.last_usage = host.last_usage;
+            self.calls_this_turn = host.calls_this_turn;
+            self.recorded = host.recorded;
+        }
+        self.store = Some(store);
+        Ok(self)
+    }
+
+    /// The attached session store.
+    pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+        self.store.as_ref()
+    }
+
+    /// The state a store keeps for this session: the engine's snapshot and
+    /// the driver's counters.
+    fn snapshot(&self) -> Value {
+        let host = HostState {
+            awaiting_usage: self.awaiting_usage,
+            last_usage: self.last_usage,
+            calls_this_turn: self.calls_this_turn,
+            recorded: self.recorded,
+        };
+        serde_json::json!({
+            "engine": self.engine.name(),
+            "engine_state": self.engine.snapshot(),
+            "host": host,
+        })
+    }
+
+    /// Commits `batch` with the current state; `Err` with a warning text.
+    fn commit(&self, mut batch: Batch) -> Result<(), String> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        batch.set_state(self.snapshot());
+        store.commit(&self.id, &batch).map_err(|e| e.to_string())
+    }
+
+    /// Saves the state alone; a failure becomes a warning on the next update.
+    fn save_state(&mut self) {
+        if let Err(e) = self.commit(Batch::new()) {
+            self.pending.push(Notice::warning(format!(
+                "session store: cannot save the engine state: {e}"
+            )));
         }
     }
 
@@ -333,6 +434,7 @@ impl Session {
     /// `history` (the persisted conversation, system prompt included).
     pub fn before_request(&mut self, history: &[Message]) -> Prepared {
         let mut update = Update::default();
+        update.notices.append(&mut self.pending);
         // Preflight measures the request that would be sent, after
         // selection: a digest that keeps requests small also postpones
         // compaction, which keeps detail and the prompt cache longer.
@@ -443,12 +545,14 @@ impl Session {
         self.engine.update_from_response(usage);
         self.last_usage = Some(*usage);
         self.awaiting_usage = false;
+        self.save_state();
     }
 
     /// After tool results were appended to `history`: the post-tool
     /// compaction check on the last real usage, then the proactive prune.
     pub fn after_tools(&mut self, history: &[Message]) -> Update {
         let mut update = Update::default();
+        update.notices.append(&mut self.pending);
         let real = self.engine.state().last_prompt_tokens.known();
         if !self.awaiting_usage {
             let decision = self.engine.should_compress_info(None);
@@ -468,7 +572,13 @@ impl Session {
         let base = update.new_history.as_deref().unwrap_or(history);
         let (pruned, n) = self.engine.prune_tool_results_only(base, real);
         if n > 0 {
-            match self.check_output(base, &pruned) {
+            let archived = self.check_output(base, &pruned).and_then(|()| {
+                let mut batch = Batch::new();
+                batch.archive_removed(base, &pruned);
+                self.commit(batch)
+                    .map_err(|e| format!("session store cannot archive it: {e}"))
+            });
+            match archived {
                 Ok(()) => {
                     let pruned = pruned.into_owned();
                     update.pruned = n;
@@ -497,6 +607,7 @@ impl Session {
     /// A manual `/compress [focus]`: forced past cooldowns, always reported.
     pub fn compact_now(&mut self, history: &[Message], focus: Option<&str>) -> Update {
         let mut update = Update::default();
+        update.notices.append(&mut self.pending);
         if !self.engine.has_content_to_compress(history) {
             update.notices.push(Notice {
                 kind: NoticeKind::Manual,
@@ -517,9 +628,15 @@ impl Session {
 
     /// The engine's tools merged into the agent's: the agent's own tools
     /// first, then each engine tool whose function name is not taken.
+    /// With a store, `context_recall`, `context_search` and
+    /// `context_expand` are among them.
     pub fn tools(&self, agent_tools: &[Value]) -> Vec<Value> {
         let mut out = agent_tools.to_vec();
-        for tool in self.engine.tool_schemas() {
+        let mut engine_tools = self.engine.tool_schemas();
+        if self.store.is_some() {
+            engine_tools.extend(recall::tool_schemas());
+        }
+        for tool in engine_tools {
             let name = tool_name(&tool);
             if name.is_none() || !out.iter().any(|t| tool_name(t) == name) {
                 out.push(tool);
@@ -530,10 +647,12 @@ impl Session {
 
     /// Whether `name` is one of the engine's tools.
     pub fn is_engine_tool(&self, name: &str) -> bool {
-        self.engine
-            .tool_schemas()
-            .iter()
-            .any(|t| tool_name(t) == Some(name))
+        (self.store.is_some() && recall::is_tool(name))
+            || self
+                .engine
+                .tool_schemas()
+                .iter()
+                .any(|t| tool_name(t) == Some(name))
     }
 
     /// Runs the engine's tool `name`; `None` when it is not an engine tool
@@ -556,6 +675,12 @@ impl Session {
                 );
             }
         };
+        if let Some(store) = &self.store
+            && recall::is_tool(name)
+        {
+            let sources = Sources::history(history).with_store(store.as_ref(), &self.id);
+            return Some(recall::handle_tool_call(name, &args, sources));
+        }
         let ctx = ToolCallContext::default().with_messages(history);
         Some(self.engine.handle_tool_call(name, &args, &ctx))
     }
@@ -571,6 +696,7 @@ impl Session {
         self.awaiting_usage = false;
         self.last_usage = None;
         self.calls_this_turn = 0;
+        self.save_state();
     }
 
     /// A real session boundary (exit, expiry); the engine may persist.
@@ -596,9 +722,17 @@ impl Session {
         let mut current_tokens = tokens;
         let mut passes = 0;
         let mut reports = Vec::new();
+        // With a store: what each pass removed, committed with the state
+        // once the compaction is accepted, before the caller sees it.
+        let archiving = self.store.is_some();
+        let before = archiving.then(|| self.engine.snapshot());
+        let mut batch = Batch::new();
         while passes < self.options.max_passes.max(1) {
             let input = current.as_deref().unwrap_or(history);
-            let request = request.clone().with_current_tokens(current_tokens);
+            let request = request
+                .clone()
+                .with_current_tokens(current_tokens)
+                .with_archive(archiving);
             let out = match self.engine.compress(input, &request) {
                 Ok(compaction) => {
                     reports.push(compaction.report);
@@ -635,6 +769,20 @@ impl Session {
                 break;
             }
             let after = self.counter.count_messages(&out) as u64;
+            if archiving {
+                let report = reports.last();
+                let mut info = CompactionInfo::new(
+                    self.recorded + u64::from(passes) + 1,
+                    trigger_name(trigger),
+                    self.engine.name(),
+                )
+                .with_summarizer(report.and_then(|r| r.summarizer.clone()))
+                .with_tokens(current_tokens, after);
+                if let Some(span) = report.and_then(|r| r.summarized) {
+                    info = info.with_span(span.start, span.end, report.and_then(|r| r.pinned));
+                }
+                batch.compaction(input, &out, &info);
+            }
             passes += 1;
             let saved = current_tokens.saturating_sub(after) as f64 / current_tokens.max(1) as f64;
             current = Some(out);
@@ -659,6 +807,25 @@ impl Session {
             return;
         }
         let history_tokens = self.counter.count_messages(history) as u64;
+        if archiving {
+            let recorded = self.recorded;
+            self.recorded += u64::from(passes);
+            let awaiting = self.awaiting_usage;
+            self.awaiting_usage = true;
+            if let Err(e) = self.commit(batch) {
+                // Nothing may be lost: without its archive the compaction
+                // is not accepted, and the engine forgets it happened.
+                self.recorded = recorded;
+                self.awaiting_usage = awaiting;
+                if let Some(before) = &before {
+                    let _ = self.engine.restore(before);
+                }
+                update.notices.push(Notice::warning(format!(
+                    "compaction not applied, history unchanged: the session store cannot archive it: {e}"
+                )));
+                return;
+            }
+        }
         let compaction = Compaction {
             trigger,
             passes,
@@ -743,6 +910,15 @@ impl Session {
             Some(v) => Err(v.to_string()),
             None => Ok(()),
         }
+    }
+}
+
+/// How a compaction record names its trigger.
+fn trigger_name(trigger: Trigger) -> &'static str {
+    match trigger {
+        Trigger::Preflight => "preflight",
+        Trigger::PostTool => "post_tool",
+        Trigger::Manual => "manual",
     }
 }
 

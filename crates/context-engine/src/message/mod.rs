@@ -15,7 +15,7 @@
 //! This module knows nothing of files: other formats convert at the edge, in
 //! [`crate::transcript`].
 
-mod layout;
+pub(crate) mod layout;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -43,6 +43,7 @@ macro_rules! record_storage {
         }
     };
 }
+pub(crate) use record_storage;
 
 /// Unknown fields of a record, in their original order.
 pub type Extra = Map<String, Value>;

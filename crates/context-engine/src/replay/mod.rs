@@ -23,7 +23,7 @@ use crate::engine::Usage;
 use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
 use crate::pricing::PromptCache;
-use crate::retention::{Probe, RetentionReport, check, extract_probes};
+use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
     Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
@@ -565,7 +565,21 @@ pub fn replay(
             .collect()
     };
     let last_seen = calls.last().map_or(0, |c| c.message_index);
-    let retention = check(&seen(last_seen), &final_request, &history);
+    // With a store, what the request reaches through the handles it names
+    // is recallable; the archive only grows, so the final one serves the
+    // earlier checks too (a handle names the same content forever).
+    let archived = |view: &[Message]| -> Vec<Message> {
+        session
+            .store()
+            .and_then(|s| crate::store::reachable(s.as_ref(), session.id(), view).ok())
+            .unwrap_or_default()
+    };
+    let retention = check_with_archive(
+        &seen(last_seen),
+        &final_request,
+        &history,
+        &archived(&final_request),
+    );
     let compactions = compaction_views
         .iter()
         .filter_map(|v| {
@@ -573,7 +587,12 @@ pub fn replay(
             Some(CompactionRecord {
                 call: v.call,
                 compaction,
-                retention: check(&seen(v.seen), &v.request, &v.history),
+                retention: check_with_archive(
+                    &seen(v.seen),
+                    &v.request,
+                    &v.history,
+                    &archived(&v.request),
+                ),
             })
         })
         .collect();

@@ -13,7 +13,10 @@
 //!    first error line);
 //! 2. [`ProbeStatus::InSummary`]: in the body of a summary message;
 //! 3. [`ProbeStatus::Recallable`]: in a stored tool result whose recall
-//!    handle (its `tool_call_id`, or the `h…` hash of its body) is in the view;
+//!    handle (its `tool_call_id`, or the `h…` hash of its body) is in the view,
+//!    or, with a session store ([`check_with_archive`]), in an archived
+//!    message reachable from a handle the view names
+//!    ([`reachable`](crate::store::reachable));
 //! 4. [`ProbeStatus::Lost`].
 //!
 //! Matching is on whitespace-normalised text (runs of whitespace collapsed
@@ -139,7 +142,18 @@ pub const ERROR_MAX_BYTES: usize = 150;
 /// Looks up every probe (see the module docs): `view` is the request the
 /// engine sent, `stored` the (possibly compacted) history that recall reads.
 pub fn check(probes: &[Probe], view: &[Message], stored: &[Message]) -> RetentionReport {
-    let index = Haystacks::new(view, stored);
+    check_with_archive(probes, view, stored, &[])
+}
+
+/// [`check`], where `archived` (the archived messages the view reaches
+/// through the handles it names) also counts as recallable, whole.
+pub fn check_with_archive(
+    probes: &[Probe],
+    view: &[Message],
+    stored: &[Message],
+    archived: &[Message],
+) -> RetentionReport {
+    let index = Haystacks::new(view, stored, archived);
     let mut report = RetentionReport {
         probes: probes.len(),
         ..RetentionReport::default()
@@ -160,7 +174,7 @@ pub fn check(probes: &[Probe], view: &[Message], stored: &[Message]) -> Retentio
 
 /// The status of each probe, in order (what [`check`] counts).
 pub fn statuses(probes: &[Probe], view: &[Message], stored: &[Message]) -> Vec<ProbeStatus> {
-    let index = Haystacks::new(view, stored);
+    let index = Haystacks::new(view, stored, &[]);
     probes.iter().map(|p| index.status(&p.text)).collect()
 }
 
@@ -176,7 +190,7 @@ struct Haystacks {
 }
 
 impl Haystacks {
-    fn new(view: &[Message], stored: &[Message]) -> Haystacks {
+    fn new(view: &[Message], stored: &[Message], archived: &[Message]) -> Haystacks {
         let mut verbatim = String::new();
         let mut summaries = String::new();
         let mut ids: HashSet<&str> = HashSet::new();
@@ -215,6 +229,9 @@ impl Haystacks {
                 push_normalised(&mut recallable, &body);
             }
         }
+        for message in archived {
+            push_normalised(&mut recallable, &searchable(message, &message.text()));
+        }
         Haystacks {
             verbatim,
             summaries,
@@ -241,7 +258,7 @@ impl Haystacks {
 /// A message's searchable text: `content` (given, summary removed), then
 /// each tool call's name, its raw arguments and their decoded string
 /// values (a command with quotes or line breaks is escaped in the JSON).
-fn searchable(message: &Message, content: &str) -> String {
+pub(crate) fn searchable(message: &Message, content: &str) -> String {
     let mut out = content.to_owned();
     for call in message.tool_calls() {
         let Some(f) = call.function.as_ref() else {

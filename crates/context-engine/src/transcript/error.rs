@@ -74,18 +74,16 @@ pub enum LoadError {
         /// What was there (`keys a, b, c` for an object).
         found: String,
     },
-    /// A transcript in a format that is recognised but not supported yet
-    /// (Anthropic Messages): refused rather than misread as OpenAI.
-    #[error(
-        "{source_name}: this is an {format} transcript ({evidence}); only OpenAI chat-completions messages are supported yet: convert it to OpenAI messages first"
-    )]
-    UnsupportedFormat {
+    /// An Anthropic, Responses or agent-session-log input that is not
+    /// what its format needs.
+    #[error("{source_name}{}: {error}", at_line(*line))]
+    Format {
         /// File path or caller-given name.
         source_name: String,
-        /// The format recognised.
-        format: &'static str,
-        /// What gave it away, and where.
-        evidence: String,
+        /// For session logs, the 1-based line of the file.
+        line: Option<usize>,
+        /// What is wrong, and where in the request.
+        error: crate::anthropic::FormatError,
     },
     /// The envelope's `messages`/`history` key holds something else than an
     /// array.
@@ -145,6 +143,6 @@ pub struct WriteError {
 /// An unknown [`super::Format`] name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown transcript format `{0}` (expected one of: array, mini-swe-agent, swe-agent, jsonl)"
+    "unknown transcript format `{0}` (expected one of: array, mini-swe-agent, swe-agent, jsonl, anthropic, responses, claude-code, codex)"
 )]
 pub struct ParseFormatError(pub String);

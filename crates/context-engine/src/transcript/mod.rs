@@ -42,6 +42,7 @@
 //! loading added, so the file round-trips; writing in another format is a
 //! conversion to standard messages and keeps them.
 
+mod agents;
 mod error;
 
 use std::collections::HashSet;
@@ -69,11 +70,36 @@ pub enum Format {
     SweAgent,
     /// JSON Lines: one message object per line.
     JsonLines,
+    /// An Anthropic Messages request (`{"system", "messages"}` with content
+    /// blocks), or a bare array of Anthropic messages.
+    Anthropic,
+    /// An OpenAI Responses request (`{"instructions", "input": [items]}`).
+    Responses,
+    /// A Claude Code session log (`~/.claude/projects/<project>/<session>.jsonl`).
+    ClaudeCode,
+    /// A Codex rollout (`~/.codex/sessions/**/rollout-*.jsonl`).
+    Codex,
 }
 
 impl Format {
     /// Every format, for iterating (tests, CLI help).
-    pub const ALL: [Format; 4] = [
+    pub const ALL: [Format; 8] = [
+        Format::Array,
+        Format::MiniSweAgent,
+        Format::SweAgent,
+        Format::JsonLines,
+        Format::Anthropic,
+        Format::Responses,
+        Format::ClaudeCode,
+        Format::Codex,
+    ];
+
+    /// The formats that hold chat-completions messages as they are: a
+    /// transcript converts between them without loss. The others are wire
+    /// formats reached through a bridge (fields the chat model carries but
+    /// the wire format has no place for, say a message's `extra`, are not
+    /// written there).
+    pub const CHAT: [Format; 4] = [
         Format::Array,
         Format::MiniSweAgent,
         Format::SweAgent,
@@ -87,6 +113,10 @@ impl Format {
             Format::MiniSweAgent => "mini-swe-agent",
             Format::SweAgent => "swe-agent",
             Format::JsonLines => "jsonl",
+            Format::Anthropic => "anthropic",
+            Format::Responses => "responses",
+            Format::ClaudeCode => "claude-code",
+            Format::Codex => "codex",
         }
     }
 
@@ -95,7 +125,7 @@ impl Format {
         match self {
             Format::MiniSweAgent => Some("messages"),
             Format::SweAgent => Some("history"),
-            Format::Array | Format::JsonLines => None,
+            _ => None,
         }
     }
 
@@ -105,6 +135,10 @@ impl Format {
             Format::MiniSweAgent => "a JSON object with a `messages` array (mini-swe-agent)",
             Format::SweAgent => "a JSON object with a `history` array (SWE-agent)",
             Format::JsonLines => "one JSON message object per line",
+            Format::Anthropic => "an Anthropic Messages request (`messages` with content blocks)",
+            Format::Responses => "an OpenAI Responses request (an `input` array)",
+            Format::ClaudeCode => "a Claude Code session log (JSON Lines)",
+            Format::Codex => "a Codex rollout (JSON Lines)",
         }
     }
 }
@@ -127,6 +161,10 @@ impl FromStr for Format {
             "mini-swe-agent" | "mini" | "minisweagent" | "messages" => Ok(Format::MiniSweAgent),
             "swe-agent" | "sweagent" | "history" | "traj" => Ok(Format::SweAgent),
             "jsonl" | "json-lines" | "jsonlines" | "ndjson" => Ok(Format::JsonLines),
+            "anthropic" | "anthropic-messages" | "claude" => Ok(Format::Anthropic),
+            "responses" | "openai-responses" => Ok(Format::Responses),
+            "claude-code" | "claudecode" => Ok(Format::ClaudeCode),
+            "codex" | "rollout" => Ok(Format::Codex),
             _ => Err(ParseFormatError(s.to_owned())),
         }
     }
@@ -174,6 +212,9 @@ pub struct Transcript {
     /// Tool call ids that loading copied from `tool_call_ids`.
     added_ids: HashSet<String>,
     warnings: Vec<Warning>,
+    /// The wire-format request the messages were converted from (Anthropic,
+    /// Responses, and the session logs of Claude Code and Codex).
+    wire: Option<agents::Wire>,
 }
 
 impl Transcript {
@@ -187,7 +228,16 @@ impl Transcript {
             position: 0,
             added_ids: HashSet::new(),
             warnings: Vec::new(),
+            wire: None,
         }
+    }
+
+    fn from_wire(wire: agents::Wire, format: Format, source_name: String) -> Transcript {
+        let mut t = Transcript::from_messages(wire.messages());
+        t.format = format;
+        t.source_name = source_name;
+        t.wire = Some(wire);
+        t
     }
 
     /// Reads and parses a file, detecting its format.
@@ -224,6 +274,16 @@ impl Transcript {
         format: Format,
     ) -> Result<Transcript, LoadError> {
         parse(input.as_ref(), source_name.into(), Some(format))
+    }
+
+    /// For a transcript read from a wire format (an Anthropic or Responses
+    /// request, a Claude Code or Codex session log): that format's own rules
+    /// ([`crate::validate::anthropic`], [`crate::validate::responses`]) on
+    /// the messages converted back into it, as `(rules name, violations)`,
+    /// indexed in the format's messages / input items. `None` for chat
+    /// formats.
+    pub fn native_violations(&self) -> Option<(&'static str, Vec<crate::validate::Violation>)> {
+        self.wire.as_ref().map(|w| w.violations(&self.messages))
     }
 
     /// The file path or name the transcript was parsed from.
@@ -311,6 +371,26 @@ impl Transcript {
             undo: (format == self.format).then_some(&self.added_ids),
         };
         let result = match format {
+            Format::Anthropic | Format::Responses | Format::ClaudeCode | Format::Codex => {
+                let own = self.wire.as_ref().filter(|w| {
+                    matches!(
+                        (w, format),
+                        (
+                            agents::Wire::Anthropic { .. },
+                            Format::Anthropic | Format::ClaudeCode
+                        ) | (
+                            agents::Wire::Responses { .. },
+                            Format::Responses | Format::Codex
+                        )
+                    )
+                });
+                let empty = agents::Wire::empty(format);
+                let value = own
+                    .or(empty.as_ref())
+                    .map(|w| w.render(&self.messages))
+                    .unwrap_or(Value::Null);
+                to_writer(&mut writer, &value, pretty)
+            }
             Format::JsonLines => {
                 for m in messages.iter() {
                     serde_json::to_writer(&mut writer, &m)?;
@@ -390,7 +470,43 @@ fn parse(
     let Some(first) = text.trim_start_matches(is_json_ws).chars().next() else {
         return Err(LoadError::Empty { source_name });
     };
+    let detected = match format {
+        None => agents::detect(text),
+        Some(f @ (Format::ClaudeCode | Format::Codex)) => Some(f),
+        Some(_) => None,
+    };
+    match detected.or(format) {
+        Some(Format::ClaudeCode) => {
+            let wire = agents::claude_code(&source_name, text)?;
+            return Ok(Transcript::from_wire(wire, Format::ClaudeCode, source_name));
+        }
+        Some(Format::Codex) => {
+            let wire = agents::codex(&source_name, text)?;
+            return Ok(Transcript::from_wire(wire, Format::Codex, source_name));
+        }
+        _ => {}
+    }
     let p = Parser { source_name };
+    let wire_format = match format {
+        Some(f @ (Format::Anthropic | Format::Responses)) => Some(f),
+        Some(_) => None,
+        None if first == '{' && text.contains("\"input\"") => {
+            let value = p.json(text).ok();
+            value
+                .filter(agents::is_responses)
+                .map(|_| Format::Responses)
+        }
+        None => None,
+    };
+    if let Some(f) = wire_format {
+        let value = p.json(text)?;
+        let wire = if f == Format::Anthropic {
+            agents::anthropic_request(&p.source_name, value)?
+        } else {
+            agents::responses_request(&p.source_name, value)?
+        };
+        return Ok(Transcript::from_wire(wire, f, p.source_name));
+    }
     let (messages, format, metadata, position) = match format {
         Some(Format::JsonLines) => (p.json_lines(text)?, Format::JsonLines, Map::new(), 0),
         Some(f) => {
@@ -403,12 +519,17 @@ fn parse(
             p.whole(value, None)?
         }
     };
-    if let Some(evidence) = anthropic_evidence(&messages, &metadata) {
-        return Err(LoadError::UnsupportedFormat {
-            source_name: p.source_name,
-            format: "Anthropic Messages",
-            evidence,
-        });
+    if anthropic_evidence(&messages, &metadata) {
+        // Content blocks are Anthropic's: read the file as such.
+        let value = p.json(text)?;
+        if agents::is_anthropic(&value) {
+            let wire = agents::anthropic_request(&p.source_name, value)?;
+            return Ok(Transcript::from_wire(
+                wire,
+                Format::Anthropic,
+                p.source_name,
+            ));
+        }
     }
     let mut transcript = Transcript {
         messages,
@@ -418,25 +539,25 @@ fn parse(
         position,
         added_ids: HashSet::new(),
         warnings: Vec::new(),
+        wire: None,
     };
     normalise_tool_call_ids(&mut transcript);
     Ok(transcript)
 }
 
 /// What marks `messages` (and the envelope's other keys, `metadata`) as
-/// Anthropic Messages rather than OpenAI: a `tool_use` or `tool_result`
-/// content block, or a top-level `system` next to the messages.
-fn anthropic_evidence(messages: &[Message], metadata: &Map<String, Value>) -> Option<String> {
-    for (i, m) in messages.iter().enumerate() {
-        for part in m.content.parts() {
-            if let Some(kind @ ("tool_use" | "tool_result")) = part.part_type() {
-                return Some(format!("message {i} has a `{kind}` content block"));
-            }
-        }
-    }
-    metadata
-        .contains_key("system")
-        .then(|| "a top-level `system` field next to `messages`".to_owned())
+/// Anthropic Messages rather than OpenAI: a `tool_use`, `tool_result` or
+/// thinking content block, or a top-level `system` next to the messages.
+fn anthropic_evidence(messages: &[Message], metadata: &Map<String, Value>) -> bool {
+    let block = |m: &Message| {
+        m.content.parts().iter().any(|p| {
+            matches!(
+                p.part_type(),
+                Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+            )
+        })
+    };
+    messages.iter().any(block) || metadata.contains_key("system")
 }
 
 type Parsed = (Vec<Message>, Format, Map<String, Value>, usize);

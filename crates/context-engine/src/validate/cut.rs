@@ -37,15 +37,26 @@ impl CutPoints {
         for property in profile.properties() {
             property.forbid(messages, &mut forbidden);
         }
+        let sides = (profile == Profile::Strict).then(|| messages.iter().map(Side::of).collect());
+        CutPoints::from_forbidden(forbidden, sides)
+    }
+
+    /// Cut points from the boundaries the rules forbid (`len + 1` entries;
+    /// the two ends are always allowed) and, for formats that alternate
+    /// roles, each message's side.
+    pub(crate) fn from_forbidden(mut forbidden: Vec<bool>, sides: Option<Vec<Side>>) -> CutPoints {
+        if forbidden.is_empty() {
+            forbidden.push(false);
+        }
+        let last = forbidden.len() - 1;
         forbidden[0] = false;
-        forbidden[messages.len()] = false;
+        forbidden[last] = false;
         let safe: Vec<bool> = forbidden.into_iter().map(|f| !f).collect();
         let list = safe
             .iter()
             .enumerate()
             .filter_map(|(i, ok)| ok.then_some(i))
             .collect();
-        let sides = (profile == Profile::Strict).then(|| messages.iter().map(Side::of).collect());
         CutPoints { safe, list, sides }
     }
 

@@ -1,5 +1,7 @@
 //! Provider rules and safe cut points: the one place that knows what a
-//! chat-completions request may look like.
+//! chat-completions request may look like, and (in [`anthropic`] and
+//! [`responses`]) what an Anthropic Messages or OpenAI Responses request
+//! may look like, on their own lossless models.
 //!
 //! Two questions are answered here, from the same set of rules:
 //!
@@ -37,12 +39,14 @@
 //! user texts scanned for envelopes): engines call it on every compaction of
 //! transcripts with thousands of messages.
 
+pub mod anthropic;
 mod cut;
 pub(crate) mod envelope;
 pub(crate) mod observation;
 mod pairing;
 mod place;
 mod reentry;
+pub mod responses;
 mod strict;
 mod wire;
 
@@ -175,11 +179,18 @@ pub enum Rule {
     FirstNotUser,
     /// Strict: two consecutive turns with the same role.
     ConsecutiveSameRole,
+    /// Anthropic: a `tool_result` block after other content in its message.
+    ToolResultNotFirst,
+    /// Anthropic: a rewrite changed the thinking blocks of a turn that uses
+    /// tools.
+    ThinkingChanged,
+    /// Responses: a `reasoning` item not followed by the item it belongs to.
+    ReasoningNotFollowed,
 }
 
 impl Rule {
     /// Every rule, in a fixed order.
-    pub const ALL: [Rule; 12] = [
+    pub const ALL: [Rule; 15] = [
         Rule::UnknownRole,
         Rule::InternalKey,
         Rule::ToolCallWithoutId,
@@ -192,6 +203,9 @@ impl Rule {
         Rule::UnansweredToolCall,
         Rule::FirstNotUser,
         Rule::ConsecutiveSameRole,
+        Rule::ToolResultNotFirst,
+        Rule::ThinkingChanged,
+        Rule::ReasoningNotFollowed,
     ];
 
     /// The stable kebab-case name (the same as the serde form).
@@ -209,6 +223,9 @@ impl Rule {
             Rule::UnansweredToolCall => "unanswered-tool-call",
             Rule::FirstNotUser => "first-not-user",
             Rule::ConsecutiveSameRole => "consecutive-same-role",
+            Rule::ToolResultNotFirst => "tool-result-not-first",
+            Rule::ThinkingChanged => "thinking-changed",
+            Rule::ReasoningNotFollowed => "reasoning-not-followed",
         }
     }
 

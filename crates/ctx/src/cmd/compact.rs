@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
+use context_engine::compressor::NAME as COMPRESSOR;
 use context_engine::engine::{CompactionReport, CompressRequest, Outcome};
+use context_engine::store::{ArchivedSpan, Batch, CompactionInfo, SessionStore};
 use context_engine::summarize::openai::CallStats;
 use context_engine::validate::{Profile, validate};
 use serde::Serialize;
@@ -46,6 +48,13 @@ pub struct CompactArgs {
     /// Provider rules the result must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
+    /// Archive what the compaction removes in this session store (created
+    /// when missing); the summary names the handle to recall it by.
+    #[arg(long, value_name = "DB")]
+    pub store: Option<PathBuf>,
+    /// The session the archive is filed under.
+    #[arg(long, default_value = "default", requires = "store")]
+    pub session: String,
 }
 
 /// The stderr report.
@@ -60,6 +69,10 @@ struct Report<'a> {
     compaction: &'a CompactionReport,
     /// Violations of the profile in the written transcript.
     violations_after: usize,
+    /// Spans archived in `--store`: handle and input indexes (end exclusive).
+    archived: Vec<ArchivedSpan>,
+    /// Messages that left the transcript, archived.
+    archived_messages: usize,
     /// Wall time of the compaction, in milliseconds (summarizer call included).
     elapsed_ms: f64,
     /// The model call of `--summarizer openai`.
@@ -72,17 +85,39 @@ struct Report<'a> {
 /// back unchanged), 2 on errors.
 pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
+    // A bad store fails before any work, and before anything is written.
+    let store = match &args.store {
+        Some(path) => Some(context_engine::store::open(path)?),
+        None => None,
+    };
     let (mut engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;
-    let mut request = CompressRequest::new().with_force(true);
+    let mut request = CompressRequest::new()
+        .with_force(true)
+        .with_archive(store.is_some());
     if let Some(focus) = &args.focus {
         request = request.with_focus_topic(focus.clone());
     }
     let started = Instant::now();
     let result = engine.compress(&transcript.messages, &request);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut archived = Vec::new();
+    let mut archived_messages = 0;
     // A failure is reported once, as the report's outcome and reason.
     let report = match result {
         Ok(compaction) => {
+            // Archive first: the compacted transcript is written only once
+            // what it dropped is safe in the store.
+            if let Some(store) = &store {
+                let (span, n) = archive(
+                    store.as_ref(),
+                    &args.session,
+                    &transcript.messages,
+                    &compaction.messages,
+                    &compaction.report,
+                )?;
+                archived.extend(span);
+                archived_messages = n;
+            }
             transcript.messages = compaction.messages;
             compaction.report
         }
@@ -107,6 +142,8 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         profile: args.profile.name(),
         compaction: &report,
         violations_after,
+        archived,
+        archived_messages,
         elapsed_ms,
         summarizer_call: prepared.client.as_ref().map(|c| c.last_call()),
     };
@@ -118,6 +155,31 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         Outcome::Compacted | Outcome::Fallback | Outcome::NothingToCompress => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// Archives the compaction of `input` into `output` in `store`: the span,
+/// and how many messages left the transcript.
+fn archive(
+    store: &dyn SessionStore,
+    session: &str,
+    input: &[context_engine::Message],
+    output: &[context_engine::Message],
+    report: &CompactionReport,
+) -> anyhow::Result<(Option<ArchivedSpan>, usize)> {
+    let seq = store.compactions(session)?.last().map_or(0, |c| c.seq) + 1;
+    let mut info = CompactionInfo::new(seq, "cli", COMPRESSOR)
+        .with_summarizer(report.summarizer.clone())
+        .with_tokens(report.tokens_before, report.tokens_after);
+    if let Some(span) = report.summarized {
+        info = info.with_span(span.start, span.end, report.pinned);
+    }
+    let mut batch = Batch::new();
+    let span = batch.compaction(input, output, &info);
+    let removed = batch.compactions().last().map_or(0, |c| c.archived);
+    store
+        .commit(session, &batch)
+        .with_context(|| format!("cannot archive the compaction in {}", store.location()))?;
+    Ok((span, removed))
 }
 
 fn render(r: &Report<'_>) -> String {
@@ -172,6 +234,12 @@ fn render(r: &Report<'_>) -> String {
     }
     if let Some(reason) = &c.reason {
         s.push_str(&format!("  reason    {reason}\n"));
+    }
+    for span in &r.archived {
+        s.push_str(&format!(
+            "  archived  {} messages (input {}..{}) under handle {}: ctx recall {}\n",
+            r.archived_messages, span.start, span.end, span.handle, span.handle
+        ));
     }
     s.push_str(&format!(
         "  profile   {}: {} violations after; {:.1} ms\n",

@@ -7,14 +7,19 @@ pub mod digest;
 pub mod engine;
 pub mod inspect;
 pub mod prune;
+pub mod recall;
 pub mod redact;
 pub mod replay;
+pub mod search;
+pub mod serve;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use context_engine::config::ConfigLoader;
+use context_engine::store::{SessionStore, SqliteStore};
 use context_engine::tokens::{TokenCounter, counter_for};
 use context_engine::transcript::{Format, Transcript};
 
@@ -43,7 +48,8 @@ pub struct Input {
     /// Transcript file: JSON array, mini-swe-agent, SWE-agent .traj or JSON Lines.
     pub file: PathBuf,
     /// Read the file as this format instead of detecting it
-    /// (array, mini-swe-agent, swe-agent, jsonl).
+    /// (array, mini-swe-agent, swe-agent, jsonl, anthropic, responses,
+    /// claude-code, codex).
     #[arg(long)]
     pub format: Option<Format>,
 }
@@ -67,6 +73,38 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<Transcript> {
         eprintln!("ctx: warning: {}: {warning}", path.display());
     }
     Ok(transcript)
+}
+
+/// Where `ctx recall` and `ctx search` read the archive.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// The session store file (default: `store.path` from the configuration,
+    /// else store.db in the user data folder).
+    #[arg(long, value_name = "DB")]
+    pub store: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The store file: the flag, else the configuration's `store.path`,
+    /// else the default in the user data folder.
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.store {
+            return Ok(p.clone());
+        }
+        let loaded = ConfigLoader::new().with_process_env().load()?;
+        loaded
+            .config
+            .store
+            .resolved_path()
+            .context("no store given: pass --store DB or set store.path")
+    }
+
+    /// The store, opened for reading (nothing is created or migrated).
+    pub fn open_read_only(&self) -> anyhow::Result<(Arc<dyn SessionStore>, PathBuf)> {
+        let path = self.path()?;
+        let store = SqliteStore::open_read_only(&path)?;
+        Ok((Arc::new(store), path))
+    }
 }
 
 /// Refuses a window that cannot hold the system prompt of `messages` (an

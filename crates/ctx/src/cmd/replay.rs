@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use context_engine::host::{HostOptions, Session, Trigger};
 use context_engine::replay::{CostComparison, ReplayOptions, ReplayReport, replay};
+use context_engine::store::{MemoryStore, SessionStore};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -57,6 +58,17 @@ pub struct ReplayArgs {
     /// Draw prompt tokens per call, with and without the engine, as SVG.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Session store the replay archives into (default: in memory); the
+    /// replay's session in it starts afresh.
+    #[arg(long, value_name = "DB", conflicts_with = "no_store")]
+    pub store: Option<PathBuf>,
+    /// The session id in the store (default: the file's name).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Replay without a session store (compacted messages are not archived,
+    /// and nothing is recallable after a compaction).
+    #[arg(long)]
+    pub no_store: bool,
 }
 
 /// Run `ctx replay`. Exit 0 when replayed, 1 when the engine produced an
@@ -86,8 +98,23 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let price = config.pricing.price_model();
     let (engine, prepared) = engine_args.start(args.profile, &transcript.messages)?;
     let counter = prepared.counter;
-    let mut session = Session::new("replay", engine, Arc::clone(&counter))
+    let id = args.session.clone().unwrap_or_else(|| {
+        args.input
+            .file
+            .file_name()
+            .map_or_else(|| "replay".to_owned(), |n| n.to_string_lossy().into_owned())
+    });
+    let mut session = Session::new(id.clone(), engine, Arc::clone(&counter))
         .with_options(HostOptions::default().with_profile(args.profile));
+    if !args.no_store {
+        let store: Arc<dyn SessionStore> = match &args.store {
+            Some(path) => context_engine::store::open(path)?,
+            None => Arc::new(MemoryStore::new()),
+        };
+        // A replay starts afresh, whatever an earlier one left.
+        store.delete_session(&id)?;
+        session = session.with_store(store)?;
+    }
     let options = ReplayOptions::default()
         .with_price(price)
         .with_profile(args.profile);
@@ -125,8 +152,12 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
             .set
             .push("context.schedule.enabled=false".to_owned());
         let (engine, _) = baseline_args.prepare(args.profile)?.select()?;
-        let mut baseline = Session::new("replay", engine, Arc::clone(&counter))
+        let mut baseline = Session::new(id.clone(), engine, Arc::clone(&counter))
             .with_options(HostOptions::default().with_profile(args.profile));
+        // Archived like the scheduled run, but never into the user's store.
+        if !args.no_store {
+            baseline = baseline.with_store(Arc::new(MemoryStore::new()))?;
+        }
         let every_call = replay(
             &transcript.messages,
             &mut baseline,
@@ -359,7 +390,7 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
     }
     let ret = &r.retention;
     s.push_str(&format!(
-        "  retention   of {} facts in the session (user asks, files touched, commands, errors), the last request has\n              {} verbatim, {} in a summary, {} recallable with context_recall, {} lost\n",
+        "  retention   of {} facts in the session (user asks, files touched, commands, errors), the last request has\n              {} verbatim, {} in a summary, {} recallable through a handle it names, {} lost\n",
         ret.probes, ret.verbatim, ret.in_summary, ret.recallable, ret.lost
     ));
     if verbose && !ret.lost_probes.is_empty() {

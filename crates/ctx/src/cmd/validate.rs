@@ -12,9 +12,11 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub input: super::Input,
     /// Provider rules: `openai`, or `strict` (Anthropic-like: starts with a
-    /// user turn, roles alternate).
-    #[arg(long, default_value = "openai")]
-    profile: Profile,
+    /// user turn, roles alternate). Default: the format's own rules for an
+    /// Anthropic or Responses request, a Claude Code or Codex session log;
+    /// `openai` otherwise.
+    #[arg(long)]
+    profile: Option<Profile>,
     /// Print a JSON report instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,11 +34,17 @@ struct Report<'a> {
 
 pub fn run(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
-    let violations = validate(&transcript.messages, args.profile);
+    let (profile, violations) = match (args.profile, transcript.native_violations()) {
+        (None, Some(native)) => native,
+        (profile, _) => {
+            let profile = profile.unwrap_or_default();
+            (profile.name(), validate(&transcript.messages, profile))
+        }
+    };
     let report = Report {
         file: args.input.file.display().to_string(),
         format: transcript.format.name(),
-        profile: args.profile.name(),
+        profile,
         messages: transcript.messages.len(),
         valid: violations.is_empty(),
         violations: &violations,

@@ -1,14 +1,11 @@
-//! Recall: the exact original body behind a digest line, from the stored
-//! history, so nothing the digest hides is lost to the agent.
+//! Recall from the live history: the exact original body behind a digest
+//! line, so nothing the digest hides is lost to the agent.
 
-use serde_json::{Value, json};
-
-use super::{hash_handle, is_digest_line, result_handle};
+use super::RECALL_TOOL;
+use crate::digest::{hash_handle, is_digest_line, result_handle};
 use crate::message::{Message, Role};
+use crate::prune::PRUNE_MARK;
 use crate::validate::{envelope, is_tool_reentry, observation};
-
-/// The name of the tool an engine offers for recall.
-pub const RECALL_TOOL: &str = "context_recall";
 
 /// A 1-based, inclusive range of lines; `end: None` runs to the last line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +70,7 @@ pub fn recall(
     }
 }
 
-fn find(messages: &[Message], handle: &str) -> Result<String, RecallError> {
+pub(super) fn find(messages: &[Message], handle: &str) -> Result<String, RecallError> {
     let mut digested = None;
     for (index, message) in messages.iter().enumerate() {
         if message.is_tool_result() {
@@ -81,7 +78,9 @@ fn find(messages: &[Message], handle: &str) -> Result<String, RecallError> {
             if result_handle(message, &body) != handle {
                 continue;
             }
-            if is_digest_line(&body) {
+            // A digest or prune line is not the body: it was replaced in
+            // the history (prune) or the caller passed a request view.
+            if is_digest_line(&body) || body.starts_with(PRUNE_MARK) {
                 digested.get_or_insert(index);
                 continue;
             }
@@ -121,7 +120,11 @@ fn find(messages: &[Message], handle: &str) -> Result<String, RecallError> {
     })
 }
 
-fn slice_lines(body: &str, handle: &str, range: LineRange) -> Result<String, RecallError> {
+pub(super) fn slice_lines(
+    body: &str,
+    handle: &str,
+    range: LineRange,
+) -> Result<String, RecallError> {
     let all: Vec<&str> = body.split_inclusive('\n').collect();
     let last = range.end.unwrap_or(all.len()).min(all.len());
     if range.start == 0 || range.start > last {
@@ -133,87 +136,4 @@ fn slice_lines(body: &str, handle: &str, range: LineRange) -> Result<String, Rec
         });
     }
     Ok(all[range.start - 1..last].concat())
-}
-
-/// The chat-completions schema of the `context_recall` tool, for an
-/// engine's `tool_schemas`.
-pub fn recall_tool_schema() -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": RECALL_TOOL,
-            "description": "Return the full original output of an earlier tool result that the \
-    conversation shows only as a one-line digest. Pass the handle the digest names; optionally a \
-    1-based inclusive line range to read part of a long output.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "handle": {
-                        "type": "string",
-                        "description": "The handle from the digest line (a tool call id or an h… hash)."
-                    },
-                    "start_line": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "description": "First line to return (1-based). Default: 1."
-                    },
-                    "end_line": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "description": "Last line to return, inclusive. Default: the last line."
-                    }
-                },
-                "required": ["handle"],
-                "additionalProperties": false
-            }
-        }
-    })
-}
-
-/// Answers a `context_recall` call against the stored history: a JSON
-/// string with `handle`, `content`, `total_lines` and the `lines` returned,
-/// or `{"error": …}`. An engine's `handle_tool_call` delegates here.
-pub fn handle_recall_call(messages: &[Message], args: &Value) -> String {
-    match answer(messages, args) {
-        Ok(v) => v.to_string(),
-        Err(e) => json!({ "error": e.to_string() }).to_string(),
-    }
-}
-
-fn answer(messages: &[Message], args: &Value) -> Result<Value, RecallError> {
-    let handle = args
-        .get("handle")
-        .and_then(Value::as_str)
-        .ok_or_else(|| RecallError::BadArguments("`handle` must be a string".into()))?;
-    let line = |key: &str| -> Result<Option<usize>, RecallError> {
-        match args.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    RecallError::BadArguments(format!("`{key}` must be a positive integer"))
-                }),
-        }
-    };
-    let (start, end) = (line("start_line")?, line("end_line")?);
-    let body = find(messages, handle)?;
-    let total = body.split_inclusive('\n').count();
-    let range = (start.is_some() || end.is_some()).then_some(LineRange {
-        start: start.unwrap_or(1),
-        end,
-    });
-    let content = match range {
-        Some(r) => slice_lines(&body, handle, r)?,
-        None => body,
-    };
-    let first = range.map_or(1, |r| r.start);
-    let last = range.and_then(|r| r.end).map_or(total, |e| e.min(total));
-    Ok(json!({
-        "handle": handle,
-        "total_lines": total,
-        "lines": [first.min(total), last],
-        "content": content,
-    }))
 }

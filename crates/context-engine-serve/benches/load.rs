@@ -1,0 +1,361 @@
+//! Loopback load generator: the proxy against an upstream that answers at
+//! once, compared with calling that upstream directly.
+//!
+//! `cargo bench -p context-engine-serve --bench load` prints: added latency
+//! for a 100-message session with no compaction due (one client, p50/p99),
+//! p50/p99 and throughput at 200 concurrent sessions, stream
+//! time-to-first-byte overhead, and memory per idle session. Everything
+//! (load generator, proxy, upstream) shares this machine's cores, so the
+//! concurrent figures include the generator's own cost.
+//! `LOAD_REQUESTS=n` sets the requests per concurrent session (default 20).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use axum::routing::post;
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::plugin::EngineContext;
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+const REPLY: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9000,"completion_tokens":1,"total_tokens":9001}}"#;
+const STREAM: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"}}]}\n\ndata: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9000,\"completion_tokens\":1,\"total_tokens\":9001}}\n\ndata: [DONE]\n\n";
+
+async fn upstream() -> String {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(|body: Bytes| async move {
+            let stream = memchr::memmem::find(&body, b"\"stream\":true").is_some();
+            let (ct, text) = if stream {
+                ("text/event-stream", STREAM)
+            } else {
+                ("application/json", REPLY)
+            };
+            Response::builder()
+                .header("content-type", ct)
+                .body(Body::from(text))
+                .unwrap_or_default()
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+async fn proxy(url: &str) -> (String, AppState) {
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let c = Arc::clone(&counter);
+    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
+        ))
+    };
+    let ctx = SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    };
+    let options = ServeOptions::new(UpstreamOptions::new(url))
+        .with_sessions(100_000, Duration::from_secs(3600));
+    let state = AppState::new(options, ctx).unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let s = state.clone();
+    tokio::spawn(
+        async move { context_engine_serve::serve(listener, s, std::future::pending()).await },
+    );
+    (format!("http://{addr}/v1"), state)
+}
+
+/// A coding-agent history of `n` messages: system, task, then tool calls
+/// with ~600-byte results and short assistant notes.
+fn history(n: usize, salt: usize) -> Vec<Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a careful coding agent. Use the tools to inspect and fix the repository."}),
+        json!({"role": "user", "content": format!("Session {salt}: fix the failing test in tests/test_parser.py")}),
+    ];
+    let mut i = 0;
+    while m.len() < n {
+        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+            "function": {"name": "bash", "arguments": format!("{{\"command\":\"sed -n {i},{}p src/parser.py\"}}", i + 20)}}]}));
+        let out: String = (0..12)
+            .map(|j| {
+                format!(
+                    "{:>4}     token = self.lexer.next_token({j})  # {salt}\n",
+                    i * 12 + j
+                )
+            })
+            .collect();
+        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": out}));
+        i += 1;
+    }
+    m.truncate(n);
+    m
+}
+
+fn body(messages: &[Value], stream: bool) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&json!({"model": "m", "stream": stream, "messages": messages}))
+            .unwrap_or_default(),
+    )
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn one(client: &reqwest::Client, url: &str, session: &str, body: Bytes) -> f64 {
+    let t = Instant::now();
+    let r = client
+        .post(format!("{url}/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-ctx-session", session)
+        .body(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = r.bytes().await;
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Sequential requests: sessions of ~100 messages (90 growing to 108 by a
+/// reply and a user turn per call), ten calls each; latencies in ms.
+async fn sequential(client: &reqwest::Client, url: &str, tag: &str, n: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(n);
+    for s in 0..n.div_ceil(10) {
+        let mut h = history(90, s);
+        let session = format!("{tag}-{s}");
+        for i in 0..10 {
+            if i > 0 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("next step {i}")}));
+            }
+            let b = body(&h, false);
+            out.push(one(client, url, &session, b).await);
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// `sessions` concurrent sessions, `per` requests each; latencies (ms) and
+/// requests per second.
+async fn concurrent(url: &str, sessions: usize, per: usize) -> (Vec<f64>, f64) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bodies: Vec<Vec<Bytes>> = (0..sessions)
+        .map(|s| {
+            let mut h = history(100, s);
+            (0..per)
+                .map(|i| {
+                    if i > 0 {
+                        h.push(json!({"role": "assistant", "content": "ok"}));
+                        h.push(json!({"role": "user", "content": format!("next step {i}")}));
+                    }
+                    body(&h, false)
+                })
+                .collect()
+        })
+        .collect();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (s, bodies) in bodies.into_iter().enumerate() {
+        let (client, url) = (client.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(bodies.len());
+            let session = format!("load-{s}");
+            for b in bodies {
+                lat.push(one(&client, &url, &session, b).await);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    (all, rps)
+}
+
+/// Time to the first body byte of a stream, ms.
+async fn ttfb(client: &reqwest::Client, url: &str, session: &str, b: Bytes) -> f64 {
+    let t = Instant::now();
+    let mut r = client
+        .post(format!("{url}/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-ctx-session", session)
+        .body(b)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = r.chunk().await;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    while let Ok(Some(_)) = r.chunk().await {}
+    ms
+}
+
+fn rss_bytes() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<usize>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(async {
+        {
+            let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+            let t = Instant::now();
+            for _ in 0..50 {
+                let e = EngineContext::new(Arc::clone(&counter), 128_000).into_compressor();
+                std::hint::black_box(&e);
+            }
+            println!("engine construction: {:.3} ms each", t.elapsed().as_secs_f64() * 1e3 / 50.0);
+            let h: Vec<context_engine::message::Message> = serde_json::from_value(json!(history(100, 99))).unwrap_or_default();
+            let t = Instant::now();
+            let n = counter.count_messages(&h);
+            println!("cold count of 100 messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let h2: Vec<context_engine::message::Message> = serde_json::from_value(json!(history(100, 98))).unwrap_or_default();
+            let t = Instant::now();
+            let n = counter.count_messages(&h2);
+            println!("cold count of 100 other messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let parsed: Vec<context_engine::message::Message> = serde_json::from_slice(&serde_json::to_vec(&history(100, 97)).unwrap_or_default()).unwrap_or_default();
+            println!("parse 100 messages: {:.3} ms ({})", t.elapsed().as_secs_f64() * 1e3, parsed.len());
+            let t = Instant::now();
+            let n = counter.count_messages(&h);
+            println!("warm count of 100 messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let v = context_engine::validate::validate(&h, context_engine::validate::Profile::OpenAi);
+            println!("validate 100 messages: {:.3} ms ({} violations)", t.elapsed().as_secs_f64() * 1e3, v.len());
+        }
+        {
+            // The engine step alone, warm: one session, +2 messages a call.
+            let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+            let c = Arc::clone(&counter);
+            let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+                Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
+            };
+            let ctx = Arc::new(SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false });
+            let mut m = context_engine_serve::session::Managed::new(ctx, "b").unwrap_or_else(|e| panic!("{e}"));
+            let mut h = history(90, 5);
+            let mut times = Vec::new();
+            for i in 0..200 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("next step {i}")}));
+                if h.len() > 110 {
+                    h = history(90, 6 + i);
+                }
+                let b = body(&h, false);
+                let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
+                let t = Instant::now();
+                let plan = m.prepare(parsed.messages());
+                let out = parsed.write(&[("messages", plan.map(|p| p.messages_json).unwrap_or_default().as_str())]);
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                std::hint::black_box(out);
+            }
+            times.sort_by(f64::total_cmp);
+            println!("engine step (prepare + body), ~100 messages: p50 {:.3} ms  p99 {:.3} ms", pct(&times, 0.5), pct(&times, 0.99));
+        }
+        let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+        let direct = upstream().await;
+        let (via, state) = proxy(&direct).await;
+        let client = reqwest::Client::new();
+
+        // Warm up both paths (connections, token cache of the history).
+        sequential(&client, &direct, "warm", 50).await;
+        sequential(&client, &via, "warm", 50).await;
+        let d = sequential(&client, &direct, "seq", 400).await;
+        let p = sequential(&client, &via, "seq", 400).await;
+        println!("one client, 100-message session, no compaction due ({} requests):", d.len());
+        println!("  direct  p50 {:.3} ms  p99 {:.3} ms", pct(&d, 0.5), pct(&d, 0.99));
+        println!("  proxy   p50 {:.3} ms  p99 {:.3} ms", pct(&p, 0.5), pct(&p, 0.99));
+        println!(
+            "  added   p50 {:.3} ms  p99 {:.3} ms",
+            pct(&p, 0.5) - pct(&d, 0.5),
+            pct(&p, 0.99) - pct(&d, 0.99)
+        );
+
+        let (d, drps) = concurrent(&direct, 200, per).await;
+        let (p, prps) = concurrent(&via, 200, per).await;
+        println!("200 concurrent sessions x {per} requests (100+ messages each):");
+        println!("  direct  p50 {:.3} ms  p99 {:.3} ms  {:.0} req/s", pct(&d, 0.5), pct(&d, 0.99), drps);
+        println!("  proxy   p50 {:.3} ms  p99 {:.3} ms  {:.0} req/s", pct(&p, 0.5), pct(&p, 0.99), prps);
+        println!(
+            "  added   p50 {:.3} ms  p99 {:.3} ms",
+            pct(&p, 0.5) - pct(&d, 0.5),
+            pct(&p, 0.99) - pct(&d, 0.99)
+        );
+
+        for line in state.metrics().encode().lines() {
+            if ["ctx_fallbacks_total", "ctx_compactions_total", "ctx_lineages_total", "ctx_overhead_seconds_sum", "ctx_overhead_seconds_count", "ctx_cache_hit_share_estimate "]
+                .iter()
+                .any(|m| line.starts_with(m))
+            {
+                println!("  proxy metric: {line}");
+            }
+        }
+        let h = history(100, 7);
+        let mut td = Vec::new();
+        let mut tp = Vec::new();
+        for i in 0..200 {
+            td.push(ttfb(&client, &direct, "ttfb", body(&h, true)).await);
+            tp.push(ttfb(&client, &via, &format!("ttfb-{}", i % 4), body(&h, true)).await);
+        }
+        td.sort_by(f64::total_cmp);
+        tp.sort_by(f64::total_cmp);
+        println!("stream time to first byte, 100-message session:");
+        println!(
+            "  direct p50 {:.3} ms, proxy p50 {:.3} ms: overhead p50 {:.3} ms, p99 {:.3} ms",
+            pct(&td, 0.5),
+            pct(&tp, 0.5),
+            pct(&tp, 0.5) - pct(&td, 0.5),
+            pct(&tp, 0.99) - pct(&td, 0.99)
+        );
+
+        // Idle sessions: 2,000 sessions of 20 messages, one request each.
+        let before_sessions = state.sessions().len();
+        let rss0 = rss_bytes();
+        let n = 2000;
+        for s in 0..n {
+            let b = body(&history(20, 10_000 + s), false);
+            one(&client, &via, &format!("idle-{s}"), b).await;
+        }
+        let rss1 = rss_bytes();
+        let created = state.sessions().len() - before_sessions;
+        let history_bytes = serde_json::to_vec(&history(20, 10_000)).map_or(0, |v| v.len());
+        println!(
+            "idle sessions: {created} sessions of 20 messages ({} bytes of JSON each): RSS +{:.1} KB per session",
+            history_bytes,
+            (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
+        );
+    });
+}

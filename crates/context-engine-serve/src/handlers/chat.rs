@@ -1,0 +1,366 @@
+//! `POST /v1/chat/completions`: the managed path.
+//!
+//! Per request: read the body's fields raw ([`ChatBody`]), find the
+//! session, lock it, let the session driver turn the client's full history
+//! into the managed request ([`Managed::prepare`]), send it upstream with
+//! every other field untouched, and feed the answer's usage back. An engine
+//! failure (or a managed request that would break a provider rule) sends
+//! the client's request unmanaged instead; an upstream error goes back with
+//! its status and body.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use context_engine::engine::Usage;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::AppState;
+use crate::body::{ChatBody, with_include_usage};
+use crate::error::ServeError;
+use crate::handlers::respond;
+use crate::router::AuthorizationConsumed;
+use crate::routes::CHAT_COMPLETIONS;
+use crate::session::key::session_key;
+use crate::session::{Managed, Plan, SessionContext, SessionKey};
+use crate::sse::{Relay, error_event};
+use crate::tools;
+use crate::upstream::response_headers;
+
+type Guard = OwnedMutexGuard<Option<Managed>>;
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    consumed: Option<Extension<AuthorizationConsumed>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let out_headers = state.upstream().headers(&headers, consumed.is_some(), true);
+    let url = state.upstream().url("chat/completions", None);
+    let parsed = match ChatBody::parse(&body) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            // Not ours to judge: the provider answers it with its own error.
+            tracing::warn!(reason = %why, "unreadable chat request forwarded unmanaged");
+            state.metrics().fallback();
+            return forward_raw(&state, &url, out_headers, body).await;
+        }
+    };
+    let stream = parsed.stream();
+    let (key, source) = session_key(&headers, &parsed);
+    let slot = state.sessions().slot(&key);
+    let guard = Arc::clone(&slot.state).lock_owned().await;
+    let ctx = Arc::clone(state.sessions().context());
+    let (mut guard, plan) = if ctx.blocking {
+        // An engine that may block on I/O runs on the blocking pool, so the
+        // async workers keep serving other sessions meanwhile.
+        let (body, key) = (body.clone(), key.clone());
+        let job = tokio::task::spawn_blocking(move || {
+            let mut guard = guard;
+            let plan = match ChatBody::parse(&body) {
+                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed),
+                Err(e) => Err(e.to_string()),
+            };
+            (guard, plan)
+        });
+        match job.await {
+            Ok(done) => done,
+            Err(_) => {
+                return ServeError::Internal("the engine task was cancelled".into())
+                    .into_response();
+            }
+        }
+    } else {
+        let mut guard = guard;
+        let plan = prepare(&mut guard, &ctx, &key, &parsed);
+        (guard, plan)
+    };
+
+    let offer_tools = state.options().engine_tools && !stream;
+    let mut overrides: Vec<(&str, String)> = Vec::new();
+    let managed = match &plan {
+        Ok(plan) => {
+            for n in &plan.notices {
+                tracing::info!(session = %key.id, notice = %n.text, "engine");
+            }
+            if let Some(c) = &plan.compaction {
+                state.metrics().compaction();
+                tracing::info!(
+                    session = %key.id, tokens_before = c.tokens_before, tokens_after = c.tokens_after,
+                    messages_before = c.messages_before, messages_after = c.messages_after,
+                    elapsed_ms = c.elapsed.as_secs_f64() * 1e3, "compacted"
+                );
+            }
+            if plan.diverged {
+                state.metrics().lineage();
+                tracing::info!(session = %key.id, "client history diverged: new lineage");
+            }
+            state
+                .metrics()
+                .prompt(plan.messages_json.len(), plan.reused_bytes);
+            overrides.push(("messages", plan.messages_json.clone()));
+            true
+        }
+        Err(why) => {
+            state.metrics().fallback();
+            if let Some(m) = guard.as_mut() {
+                m.stats.fallbacks += 1;
+                m.stats.last_fallback = Some(why.clone());
+            }
+            tracing::warn!(session = %key.id, reason = %why, "request sent unmanaged");
+            false
+        }
+    };
+    if managed && let Some(m) = guard.as_mut() {
+        m.stats.managed += 1;
+    }
+    let strip_usage_chunk = stream && !parsed.include_usage();
+    if strip_usage_chunk {
+        overrides.push((
+            "stream_options",
+            with_include_usage(parsed.field("stream_options")),
+        ));
+    }
+    let engine_tools = if offer_tools && managed {
+        guard
+            .as_ref()
+            .map(|m| tools::schemas(m, &parsed))
+            .unwrap_or_default()
+    } else {
+        None
+    };
+    if let Some(t) = &engine_tools {
+        overrides.push(("tools", t.tools_json.clone()));
+    }
+    tracing::debug!(session = %key.id, source = ?source, managed, stream, "chat request");
+    let borrowed: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let upstream_body = if borrowed.is_empty() {
+        body.clone()
+    } else {
+        Bytes::from(parsed.write(&borrowed))
+    };
+    let pre = started.elapsed();
+
+    if stream {
+        state
+            .metrics()
+            .ttfb_overhead(CHAT_COMPLETIONS, pre.as_secs_f64());
+        return stream_response(
+            state,
+            out_headers,
+            &url,
+            upstream_body,
+            guard,
+            strip_usage_chunk,
+            started,
+        )
+        .await;
+    }
+    let up_started = Instant::now();
+    let result = match &engine_tools {
+        Some(t) => {
+            tools::resolve(
+                &state,
+                &mut guard,
+                &parsed,
+                &overrides,
+                t,
+                out_headers,
+                &url,
+            )
+            .await
+        }
+        None => send_collect(&state, out_headers, &url, upstream_body).await,
+    };
+    let up = up_started.elapsed();
+    let (status, resp_headers, bytes) = match result {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if status.is_success()
+        && let Some(usage) = usage_of(&bytes)
+    {
+        state
+            .metrics()
+            .tokens(usage.prompt_tokens, usage.completion_tokens);
+        if let Some(m) = guard.as_mut() {
+            m.after_response(&usage);
+        }
+    }
+    drop(guard);
+    let total = started.elapsed();
+    state.metrics().latency(
+        CHAT_COMPLETIONS,
+        up.as_secs_f64(),
+        total.saturating_sub(up).as_secs_f64(),
+    );
+    respond(status, resp_headers, Body::from(bytes))
+}
+
+/// Builds the session on first use and prepares the managed request; a
+/// panic in the engine resets the session and fails open like an error.
+fn prepare(
+    slot: &mut Option<Managed>,
+    ctx: &Arc<SessionContext>,
+    key: &SessionKey,
+    body: &ChatBody<'_>,
+) -> Result<Plan, String> {
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        if slot.is_none() {
+            *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
+        }
+        match slot.as_mut() {
+            Some(m) => m.prepare(body.messages()),
+            None => Err("no session".to_owned()),
+        }
+    }));
+    result.unwrap_or_else(|_| {
+        *slot = None;
+        Err("the engine panicked; the session starts over".to_owned())
+    })
+}
+
+/// A non-streamed upstream call, read to the end.
+pub(crate) async fn send_collect(
+    state: &AppState,
+    headers: HeaderMap,
+    url: &str,
+    body: Bytes,
+) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+    let resp = state
+        .upstream()
+        .send(Method::POST, url, headers, body, false)
+        .await?;
+    let status = resp.status();
+    let headers = response_headers(resp.headers());
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| ServeError::from_reqwest(&e))?;
+    Ok((status, headers, bytes))
+}
+
+/// The client's body as it came, for a request the proxy cannot read.
+async fn forward_raw(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -> Response {
+    match send_collect(state, headers, url, body).await {
+        Ok((status, headers, bytes)) => respond(status, headers, Body::from(bytes)),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The `usage` of a chat-completions JSON answer.
+pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct UsageOnly {
+        usage: Option<serde_json::Value>,
+    }
+    let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
+    Usage::from_openai(&u).ok()
+}
+
+/// A streamed call: an error status comes back whole; a stream is relayed
+/// event by event, holding the session until it ends (its usage is fed to
+/// the engine then). A client that goes away drops the relay, which drops
+/// the upstream call.
+async fn stream_response(
+    state: AppState,
+    headers: HeaderMap,
+    url: &str,
+    body: Bytes,
+    guard: Guard,
+    strip_usage_chunk: bool,
+    started: Instant,
+) -> Response {
+    let up_started = Instant::now();
+    let resp = match state
+        .upstream()
+        .send(Method::POST, url, headers, body, true)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let status = resp.status();
+    let resp_headers = response_headers(resp.headers());
+    if !status.is_success() {
+        let bytes = resp.bytes().await.unwrap_or_default();
+        return respond(status, resp_headers, Body::from(bytes));
+    }
+    struct Relaying {
+        upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+        relay: Relay,
+        guard: Option<Guard>,
+        state: AppState,
+        started: Instant,
+        up_started: Instant,
+        ended: bool,
+    }
+    impl Relaying {
+        fn end(&mut self) {
+            self.ended = true;
+            if let Some(usage) = self.relay.usage() {
+                self.state
+                    .metrics()
+                    .tokens(usage.prompt_tokens, usage.completion_tokens);
+                if let Some(m) = self.guard.as_mut().and_then(|g| g.as_mut()) {
+                    m.after_response(&usage);
+                }
+            }
+            self.guard = None;
+            let up = self.up_started.elapsed();
+            let total = self.started.elapsed();
+            self.state.metrics().latency(
+                CHAT_COMPLETIONS,
+                up.as_secs_f64(),
+                total.saturating_sub(up).as_secs_f64(),
+            );
+        }
+    }
+    let relaying = Relaying {
+        upstream: resp.bytes_stream().boxed(),
+        relay: Relay::new(strip_usage_chunk),
+        guard: Some(guard),
+        state,
+        started,
+        up_started,
+        ended: false,
+    };
+    let body = futures_util::stream::unfold(relaying, |mut r| async move {
+        loop {
+            if r.ended {
+                return None;
+            }
+            match r.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    let out = r.relay.push(&chunk);
+                    if !out.is_empty() {
+                        return Some((Ok::<Bytes, std::io::Error>(out), r));
+                    }
+                }
+                Some(Err(e)) => {
+                    let err = ServeError::from_reqwest(&e);
+                    tracing::warn!(error = %err, "upstream stream broke off");
+                    r.end();
+                    return Some((Ok(error_event(&err.to_string())), r));
+                }
+                None => {
+                    let rest = r.relay.finish();
+                    r.end();
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    return Some((Ok(rest), r));
+                }
+            }
+        }
+    });
+    respond(status, resp_headers, Body::from_stream(body))
+}

@@ -1,0 +1,18 @@
+//! Request handlers: thin; they parse, call the session driver, and
+//! forward through [`upstream`](crate::upstream).
+
+pub mod chat;
+pub mod ops;
+pub mod passthrough;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+
+/// A response from parts (status, upstream headers already filtered).
+pub(crate) fn respond(status: StatusCode, headers: axum::http::HeaderMap, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}

@@ -1,0 +1,60 @@
+//! Operations endpoints: liveness, metrics, one session's status.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::error::ServeError;
+use crate::session::key::{SessionKey, scope};
+
+/// `GET /healthz`.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /metrics`: Prometheus (OpenMetrics) text.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.metrics().set_sessions(state.sessions().len());
+    let mut response = state.metrics().encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// `GET /ctx/sessions/{id}`: the engine's status and the session's
+/// figures, for a session of the caller's own credential.
+pub async fn session_status(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ServeError> {
+    let key = SessionKey {
+        scope: scope(&headers),
+        id: id.clone(),
+    };
+    let slot = state
+        .sessions()
+        .get(&key)
+        .ok_or_else(|| ServeError::SessionNotFound(id.clone()))?;
+    // A request in flight holds the session; wait for it a little.
+    let guard = tokio::time::timeout(Duration::from_secs(5), slot.state.lock())
+        .await
+        .map_err(|_| ServeError::BadRequest("the session is busy, try again".into()))?;
+    let managed = guard
+        .as_ref()
+        .ok_or_else(|| ServeError::SessionNotFound(id.clone()))?;
+    Ok(Json(serde_json::json!({
+        "id": id,
+        "engine": managed.host().engine().name(),
+        "status": managed.host().status(),
+        "stats": managed.stats,
+        "managed_messages": managed.history().len(),
+        "heap_bytes": managed.heap_bytes(),
+    })))
+}

@@ -1,0 +1,41 @@
+//! Every `/v1/*` path but chat completions: forwarded unchanged (method,
+//! query, headers less hop-by-hop and `x-ctx-*`, body), the answer streamed
+//! back as it comes.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::handlers::respond;
+use crate::router::AuthorizationConsumed;
+use crate::upstream::response_headers;
+
+/// `ANY /v1/{*rest}`.
+pub async fn passthrough(
+    State(state): State<AppState>,
+    consumed: Option<Extension<AuthorizationConsumed>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let rest = uri.path().strip_prefix("/v1").unwrap_or(uri.path());
+    let url = state.upstream().url(rest, uri.query());
+    let out_headers = state
+        .upstream()
+        .headers(&headers, consumed.is_some(), false);
+    match state
+        .upstream()
+        .send(method, &url, out_headers, body, true)
+        .await
+    {
+        Ok(resp) => {
+            let status = resp.status();
+            let headers = response_headers(resp.headers());
+            respond(status, headers, Body::from_stream(resp.bytes_stream()))
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,301 @@
+//! `ctx serve`: context-engine as an OpenAI-compatible proxy.
+//!
+//! An agent points its base URL at the proxy; the proxy forwards every
+//! `/v1/*` call to the upstream provider and manages
+//! `POST /v1/chat/completions`: each request's full client history becomes
+//! the session's managed history (digest, proactive prune, compaction,
+//! engine tools) through the library's host driver
+//! ([`context_engine::host::Session`]), with the prefix sent before kept
+//! byte for byte so the provider's prompt cache keeps matching.
+//!
+//! Layout: [`routes`] (paths), [`router`] (layers: access token, body
+//! limit, metrics), [`handlers`] (thin), [`upstream`] (the HTTP client),
+//! [`session`] (keying, lineage, the driver per session), [`sse`] (stream
+//! relay), [`tools`] (engine tools), [`metrics`], [`error`] (OpenAI's
+//! error shape). No engine logic lives here: it is all in `context_engine`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use context_engine::engine::ContextEngine;
+//! use context_engine::host::HostOptions;
+//! use context_engine::plugin::EngineContext;
+//! use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
+//! use context_engine_serve::{ServeOptions, SessionContext, UpstreamOptions, run};
+//!
+//! let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+//! let c = Arc::clone(&counter);
+//! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+//!     Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
+//! };
+//! let ctx = SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false };
+//! let options = ServeOptions::new(UpstreamOptions::new("http://127.0.0.1:8080/v1"));
+//! run(options, ctx)?;
+//! # Ok::<(), context_engine_serve::StartError>(())
+//! ```
+
+pub mod body;
+pub mod error;
+pub mod handlers;
+pub mod metrics;
+pub mod router;
+pub mod routes;
+pub mod session;
+pub mod sse;
+pub mod tools;
+pub mod upstream;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+pub use error::{ServeError, StartError};
+pub use metrics::Metrics;
+pub use router::app;
+pub use session::{EngineFactory, SessionContext, Sessions};
+pub use upstream::{Upstream, UpstreamOptions};
+
+/// How the proxy runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// Address to listen on (loopback by default).
+    pub listen: SocketAddr,
+    /// The provider.
+    pub upstream: UpstreamOptions,
+    /// The access token clients must present; required off loopback.
+    pub auth_token: Option<String>,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Offer and resolve the engine's tools.
+    pub engine_tools: bool,
+    /// Upstream round trips per request for engine-tool calls.
+    pub max_tool_rounds: u32,
+    /// Sessions kept in memory.
+    pub max_sessions: usize,
+    /// Idle time after which a session is dropped.
+    pub session_idle: Duration,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+impl ServeOptions {
+    /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, no engine tools, 10 000
+    /// sessions idle for at most an hour, 30 s shutdown grace) for `upstream`.
+    pub fn new(upstream: UpstreamOptions) -> ServeOptions {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            upstream,
+            auth_token: None,
+            max_body_bytes: 64 * 1024 * 1024,
+            engine_tools: false,
+            max_tool_rounds: 3,
+            max_sessions: 10_000,
+            session_idle: Duration::from_secs(3600),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+
+    /// Sets [`listen`](Self::listen).
+    pub fn with_listen(mut self, listen: SocketAddr) -> ServeOptions {
+        self.listen = listen;
+        self
+    }
+
+    /// Sets [`auth_token`](Self::auth_token).
+    pub fn with_auth_token(mut self, token: Option<String>) -> ServeOptions {
+        self.auth_token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Sets [`engine_tools`](Self::engine_tools).
+    pub fn with_engine_tools(mut self, on: bool) -> ServeOptions {
+        self.engine_tools = on;
+        self
+    }
+
+    /// Sets [`max_body_bytes`](Self::max_body_bytes).
+    pub fn with_max_body_bytes(mut self, n: usize) -> ServeOptions {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// Sets [`max_tool_rounds`](Self::max_tool_rounds).
+    pub fn with_max_tool_rounds(mut self, n: u32) -> ServeOptions {
+        self.max_tool_rounds = n;
+        self
+    }
+
+    /// Sets [`max_sessions`](Self::max_sessions) and
+    /// [`session_idle`](Self::session_idle).
+    pub fn with_sessions(mut self, max: usize, idle: Duration) -> ServeOptions {
+        self.max_sessions = max;
+        self.session_idle = idle;
+        self
+    }
+
+    /// Sets [`shutdown_grace`](Self::shutdown_grace).
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> ServeOptions {
+        self.shutdown_grace = grace;
+        self
+    }
+}
+
+/// What every handler shares: options, the upstream client, the sessions,
+/// the metrics.
+#[derive(Clone, Debug)]
+pub struct AppState(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    options: ServeOptions,
+    upstream: Upstream,
+    sessions: Sessions,
+    metrics: Metrics,
+    token: Option<[u8; 32]>,
+}
+
+impl AppState {
+    /// The state for `options`; refuses a non-loopback address without an
+    /// access token.
+    pub fn new(options: ServeOptions, ctx: SessionContext) -> Result<AppState, StartError> {
+        if !options.listen.ip().is_loopback() && options.auth_token.is_none() {
+            return Err(StartError::NeedsToken {
+                addr: options.listen,
+            });
+        }
+        let upstream = Upstream::new(&options.upstream)?;
+        let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle);
+        let token = options
+            .auth_token
+            .as_deref()
+            .map(|t| router::digest(t.as_bytes()));
+        Ok(AppState(Arc::new(Shared {
+            options,
+            upstream,
+            sessions,
+            metrics: Metrics::new(),
+            token,
+        })))
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ServeOptions {
+        &self.0.options
+    }
+
+    /// The upstream client.
+    pub fn upstream(&self) -> &Upstream {
+        &self.0.upstream
+    }
+
+    /// The sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.0.sessions
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// SHA-256 of the access token, when one is required.
+    pub(crate) fn token_digest(&self) -> Option<&[u8; 32]> {
+        self.0.token.as_ref()
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then lets
+/// in-flight requests (streams included) finish for at most the shutdown
+/// grace. Idle sessions are swept once a minute by one task.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let sweeper = {
+        let state = state.clone();
+        let mut rx = rx.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let left = state.sessions().sweep();
+                        state.metrics().set_sessions(left);
+                    }
+                    _ = rx.wait_for(|stop| *stop) => break,
+                }
+            }
+        })
+    };
+    let grace = state.options().shutdown_grace;
+    let mut stop = rx.clone();
+    let server = axum::serve(listener, app(state))
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .into_future();
+    let mut expired = rx;
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = tx.send(true);
+    });
+    let result = tokio::select! {
+        r = server => r,
+        _ = async {
+            let _ = expired.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_s = grace.as_secs(), "in-flight requests cut off after the grace period");
+            Ok(())
+        }
+    };
+    sweeper.abort();
+    result
+}
+
+/// Binds `options.listen` and serves until Ctrl-C or SIGTERM, on a
+/// multi-threaded runtime of its own.
+pub fn run(options: ServeOptions, ctx: SessionContext) -> Result<(), StartError> {
+    // Engine steps that may block (model summarizer, plugin process) run on
+    // the blocking pool, bounded so a burst cannot spawn a thread per session.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(64)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listen = options.listen;
+        let state = AppState::new(options, ctx)?;
+        let listener = TcpListener::bind(listen).await?;
+        tracing::info!(addr = %listener.local_addr()?, "ctx serve listening");
+        serve(listener, state, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

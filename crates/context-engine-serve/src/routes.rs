@@ -1,0 +1,32 @@
+//! The paths the proxy answers, and which handler each goes to. Layers
+//! (auth, body limit, metrics) are in [`router`](crate::router).
+
+use axum::Router;
+use axum::routing::{any, get, post};
+
+use crate::AppState;
+use crate::handlers::{chat, ops, passthrough};
+
+/// OpenAI chat completions, managed by the engine.
+pub const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+/// Every other OpenAI path, passed through unchanged.
+pub const V1_ANY: &str = "/v1/{*rest}";
+/// Liveness, never behind auth.
+pub const HEALTHZ: &str = "/healthz";
+/// Prometheus metrics.
+pub const METRICS: &str = "/metrics";
+/// One session's engine status.
+pub const SESSION: &str = "/ctx/sessions/{id}";
+
+/// Paths that need no access token.
+pub const UNAUTHENTICATED: &[&str] = &[HEALTHZ];
+
+/// The routes, without layers.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(CHAT_COMPLETIONS, post(chat::chat_completions))
+        .route(V1_ANY, any(passthrough::passthrough))
+        .route(HEALTHZ, get(ops::healthz))
+        .route(METRICS, get(ops::metrics))
+        .route(SESSION, get(ops::session_status))
+}

@@ -1,0 +1,369 @@
+//! The managed history of one session and how it maps onto the client's.
+//!
+//! The client re-sends its full history on every call; the proxy keeps its
+//! own, managed one (compacted, pruned). A hash chain over the client's
+//! messages (`chain[i]` covers messages `0..=i`, each as the client wrote
+//! it) tells whether a request extends what was seen. Each managed message
+//! keeps the JSON text it was first sent with, so the prefix the provider
+//! already cached goes out byte for byte on every later call: client
+//! messages keep the client's own text, engine-made ones (summaries, pruned
+//! results) are serialized once when they appear.
+//!
+//! Each managed message also records `depends`: how many client messages
+//! it was derived from (a client message `i`: `i + 1`; an engine-made one:
+//! every client message seen when it was made). When the client's history
+//! diverges at `d` (edited, truncated, branched), the managed history is
+//! cut before the first message with `depends > d` and rebuilt from the
+//! client's messages after what is kept: a history never mixes lineages.
+
+use context_engine::message::Message;
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+
+/// One managed message's bookkeeping (parallel to the messages).
+#[derive(Clone, Debug)]
+struct Meta {
+    /// The JSON text this message is always sent as.
+    text: Box<str>,
+    /// Client messages `0..depends` it was derived from.
+    depends: usize,
+    /// Made by the engine rather than taken from the client.
+    engine_made: bool,
+}
+
+/// How a request's messages relate to the lineage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconcile {
+    /// The request extends what was seen: client messages from `new_from`
+    /// on are new.
+    Extends {
+        /// First new client message.
+        new_from: usize,
+    },
+    /// The request diverged at client message `at`; the managed history
+    /// was cut back and client messages from `new_from` on must be
+    /// appended again.
+    Diverged {
+        /// First client message that differs (or the new length, when the
+        /// client truncated).
+        at: usize,
+        /// First client message to append.
+        new_from: usize,
+        /// Whether engine-made messages (a summary) were dropped: the
+        /// engine's own state belongs to the old lineage then.
+        dropped_engine_made: bool,
+    },
+}
+
+/// A session's managed history and the client chain it follows.
+#[derive(Debug, Default)]
+pub struct Lineage {
+    chain: Vec<u128>,
+    messages: Vec<Message>,
+    meta: Vec<Meta>,
+    /// Per-message hashes of the last request sent, for the cacheable
+    /// prefix estimate.
+    last_sent: Vec<u64>,
+}
+
+/// The hash chain of `messages`: entry `i` covers messages `0..=i`.
+pub fn chain(messages: &[&RawValue]) -> Vec<u128> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut prev = 0u128;
+    for m in messages {
+        let h = xxh3_128(m.get().as_bytes());
+        let mut buf = [0u8; 32];
+        buf[..16].copy_from_slice(&prev.to_le_bytes());
+        buf[16..].copy_from_slice(&h.to_le_bytes());
+        prev = xxh3_128_with_seed(&buf, 0x6374_785f_6c69_6e65);
+        out.push(prev);
+    }
+    out
+}
+
+/// A request's messages as JSON text, and how much of it repeats the
+/// previous request byte for byte.
+#[derive(Debug)]
+pub struct Rendered {
+    /// The JSON array.
+    pub json: String,
+    /// Bytes of the leading messages identical to the previous request's.
+    pub reused_bytes: usize,
+    /// Leading messages identical to the previous request's.
+    pub reused_messages: usize,
+}
+
+impl Lineage {
+    /// Client messages incorporated so far.
+    pub fn consumed(&self) -> usize {
+        self.chain.len()
+    }
+
+    /// The managed history.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Compares the client's chain with the one seen and cuts the managed
+    /// history back at a divergence.
+    pub fn reconcile(&mut self, incoming: &[u128]) -> Reconcile {
+        let seen = self.chain.len();
+        let common = incoming
+            .iter()
+            .zip(&self.chain)
+            .position(|(a, b)| a != b)
+            .unwrap_or(seen.min(incoming.len()));
+        if common == seen {
+            return Reconcile::Extends { new_from: seen };
+        }
+        let cut = self
+            .meta
+            .iter()
+            .position(|m| m.depends > common)
+            .unwrap_or(self.meta.len());
+        let dropped_engine_made = self.meta[cut..].iter().any(|m| m.engine_made);
+        self.messages.truncate(cut);
+        self.meta.truncate(cut);
+        let covered = self.meta.iter().map(|m| m.depends).max().unwrap_or(0);
+        self.chain.truncate(covered);
+        Reconcile::Diverged {
+            at: common,
+            new_from: covered,
+            dropped_engine_made,
+        }
+    }
+
+    /// Appends client message `index` (parsed, and as the client wrote it).
+    pub fn push_client(&mut self, message: Message, raw: &RawValue, index: usize) {
+        self.messages.push(message);
+        self.meta.push(Meta {
+            text: raw.get().into(),
+            depends: index + 1,
+            engine_made: false,
+        });
+    }
+
+    /// Records that the client chain now extends to `chain` (all its
+    /// messages incorporated).
+    pub fn set_chain(&mut self, chain: &[u128]) {
+        self.chain.clear();
+        self.chain.extend_from_slice(chain);
+    }
+
+    /// Replaces the managed history with the engine's `new` one (a
+    /// compaction or prune). A message equal to one kept in order keeps its
+    /// text and lineage; any other is engine-made, serialized once now, and
+    /// depends on every client message seen.
+    pub fn replace(&mut self, new: Vec<Message>) {
+        let seen = self.chain.len();
+        let mut meta = Vec::with_capacity(new.len());
+        let mut j = 0;
+        for m in &new {
+            match self.messages[j..].iter().position(|old| old == m) {
+                Some(k) => {
+                    meta.push(self.meta[j + k].clone());
+                    j += k + 1;
+                }
+                None => meta.push(Meta {
+                    text: to_json(m).into(),
+                    depends: seen,
+                    engine_made: true,
+                }),
+            }
+        }
+        self.messages = new;
+        self.meta = meta;
+    }
+
+    /// The JSON array of `request` (a view of the managed history): a
+    /// message equal to the managed one at its position goes out as that
+    /// one's text; others (digested views) are serialized, which is
+    /// deterministic, so they too repeat byte for byte while unchanged.
+    pub fn render(&mut self, request: &[Message]) -> Rendered {
+        let mut json =
+            String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
+        let mut sent = Vec::with_capacity(request.len());
+        let mut reused_bytes = 0;
+        let mut reused_messages = 0;
+        let mut same = true;
+        json.push('[');
+        for (i, m) in request.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            let start = json.len();
+            match self.messages.get(i) {
+                Some(managed) if managed == m => json.push_str(&self.meta[i].text),
+                _ => json.push_str(&to_json(m)),
+            }
+            let h = xxhash_rust::xxh3::xxh3_64(&json.as_bytes()[start..]);
+            if same && self.last_sent.get(i) == Some(&h) {
+                reused_bytes = json.len();
+                reused_messages += 1;
+            } else {
+                same = false;
+            }
+            sent.push(h);
+        }
+        json.push(']');
+        self.last_sent = sent;
+        Rendered {
+            json,
+            reused_bytes,
+            reused_messages,
+        }
+    }
+
+    /// Approximate heap bytes held (texts and messages' text content).
+    pub fn heap_bytes(&self) -> usize {
+        self.chain.capacity() * 16
+            + self.last_sent.capacity() * 8
+            + self
+                .meta
+                .iter()
+                .map(|m| m.text.len() + std::mem::size_of::<Meta>())
+                .sum::<usize>()
+            + self.messages.capacity() * std::mem::size_of::<Message>()
+    }
+}
+
+/// A message's JSON text (the lossless model gives the same text for the
+/// same message every time).
+fn to_json(m: &Message) -> String {
+    // Serializing the message model cannot fail (no non-string keys).
+    serde_json::to_string(m).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raws(texts: &[&str]) -> Vec<Box<RawValue>> {
+        texts
+            .iter()
+            .map(|t| RawValue::from_string((*t).to_owned()).unwrap())
+            .collect()
+    }
+
+    fn feed(l: &mut Lineage, raws: &[Box<RawValue>]) -> Reconcile {
+        let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
+        let c = chain(&refs);
+        let r = l.reconcile(&c);
+        let from = match r {
+            Reconcile::Extends { new_from } | Reconcile::Diverged { new_from, .. } => new_from,
+        };
+        for (i, raw) in refs.iter().enumerate().skip(from) {
+            l.push_client(serde_json::from_str(raw.get()).unwrap(), raw, i);
+        }
+        l.set_chain(&c);
+        r
+    }
+
+    const S: &str = r#"{"role": "system", "content": "s"}"#;
+    const U1: &str = r#"{"role": "user", "content": "one"}"#;
+    const A1: &str = r#"{"role": "assistant", "content": "a1"}"#;
+    const U2: &str = r#"{"role": "user", "content": "two"}"#;
+    const A2: &str = r#"{"role": "assistant", "content": "a2"}"#;
+    const U3: &str = r#"{"role": "user", "content": "three"}"#;
+
+    #[test]
+    fn extends_then_keeps_client_bytes() {
+        let mut l = Lineage::default();
+        assert_eq!(
+            feed(&mut l, &raws(&[S, U1])),
+            Reconcile::Extends { new_from: 0 }
+        );
+        assert_eq!(
+            feed(&mut l, &raws(&[S, U1, A1, U2])),
+            Reconcile::Extends { new_from: 2 }
+        );
+        let msgs = l.messages().to_vec();
+        let r = l.render(&msgs);
+        assert_eq!(r.json, format!("[{S},{U1},{A1},{U2}]"));
+        assert_eq!(r.reused_messages, 0);
+        let r = l.render(&msgs);
+        assert_eq!((r.reused_messages, r.reused_bytes), (4, r.json.len() - 1));
+    }
+
+    #[test]
+    fn compacted_prefix_is_frozen_and_divergence_never_mixes() {
+        let mut l = Lineage::default();
+        feed(&mut l, &raws(&[S, U1, A1, U2]));
+        // A "compaction": system, a summary, the last user message.
+        let summary: Message =
+            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
+        let mut new = vec![
+            l.messages()[0].clone(),
+            summary.clone(),
+            l.messages()[3].clone(),
+        ];
+        l.replace(new.clone());
+        let first = l.render(&new).json;
+        assert_eq!(
+            first,
+            format!(r#"[{S},{{"role":"user","content":"[summary]"}},{U2}]"#)
+        );
+        // The client sends its full history plus new messages.
+        assert_eq!(
+            feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3])),
+            Reconcile::Extends { new_from: 4 }
+        );
+        new = l.messages().to_vec();
+        assert_eq!(new.len(), 5);
+        let second = l.render(&new).json;
+        assert!(
+            second.starts_with(&first[..first.len() - 1]),
+            "frozen prefix byte for byte"
+        );
+
+        // Branch after U2 (inside the compacted span's lineage): the
+        // summary depends on messages 0..4, so it is dropped.
+        let r = feed(&mut l, &raws(&[S, U1, A1, U3]));
+        assert_eq!(
+            r,
+            Reconcile::Diverged {
+                at: 3,
+                new_from: 1,
+                dropped_engine_made: true
+            }
+        );
+        let msgs = l.messages().to_vec();
+        assert_eq!(l.render(&msgs).json, format!("[{S},{U1},{A1},{U3}]"));
+    }
+
+    #[test]
+    fn edit_and_truncation_after_the_compaction_keep_it() {
+        let mut l = Lineage::default();
+        feed(&mut l, &raws(&[S, U1, A1, U2]));
+        let summary: Message =
+            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
+        l.replace(vec![
+            l.messages()[0].clone(),
+            summary,
+            l.messages()[3].clone(),
+        ]);
+        feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3]));
+        // The client rewrote its last message.
+        let r = feed(&mut l, &raws(&[S, U1, A1, U2, A2, U1]));
+        assert_eq!(
+            r,
+            Reconcile::Diverged {
+                at: 5,
+                new_from: 5,
+                dropped_engine_made: false
+            }
+        );
+        assert_eq!(l.messages().len(), 5);
+        // Truncated back to before the summary's span ended.
+        let r = feed(&mut l, &raws(&[S, U1]));
+        assert_eq!(
+            r,
+            Reconcile::Diverged {
+                at: 2,
+                new_from: 1,
+                dropped_engine_made: true
+            }
+        );
+        assert_eq!(l.messages().len(), 2);
+    }
+}

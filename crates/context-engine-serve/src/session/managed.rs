@@ -1,0 +1,282 @@
+//! One session driven through the library's host driver: what the proxy
+//! does with each request's messages and each response's usage.
+
+use std::sync::Arc;
+
+use context_engine::engine::{SessionInfo, Usage};
+use context_engine::host::{self, Compaction, HostOptions, Notice};
+use context_engine::message::{Message, Role};
+use context_engine::tokens::TokenCounter;
+use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::EngineFactory;
+use super::lineage::{self, Lineage, Reconcile};
+
+/// What every session of a server shares.
+pub struct SessionContext {
+    /// Builds each session's engine.
+    pub factory: Arc<dyn EngineFactory>,
+    /// Counts tokens for the driver (shared cache).
+    pub counter: Arc<dyn TokenCounter>,
+    /// The driver's options (provider profile included).
+    pub host: HostOptions,
+    /// The engine may block on I/O (a model summarizer, a plugin process):
+    /// its steps then run on the runtime's bounded blocking pool instead of
+    /// an async worker.
+    pub blocking: bool,
+}
+
+impl std::fmt::Debug for SessionContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionContext")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per-session figures, for `/ctx/sessions/{id}`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SessionStats {
+    /// Chat requests seen.
+    pub requests: u64,
+    /// Requests sent managed.
+    pub managed: u64,
+    /// Requests sent unmanaged (fail open).
+    pub fallbacks: u64,
+    /// Why the last unmanaged request was not managed.
+    pub last_fallback: Option<String>,
+    /// Lineages started by diverging client histories.
+    pub new_lineages: u64,
+    /// Compactions accepted.
+    pub compactions: u64,
+    /// Prompt tokens the upstream reported, summed.
+    pub prompt_tokens: u64,
+    /// Completion tokens the upstream reported, summed.
+    pub completion_tokens: u64,
+    /// Tokens of the last managed request, counted.
+    pub last_request_tokens: u64,
+    /// Messages in the client's last request and in the managed one.
+    pub last_client_messages: usize,
+    /// Messages in the last managed request.
+    pub last_managed_messages: usize,
+}
+
+/// What [`Managed::prepare`] produced for one request.
+#[derive(Debug)]
+pub struct Plan {
+    /// The managed `messages` array, as JSON text.
+    pub messages_json: String,
+    /// Bytes of it identical to the session's previous request.
+    pub reused_bytes: usize,
+    /// A compaction accepted for this request.
+    pub compaction: Option<Compaction>,
+    /// The client's history diverged and a new lineage started.
+    pub diverged: bool,
+    /// What the driver had to say (logged).
+    pub notices: Vec<Notice>,
+}
+
+/// One session: the host driver, the managed history and its figures.
+pub struct Managed {
+    ctx: Arc<SessionContext>,
+    id: String,
+    host: host::Session,
+    lineage: Lineage,
+    calls: u64,
+    /// The figures shown by `/ctx/sessions/{id}`.
+    pub stats: SessionStats,
+}
+
+impl std::fmt::Debug for Managed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Managed")
+            .field("id", &self.id)
+            .field("calls", &self.calls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Managed {
+    /// A new session `id` with a fresh engine.
+    pub fn new(ctx: Arc<SessionContext>, id: &str) -> Result<Managed, String> {
+        let host = new_host(&ctx, id)?;
+        Ok(Managed {
+            ctx,
+            id: id.to_owned(),
+            host,
+            lineage: Lineage::default(),
+            calls: 0,
+            stats: SessionStats::default(),
+        })
+    }
+
+    /// The host driver (engine status, tools).
+    pub fn host(&self) -> &host::Session {
+        &self.host
+    }
+
+    /// The host driver, mutably (engine tools).
+    pub fn host_mut(&mut self) -> &mut host::Session {
+        &mut self.host
+    }
+
+    /// The managed history.
+    pub fn history(&self) -> &[Message] {
+        self.lineage.messages()
+    }
+
+    /// Approximate heap bytes of the managed history and bookkeeping.
+    pub fn heap_bytes(&self) -> usize {
+        self.lineage.heap_bytes()
+    }
+
+    /// Takes the client's full history (`raw`, each message as the client
+    /// wrote it) and returns the managed request. On `Err` the caller sends
+    /// the client's request unmanaged; the reason says why.
+    pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.stats.requests += 1;
+        self.stats.last_client_messages = raw.len();
+        let chain = lineage::chain(raw);
+        let mut diverged = false;
+        let new_from = match self.lineage.reconcile(&chain) {
+            Reconcile::Extends { new_from } => new_from,
+            Reconcile::Diverged {
+                new_from,
+                dropped_engine_made,
+                ..
+            } => {
+                diverged = true;
+                self.stats.new_lineages += 1;
+                if dropped_engine_made {
+                    // The engine's state (its previous summary) belongs to
+                    // the old lineage: start the engine over. What the
+                    // lineage kept derives only from the common messages.
+                    self.host = new_host(&self.ctx, &self.id)?;
+                    self.calls = 0;
+                }
+                new_from
+            }
+        };
+        // Parse everything new before touching the lineage. The last
+        // managed message goes first, as context: whether a user message
+        // is a tool observation depends on the action before it.
+        let context = usize::from(new_from > 0 && !self.lineage.messages().is_empty());
+        let mut batch: Vec<Message> = self
+            .lineage
+            .messages()
+            .last()
+            .cloned()
+            .into_iter()
+            .take(context)
+            .collect();
+        for (i, m) in raw.iter().enumerate().skip(new_from) {
+            batch.push(parse(m, i)?);
+        }
+
+        let mut notices = Vec::new();
+        let mut compaction = None;
+        // The order of the reference host (and of `ctx replay`): the reply
+        // to the previous call, then its tool results (post-tool check and
+        // prune), then a new user turn closes the previous turn.
+        let replies = batch[context..]
+            .iter()
+            .take_while(|m| m.role == Role::Assistant)
+            .count();
+        let tools = (context + replies..batch.len())
+            .take_while(|&k| batch[k].is_tool_result() || is_reentry_at(&batch, k))
+            .count();
+        let real_user_turn =
+            (context + replies + tools..batch.len()).any(|k| is_real_user_turn(&batch, k));
+        let mut rest = batch.into_iter().skip(context).zip(new_from..);
+        for (m, i) in rest.by_ref().take(replies + tools) {
+            self.lineage.push_client(m, raw[i], i);
+        }
+        if self.calls > 0 && tools > 0 {
+            self.lineage.set_chain(&chain[..new_from + replies + tools]);
+            let update = self.host.after_tools(self.lineage.messages());
+            notices.extend(update.notices);
+            if let Some(h) = update.new_history {
+                self.lineage.replace(h);
+            }
+            compaction = update.compaction;
+        }
+        if self.calls > 0 && real_user_turn {
+            self.host
+                .turn_complete(self.lineage.messages(), &Default::default());
+        }
+        for (m, i) in rest {
+            self.lineage.push_client(m, raw[i], i);
+        }
+        self.lineage.set_chain(&chain);
+        self.host.start(&SessionInfo::default());
+
+        let prepared = self.host.before_request(self.lineage.messages());
+        notices.extend(prepared.update.notices);
+        if let Some(h) = prepared.update.new_history {
+            self.lineage.replace(h);
+        }
+        if prepared.update.compaction.is_some() {
+            compaction = prepared.update.compaction;
+        }
+        self.calls += 1;
+        // Never send a request that breaks a provider rule the client's own
+        // request kept.
+        let profile = self.ctx.host.profile;
+        if !validate(&prepared.request, profile).is_empty() {
+            let unmanaged: Vec<Message> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, m)| parse(m, i))
+                .collect::<Result<_, _>>()?;
+            if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
+                return Err(format!(
+                    "the managed request would break a provider rule: {v}"
+                ));
+            }
+        }
+        if compaction.is_some() {
+            self.stats.compactions += 1;
+        }
+        self.stats.last_request_tokens = prepared.request_tokens;
+        self.stats.last_managed_messages = prepared.request.len();
+        let rendered = self.lineage.render(&prepared.request);
+        Ok(Plan {
+            messages_json: rendered.json,
+            reused_bytes: rendered.reused_bytes,
+            compaction,
+            diverged,
+            notices,
+        })
+    }
+
+    /// The provider's usage of the call just made.
+    pub fn after_response(&mut self, usage: &Usage) {
+        self.stats.prompt_tokens += usage.prompt_tokens;
+        self.stats.completion_tokens += usage.completion_tokens;
+        self.host.after_response(usage);
+    }
+}
+
+fn new_host(ctx: &SessionContext, id: &str) -> Result<host::Session, String> {
+    let engine = ctx
+        .factory
+        .create(id)
+        .map_err(|e| format!("cannot start the engine: {e}"))?;
+    Ok(host::Session::new(id, engine, Arc::clone(&ctx.counter)).with_options(ctx.host.clone()))
+}
+
+fn parse(raw: &RawValue, index: usize) -> Result<Message, String> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| format!("message {index} is not a chat message: {e}"))
+}
+
+impl Managed {
+    /// Runs engine tool `name` on the managed history; `None` when it is
+    /// not an engine tool.
+    pub fn handle_tool_call(&mut self, name: &str, args: &str) -> Option<String> {
+        self.host
+            .handle_tool_call(name, args, self.lineage.messages())
+    }
+}

@@ -1,0 +1,157 @@
+//! Sessions: keying ([`key`]), the managed history and its hash chain
+//! ([`lineage`]), the host driver per session ([`managed`]), and the
+//! in-memory registry.
+//!
+//! Each session sits behind its own async mutex: requests of one session
+//! are serialized (a request waits for the previous one's response, which
+//! carries the usage the engine needs), different sessions run in
+//! parallel. An idle session is only data in the map: no task, no thread.
+//! The registry keeps at most `max_sessions` (least recently used dropped
+//! first) and drops sessions idle longer than `idle`; a dropped session
+//! starts over from the client's full history on its next request.
+
+pub mod key;
+pub mod lineage;
+pub mod managed;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use context_engine::engine::ContextEngine;
+use tokio::sync::Mutex as AsyncMutex;
+
+pub use key::{KeySource, SessionKey};
+pub use managed::{Managed, Plan, SessionContext, SessionStats};
+
+/// Builds the engine of each new session.
+pub trait EngineFactory: Send + Sync {
+    /// A fresh engine for session `id`.
+    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, String>;
+}
+
+impl<F> EngineFactory for F
+where
+    F: Fn(&str) -> Result<Box<dyn ContextEngine>, String> + Send + Sync,
+{
+    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, String> {
+        self(id)
+    }
+}
+
+/// One session's slot: its state behind an async mutex (`None` until the
+/// first request builds it, and again after a failure reset it).
+#[derive(Debug)]
+pub struct Slot {
+    /// The session, locked for the whole of each request.
+    pub state: Arc<AsyncMutex<Option<Managed>>>,
+    last_used: AtomicU64,
+}
+
+/// The sessions of one server.
+pub struct Sessions {
+    map: Mutex<HashMap<SessionKey, Arc<Slot>>>,
+    ctx: Arc<SessionContext>,
+    max: usize,
+    idle: Duration,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("max", &self.max)
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// An empty registry.
+    pub fn new(ctx: SessionContext, max: usize, idle: Duration) -> Sessions {
+        Sessions {
+            map: Mutex::new(HashMap::new()),
+            ctx: Arc::new(ctx),
+            max: max.max(1),
+            idle,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// What every session shares.
+    pub fn context(&self) -> &Arc<SessionContext> {
+        &self.ctx
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The slot of `key`, created when new. Over capacity, the least
+    /// recently used sessions that no request holds are dropped (a tenth of
+    /// the capacity at once, so the scan is rare).
+    pub fn slot(&self, key: &SessionKey) -> Arc<Slot> {
+        let now = self.now();
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = map.get(key) {
+            slot.last_used.store(now, Ordering::Relaxed);
+            return Arc::clone(slot);
+        }
+        if map.len() >= self.max {
+            evict(&mut map, (self.max / 10).max(1));
+        }
+        let slot = Arc::new(Slot {
+            state: Arc::new(AsyncMutex::new(None)),
+            last_used: AtomicU64::new(now),
+        });
+        map.insert(key.clone(), Arc::clone(&slot));
+        slot
+    }
+
+    /// The slot of `key` if it exists.
+    pub fn get(&self, key: &SessionKey) -> Option<Arc<Slot>> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(key).cloned()
+    }
+
+    /// Drops sessions idle longer than the idle limit; returns how many
+    /// are left.
+    pub fn sweep(&self) -> usize {
+        let cutoff = self
+            .now()
+            .saturating_sub(u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX));
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || Arc::strong_count(&slot.state) > 1
+                || slot.last_used.load(Ordering::Relaxed) >= cutoff
+        });
+        map.len()
+    }
+
+    /// Sessions held.
+    pub fn len(&self) -> usize {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no session is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn evict(map: &mut HashMap<SessionKey, Arc<Slot>>, n: usize) {
+    let mut idle: Vec<(u64, SessionKey)> = map
+        .iter()
+        .filter(|(_, s)| Arc::strong_count(s) == 1 && Arc::strong_count(&s.state) == 1)
+        .map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone()))
+        .collect();
+    idle.sort_unstable();
+    for (_, k) in idle.into_iter().take(n) {
+        map.remove(&k);
+    }
+}

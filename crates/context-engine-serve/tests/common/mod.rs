@@ -1,0 +1,246 @@
+//! Shared by the proxy's integration tests: the corpus location (skipping
+//! with a printed reason when absent, failing under `CI=true`), a scripted
+//! upstream on 127.0.0.1:0 that records every request it receives, and a
+//! proxy in front of it.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::plugin::EngineContext;
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use tokio::net::TcpListener;
+
+/// `../shared/corpus` next to the repository (or `$CTX_CORPUS_DIR`, for a
+/// checkout elsewhere), or `None` with the reason printed; under `CI=true`
+/// a missing corpus fails the test.
+pub fn corpus_files() -> Option<Vec<PathBuf>> {
+    let dir = std::env::var_os("CTX_CORPUS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
+        PathBuf::from,
+    );
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "json" || e == "traj" || e == "jsonl")
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    if files.is_empty() {
+        let why = format!("no corpus transcripts at {}", dir.display());
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(files)
+}
+
+/// What the scripted upstream answers to one call.
+#[derive(Clone)]
+pub enum Reply {
+    /// A JSON body with status 200 (or a streamed version of it when the
+    /// request asks for a stream: `chunks` content deltas, then usage).
+    Json(serde_json::Value),
+    /// A raw status and body.
+    Raw(u16, String),
+    /// Compute the reply from the request body.
+    With(Arc<dyn Fn(&serde_json::Value) -> serde_json::Value + Send + Sync>),
+}
+
+/// One request the upstream received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body, as received.
+    pub body: Bytes,
+    /// The reply's body as sent (non-streamed).
+    pub reply: Bytes,
+}
+
+/// The scripted upstream's state.
+#[derive(Default)]
+pub struct Script {
+    /// Replies, in order; when empty, a fixed "ok" answer.
+    pub replies: Mutex<VecDeque<Reply>>,
+    /// Requests received, in order.
+    pub received: Mutex<Vec<Received>>,
+}
+
+impl Script {
+    /// Queues a reply.
+    pub fn push(&self, reply: Reply) {
+        self.replies.lock().unwrap().push_back(reply);
+    }
+
+    /// The requests received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// The last request's body as JSON.
+    pub fn last_body(&self) -> serde_json::Value {
+        let r = self.received.lock().unwrap();
+        serde_json::from_slice(&r.last().unwrap().body).unwrap()
+    }
+}
+
+/// A plain chat completion carrying `message` and `usage`.
+pub fn completion(message: serde_json::Value, prompt: u64, completion: u64) -> serde_json::Value {
+    serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "scripted",
+        "choices": [{ "index": 0, "message": message, "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion }
+    })
+}
+
+async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let reply = script.replies.lock().unwrap().pop_front();
+    let value = match reply {
+        Some(Reply::Raw(status, text)) => {
+            script.received.lock().unwrap().push(Received {
+                headers,
+                body,
+                reply: Bytes::from(text.clone()),
+            });
+            return Response::builder()
+                .status(StatusCode::from_u16(status).unwrap())
+                .header("content-type", "application/json")
+                .body(Body::from(text))
+                .unwrap();
+        }
+        Some(Reply::Json(v)) => v,
+        Some(Reply::With(f)) => f(&request),
+        None => completion(
+            serde_json::json!({"role": "assistant", "content": "ok"}),
+            10,
+            1,
+        ),
+    };
+    if request.get("stream") == Some(&serde_json::Value::Bool(true)) {
+        let text = sse_of(
+            &value,
+            request.pointer("/stream_options/include_usage")
+                == Some(&serde_json::Value::Bool(true)),
+        );
+        script.received.lock().unwrap().push(Received {
+            headers,
+            body,
+            reply: Bytes::from(text.clone()),
+        });
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(text))
+            .unwrap();
+    }
+    let text = serde_json::to_string(&value).unwrap();
+    script.received.lock().unwrap().push(Received {
+        headers,
+        body,
+        reply: Bytes::from(text.clone()),
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+/// A completion as OpenAI streams it: a role chunk, one chunk per word of
+/// the content, a finish chunk, the usage chunk when asked for, `[DONE]`.
+pub fn sse_of(value: &serde_json::Value, include_usage: bool) -> String {
+    let content = value
+        .pointer("/choices/0/message/content")
+        .and_then(|c| c.as_str())
+        .unwrap_or("");
+    let usage_null = if include_usage { ",\"usage\":null" } else { "" };
+    let mut out = format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{usage_null}}}\n\n"
+    );
+    for word in content.split_inclusive(' ') {
+        let delta = serde_json::json!({"content": word});
+        out.push_str(&format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]{usage_null}}}\n\n"
+        ));
+    }
+    out.push_str(&format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]{usage_null}}}\n\n"
+    ));
+    if include_usage {
+        let usage = value.get("usage").cloned().unwrap_or_default();
+        out.push_str(&format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{usage}}}\n\n"
+        ));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// Starts the scripted upstream; returns its base URL (`…/v1`).
+pub async fn start_upstream(script: Arc<Script>) -> String {
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(|| async { axum::Json(serde_json::json!({"object":"list","data":[{"id":"scripted","object":"model"}]})) }))
+        .with_state(script);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+/// The token counter the tests and the proxy share.
+pub fn counter() -> Arc<dyn TokenCounter> {
+    Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)))
+}
+
+/// A session context with the built-in compressor at `context_length`.
+pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -> SessionContext {
+    let c = Arc::clone(&counter);
+    let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), context_length).into_compressor(),
+        ))
+    };
+    SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    }
+}
+
+/// Starts a proxy for `options` and `ctx` on 127.0.0.1:0; returns its
+/// address and state.
+pub async fn start_proxy(options: ServeOptions, ctx: SessionContext) -> (SocketAddr, AppState) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = AppState::new(options, ctx).unwrap();
+    let s = state.clone();
+    tokio::spawn(async move {
+        context_engine_serve::serve(listener, s, std::future::pending())
+            .await
+            .unwrap()
+    });
+    (addr, state)
+}
+
+/// Proxy options for an upstream at `url`.
+pub fn options(url: &str) -> ServeOptions {
+    ServeOptions::new(UpstreamOptions::new(url))
+}

@@ -1,0 +1,539 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The proxy's behaviour against a scripted upstream: streams, usage,
+//! pass-through, auth, divergence, fail-open, engine tools.
+
+mod common;
+
+use std::sync::Arc;
+
+use context_engine::engine::{
+    CompressRequest, ContextEngine, EngineError, EngineState, SelectRequest, Usage,
+};
+use context_engine::host::HostOptions;
+use context_engine::message::Message;
+use context_engine_serve::{SessionContext, StartError};
+use serde_json::{Value, json};
+
+use common::{
+    Reply, Script, completion, compressor_context, counter, options, start_proxy, start_upstream,
+};
+
+async fn post(
+    addr: std::net::SocketAddr,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+async fn json_of(resp: reqwest::Response) -> Value {
+    serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+#[tokio::test]
+async fn stream_relays_to_done_and_strips_the_usage_chunk_it_added() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, state) = start_proxy(options(&url), compressor_context(counter(), 128_000)).await;
+    let reply = completion(
+        json!({"role": "assistant", "content": "hello there world"}),
+        21,
+        3,
+    );
+    script.push(Reply::Json(reply.clone()));
+    let body = json!({"model": "m", "stream": true, "messages": [user("hi")]});
+    let resp = post(addr, &body, &[("x-ctx-session", "s")]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let text = String::from_utf8(resp.bytes().await.unwrap().to_vec()).unwrap();
+    // The upstream was asked for usage; the client did not ask, so the
+    // usage-only chunk is gone and everything else is byte for byte.
+    let sent = script.last_body();
+    assert_eq!(sent["stream_options"]["include_usage"], true);
+    let upstream_text =
+        String::from_utf8(script.received().last().unwrap().reply.to_vec()).unwrap();
+    let usage_event = upstream_text
+        .split_inclusive("\n\n")
+        .find(|e| e.contains("\"choices\":[]"))
+        .unwrap();
+    assert_eq!(text, upstream_text.replace(usage_event, ""));
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    assert!(text.contains("hello ") && !text.contains("prompt_tokens"));
+    // The usage reached the engine and the metrics.
+    let status = reqwest::get(format!("http://{addr}/ctx/sessions/s"))
+        .await
+        .unwrap();
+    let status = json_of(status).await;
+    assert_eq!(status["stats"]["prompt_tokens"], 21);
+    assert_eq!(status["status"]["last_prompt_tokens"], 21);
+    assert!(
+        state
+            .metrics()
+            .encode()
+            .contains("ctx_prompt_tokens_total 21")
+    );
+
+    // A client that asked for usage gets the chunk, untouched.
+    script.push(Reply::Json(reply));
+    let body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [user("hi"), {"role": "assistant", "content": "hello there world"}, user("again")]});
+    let text = post(addr, &body, &[("x-ctx-session", "s")])
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        text,
+        String::from_utf8(script.received().last().unwrap().reply.to_vec()).unwrap()
+    );
+    assert!(text.contains("\"prompt_tokens\":21"));
+}
+
+#[tokio::test]
+async fn upstream_errors_pass_back_with_status_and_body() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(options(&url), compressor_context(counter(), 128_000)).await;
+    let err = r#"{"error":{"message":"rate limited","type":"rate_limit"}}"#;
+    script.push(Reply::Raw(429, err.into()));
+    let resp = post(addr, &json!({"model": "m", "messages": [user("hi")]}), &[]).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.text().await.unwrap(), err);
+    script.push(Reply::Raw(400, err.into()));
+    let resp = post(
+        addr,
+        &json!({"model": "m", "stream": true, "messages": [user("hi")]}),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.text().await.unwrap(), err);
+    // An unreachable upstream is a 502 in OpenAI's error shape.
+    let (dead, _) = start_proxy(
+        options("http://127.0.0.1:9/v1"),
+        compressor_context(counter(), 128_000),
+    )
+    .await;
+    let resp = post(dead, &json!({"model": "m", "messages": [user("hi")]}), &[]).await;
+    assert_eq!(resp.status(), 502);
+    assert!(
+        json_of(resp).await["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream")
+    );
+}
+
+#[tokio::test]
+async fn other_paths_pass_through_and_headers_are_filtered() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(options(&url), compressor_context(counter(), 128_000)).await;
+    let models = reqwest::get(format!("http://{addr}/v1/models"))
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    assert_eq!(json_of(models).await["data"][0]["id"], "scripted");
+    let missing = reqwest::get(format!("http://{addr}/v1/nothing"))
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404, "the upstream's own status");
+
+    let body = json!({"model": "m", "messages": [user("hi")], "vendor_field": {"keep": [1, 2]}});
+    post(
+        addr,
+        &body,
+        &[
+            ("authorization", "Bearer sk-client"),
+            ("x-ctx-session", "a"),
+            ("x-ctx-other", "b"),
+        ],
+    )
+    .await;
+    let r = script.received();
+    let last = r.last().unwrap();
+    assert_eq!(last.headers["authorization"], "Bearer sk-client");
+    assert!(
+        last.headers
+            .keys()
+            .all(|k| !k.as_str().starts_with("x-ctx-"))
+    );
+    assert_eq!(script.last_body()["vendor_field"], json!({"keep": [1, 2]}));
+
+    let healthz = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(healthz.status(), 200);
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("ctx_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1")
+    );
+    assert!(metrics.contains("ctx_overhead_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn off_loopback_needs_a_token_compared_in_full() {
+    let ctx = || compressor_context(counter(), 128_000);
+    let open = options("http://127.0.0.1:9/v1").with_listen("0.0.0.0:0".parse().unwrap());
+    assert!(matches!(
+        context_engine_serve::AppState::new(open.clone(), ctx()),
+        Err(StartError::NeedsToken { .. })
+    ));
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(
+        options(&url).with_auth_token(Some("s3cret-token".into())),
+        ctx(),
+    )
+    .await;
+    let body = json!({"model": "m", "messages": [user("hi")]});
+    assert_eq!(post(addr, &body, &[]).await.status(), 401);
+    assert_eq!(
+        post(addr, &body, &[("authorization", "Bearer s3cret-toke")])
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(
+        post(addr, &body, &[("authorization", "Bearer s3cret-token!")])
+            .await
+            .status(),
+        401
+    );
+    let denied = post(addr, &body, &[("x-ctx-token", "wrong")]).await;
+    assert_eq!(json_of(denied).await["error"]["code"], "invalid_api_key");
+    assert_eq!(script.received().len(), 0, "nothing reached the upstream");
+    // The token in Authorization is the proxy's: not forwarded.
+    assert_eq!(
+        post(addr, &body, &[("authorization", "Bearer s3cret-token")])
+            .await
+            .status(),
+        200
+    );
+    assert!(
+        script
+            .received()
+            .last()
+            .unwrap()
+            .headers
+            .get("authorization")
+            .is_none()
+    );
+    // In x-ctx-token, the client's own Authorization still goes upstream.
+    let ok = post(
+        addr,
+        &body,
+        &[
+            ("x-ctx-token", "s3cret-token"),
+            ("authorization", "Bearer sk-up"),
+        ],
+    )
+    .await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        script.received().last().unwrap().headers["authorization"],
+        "Bearer sk-up"
+    );
+    // Liveness needs no token; metrics do.
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+}
+
+/// Messages of a long conversation (big tool outputs) that a small window
+/// must compact.
+fn long_history(turns: usize) -> Vec<Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        user("Fix the parser bug in src/parse.rs"),
+    ];
+    for i in 0..turns {
+        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+            "function": {"name": "bash", "arguments": format!("{{\"cmd\":\"cat src/file{i}.rs\"}}")}}]}));
+        // Under the digest's size floor, so only compaction can shrink them.
+        let body: String = (0..8)
+            .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
+            .collect();
+        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body}));
+    }
+    m
+}
+
+#[tokio::test]
+async fn divergence_starts_a_new_lineage_and_never_mixes() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let counter = counter();
+    let (addr, _) = start_proxy(
+        options(&url),
+        compressor_context(Arc::clone(&counter), 8_000),
+    )
+    .await;
+    let history = long_history(40);
+    let big = |req: &Value| req["messages"].as_array().unwrap().len() as u64 * 150;
+    let mut compacted_at = None;
+    // Grow the conversation call by call until the proxy compacts.
+    for n in (3..=history.len()).step_by(2) {
+        let f = Arc::new(big);
+        script.push(Reply::With(Arc::new(move |req: &Value| {
+            completion(json!({"role": "assistant", "content": "ok"}), f(req), 1)
+        })));
+        post(
+            addr,
+            &json!({"model": "m", "messages": &history[..n]}),
+            &[("x-ctx-session", "d")],
+        )
+        .await;
+        let sent = script.last_body();
+        if sent["messages"].as_array().unwrap().len() < n {
+            compacted_at = Some(n);
+            break;
+        }
+    }
+    let status = json_of(
+        reqwest::get(format!("http://{addr}/ctx/sessions/d"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let n = compacted_at.unwrap_or_else(|| panic!("the small window compacts: {status}"));
+    let managed = script.last_body()["messages"].clone();
+    // The client continues: the compacted prefix is sent again, unchanged.
+    let mut next: Vec<Value> = history[..n].to_vec();
+    next.push(json!({"role": "assistant", "content": "ok"}));
+    next.push(user("and now the tests"));
+    post(
+        addr,
+        &json!({"model": "m", "messages": &next}),
+        &[("x-ctx-session", "d")],
+    )
+    .await;
+    let sent = script.last_body()["messages"].as_array().unwrap().clone();
+    let managed = managed.as_array().unwrap();
+    assert_eq!(&sent[..managed.len()], &managed[..], "frozen prefix");
+
+    // The client branches from message 2 (inside the compacted span): the
+    // proxy must send that branch, with nothing of the old summary.
+    let mut branch: Vec<Value> = history[..2].to_vec();
+    branch.push(user("actually, start over with the lexer"));
+    post(
+        addr,
+        &json!({"model": "m", "messages": &branch}),
+        &[("x-ctx-session", "d")],
+    )
+    .await;
+    assert_eq!(
+        script.last_body()["messages"],
+        json!(branch),
+        "the branch alone, unmanaged-equal"
+    );
+    let status = json_of(
+        reqwest::get(format!("http://{addr}/ctx/sessions/d"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status["stats"]["new_lineages"], 1);
+}
+
+/// An engine that panics when asked to select context.
+struct Panicky(EngineState);
+
+impl ContextEngine for Panicky {
+    fn name(&self) -> &str {
+        "panicky"
+    }
+    fn state(&self) -> &EngineState {
+        &self.0
+    }
+    fn state_mut(&mut self) -> &mut EngineState {
+        &mut self.0
+    }
+    fn update_from_response(&mut self, _: &Usage) {}
+    fn should_compress(&self, _: Option<u64>) -> bool {
+        false
+    }
+    fn compress(
+        &mut self,
+        _: &[Message],
+        _: &CompressRequest,
+    ) -> Result<context_engine::engine::Compaction, EngineError> {
+        panic!("never asked: should_compress is false")
+    }
+    fn select_context(&mut self, _: &SelectRequest<'_>) -> Option<Vec<Message>> {
+        panic!("engine bug")
+    }
+}
+
+#[tokio::test]
+async fn engine_failures_fail_open() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let c = counter();
+    let factory = |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(Panicky(EngineState::default())))
+    };
+    // `blocking`: the engine step runs on the blocking pool, and a panic
+    // there fails open just the same.
+    let ctx = SessionContext {
+        factory: Arc::new(factory),
+        counter: Arc::clone(&c),
+        host: HostOptions::default(),
+        blocking: true,
+    };
+    let (addr, state) = start_proxy(options(&url), ctx).await;
+    let raw = r#"{"model":"m","messages":[ {"role": "user", "content": "hi"} ],"x":1}"#;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        script.received().last().unwrap().body,
+        raw.as_bytes(),
+        "the client's request, unchanged"
+    );
+    assert!(state.metrics().encode().contains("ctx_fallbacks_total 1"));
+
+    // No engine at all (the factory fails): the same.
+    let factory =
+        |_: &str| -> Result<Box<dyn ContextEngine>, String> { Err("plugin missing".into()) };
+    let ctx = SessionContext {
+        factory: Arc::new(factory),
+        counter: c,
+        host: HostOptions::default(),
+        blocking: false,
+    };
+    let (addr, _) = start_proxy(options(&url), ctx).await;
+    let resp = post(addr, &json!({"model": "m", "messages": [user("hi")]}), &[]).await;
+    assert_eq!(resp.status(), 200);
+    // A body that is not a chat request goes upstream as it came.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "the scripted upstream answers anything");
+    assert_eq!(
+        script.received().last().unwrap().body,
+        "not json".as_bytes()
+    );
+}
+
+#[tokio::test]
+async fn engine_tools_are_resolved_in_the_proxy() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, state) = start_proxy(
+        options(&url).with_engine_tools(true),
+        compressor_context(counter(), 128_000),
+    )
+    .await;
+    let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
+    let tool_reply = |calls: Vec<Value>| {
+        let mut r = completion(
+            json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            10,
+            2,
+        );
+        r["choices"][0]["finish_reason"] = json!("tool_calls");
+        r
+    };
+    // Round 1: only an engine call, resolved here; round 2: the answer.
+    script.push(Reply::Json(tool_reply(vec![call(
+        "r1",
+        "context_recall",
+        "{\"handle\":\"call_0\"}",
+    )])));
+    script.push(Reply::Json(completion(
+        json!({"role": "assistant", "content": "done"}),
+        12,
+        1,
+    )));
+    let client_tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
+    let mut messages = long_history(1);
+    messages.push(user("what did file0 say?"));
+    let body = json!({"model": "m", "messages": messages, "tools": client_tools});
+    let answer = json_of(post(addr, &body, &[("x-ctx-session", "t")]).await).await;
+    assert_eq!(answer["choices"][0]["message"]["content"], "done");
+    let received = script.received();
+    let first: Value = serde_json::from_slice(&received[received.len() - 2].body).unwrap();
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["bash", "context_recall"],
+        "the client's tools first, then the engine's"
+    );
+    let second = script.last_body();
+    let msgs = second["messages"].as_array().unwrap();
+    assert_eq!(msgs[msgs.len() - 1]["role"], "tool");
+    assert_eq!(msgs[msgs.len() - 1]["tool_call_id"], "r1");
+    assert!(
+        state
+            .metrics()
+            .encode()
+            .contains("ctx_engine_tool_rounds_total 1")
+    );
+
+    // Mixed: the client gets its own call only.
+    script.push(Reply::Json(tool_reply(vec![
+        call("r2", "context_recall", "{}"),
+        call("b1", "bash", "{\"cmd\":\"ls\"}"),
+    ])));
+    let answer = json_of(post(addr, &body, &[("x-ctx-session", "t2")]).await).await;
+    let calls = answer["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["function"]["name"], "bash");
+
+    // Streams are never offered engine tools.
+    script.push(Reply::Json(completion(
+        json!({"role": "assistant", "content": "x"}),
+        1,
+        1,
+    )));
+    let stream =
+        json!({"model": "m", "stream": true, "messages": [user("hi")], "tools": client_tools});
+    post(addr, &stream, &[("x-ctx-session", "t3")])
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(script.last_body()["tools"], client_tools);
+}

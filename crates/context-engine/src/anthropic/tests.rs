@@ -1,0 +1,471 @@
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::bridge::{from_chat, to_chat};
+use super::*;
+use crate::compressor::Compressor;
+use crate::digest::{DigestOptions, digest};
+use crate::engine::{CompressRequest, ContextEngine};
+use crate::tokens::{CountOptions, EstimateCounter};
+use crate::validate::anthropic::{cut_points, thinking_changed, validate};
+use crate::validate::{Profile, Rule};
+
+/// What Claude Code sends, in shape: a system prompt in blocks with a
+/// `cache_control` breakpoint, a `system` entry in `messages`, thinking with
+/// signatures, parallel tool use, a tool result with block content and
+/// `is_error`, an image, a server-tool block and a block type nobody knows.
+pub(crate) fn claude_code_request(big: &str) -> String {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "system": [
+            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Working directory: /tmp/proj"}
+        ],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>CLAUDE.md says: run tests</system-reminder>"},
+                {"type": "text", "text": "Fix the failing test in src/lib.rs"}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should look at the file.", "signature": "EqQBCkgIARABGAIiQL+sig/==" },
+                {"type": "text", "text": "Let me read it."},
+                {"type": "tool_use", "id": "toolu_01A", "name": "Bash", "input": {"command": "cat src/lib.rs", "description": "Read"}},
+                {"type": "tool_use", "id": "toolu_01B", "name": "Read", "input": {"file_path": "/tmp/proj/Cargo.toml"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": big},
+                {"type": "tool_result", "tool_use_id": "toolu_01B", "content": [{"type": "text", "text": "[package]\nname = \"proj\""}], "is_error": false},
+                {"type": "text", "text": "<system-reminder>todo list empty</system-reminder>", "cache_control": {"type": "ephemeral"}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [{"type": "web_search_result", "url": "https://example.org", "encrypted_content": "Eq0=", "title": "x"}]},
+                {"type": "tool_use", "id": "toolu_02", "name": "Bash", "input": {"command": "cargo test"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_02", "content": "error[E0308]: mismatched types", "is_error": true},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                {"type": "future_block", "payload": {"z": 1, "a": [true, null]}}
+            ]},
+            {"role": "system", "content": "Background task finished."},
+            {"role": "assistant", "content": "The test fails on a type mismatch; fixing."},
+            {"role": "user", "content": "go on", "metadata_extra": 1}
+        ],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+        "metadata": {"user_id": "user_abc_account__session_123"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "stream": true
+    })
+    .to_string()
+}
+
+#[test]
+fn claude_code_request_round_trips_byte_for_byte() {
+    let text = claude_code_request("ok");
+    let request = Request::parse(&text).unwrap();
+    assert_eq!(request.to_json_string(), text);
+    assert_eq!(request.messages.len(), 8);
+    assert!(matches!(request.system, Some(Content::Blocks(ref b)) if b.len() == 2));
+    let kinds: Vec<_> = request.messages[3]
+        .blocks()
+        .iter()
+        .map(Block::kind)
+        .collect();
+    assert_eq!(
+        kinds[0],
+        BlockKind::RedactedThinking {
+            data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"
+        }
+    );
+    assert!(matches!(
+        kinds[1],
+        BlockKind::ServerToolUse {
+            id: "srvtoolu_1",
+            ..
+        }
+    ));
+    assert!(matches!(
+        kinds[2],
+        BlockKind::ServerToolResult {
+            tool_use_id: "srvtoolu_1"
+        }
+    ));
+    assert_eq!(
+        request.messages[4].blocks()[2].kind(),
+        BlockKind::Unknown(Some("future_block"))
+    );
+    assert!(validate(&request).is_empty(), "{:?}", validate(&request));
+}
+
+#[test]
+fn malformed_requests_say_where() {
+    let e = Request::parse(r#"{"messages": [{"role": "user", "content": "x"}, {"content": "y"}]}"#)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "message 1: missing field `role`");
+    let e = Request::parse(r#"{"messages": {}}"#).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "field `messages` must be an array, found an object"
+    );
+    assert!(Request::parse("[1]").is_err());
+    assert!(
+        Request::parse("{")
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid JSON")
+    );
+    // A content of an unexpected type is kept, not judged by the parser.
+    let text = r#"{"messages":[{"role":"user","content":7}]}"#;
+    let r = Request::parse(text).unwrap();
+    assert_eq!(r.messages[0].content, None);
+    assert_eq!(r.to_json_string(), text);
+}
+
+/// Any small JSON value (shared with the Responses tests).
+pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(|n| json!(n)),
+        "[a-z _]{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec(("[a-z_]{1,6}", inner), 0..4)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+fn arb_block() -> impl Strategy<Value = Value> {
+    let ty = prop_oneof![
+        Just("text"),
+        Just("tool_use"),
+        Just("tool_result"),
+        Just("thinking"),
+        Just("redacted_thinking"),
+        Just("image"),
+        Just("mystery")
+    ];
+    (
+        ty,
+        prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..4),
+        "[a-z]{0,6}",
+    )
+        .prop_map(|(ty, extra, s)| {
+            let mut m = serde_json::Map::new();
+            for (k, v) in extra {
+                m.insert(k, v);
+            }
+            m.insert("type".into(), ty.into());
+            match ty {
+                "text" => drop(m.insert("text".into(), s.into())),
+                "tool_use" => {
+                    m.insert("id".into(), s.clone().into());
+                    m.insert("name".into(), "Bash".into());
+                }
+                "tool_result" => drop(m.insert("tool_use_id".into(), s.into())),
+                "thinking" => drop(m.insert("signature".into(), s.into())),
+                _ => {}
+            }
+            Value::Object(m)
+        })
+}
+
+fn arb_request() -> impl Strategy<Value = Value> {
+    let content = prop_oneof![
+        "[a-z ]{0,10}".prop_map(Value::String),
+        prop::collection::vec(arb_block(), 0..4).prop_map(Value::Array),
+        arb_json(),
+    ];
+    let message = (
+        prop_oneof![Just("user"), Just("assistant"), Just("system")],
+        prop::option::of(content),
+        prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..2),
+        any::<bool>(),
+    )
+        .prop_map(|(role, content, extra, content_first)| {
+            let mut m = serde_json::Map::new();
+            if content_first && let Some(c) = content.clone() {
+                m.insert("content".into(), c);
+            }
+            m.insert("role".into(), role.into());
+            for (k, v) in extra {
+                m.insert(k, v);
+            }
+            if let Some(c) = content {
+                m.entry("content").or_insert(c);
+            }
+            Value::Object(m)
+        });
+    (
+        prop::collection::vec(message, 0..6),
+        prop::option::of(prop_oneof![
+            "[a-z ]{0,10}".prop_map(Value::String),
+            prop::collection::vec(arb_block(), 0..3).prop_map(Value::Array)
+        ]),
+        prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..3),
+    )
+        .prop_map(|(messages, system, extra)| {
+            let mut m = serde_json::Map::new();
+            for (k, v) in extra {
+                m.insert(k, v);
+            }
+            if let Some(s) = system {
+                m.insert("system".into(), s);
+            }
+            m.insert("messages".into(), Value::Array(messages));
+            Value::Object(m)
+        })
+}
+
+proptest! {
+    #[test]
+    fn generated_requests_round_trip(value in arb_request()) {
+        let text = value.to_string();
+        let request = Request::parse(&text).unwrap();
+        prop_assert_eq!(request.to_json_string(), text.clone());
+        // And a no-op pass through the bridge changes nothing.
+        let bridged = to_chat(&request);
+        let back = from_chat(&request, &bridged, &bridged.messages);
+        prop_assert_eq!(back.to_json_string(), text);
+    }
+}
+
+#[test]
+fn no_op_bridge_returns_the_exact_bytes() {
+    let text = claude_code_request(&"line of output\n".repeat(400));
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    // System, 1 user, 1 assistant, 2 tool + 1 user, assistant, tool + user,
+    // system, assistant, user.
+    assert_eq!(bridged.messages.len(), 12);
+    assert!(crate::validate::validate(&bridged.messages, Profile::OpenAi).is_empty());
+    let back = from_chat(&request, &bridged, &bridged.messages);
+    assert_eq!(back.to_json_string(), text);
+}
+
+#[test]
+fn a_digested_result_changes_only_that_block() {
+    let text = claude_code_request(&"line of output\n".repeat(400));
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    let opts = DigestOptions {
+        keep_batches: 1,
+        ..DigestOptions::default()
+    };
+    let digested = digest(&bridged.messages, &opts);
+    assert_ne!(digested, bridged.messages, "the big result is digested");
+    let back = from_chat(&request, &bridged, &digested);
+    let (a, b) = (request.to_value(), back.to_value());
+    assert_eq!(a["system"], b["system"]);
+    for i in [0, 1, 3, 4, 5, 6, 7] {
+        assert_eq!(a["messages"][i], b["messages"][i], "message {i}");
+    }
+    let (old, new) = (&a["messages"][2]["content"], &b["messages"][2]["content"]);
+    assert_eq!(old[1], new[1]);
+    assert_eq!(old[2], new[2]);
+    assert_eq!(new[0]["tool_use_id"], "toolu_01A");
+    assert!(new[0]["content"].as_str().unwrap().len() < 200);
+    // The rest of the result block's keys stay, in order.
+    let keys: Vec<_> = new[0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["type", "tool_use_id", "content"]);
+    assert!(validate(&back).is_empty());
+    assert!(thinking_changed(&request, &back).is_empty());
+}
+
+/// A long Claude session: tool turns with thinking, results in user messages.
+fn long_session(turns: usize) -> String {
+    let mut messages = vec![json!({"role": "user", "content": "Refactor the parser."})];
+    for i in 0..turns {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": format!("step {i}"), "signature": format!("sig{i}==")},
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": format!("fn f{i}() {{}}\n").repeat(80)}
+        ]}));
+    }
+    messages
+        .push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Now write the tests.", "cache_control": {"type": "ephemeral"}}]}));
+    json!({"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": messages})
+        .to_string()
+}
+
+#[test]
+fn a_compaction_yields_a_valid_anthropic_request() {
+    let text = long_session(40);
+    let request = Request::parse(&text).unwrap();
+    assert!(validate(&request).is_empty());
+    let bridged = to_chat(&request);
+    let counter = Arc::new(EstimateCounter::new(CountOptions::default()));
+    let mut engine = Compressor::with_options(
+        counter,
+        20_000,
+        crate::compressor::CompressorOptions::default().with_profile(Profile::Strict),
+    );
+    let out = engine
+        .compress(&bridged.messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    assert!(out.len() < bridged.messages.len());
+    let back = from_chat(&request, &bridged, &out);
+    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
+    assert!(thinking_changed(&request, &back).is_empty());
+    assert!(back.messages.len() < request.messages.len());
+    // The kept tail is byte-identical, breakpoint included.
+    let (a, b) = (request.to_value(), back.to_value());
+    let (am, bm) = (
+        a["messages"].as_array().unwrap(),
+        b["messages"].as_array().unwrap(),
+    );
+    assert_eq!(am.last(), bm.last());
+    assert_eq!(am[am.len() - 2], bm[bm.len() - 2]);
+    // The system prompt carries the compaction note after the original text.
+    assert!(
+        b["system"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are a coding agent.")
+    );
+    // And the summary names the task.
+    assert!(b.to_string().contains("Refactor the parser."));
+}
+
+#[test]
+fn rules_report_each_violation_with_its_index() {
+    let parse = |v: Value| Request::from_value(v).unwrap();
+    let rules = |r: &Request| -> Vec<(usize, Rule)> {
+        validate(r).into_iter().map(|v| (v.index, v.rule)).collect()
+    };
+    let call = |id: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {}});
+    let result = |id: &str| json!({"type": "tool_result", "tool_use_id": id, "content": "x"});
+    // Unanswered, and a result after text.
+    let r = parse(json!({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [call("a"), call("b")]},
+        {"role": "user", "content": [result("a"), {"type": "text", "text": "x"}, result("b")]}
+    ]}));
+    assert_eq!(rules(&r), vec![(2, Rule::ToolResultNotFirst)]);
+    let r = parse(json!({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [call("a"), call("b")]},
+        {"role": "user", "content": [result("a"), result("a"), result("z")]}
+    ]}));
+    assert_eq!(
+        rules(&r),
+        vec![
+            (1, Rule::UnansweredToolCall),
+            (2, Rule::DuplicateToolResult),
+            (2, Rule::OrphanToolResult)
+        ]
+    );
+    // Alternation, first message, unknown role, duplicate ids.
+    let r = parse(json!({"messages": [
+        {"role": "assistant", "content": "hi"},
+        {"role": "assistant", "content": [call("a")]},
+        {"role": "user", "content": [result("a")]},
+        {"role": "tool", "content": "x"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": [call("a")]}
+    ]}));
+    assert_eq!(
+        rules(&r),
+        vec![
+            (0, Rule::FirstNotUser),
+            (1, Rule::ConsecutiveSameRole),
+            (3, Rule::UnknownRole),
+            (4, Rule::ConsecutiveSameRole),
+            (5, Rule::DuplicateToolCallId),
+            (5, Rule::UnansweredToolCall)
+        ]
+    );
+}
+
+#[test]
+fn changed_thinking_is_reported() {
+    let text = claude_code_request("ok");
+    let before = Request::parse(&text).unwrap();
+    let mut after = before.clone();
+    if let Some(Content::Blocks(b)) = after.messages[1].content.as_mut() {
+        b[0].as_map_mut()
+            .insert("signature".into(), "forged".into());
+    }
+    let v = thinking_changed(&before, &after);
+    assert_eq!(v.len(), 1);
+    assert_eq!((v[0].index, v[0].rule), (1, Rule::ThinkingChanged));
+}
+
+#[test]
+fn cut_points_keep_calls_with_their_results() {
+    let request = Request::parse(&long_session(3)).unwrap();
+    let cuts = cut_points(&request);
+    // user, (a, u) x3, a, u: boundaries inside a call/result pair are unsafe.
+    let safe: Vec<usize> = cuts.iter().collect();
+    assert_eq!(safe, vec![0, 1, 3, 5, 7, 8, 9]);
+    // Removing one call group keeps alternation; removing an odd span not.
+    assert!(cuts.can_remove(1, 3));
+    assert!(!cuts.can_remove(1, 8));
+}
+
+/// A valid session: per turn, 1..3 parallel calls (with thinking) answered
+/// in the next user message, sometimes followed by the user's text.
+fn arb_session() -> impl Strategy<Value = String> {
+    prop::collection::vec((1usize..4, any::<bool>()), 1..8).prop_map(|turns| {
+        let mut messages = vec![json!({"role": "user", "content": "task"})];
+        for (t, (calls, text_after)) in turns.into_iter().enumerate() {
+            let mut blocks = vec![json!({"type": "thinking", "thinking": "hm", "signature": format!("s{t}")})];
+            let mut results = Vec::new();
+            for c in 0..calls {
+                let id = format!("toolu_{t}_{c}");
+                blocks.push(json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"n": c}}));
+                results.push(json!({"type": "tool_result", "tool_use_id": id, "content": "out"}));
+            }
+            if text_after {
+                results.push(json!({"type": "text", "text": "and then?", "cache_control": {"type": "ephemeral"}}));
+            }
+            messages.push(json!({"role": "assistant", "content": blocks}));
+            messages.push(json!({"role": "user", "content": results}));
+        }
+        messages.push(json!({"role": "assistant", "content": "done"}));
+        json!({"system": "sys", "messages": messages}).to_string()
+    })
+}
+
+proptest! {
+    /// Removing any span the strict cut points allow, with or without a
+    /// summary in its place, gives a valid Anthropic request whose thinking
+    /// blocks are untouched.
+    #[test]
+    fn removing_a_safe_span_keeps_the_request_valid(
+        text in arb_session(),
+        a in 0usize..40,
+        len in 0usize..40,
+        summary in any::<bool>(),
+    ) {
+        let request = Request::parse(&text).unwrap();
+        prop_assert!(validate(&request).is_empty());
+        let bridged = to_chat(&request);
+        let cuts = crate::validate::CutPoints::with_profile(&bridged.messages, Profile::Strict);
+        let n = bridged.messages.len();
+        // Two safe boundaries after the system prompt.
+        let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();
+        let (x, y) = (safe[a % safe.len()], safe[len % safe.len()]);
+        let (a, b) = (x.min(y), x.max(y));
+        prop_assume!(a < n && cuts.can_remove(a, b));
+        let mut out: Vec<_> = bridged.messages[..a].to_vec();
+        if summary && a < b {
+            out.push(crate::message::Message::user("summary of the span"));
+        }
+        out.extend_from_slice(&bridged.messages[b..]);
+        let back = from_chat(&request, &bridged, &out);
+        prop_assert!(validate(&back).is_empty(), "{:?}\n{}", validate(&back), back.to_json_string());
+        prop_assert!(thinking_changed(&request, &back).is_empty());
+    }
+}

@@ -1,0 +1,361 @@
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::bridge::{from_chat, to_chat};
+use super::*;
+use crate::anthropic::tests::arb_json;
+use crate::compressor::Compressor;
+use crate::digest::{DigestOptions, digest};
+use crate::engine::{CompressRequest, ContextEngine};
+use crate::tokens::{CountOptions, EstimateCounter};
+use crate::validate::responses::{cut_points, validate};
+use crate::validate::{Profile, Rule};
+
+/// What Codex sends, in shape: instructions, a developer message, reasoning
+/// with `encrypted_content` before parallel calls, a custom tool call, a
+/// built-in call, a server-run web search and an unknown item.
+pub(crate) fn codex_request(big: &str) -> String {
+    json!({
+        "model": "gpt-5-codex",
+        "instructions": "You are Codex, a coding agent.",
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions>sandbox: none</permissions>"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd=/tmp/p</environment_context>"}, {"type": "input_text", "text": "Make the tests pass."}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look at the tests."}], "content": null, "encrypted_content": "gAAAAABo+enc=="},
+            {"type": "function_call", "id": "fc_1", "name": "shell", "arguments": "{\"command\":[\"bash\",\"-lc\",\"cat tests.py\"]}", "call_id": "call_1"},
+            {"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"ls\"]}", "call_id": "call_2"},
+            {"type": "function_call_output", "call_id": "call_1", "output": big},
+            {"type": "function_call_output", "call_id": "call_2", "output": "tests.py\nsrc"},
+            {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAAABo+two=="},
+            {"type": "custom_tool_call", "call_id": "call_3", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"},
+            {"type": "custom_tool_call_output", "call_id": "call_3", "output": "Done"},
+            {"type": "local_shell_call", "call_id": "call_4", "status": "completed", "action": {"type": "exec", "command": ["pytest"]}},
+            {"type": "local_shell_call_output", "call_id": "call_4", "output": "1 passed"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "pytest"}},
+            {"type": "future_item", "z": [1, {"b": null}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "All tests pass.", "annotations": []}]},
+            {"role": "user", "content": "thanks"}
+        ],
+        "tools": [{"type": "function", "name": "shell"}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": false,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": false,
+        "stream": true,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "0199-session"
+    })
+    .to_string()
+}
+
+#[test]
+fn codex_request_round_trips_and_validates() {
+    let text = codex_request("ok");
+    let request = Request::parse(&text).unwrap();
+    assert_eq!(request.to_json_string(), text);
+    let items = request.items();
+    assert_eq!(items.len(), 16);
+    assert_eq!(
+        items[2].kind(),
+        ItemKind::Reasoning {
+            encrypted_content: Some("gAAAAABo+enc==")
+        }
+    );
+    assert!(matches!(
+        items[8].kind(),
+        ItemKind::Call {
+            call_id: "call_3",
+            name: Some("apply_patch")
+        }
+    ));
+    assert!(matches!(
+        items[10].kind(),
+        ItemKind::Call {
+            call_id: "call_4",
+            name: None
+        }
+    ));
+    assert_eq!(items[12].kind(), ItemKind::Other(Some("web_search_call")));
+    assert!(matches!(
+        items[15].kind(),
+        ItemKind::Message { role: "user", .. }
+    ));
+    assert!(validate(&request).is_empty(), "{:?}", validate(&request));
+    assert_eq!(request.previous_response_id(), None);
+}
+
+#[test]
+fn string_input_and_bad_shapes() {
+    let text = r#"{"model":"m","input":"hello","previous_response_id":"resp_1"}"#;
+    let r = Request::parse(text).unwrap();
+    assert_eq!(r.to_json_string(), text);
+    assert_eq!(r.previous_response_id(), Some("resp_1"));
+    let b = to_chat(&r);
+    assert_eq!(b.messages.len(), 1);
+    assert_eq!(from_chat(&r, &b, &b.messages).to_json_string(), text);
+    assert_eq!(
+        Request::parse(r#"{"input":[{"type":"message"},3]}"#)
+            .unwrap_err()
+            .to_string(),
+        "input item 1: expected a JSON object, found a number"
+    );
+    assert_eq!(
+        Request::parse(r#"{"model":"m"}"#).unwrap_err().to_string(),
+        "missing field `input`"
+    );
+}
+
+fn arb_item() -> impl Strategy<Value = Value> {
+    let ty = prop_oneof![
+        Just("message"),
+        Just("function_call"),
+        Just("function_call_output"),
+        Just("reasoning"),
+        Just("custom_tool_call"),
+        Just("web_search_call"),
+        Just("mystery"),
+    ];
+    (
+        ty,
+        prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..3),
+        "c[0-3]",
+        prop_oneof![
+            "[a-z ]{0,8}".prop_map(Value::String),
+            Just(json!([{"type": "input_text", "text": "hi"}]))
+        ],
+    )
+        .prop_map(|(ty, extra, id, content)| {
+            let mut m = serde_json::Map::new();
+            m.insert("type".into(), ty.into());
+            for (k, v) in extra {
+                m.insert(k, v);
+            }
+            match ty {
+                "message" => {
+                    m.insert("role".into(), "user".into());
+                    m.insert("content".into(), content);
+                }
+                "function_call" | "custom_tool_call" => {
+                    m.insert("call_id".into(), id.into());
+                    m.insert("name".into(), "shell".into());
+                    m.insert("arguments".into(), "{}".into());
+                }
+                "function_call_output" => {
+                    m.insert("call_id".into(), id.into());
+                    m.insert("output".into(), content);
+                }
+                _ => {}
+            }
+            Value::Object(m)
+        })
+}
+
+proptest! {
+    #[test]
+    fn generated_requests_round_trip(
+        items in prop::collection::vec(arb_item(), 0..8),
+        extra in prop::collection::vec(("[a-z_]{1,8}", arb_json()), 0..3),
+    ) {
+        let mut m = serde_json::Map::new();
+        for (k, v) in extra {
+            m.insert(k, v);
+        }
+        m.insert("input".into(), Value::Array(items));
+        let text = Value::Object(m).to_string();
+        let request = Request::parse(&text).unwrap();
+        prop_assert_eq!(request.to_json_string(), text.clone());
+        let bridged = to_chat(&request);
+        let back = from_chat(&request, &bridged, &bridged.messages);
+        prop_assert_eq!(back.to_json_string(), text);
+    }
+}
+
+#[test]
+fn no_op_bridge_returns_the_exact_bytes() {
+    let text = codex_request(&"output line\n".repeat(500));
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    assert!(crate::validate::validate(&bridged.messages, Profile::OpenAi).is_empty());
+    let back = from_chat(&request, &bridged, &bridged.messages);
+    assert_eq!(back.to_json_string(), text);
+}
+
+#[test]
+fn a_digested_output_changes_only_that_item() {
+    let text = codex_request(&"output line\n".repeat(500));
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    let opts = DigestOptions {
+        keep_batches: 1,
+        ..DigestOptions::default()
+    };
+    let digested = digest(&bridged.messages, &opts);
+    let back = from_chat(&request, &bridged, &digested);
+    let (a, b) = (request.to_value(), back.to_value());
+    for i in (0..16).filter(|&i| i != 5) {
+        assert_eq!(a["input"][i], b["input"][i], "item {i}");
+    }
+    assert_eq!(b["input"][5]["call_id"], "call_1");
+    assert!(b["input"][5]["output"].as_str().unwrap().len() < 200);
+    assert_eq!(a["instructions"], b["instructions"]);
+    assert!(validate(&back).is_empty());
+}
+
+fn long_codex(turns: usize) -> String {
+    let mut input = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Port the parser to Rust."}]}),
+    ];
+    for i in 0..turns {
+        input.push(
+            json!({"type": "reasoning", "summary": [], "encrypted_content": format!("enc{i}")}),
+        );
+        input.push(json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"f{i}.py\"]}}"), "call_id": format!("call_{i}")}));
+        input.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": format!("def f{i}(): pass\n").repeat(80)}));
+    }
+    input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read everything."}]}));
+    input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now write it."}]}));
+    json!({"model": "gpt-5-codex", "instructions": "You are Codex.", "input": input, "store": false}).to_string()
+}
+
+#[test]
+fn a_compaction_yields_a_valid_responses_request() {
+    let text = long_codex(40);
+    let request = Request::parse(&text).unwrap();
+    assert!(validate(&request).is_empty());
+    let bridged = to_chat(&request);
+    let counter = Arc::new(EstimateCounter::new(CountOptions::default()));
+    let mut engine = Compressor::new(counter, 20_000);
+    let out = engine
+        .compress(&bridged.messages, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    assert!(out.len() < bridged.messages.len());
+    let back = from_chat(&request, &bridged, &out);
+    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
+    let (a, b) = (request.to_value(), back.to_value());
+    let (ai, bi) = (
+        a["input"].as_array().unwrap(),
+        b["input"].as_array().unwrap(),
+    );
+    assert!(bi.len() < ai.len());
+    // Append-only prefix: the first item and the kept tail are unchanged.
+    assert_eq!(ai[0], bi[0]);
+    assert_eq!(ai.last(), bi.last());
+    // Every kept call has its reasoning right before it, unchanged.
+    for (k, item) in bi.iter().enumerate() {
+        if item["type"] == "function_call" {
+            assert_eq!(bi[k - 1]["type"], "reasoning");
+        }
+    }
+    assert!(b.to_string().contains("Port the parser to Rust."));
+}
+
+#[test]
+fn rules_report_each_violation_with_its_index() {
+    let parse = |v: Value| Request::from_value(v).unwrap();
+    let rules = |r: &Request| -> Vec<(usize, Rule)> {
+        validate(r).into_iter().map(|v| (v.index, v.rule)).collect()
+    };
+    let call = |id: &str| json!({"type": "function_call", "name": "shell", "arguments": "{}", "call_id": id});
+    let out = |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "x"});
+    let r = parse(json!({"input": [
+        out("z"),
+        call("a"),
+        call("a"),
+        out("a"),
+        out("a"),
+        {"type": "reasoning", "encrypted_content": "e"},
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "message", "role": "exit", "content": "hi"},
+        call("b"),
+        {"type": "reasoning", "encrypted_content": "e"}
+    ]}));
+    assert_eq!(
+        rules(&r),
+        vec![
+            (0, Rule::OrphanToolResult),
+            (2, Rule::DuplicateToolCallId),
+            (4, Rule::DuplicateToolResult),
+            (5, Rule::ReasoningNotFollowed),
+            (7, Rule::UnknownRole),
+            (8, Rule::UnansweredToolCall),
+            (9, Rule::ReasoningNotFollowed)
+        ]
+    );
+    // An output before its call does not answer it.
+    let r = parse(json!({"input": [out("a"), call("a")]}));
+    assert_eq!(
+        rules(&r),
+        vec![(0, Rule::OrphanToolResult), (1, Rule::UnansweredToolCall)]
+    );
+}
+
+#[test]
+fn cut_points_keep_reasoning_calls_and_outputs_together() {
+    let request = Request::parse(&long_codex(2)).unwrap();
+    // user, (reasoning, call, output) x2, assistant, user.
+    let safe: Vec<usize> = cut_points(&request).iter().collect();
+    assert_eq!(safe, vec![0, 1, 4, 7, 8, 9]);
+    let request = Request::parse(&codex_request("x")).unwrap();
+    let safe: Vec<usize> = cut_points(&request).iter().collect();
+    // Reasoning + parallel calls + outputs (2..7) stay together, the web
+    // search and the unknown item stay with the local shell call before them.
+    assert_eq!(safe, vec![0, 1, 2, 7, 10, 14, 15, 16]);
+}
+
+/// A valid Codex-like input: per turn, reasoning, 1..3 calls and their
+/// outputs, sometimes a web search and an assistant message.
+fn arb_session() -> impl Strategy<Value = String> {
+    prop::collection::vec((1usize..4, any::<bool>()), 1..8).prop_map(|turns| {
+        let mut input = vec![json!({"type": "message", "role": "user", "content": "task"})];
+        for (t, (calls, extra)) in turns.into_iter().enumerate() {
+            input.push(json!({"type": "reasoning", "summary": [], "encrypted_content": format!("e{t}")}));
+            for c in 0..calls {
+                input.push(json!({"type": "function_call", "name": "shell", "arguments": "{}", "call_id": format!("c{t}_{c}")}));
+            }
+            for c in 0..calls {
+                input.push(json!({"type": "function_call_output", "call_id": format!("c{t}_{c}"), "output": "ok"}));
+            }
+            if extra {
+                input.push(json!({"type": "web_search_call", "id": format!("ws{t}"), "status": "completed"}));
+                input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "so far"}]}));
+            }
+        }
+        json!({"instructions": "sys", "input": input}).to_string()
+    })
+}
+
+proptest! {
+    /// Removing any span the chat cut points allow, with or without a
+    /// summary, gives a valid Responses input; reasoning stays with its call.
+    #[test]
+    fn removing_a_safe_span_keeps_the_input_valid(
+        text in arb_session(),
+        x in 0usize..40,
+        y in 0usize..40,
+        summary in any::<bool>(),
+    ) {
+        let request = Request::parse(&text).unwrap();
+        prop_assert!(validate(&request).is_empty());
+        let bridged = to_chat(&request);
+        let cuts = crate::validate::CutPoints::new(&bridged.messages);
+        let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();
+        let (x, y) = (safe[x % safe.len()], safe[y % safe.len()]);
+        let (a, b) = (x.min(y), x.max(y));
+        let mut out: Vec<_> = bridged.messages[..a].to_vec();
+        if summary && a < b {
+            out.push(crate::message::Message::user("summary of the span"));
+        }
+        out.extend_from_slice(&bridged.messages[b..]);
+        let back = from_chat(&request, &bridged, &out);
+        prop_assert!(validate(&back).is_empty(), "{:?}\n{}", validate(&back), back.to_json_string());
+        // Every encrypted reasoning item kept is byte-identical.
+        for item in back.items() {
+            if let ItemKind::Reasoning { encrypted_content } = item.kind() {
+                prop_assert!(request.items().iter().any(|o| o == item), "{:?}", encrypted_content);
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The session store: what a compaction removes is archived verbatim, so
+//! nothing compacted is lost.
+//!
+//! Per session a store holds the engine's state (a JSON snapshot of the
+//! engine and the host driver), every message that left the stored history
+//! (compacted away, pruned), content-addressed by [`message_hash`] so a
+//! message is kept once however often it is archived, the [handles](handle)
+//! that name archived content (spans a summary replaced, tool results a
+//! digest or prune shows by handle, single messages), the compaction records
+//! (which input messages became which summary, when, by which summarizer)
+//! and a full-text index over the archived text.
+//!
+//! [`SessionStore`] is the seam: small, synchronous and `Send + Sync`. The
+//! library is synchronous (see ARCHITECTURE.md); an async server calls it
+//! through `spawn_blocking`, and a server backend (Postgres) implements the
+//! same trait. Two backends ship: [`MemoryStore`] and [`SqliteStore`]
+//! (embedded SQLite, WAL, FTS5, migrations). [`open`] picks one from a path
+//! (`:memory:` or a file).
+//!
+//! Writes go through one [`Batch`] per step, applied in one transaction:
+//! a compaction's record, the messages it archived, their handles and the
+//! engine state after it commit together or not at all.
+//!
+//! ```
+//! use context_engine::store::{Batch, MemoryStore, SessionStore, span_handle};
+//! use context_engine::Message;
+//!
+//! let store = MemoryStore::new();
+//! let span = vec![Message::user("fix the parser"), Message::assistant("done: src/parse.rs")];
+//! let mut batch = Batch::new();
+//! let handle = batch.archive_span(&span, 1, 3);
+//! assert_eq!(handle, span_handle(&span));
+//! store.commit("s1", &batch)?;
+//! let entry = store.resolve(Some("s1"), &handle)?.expect("archived");
+//! assert_eq!(entry.messages[1].text(), "done: src/parse.rs");
+//! let hits = store.search(Some("s1"), "parse.rs", 5)?;
+//! assert_eq!(hits.len(), 1);
+//! # Ok::<(), context_engine::store::StoreError>(())
+//! ```
+
+mod batch;
+pub mod handle;
+mod memory;
+mod reach;
+mod sqlite;
+pub(crate) mod text;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::message::Message;
+
+pub use batch::{ArchivedSpan, Batch, CompactionInfo};
+pub use handle::{
+    archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
+    parse_archive_notes, span_handle,
+};
+pub use memory::MemoryStore;
+pub use reach::reachable;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+
+/// The path that selects an in-memory store (replays, tests).
+pub const MEMORY_PATH: &str = ":memory:";
+
+/// Why a store operation failed. Every variant that concerns a file names
+/// it and says what to do.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The handle or session is not in the store.
+    #[error("{what} not found in the store")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The write contradicts what is stored (a compaction number recorded
+    /// twice).
+    #[error("{location}: conflict: {detail}")]
+    Conflict {
+        /// The store.
+        location: String,
+        /// What clashed.
+        detail: String,
+    },
+    /// The file is not a SQLite database, or one another program wrote.
+    #[error(
+        "{}: not a context-engine store ({detail}); point store.path at a new file or at a store this program wrote",
+        path.display()
+    )]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        detail: String,
+    },
+    /// A newer version of this program wrote the file.
+    #[error(
+        "{}: written by a newer version of context-engine (schema {found}, this version reads up to {supported}); upgrade ctx or use another store file",
+        path.display()
+    )]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// Another process holds the write lock.
+    #[error(
+        "{}: locked by another writer (another ctx or agent is using this store); wait for it to finish or use another store file",
+        path.display()
+    )]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file (or its folder, where SQLite keeps its write-ahead log)
+    /// cannot be written.
+    #[error(
+        "{}: read-only; make the file and its folder writable, or use another store file",
+        path.display()
+    )]
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A stored record does not parse (written by a broken program or
+    /// edited by hand).
+    #[error("{location}: corrupt record: {detail}")]
+    Corrupt {
+        /// The store and the record.
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Any other failure of the backend.
+    #[error("{location}: {detail}")]
+    Backend {
+        /// The store (file path or `:memory:`).
+        location: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// What a handle names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A span of messages a summary replaced.
+    Span,
+    /// One message (a tool result by its recall handle, or any message by
+    /// its `m…` handle).
+    Message,
+}
+
+impl EntryKind {
+    /// The name stored and shown.
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryKind::Span => "span",
+            EntryKind::Message => "message",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn from_name(name: &str) -> Option<EntryKind> {
+        match name {
+            "span" => Some(EntryKind::Span),
+            "message" => Some(EntryKind::Message),
+            _ => None,
+        }
+    }
+}
+
+/// One handle and what it names, as written in a [`Batch`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandleEntry {
+    /// The handle.
+    pub handle: String,
+    /// Span or message.
+    pub kind: EntryKind,
+    /// The [`message_hash`]es of the messages, in order.
+    pub hashes: Vec<String>,
+    /// For a span: its first input index (of the compaction that archived it).
+    pub start: Option<usize>,
+    /// For a span: one past its last input index.
+    pub end: Option<usize>,
+}
+
+/// What a handle resolved to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The handle asked for.
+    pub handle: String,
+    /// Span or message.
+    pub kind: EntryKind,
+    /// The session that archived it.
+    pub session: String,
+    /// The messages, verbatim, in order.
+    pub messages: Vec<Message>,
+    /// For a span: its input indexes `start..end`.
+    pub start: Option<usize>,
+    /// One past the last.
+    pub end: Option<usize>,
+}
+
+/// A compaction as the store records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionRecord {
+    /// Position among the session's compactions, from 1 (the engine's
+    /// `compression_count` after it, for the compressor).
+    pub seq: u64,
+    /// When, in milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// What set it off (`preflight`, `post_tool`, `manual`, `cli`).
+    pub trigger: String,
+    /// The engine.
+    pub engine: String,
+    /// The summarizer whose text went in, when the engine says.
+    pub summarizer: Option<String>,
+    /// The handle of the span it replaced.
+    pub handle: String,
+    /// The span's input indexes `start..end` (of this pass's input).
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Messages of the input that left the history.
+    pub archived: usize,
+    /// [`message_hash`]es of the messages it added (the summary).
+    pub summary: Vec<String>,
+    /// Tokens before and after, as the host counted them.
+    pub tokens_before: u64,
+    /// Tokens after.
+    pub tokens_after: u64,
+}
+
+/// One full-text search result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchHit {
+    /// The handle to recall the whole message by.
+    pub handle: String,
+    /// The span handle(s) of the compaction(s) that archived it.
+    pub spans: Vec<String>,
+    /// The message's role.
+    pub role: String,
+    /// Where it came from: `history` (live) or `archive`.
+    pub source: &'static str,
+    /// A short excerpt around the first match.
+    pub snippet: String,
+}
+
+/// The session store (see the module docs). Methods are synchronous and
+/// blocking; implementations are `Send + Sync` so one store serves every
+/// session of a process.
+pub trait SessionStore: Send + Sync {
+    /// Where the store lives (a file path or `:memory:`), for messages.
+    fn location(&self) -> String;
+
+    /// Applies `batch` to `session` in one transaction: all of it or none.
+    fn commit(&self, session: &str, batch: &Batch) -> Result<(), StoreError>;
+
+    /// The last committed state snapshot of `session`, if any.
+    fn load_state(&self, session: &str) -> Result<Option<Value>, StoreError>;
+
+    /// What `handle` names in `session` (any session when `None`).
+    fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError>;
+
+    /// Full-text search over the archived text of `session` (every session
+    /// when `None`): at most `limit` hits, best first. Every word of
+    /// `query` must match (words are phrases: `test_io.py` matches those
+    /// three tokens in order); when nothing matches all, any may.
+    fn search(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, StoreError>;
+
+    /// The compaction records of `session`, oldest first.
+    fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError>;
+
+    /// Every handle registered in `session`.
+    fn handles(&self, session: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Forgets `session`: state, handles, records (archived messages other
+    /// sessions share stay).
+    fn delete_session(&self, session: &str) -> Result<(), StoreError>;
+}
+
+/// Opens the store at `path`: `:memory:` for a [`MemoryStore`], else a
+/// [`SqliteStore`] file (created when missing, migrated when older).
+pub fn open(path: &Path) -> Result<Arc<dyn SessionStore>, StoreError> {
+    if path.as_os_str() == MEMORY_PATH {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+/// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else
+/// `$HOME/.local/share/context-engine/store.db`; `None` when neither is set.
+pub fn default_path() -> Option<PathBuf> {
+    let data = match std::env::var_os("XDG_DATA_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".local/share"),
+    };
+    Some(data.join("context-engine").join("store.db"))
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,689 @@
+//! [`SqliteStore`]: the session store in an embedded SQLite file.
+//!
+//! WAL journal (readers never block the writer; a killed process loses at
+//! most the transaction it was in), `synchronous = NORMAL` (durable across
+//! process crashes; a power loss may drop the last commits, never corrupt),
+//! foreign keys on, prepared statements cached per connection. The schema
+//! is versioned by `PRAGMA user_version` and stamped with an
+//! `application_id`, and the files under `store/migrations/sqlite/` run in
+//! order on open, each in the transaction that records it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+
+use super::memory::hit_handle;
+use super::text::{fts_query, index_text, query_words, snippet};
+use super::{
+    Batch, CompactionRecord, Entry, EntryKind, MEMORY_PATH, SearchHit, SessionStore, StoreError,
+    now_ms,
+};
+use crate::message::Message;
+
+/// The schema version this build writes (and the newest it reads).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of a context-engine store ("CTXS").
+const APPLICATION_ID: i64 = 0x4354_5853;
+
+/// The migrations, in order: schema version reached, SQL.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/sqlite/0001_init.sql"))];
+
+/// How long a write waits for another writer before [`StoreError::Locked`].
+const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A [`SessionStore`] in a SQLite file (see the module docs).
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store file at `path`, creating its folder,
+    /// and migrates an older schema. Fails with a clear error, never a new
+    /// store in its place, when the file is not a store, was written by a
+    /// newer version, is read-only, or another writer holds it.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.exists()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend {
+                location: path.display().to_string(),
+                detail: format!("cannot create the folder {}: {e}", dir.display()),
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        SqliteStore::open_with(path, flags, true)
+    }
+
+    /// Opens an existing store file for reading only (`ctx recall`,
+    /// `ctx search`): nothing is created or migrated.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::NotFound {
+                what: format!("store file {}", path.display()),
+            });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        SqliteStore::open_with(path, flags, false)
+    }
+
+    /// A SQLite store in memory (the same engine and schema as a file).
+    pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| map_err(Path::new(MEMORY_PATH), e))?;
+        SqliteStore::init(conn, PathBuf::from(MEMORY_PATH), true)
+    }
+
+    pub(super) fn open_with(
+        path: &Path,
+        flags: OpenFlags,
+        write: bool,
+    ) -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| map_err(path, e))?;
+        SqliteStore::init(conn, path.to_path_buf(), write)
+    }
+
+    fn init(conn: Connection, path: PathBuf, write: bool) -> Result<SqliteStore, StoreError> {
+        let err = |e| map_err(&path, e);
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+        if write && conn.is_readonly(rusqlite::MAIN_DB).map_err(err)? {
+            return Err(StoreError::ReadOnly { path });
+        }
+        check_identity(&conn, &path)?;
+        if write {
+            if path.as_os_str() != MEMORY_PATH {
+                let mode: String = conn
+                    .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+                    .map_err(err)?;
+                if !mode.eq_ignore_ascii_case("wal") {
+                    return Err(StoreError::Backend {
+                        location: path.display().to_string(),
+                        detail: format!("cannot use the WAL journal (journal mode is {mode})"),
+                    });
+                }
+            }
+            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+                .map_err(err)?;
+            migrate(&conn, &path, MIGRATIONS)?;
+            // Take the write lock once: another writer holding it is an
+            // error now, not a surprise at the first compaction.
+            conn.execute_batch("BEGIN IMMEDIATE; COMMIT;")
+                .map_err(err)?;
+        } else if user_version(&conn, &path)? < SCHEMA_VERSION {
+            return Err(StoreError::Backend {
+                location: path.display().to_string(),
+                detail: "the store has an older schema; open it once for writing (e.g. `ctx compact --store`) to migrate it".into(),
+            });
+        }
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The file (or `:memory:`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The database's size on disk in bytes (pages in use times page size,
+    /// the write-ahead log not included); `None` in memory.
+    pub fn size_bytes(&self) -> Result<u64, StoreError> {
+        let conn = self.lock();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        let size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        Ok((pages.max(0) as u64) * (size.max(0) as u64))
+    }
+
+    /// Checkpoints the write-ahead log into the main file and runs SQLite's
+    /// integrity check; `Ok(())` when the file is sound.
+    pub fn check(&self) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let result: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if result != "ok" {
+            return Err(StoreError::Corrupt {
+                location: self.path.display().to_string(),
+                detail: result,
+            });
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // rusqlite rolls back an unfinished transaction when it is dropped,
+        // so a panic under the lock leaves nothing half-written.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        map_err(&self.path, e)
+    }
+
+    fn corrupt(&self, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            location: self.path.display().to_string(),
+            detail,
+        }
+    }
+
+    fn parse_message(&self, json: &str) -> Result<Message, StoreError> {
+        serde_json::from_str(json).map_err(|e| self.corrupt(format!("archived message: {e}")))
+    }
+
+    fn spans_of(
+        &self,
+        conn: &Connection,
+        session: Option<&str>,
+        message: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT hm.handle FROM handle_members hm \
+                 JOIN handles h ON h.session = hm.session AND h.handle = hm.handle \
+                 WHERE hm.message = ?1 AND h.kind = 'span' AND (?2 IS NULL OR hm.session = ?2)",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![message, session], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+}
+
+impl SessionStore for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn commit(&self, session: &str, batch: &Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let err = |e| map_err(&self.path, e);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let mut ids: HashMap<&str, i64> = HashMap::new();
+        {
+            let mut find = tx
+                .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
+                .map_err(err)?;
+            let mut insert = tx
+                .prepare_cached("INSERT INTO messages (hash, role, json) VALUES (?1, ?2, ?3)")
+                .map_err(err)?;
+            let mut index = tx
+                .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
+                .map_err(err)?;
+            let mut next_seq: i64 = tx
+                .query_row(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM archive WHERE session = ?1",
+                    [session],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            let mut archive = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO archive (session, message, seq) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(err)?;
+            for (hash, message) in batch.messages() {
+                let id = match find
+                    .query_row([hash], |r| r.get::<_, i64>(0))
+                    .optional()
+                    .map_err(err)?
+                {
+                    Some(id) => id,
+                    None => {
+                        let json = super::handle::message_json(message);
+                        insert
+                            .execute(params![hash, message.role.as_str(), json])
+                            .map_err(err)?;
+                        let id = tx.last_insert_rowid();
+                        index
+                            .execute(params![id, index_text(message)])
+                            .map_err(err)?;
+                        id
+                    }
+                };
+                if archive
+                    .execute(params![session, id, next_seq])
+                    .map_err(err)?
+                    > 0
+                {
+                    next_seq += 1;
+                }
+                ids.insert(hash.as_str(), id);
+            }
+            let mut handle = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO handles (session, handle, kind, span_start, span_end) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(err)?;
+            let mut member = tx
+                .prepare_cached(
+                    "INSERT INTO handle_members (session, handle, pos, message) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(err)?;
+            for h in batch.handles() {
+                let added = handle
+                    .execute(params![
+                        session,
+                        h.handle,
+                        h.kind.name(),
+                        h.start.map(|s| s as i64),
+                        h.end.map(|e| e as i64)
+                    ])
+                    .map_err(err)?;
+                if added == 0 {
+                    continue; // the first registration of a handle wins
+                }
+                for (pos, hash) in h.hashes.iter().enumerate() {
+                    let id = match ids.get(hash.as_str()) {
+                        Some(id) => *id,
+                        None => find
+                            .query_row([hash], |r| r.get::<_, i64>(0))
+                            .optional()
+                            .map_err(err)?
+                            .ok_or_else(|| {
+                                self.corrupt(format!(
+                                    "handle `{}` names message {hash}, which is not archived",
+                                    h.handle
+                                ))
+                            })?,
+                    };
+                    member
+                        .execute(params![session, h.handle, pos as i64, id])
+                        .map_err(err)?;
+                }
+            }
+            let mut record = tx
+                .prepare_cached(
+                    "INSERT INTO compactions (session, seq, created_ms, trigger, engine, summarizer, \
+                     handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                )
+                .map_err(err)?;
+            for c in batch.compactions() {
+                let summary = serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into());
+                record
+                    .execute(params![
+                        session,
+                        c.seq as i64,
+                        c.created_ms as i64,
+                        c.trigger,
+                        c.engine,
+                        c.summarizer,
+                        c.handle,
+                        c.start as i64,
+                        c.end as i64,
+                        c.archived as i64,
+                        summary,
+                        c.tokens_before as i64,
+                        c.tokens_after as i64
+                    ])
+                    .map_err(|e| match e.sqlite_error_code() {
+                        Some(ErrorCode::ConstraintViolation) => StoreError::Conflict {
+                            location: self.path.display().to_string(),
+                            detail: format!("session `{session}` already has compaction {}", c.seq),
+                        },
+                        _ => map_err(&self.path, e),
+                    })?;
+            }
+            if let Some(state) = batch.state() {
+                tx.prepare_cached(
+                    "INSERT INTO state (session, json, updated_ms) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (session) DO UPDATE SET json = excluded.json, updated_ms = excluded.updated_ms",
+                )
+                .map_err(err)?
+                .execute(params![session, state.to_string(), now_ms() as i64])
+                .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn load_state(&self, session: &str) -> Result<Option<Value>, StoreError> {
+        let conn = self.lock();
+        let json: Option<String> = conn
+            .prepare_cached("SELECT json FROM state WHERE session = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([session], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| self.corrupt(format!("state of `{session}`: {e}")))
+        })
+        .transpose()
+    }
+
+    fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError> {
+        let conn = self.lock();
+        let head = conn
+            .prepare_cached(
+                "SELECT session, kind, span_start, span_end FROM handles \
+                 WHERE handle = ?1 AND (?2 IS NULL OR session = ?2) ORDER BY session LIMIT 1",
+            )
+            .map_err(|e| self.err(e))?
+            .query_row(params![handle, session], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                ))
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((owner, kind, start, end)) = head else {
+            return Ok(None);
+        };
+        let kind = EntryKind::from_name(&kind)
+            .ok_or_else(|| self.corrupt(format!("handle `{handle}` has kind `{kind}`")))?;
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT m.json FROM handle_members hm JOIN messages m ON m.id = hm.message \
+                 WHERE hm.session = ?1 AND hm.handle = ?2 ORDER BY hm.pos",
+            )
+            .map_err(|e| self.err(e))?;
+        let jsons = stmt
+            .query_map(params![owner, handle], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        let messages = jsons
+            .iter()
+            .map(|j| self.parse_message(j))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Entry {
+            handle: handle.to_owned(),
+            kind,
+            session: owner,
+            messages,
+            start: start.map(|s| s.max(0) as usize),
+            end: end.map(|e| e.max(0) as usize),
+        }))
+    }
+
+    fn search(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let words = query_words(query);
+        if words.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let conn = self.lock();
+        let modes: &[bool] = if words.len() == 1 {
+            &[true]
+        } else {
+            &[true, false]
+        };
+        // The plain FTS5 query (best first, a page at a time) is what its
+        // planner serves fast; the session and the message are point
+        // lookups by key afterwards.
+        let page = (limit * 4).max(32);
+        for &all in modes {
+            let expr = fts_query(&words, all);
+            let mut hits = Vec::with_capacity(limit);
+            let mut offset = 0usize;
+            loop {
+                let ids = conn
+                    .prepare_cached(
+                        "SELECT rowid FROM message_fts WHERE message_fts MATCH ?1 \
+                         ORDER BY rank LIMIT ?2 OFFSET ?3",
+                    )
+                    .map_err(|e| self.err(e))?
+                    .query_map(params![expr, page as i64, offset as i64], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                    .map_err(|e| self.err(e))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| self.err(e))?;
+                for &id in &ids {
+                    let archived: bool = conn
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM archive \
+                             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
+                        )
+                        .map_err(|e| self.err(e))?
+                        .query_row(params![id, session], |r| r.get(0))
+                        .map_err(|e| self.err(e))?;
+                    if !archived {
+                        continue;
+                    }
+                    let (hash, json): (String, String) = conn
+                        .prepare_cached("SELECT hash, json FROM messages WHERE id = ?1")
+                        .map_err(|e| self.err(e))?
+                        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .map_err(|e| self.err(e))?;
+                    let message = self.parse_message(&json)?;
+                    hits.push(SearchHit {
+                        handle: hit_handle(&message, &hash),
+                        spans: self.spans_of(&conn, session, id)?,
+                        role: message.role.as_str().to_owned(),
+                        source: "archive",
+                        snippet: snippet(&index_text(&message), &words),
+                    });
+                    if hits.len() == limit {
+                        break;
+                    }
+                }
+                if hits.len() == limit || ids.len() < page {
+                    break;
+                }
+                offset += page;
+            }
+            if !hits.is_empty() {
+                return Ok(hits);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, created_ms, trigger, engine, summarizer, handle, span_start, span_end, \
+                 archived, summary, tokens_before, tokens_after FROM compactions \
+                 WHERE session = ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([session], |r| {
+                Ok((
+                    CompactionRecord {
+                        seq: r.get::<_, i64>(0)?.max(0) as u64,
+                        created_ms: r.get::<_, i64>(1)?.max(0) as u64,
+                        trigger: r.get(2)?,
+                        engine: r.get(3)?,
+                        summarizer: r.get(4)?,
+                        handle: r.get(5)?,
+                        start: r.get::<_, i64>(6)?.max(0) as usize,
+                        end: r.get::<_, i64>(7)?.max(0) as usize,
+                        archived: r.get::<_, i64>(8)?.max(0) as usize,
+                        summary: Vec::new(),
+                        tokens_before: r.get::<_, i64>(10)?.max(0) as u64,
+                        tokens_after: r.get::<_, i64>(11)?.max(0) as u64,
+                    },
+                    r.get::<_, String>(9)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(mut record, summary)| {
+                record.summary = serde_json::from_str(&summary).map_err(|e| {
+                    self.corrupt(format!("compaction {} of `{session}`: {e}", record.seq))
+                })?;
+                Ok(record)
+            })
+            .collect()
+    }
+
+    fn handles(&self, session: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached("SELECT handle FROM handles WHERE session = ?1 ORDER BY handle")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([session], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    fn delete_session(&self, session: &str) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let err = |e| map_err(&self.path, e);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        for table in [
+            "handle_members",
+            "handles",
+            "compactions",
+            "state",
+            "archive",
+        ] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE session = ?1"),
+                [session],
+            )
+            .map_err(err)?;
+        }
+        // Messages no session archives any more, and their index entries.
+        tx.execute_batch(
+            "DELETE FROM message_fts WHERE rowid IN \
+               (SELECT id FROM messages WHERE id NOT IN (SELECT message FROM archive)); \
+             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);",
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)
+    }
+}
+
+/// Refuses a file that is not a context-engine store (another program's
+/// SQLite database, or not SQLite at all) or a newer schema's.
+fn check_identity(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let not_a_store = |detail: String| StoreError::NotAStore {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let app: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase) => {
+                not_a_store("the file is not a SQLite database".into())
+            }
+            _ => map_err(path, e),
+        })?;
+    if app != 0 && app != APPLICATION_ID {
+        return Err(not_a_store(format!(
+            "a SQLite database of another program (application_id {app:#x})"
+        )));
+    }
+    if app == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| map_err(path, e))?;
+        if tables > 0 {
+            return Err(not_a_store(
+                "a SQLite database with tables of another program".into(),
+            ));
+        }
+    }
+    let found = user_version(conn, path)?;
+    let supported = MIGRATIONS.last().map_or(0, |m| m.0);
+    if found > supported {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported,
+        });
+    }
+    Ok(())
+}
+
+fn user_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| map_err(path, e))
+}
+
+/// Runs every migration newer than the file's `user_version`, each in the
+/// transaction that sets the version it reaches.
+fn migrate(conn: &Connection, path: &Path, migrations: &[(i64, &str)]) -> Result<(), StoreError> {
+    let err = |e| map_err(path, e);
+    for (version, sql) in migrations {
+        if user_version(conn, path)? >= *version {
+            continue;
+        }
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(err)?;
+        let applied = conn
+            .execute_batch(sql)
+            .and_then(|()| {
+                conn.execute_batch(&format!(
+                    "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {version};"
+                ))
+            })
+            .and_then(|()| conn.execute_batch("COMMIT"));
+        if let Err(e) = applied {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(match e.sqlite_error_code() {
+                Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::ReadOnly) => {
+                    map_err(path, e)
+                }
+                _ => StoreError::Backend {
+                    location: path.display().to_string(),
+                    detail: format!("migration to schema {version} failed: {e}"),
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A SQLite error as a [`StoreError`] naming `path`.
+fn map_err(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Locked {
+            path: path.to_path_buf(),
+        },
+        Some(ErrorCode::ReadOnly) => StoreError::ReadOnly {
+            path: path.to_path_buf(),
+        },
+        Some(ErrorCode::NotADatabase) => StoreError::NotAStore {
+            path: path.to_path_buf(),
+            detail: "the file is not a SQLite database".into(),
+        },
+        _ => StoreError::Backend {
+            location: path.display().to_string(),
+            detail: e.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+pub(super) fn migrate_for_test(
+    conn: &Connection,
+    migrations: &[(i64, &str)],
+) -> Result<(), StoreError> {
+    migrate(conn, Path::new(MEMORY_PATH), migrations)
+}

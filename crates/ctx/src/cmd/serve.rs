@@ -1,0 +1,115 @@
+//! `ctx serve`: run the engine as an OpenAI-compatible proxy. Flags and
+//! `serve.*` configuration in, `context_engine_serve::run` out.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::validate::Profile;
+use context_engine_serve::{ServeOptions, SessionContext, StartError, UpstreamOptions};
+
+/// Arguments of `ctx serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The provider's base URL, as in the OpenAI SDKs (`https://…/v1`);
+    /// overrides `serve.upstream.url`.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Address to listen on (default `serve.listen`, 127.0.0.1:8787). Any
+    /// non-loopback address needs `serve.auth_token_env`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Provider rules every request must keep: `openai` or `strict`.
+    #[arg(long, default_value = "openai")]
+    pub profile: Profile,
+    /// Offer the engine's tools (`context_recall`) to the model
+    /// (overrides `serve.engine_tools`).
+    #[arg(long)]
+    pub engine_tools: bool,
+    #[command(flatten)]
+    pub engine: super::engine::EngineArgs,
+}
+
+/// Run `ctx serve` until Ctrl-C or SIGTERM.
+pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let (config, warnings, _) = args.engine.load_config()?;
+    for w in &warnings {
+        eprintln!("ctx: warning: {w}");
+    }
+    let s = config.serve.clone();
+    let url = args
+        .upstream
+        .clone()
+        .or(s.upstream.url.clone())
+        .context("ctx serve needs --upstream URL (or serve.upstream.url)")?;
+    let listen = args.listen.clone().unwrap_or(s.listen.clone());
+    let listen: SocketAddr = listen
+        .parse()
+        .map_err(|_| StartError::BadListen(listen.clone()))?;
+    let mut upstream = UpstreamOptions::new(url);
+    upstream.api_key = env_value(
+        s.upstream.api_key_env.as_deref(),
+        "serve.upstream.api_key_env",
+    )?;
+    upstream.timeout = Duration::from_secs(s.upstream.timeout_seconds.max(1));
+    upstream.connect_timeout = Duration::from_secs(s.upstream.connect_timeout_seconds.max(1));
+    let token = env_value(s.auth_token_env.as_deref(), "serve.auth_token_env")?;
+    let options = ServeOptions::new(upstream)
+        .with_listen(listen)
+        .with_auth_token(token)
+        .with_engine_tools(args.engine_tools || s.engine_tools)
+        .with_max_body_bytes(s.max_body_bytes)
+        .with_max_tool_rounds(s.max_tool_rounds)
+        .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
+        .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds));
+
+    // One engine now: a broken configuration fails at start, not on the
+    // first request. Each session then builds its own the same way.
+    let (engine_args, profile) = (args.engine.clone(), args.profile);
+    let (probe, prepared) = engine_args.prepare(profile)?.select()?;
+    for w in &prepared.warnings {
+        eprintln!("ctx: warning: {w}");
+    }
+    let (counter, context_length) = (Arc::clone(&prepared.counter), prepared.context_length);
+    // A model summarizer or a plugin process blocks on I/O: such engines
+    // run on the blocking pool.
+    let blocking = probe.name() != "compressor" || prepared.client.is_some();
+    drop(probe);
+    let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+        engine_args
+            .prepare(profile)
+            .and_then(|p| p.select())
+            .map(|(engine, _)| engine)
+            .map_err(|e| format!("{e:#}"))
+    };
+    let ctx = SessionContext {
+        factory: Arc::new(build),
+        counter,
+        host: HostOptions::default().with_profile(profile),
+        blocking,
+    };
+    eprintln!(
+        "ctx serve: http://{listen}/v1 -> {} (window {context_length} tokens); metrics at http://{listen}/metrics",
+        options.upstream.url
+    );
+    context_engine_serve::run(options, ctx)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The value of the variable `name` (from config key `key`), if one is named.
+fn env_value(name: Option<&str>, key: &'static str) -> Result<Option<String>, StartError> {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Ok(Some(v)),
+        _ => Err(StartError::MissingEnv {
+            name: name.to_owned(),
+            key,
+        }),
+    }
+}

@@ -1,0 +1,179 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! End-to-end tests of the session store from the command line:
+//! `ctx compact --store`, `ctx recall`, `ctx search`, `ctx replay --store`.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+mod common;
+use common::*;
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ctx-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+#[test]
+fn compact_archives_what_it_removes_and_recall_gives_it_back_exactly() {
+    let db = temp("compact.db");
+    let db = db.to_str().unwrap();
+    let o = ctx(&[
+        "compact",
+        "examples/coding-session.json",
+        "--context-length",
+        "16000",
+        "--store",
+        db,
+        "--report",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let report: Value = serde_json::from_str(&stderr(&o)).unwrap();
+    let archived = report["archived"].as_array().unwrap();
+    assert_eq!(archived.len(), 1, "{report}");
+    let handle = archived[0]["handle"].as_str().unwrap();
+    let (start, end) = (
+        archived[0]["start"].as_u64().unwrap() as usize,
+        archived[0]["end"].as_u64().unwrap() as usize,
+    );
+    // The summary names the handle.
+    let text = serde_json::to_string(&out).unwrap();
+    assert!(
+        text.contains(&format!("(handle {handle})")),
+        "summary names it"
+    );
+
+    // Recall gives back exactly the input messages of the span that left.
+    let original: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/coding-session.json")).unwrap(),
+    )
+    .unwrap();
+    let kept: HashSet<String> = out.iter().map(|m| m.to_string()).collect();
+    let expected: Vec<&Value> = original[start..end]
+        .iter()
+        .filter(|m| !kept.contains(&m.to_string()))
+        .collect();
+    let r = ctx(&["recall", "--store", db, handle, "--json"]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let recalled: Value = serde_json::from_slice(&r.stdout).unwrap();
+    let messages: Vec<&Value> = recalled["messages"].as_array().unwrap().iter().collect();
+    assert_eq!(messages, expected);
+    assert_eq!(recalled["kind"], "span");
+
+    // Every removed message is archived, none is lost.
+    let removed = original
+        .iter()
+        .filter(|m| !kept.contains(&m.to_string()))
+        .count();
+    assert_eq!(
+        report["archived_messages"].as_u64().unwrap() as usize,
+        removed
+    );
+
+    // Search finds archived text, with the span handle.
+    let s = ctx(&["search", "--store", db, "RetryPolicy", "--json"]);
+    assert_eq!(s.status.code(), Some(0), "{}", stderr(&s));
+    let hits: Vec<Value> = serde_json::from_slice(&s.stdout).unwrap();
+    assert!(!hits.is_empty());
+    // (The summary itself is archived too, outside the span.)
+    assert!(
+        hits.iter()
+            .any(|h| h["spans"].as_array().unwrap().iter().any(|x| x == handle))
+    );
+    // A tool result from the span by its digest handle, as text.
+    let id = expected
+        .iter()
+        .find_map(|m| m["tool_call_id"].as_str())
+        .unwrap();
+    let r = ctx(&["recall", "--store", db, id]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+
+    // Unknown handle: exit 1 and a clear message; nothing matches: exit 1.
+    let r = ctx(&["recall", "--store", db, "s000000000000"]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(
+        stderr(&r).contains("no handle `s000000000000`"),
+        "{}",
+        stderr(&r)
+    );
+    let s = ctx(&["search", "--store", db, "zzyzx-not-there"]);
+    assert_eq!(s.status.code(), Some(1));
+    let s = ctx(&["search", "--store", db, "--", "--- ::"]);
+    assert_eq!(s.status.code(), Some(2), "{}", stderr(&s));
+}
+
+#[test]
+fn bad_store_files_are_clear_errors_and_left_alone() {
+    let junk = temp("notes.txt");
+    std::fs::write(&junk, "my notes, not a database\n".repeat(100)).unwrap();
+    let before = std::fs::read(&junk).unwrap();
+    let o = ctx(&[
+        "compact",
+        "examples/bugfix-session.json",
+        "--context-length",
+        "4000",
+        "--store",
+        junk.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("notes.txt") && err.contains("not a context-engine store"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing written when the store is bad");
+    assert_eq!(std::fs::read(&junk).unwrap(), before);
+    // recall and search never create a store.
+    let missing = temp("missing.db");
+    let o = ctx(&[
+        "recall",
+        "--store",
+        missing.to_str().unwrap(),
+        "s000000000000",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("missing.db"), "{}", stderr(&o));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn replay_with_a_store_makes_compacted_facts_recallable() {
+    let db = temp("replay.db");
+    let args = |store: &[&str]| {
+        let mut a = vec![
+            "replay",
+            "examples/coding-session.json",
+            "--context-length",
+            "16000",
+            "--json",
+        ];
+        a.extend_from_slice(store);
+        let o = ctx(&a);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    let without = args(&["--no-store"]);
+    let memory = args(&[]);
+    let sqlite = args(&["--store", db.to_str().unwrap()]);
+    assert_eq!(without["retention"]["recallable"], 0);
+    assert!(memory["retention"]["recallable"].as_u64().unwrap() > 0);
+    assert!(
+        memory["retention"]["lost"].as_u64().unwrap()
+            < without["retention"]["lost"].as_u64().unwrap()
+    );
+    assert_eq!(memory["retention"], sqlite["retention"]);
+    assert_eq!(
+        memory["totals"]["prompt_tokens_with_engine"],
+        sqlite["totals"]["prompt_tokens_with_engine"]
+    );
+    // Replaying again into the same file starts afresh: same figures.
+    let again = args(&["--store", db.to_str().unwrap()]);
+    assert_eq!(again["retention"], sqlite["retention"]);
+}

@@ -1,0 +1,240 @@
+//! Module-level functions: token counting, validation, digest, redaction,
+//! transcript loading and replay. Each converts its input under the
+//! interpreter and does the work with it released.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use context_engine::Message;
+use context_engine::digest::{DigestOptions, digest_with_report};
+use context_engine::host::{HostOptions, Session};
+use context_engine::redact::{RedactOptions, Redactor, redact as redact_text};
+use context_engine::replay::{ReplayOptions, replay as replay_session};
+use context_engine::transcript::{LoadError, Transcript};
+use context_engine::validate::validate as validate_messages;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+use serde_json::Value;
+
+use crate::convert::{
+    MessageError, message_values, message_values_out, parse_messages, py_str, report_to_py,
+    values_to_py,
+};
+use crate::errors::{ContextEngineError, ValidationError, config_error};
+use crate::setup::{EngineSpec, build, counter, parse_encoding, parse_profile, settings_overrides};
+
+/// Parses `messages` with the interpreter released and runs `f` on them.
+fn detached<T: Send>(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    f: impl FnOnce(Vec<Message>) -> T + Send,
+) -> PyResult<T> {
+    let values = message_values(messages)?;
+    py.detach(|| {
+        let messages = parse_messages(values).map_err(MessageError::into_py)?;
+        Ok(f(messages))
+    })
+}
+
+/// Exact tokens of a text, or of a message list as a provider bills it.
+#[pyfunction]
+#[pyo3(signature = (value, *, encoding="o200k_base", model=None))]
+pub fn count_tokens(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    encoding: &str,
+    model: Option<&str>,
+) -> PyResult<usize> {
+    let counter = counter(model, parse_encoding(encoding)?);
+    if let Ok(s) = value.cast::<PyString>() {
+        let text = py_str(s).map_err(|e| e.into_py("text"))?;
+        return Ok(py.detach(move || counter.count_text(&text)));
+    }
+    detached(py, value, move |messages| counter.count_messages(&messages))
+}
+
+/// Every provider-rule violation: a list of `{"index", "rule", "detail"}`.
+#[pyfunction]
+#[pyo3(signature = (messages, *, profile="openai"))]
+pub fn validate<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    profile: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let profile = parse_profile(profile)?;
+    let violations = detached(py, messages, move |m| validate_messages(&m, profile))?;
+    report_to_py(py, &violations)
+}
+
+/// Raises `ValidationError` listing every violation, as `ctx validate`
+/// prints them; returns `None` when the messages are valid.
+#[pyfunction]
+#[pyo3(signature = (messages, *, profile="openai"))]
+pub fn ensure_valid(py: Python<'_>, messages: &Bound<'_, PyAny>, profile: &str) -> PyResult<()> {
+    let profile = parse_profile(profile)?;
+    let violations = detached(py, messages, move |m| validate_messages(&m, profile))?;
+    if violations.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    Err(ValidationError::new_err(format!(
+        "{} violation{} of the {} rules:\n{}",
+        violations.len(),
+        if violations.len() == 1 { "" } else { "s" },
+        profile.name(),
+        lines.join("\n")
+    )))
+}
+
+fn digest_options(keep_batches: Option<usize>, min_bytes: Option<usize>) -> DigestOptions {
+    let mut opts = DigestOptions::default();
+    if let Some(k) = keep_batches {
+        opts.keep_batches = k;
+    }
+    if let Some(b) = min_bytes {
+        opts.min_bytes = b;
+    }
+    opts
+}
+
+/// The request view with older bulky tool results digested, and the
+/// report (`results_digested`, `bytes_before`, ...).
+#[pyfunction]
+#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None))]
+pub fn digest_with_report_py<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    keep_batches: Option<usize>,
+    min_bytes: Option<usize>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
+    let opts = digest_options(keep_batches, min_bytes);
+    let (values, report) = detached(py, messages, move |m| {
+        let (view, report) = digest_with_report(&m, &opts);
+        (message_values_out(&view), report)
+    })?;
+    Ok((values_to_py(py, &values)?, report_to_py(py, &report)?))
+}
+
+/// The request view with older bulky tool results digested.
+#[pyfunction]
+#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None))]
+pub fn digest<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    keep_batches: Option<usize>,
+    min_bytes: Option<usize>,
+) -> PyResult<Bound<'py, PyList>> {
+    Ok(digest_with_report_py(py, messages, keep_batches, min_bytes)?.0)
+}
+
+/// `text` with secrets masked (built-in rules plus `patterns`).
+#[pyfunction]
+#[pyo3(signature = (text, *, patterns=None, url_credentials=true))]
+pub fn redact(
+    py: Python<'_>,
+    text: &Bound<'_, PyString>,
+    patterns: Option<Vec<String>>,
+    url_credentials: bool,
+) -> PyResult<String> {
+    let text = py_str(text).map_err(|e| e.into_py("text"))?;
+    let opts = RedactOptions {
+        force: true,
+        url_credentials,
+        ..RedactOptions::default()
+    };
+    let redactor = match patterns.filter(|p| !p.is_empty()) {
+        Some(p) => Some(
+            Redactor::builder()
+                .patterns(p)
+                .build()
+                .map_err(|e| config_error(&e))?,
+        ),
+        None => None,
+    };
+    Ok(py.detach(move || match &redactor {
+        Some(r) => r.redact(&text, &opts).into_owned(),
+        None => redact_text(&text, &opts).into_owned(),
+    }))
+}
+
+fn load_error(e: LoadError) -> PyErr {
+    match e {
+        LoadError::Io { .. } => PyOSError::new_err(e.to_string()),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
+/// Messages of a transcript file (JSON array, `{"messages": [...]}`,
+/// SWE-agent `{"history": [...]}` or JSON Lines).
+#[pyfunction]
+pub fn load_transcript<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyList>> {
+    let values = py.detach(move || {
+        Transcript::load(&path)
+            .map(|t| message_values_out(&t.messages))
+            .map_err(load_error)
+    })?;
+    values_to_py(py, &values)
+}
+
+/// Replays a recorded session through the built-in engine, call by call,
+/// and returns the report `ctx replay --json` prints.
+#[pyfunction]
+#[pyo3(signature = (session, *, context_length=128_000, model=None, config=None, settings=None, use_config=true, profile="openai"))]
+#[allow(clippy::too_many_arguments)]
+pub fn replay<'py>(
+    py: Python<'py>,
+    session: &Bound<'py, PyAny>,
+    context_length: u64,
+    model: Option<String>,
+    config: Option<PathBuf>,
+    settings: Option<&Bound<'py, PyAny>>,
+    use_config: bool,
+    profile: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let settings = match settings {
+        Some(s) => crate::convert::to_value(s).map_err(|e| e.into_py("settings"))?,
+        None => Value::Null,
+    };
+    let profile = parse_profile(profile)?;
+    let spec = EngineSpec {
+        context_length: Some(context_length),
+        model,
+        encoding: context_engine::tokens::Encoding::O200kBase,
+        config_file: config,
+        use_config,
+        overrides: settings_overrides(&settings)?,
+        profile,
+    };
+    let built = build(&spec)?;
+    enum Source {
+        Path(PathBuf),
+        Values(Vec<Value>),
+    }
+    let source = if session.cast::<PyString>().is_ok() || session.hasattr("__fspath__")? {
+        Source::Path(session.extract::<PathBuf>()?)
+    } else {
+        Source::Values(message_values(session)?)
+    };
+    let report = py.detach(move || -> PyResult<Value> {
+        let messages = match source {
+            Source::Path(p) => Transcript::load(&p).map_err(load_error)?.messages,
+            Source::Values(v) => parse_messages(v).map_err(MessageError::into_py)?,
+        };
+        let counter = Arc::clone(&built.counter);
+        let mut session = Session::new("replay", Box::new(built.engine), Arc::clone(&counter))
+            .with_options(HostOptions::default().with_profile(profile));
+        let options = ReplayOptions::default().with_profile(profile);
+        let report = replay_session(
+            &messages,
+            &mut session,
+            counter.as_ref(),
+            &options,
+            |_, _| {},
+        )
+        .map_err(|e| ContextEngineError::new_err(format!("cannot replay: {e}")))?;
+        serde_json::to_value(&report)
+            .map_err(|e| ContextEngineError::new_err(format!("cannot serialize the report: {e}")))
+    })?;
+    crate::convert::to_py(py, &report)
+}

@@ -1,0 +1,160 @@
+//! Building the built-in engine from the configuration layers, as `ctx`
+//! does: defaults < `config.yaml` < `CTX_…` variables < the caller's
+//! settings (a nested dict, e.g. Hermes's `plugins.entries.ctx`), then the
+//! token counter and the summarizer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use context_engine::compressor::Compressor;
+use context_engine::config::{Config, ConfigLoader, SummarizerKind};
+use context_engine::plugin::EngineContext;
+use context_engine::summarize::openai::OpenAiSummarizer;
+use context_engine::tokens::{
+    BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
+};
+use context_engine::validate::Profile;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use serde_json::Value;
+
+use crate::errors::{ConfigError, config_error};
+
+/// Everything needed to build (and rebuild, for `copy.deepcopy`) an engine.
+#[derive(Clone, Debug)]
+pub struct EngineSpec {
+    /// The model's window; `None` takes `context.context_length`, else 0.
+    pub context_length: Option<u64>,
+    /// The agent's model: picks the tokenizer.
+    pub model: Option<String>,
+    /// The tokenizer when no model is given.
+    pub encoding: Encoding,
+    /// A `config.yaml` to read; `None` searches as `ctx` does.
+    pub config_file: Option<PathBuf>,
+    /// Whether to look for a config file (and read `CTX_…`) at all.
+    pub use_config: bool,
+    /// `key.path=value` overrides, from the caller's settings.
+    pub overrides: Vec<String>,
+    /// Provider rules the engine's output must keep.
+    pub profile: Profile,
+}
+
+/// What a built engine comes with.
+pub struct Built {
+    pub engine: Compressor,
+    pub counter: Arc<dyn TokenCounter>,
+    pub warnings: Vec<String>,
+    pub config_file: Option<PathBuf>,
+}
+
+/// `o200k_base` / `cl100k_base` (or `o200k` / `cl100k`).
+pub fn parse_encoding(name: &str) -> PyResult<Encoding> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "o200k" | "o200k_base" => Ok(Encoding::O200kBase),
+        "cl100k" | "cl100k_base" => Ok(Encoding::Cl100kBase),
+        other => Err(PyValueError::new_err(format!(
+            "unknown encoding `{other}` (expected o200k_base or cl100k_base)"
+        ))),
+    }
+}
+
+/// `openai` / `strict`.
+pub fn parse_profile(name: &str) -> PyResult<Profile> {
+    name.parse::<Profile>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The exact counter for `model`, else for `encoding`, with the
+/// per-message cache.
+pub fn counter(model: Option<&str>, encoding: Encoding) -> Arc<dyn TokenCounter> {
+    match model {
+        Some(m) if !m.is_empty() => counter_for_model(m),
+        _ => Arc::new(CachedCounter::new(BpeCounter::new(encoding))),
+    }
+}
+
+/// Flattens a settings object into `key.path=value` overrides (values as
+/// JSON, which the loader reads as YAML). Segments with dots are quoted.
+pub fn settings_overrides(settings: &Value) -> PyResult<Vec<String>> {
+    let Value::Object(map) = settings else {
+        if settings.is_null() {
+            return Ok(Vec::new());
+        }
+        return Err(ConfigError::new_err(format!(
+            "settings must be a dict of config.yaml keys, found {}",
+            context_engine::message::json_type(settings)
+        )));
+    };
+    let mut out = Vec::new();
+    let mut path = Vec::new();
+    flatten(map, &mut path, &mut out);
+    Ok(out)
+}
+
+fn flatten(map: &serde_json::Map<String, Value>, path: &mut Vec<String>, out: &mut Vec<String>) {
+    for (key, value) in map {
+        let seg = if key.contains('.') || key.contains('"') {
+            format!("\"{}\"", key.replace('"', "\\\""))
+        } else {
+            key.clone()
+        };
+        path.push(seg);
+        match value {
+            Value::Object(inner) if !inner.is_empty() => flatten(inner, path, out),
+            leaf => out.push(format!("{}={leaf}", path.join("."))),
+        }
+        path.pop();
+    }
+}
+
+/// Loads the configuration layers.
+fn load_config(spec: &EngineSpec) -> PyResult<(Config, Vec<String>, Option<PathBuf>)> {
+    let mut loader = ConfigLoader::new()
+        .with_file(spec.config_file.clone())
+        .with_overrides(spec.overrides.iter().cloned());
+    if spec.use_config {
+        loader = loader.with_process_env();
+    } else {
+        loader = loader.with_search(false);
+    }
+    let loaded = loader.load().map_err(|e| config_error(&e))?;
+    let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
+    Ok((loaded.config, warnings, loaded.file))
+}
+
+/// Builds the built-in compressor as `spec` and the configuration say.
+pub fn build(spec: &EngineSpec) -> PyResult<Built> {
+    let (config, warnings, config_file) = load_config(spec)?;
+    let counter = counter(spec.model.as_deref(), spec.encoding);
+    let context_length = spec
+        .context_length
+        .or(config.context.context_length)
+        .unwrap_or(0);
+    let redactor = Arc::new(config.redactor().map_err(|e| config_error(&e))?);
+    let mut ctx = EngineContext::new(Arc::clone(&counter), context_length)
+        .with_compressor_options(config.compressor_options().with_profile(spec.profile))
+        .with_section(config.engine_section("compressor"))
+        .with_redactor(Arc::clone(&redactor));
+    if let Some(model) = &spec.model {
+        ctx = ctx.with_model(model.clone());
+    }
+    if config.summarizer.kind == SummarizerKind::Openai {
+        let openai = config.openai_config().ok_or_else(|| {
+            ConfigError::new_err(
+                "summarizer.kind is openai but summarizer.base_url or summarizer.model is missing",
+            )
+        })?;
+        let base_url = openai.base_url.clone();
+        let summarizer = OpenAiSummarizer::new(openai).map_err(|e| {
+            ConfigError::new_err(format!("cannot set up the summarizer at {base_url}: {e}"))
+        })?;
+        // Its prompt leaves the process: redacted with the user's patterns.
+        ctx = ctx.with_summarizer(Box::new(summarizer.with_redactor(redactor)));
+    }
+    Ok(Built {
+        engine: ctx.into_compressor(),
+        counter,
+        warnings,
+        config_file,
+    })
+}

@@ -1,0 +1,296 @@
+"""The Python API over OpenAI-format dicts: round trips, functions, hooks,
+errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import context_engine as ce
+from conftest import EXAMPLES, example, require, tool_session
+
+
+def engine(context_length: int = 16000, **kw) -> ce.Compressor:
+    return ce.Compressor(context_length, use_config=False, **kw)
+
+
+# -- lossless round trips -------------------------------------------------------
+
+ODD = [
+    {"content": "You are terse.", "role": "system", "x_meta": {"b": 1, "a": [1, 2.5, None, True]}},
+    {"role": "user", "name": "alice", "content": [{"type": "text", "text": "hi"}, {"type": "x", "z": 1}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"type": "function", "id": "c1", "function": {"arguments": "{}", "name": "ls"}, "x": 0}
+        ],
+        "refusal": None,
+        "function_call": None,
+    },
+    {"tool_call_id": "c1", "role": "tool", "content": "a\nb", "big": 2**63 + 5},
+    {"role": "assistant", "content": "done", "reasoning_content": "thought", "unicode": "é✓🙂"},
+]
+
+
+def test_round_trip_keeps_keys_order_and_unknown_fields():
+    out = ce.digest(ODD)
+    assert out == ODD
+    for a, b in zip(out, ODD):
+        assert list(a.keys()) == list(b.keys())
+    assert list(out[2]["tool_calls"][0].keys()) == ["type", "id", "function", "x"]
+    assert out[3]["big"] == 2**63 + 5
+
+
+def test_tuple_input_and_input_not_mutated():
+    before = copy.deepcopy(ODD)
+    ce.validate(tuple(ODD))
+    ce.count_tokens(ODD)
+    assert ODD == before
+
+
+def test_load_transcript_matches_the_file():
+    path = EXAMPLES / "bugfix-session.json"
+    require(path.is_file(), f"{path} is absent")
+    assert ce.load_transcript(path) == json.loads(path.read_text(encoding="utf-8"))
+    with pytest.raises(OSError):
+        ce.load_transcript(EXAMPLES / "no-such-file.json")
+
+
+# -- functions ---------------------------------------------------------------------
+
+
+def test_count_tokens_text_messages_and_encodings():
+    assert ce.count_tokens("hello world") == 2
+    text = "Привет мир " * 10
+    assert (ce.count_tokens(text), ce.count_tokens(text, encoding="cl100k_base")) == (31, 51)
+    msgs = [{"role": "user", "content": "hello world"}]
+    # Per-message and per-request overhead on top of the text.
+    assert ce.count_tokens(msgs) > ce.count_tokens("hello world")
+    assert ce.count_tokens(msgs, model="gpt-4o") == ce.count_tokens(msgs)
+    with pytest.raises(ValueError, match="unknown encoding"):
+        ce.count_tokens("x", encoding="p50k")
+
+
+def test_validate_and_ensure_valid():
+    bad = [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "nope", "content": "x"},
+    ]
+    violations = ce.validate(bad)
+    assert violations and violations[0]["index"] == 1
+    assert violations[0]["rule"] == "orphan-tool-result"
+    assert ce.validate(ODD) == []
+    with pytest.raises(ce.ValidationError, match="message 1: orphan-tool-result"):
+        ce.ensure_valid(bad)
+    assert ce.ensure_valid(ODD) is None
+    assert ce.validate([{"role": "assistant", "content": "x"}], profile="strict")
+    with pytest.raises(ValueError):
+        ce.validate(bad, profile="nope")
+
+
+def test_digest_replaces_old_bulky_results():
+    msgs = tool_session(5)
+    view, report = ce.digest_with_report(msgs)
+    assert report["results_digested"] == 4
+    assert report["bytes_after"] < report["bytes_before"]
+    assert len(view) == len(msgs)
+    assert "call_0" in view[3]["content"]  # the recall handle
+    assert view[-3] == msgs[-3]  # the newest batch is whole
+    assert ce.digest(msgs, keep_batches=10) == msgs
+
+
+def test_redact_masks_secrets_and_user_patterns():
+    key = "sk-proj-" + "abcdefghij0123456789ABCDEFGHIJ"
+    out = ce.redact(f"export OPENAI_API_KEY={key}")
+    assert key not in out
+    assert ce.redact("nothing here") == "nothing here"
+    assert ce.redact("ticket ACME-12345", patterns=[r"ACME-\d+"]) != "ticket ACME-12345"
+    with pytest.raises(ce.ConfigError):
+        ce.redact("x", patterns=["("])
+
+
+def test_replay_returns_the_ctx_report():
+    path = EXAMPLES / "coding-session.json"
+    require(path.is_file(), f"{path} is absent")
+    report = ce.replay(str(path), context_length=16000, use_config=False)
+    assert report["engine"] == "compressor"
+    assert report["context_length"] == 16000
+    assert len(report["compactions"]) >= 1
+    assert report["totals"]["calls"] == len(report["calls"])
+    assert all(c["violations_introduced"] == 0 for c in report["calls"])
+    from_messages = ce.replay(ce.load_transcript(path), context_length=16000, use_config=False)
+    assert from_messages["totals"]["calls"] == report["totals"]["calls"]
+    with pytest.raises(ce.ContextEngineError, match="cannot replay"):
+        ce.replay([{"role": "user", "content": "no assistant"}], use_config=False)
+
+
+# -- the engine ----------------------------------------------------------------------
+
+
+def test_compress_compacts_validly_and_reports(session):
+    e = engine()
+    before = copy.deepcopy(session)
+    out = e.compress(session)
+    assert session == before
+    assert len(out) < len(session)
+    assert ce.validate(out) == []
+    assert ce.count_tokens(out) < ce.count_tokens(session)
+    assert any("[CONTEXT SUMMARY" in (m.get("content") or "") for m in out)
+    assert out[1] == session[1]  # the task, verbatim
+    assert out[-1] == session[-1]
+    report = e.last_report
+    assert report["outcome"] == "compacted"
+    assert report["messages_before"] == len(session)
+    assert e.compression_count == 1
+    assert e.last_prompt_tokens == -1 and e.awaiting_real_usage
+
+
+def test_compress_failure_is_an_exception_and_keeps_nothing():
+    e = engine()
+    short = tool_session(1)
+    with pytest.raises(ce.ContextEngineError, match="nothing to compress"):
+        e.compress(short)
+    assert e.last_report["outcome"] == "nothing_to_compress"
+    assert e.compression_count == 0
+
+
+def test_token_hooks_and_state():
+    e = engine(64000)
+    assert e.name == "compressor"
+    assert e.threshold_tokens == 48000
+    assert not e.should_compress()
+    e.update_from_response({"prompt_tokens": 50000, "completion_tokens": 10, "total_tokens": 50010})
+    assert e.last_prompt_tokens == 50000 and e.last_total_tokens == 50010
+    assert e.should_compress()
+    assert e.should_compress_info() == (True, None)
+    assert not e.should_compress(1000)
+    e.update_from_response({"input_tokens": 7, "output_tokens": 3})  # Anthropic dialect
+    assert e.last_prompt_tokens == 7
+    with pytest.raises(ValueError, match="usage"):
+        e.update_from_response({"completion_tokens": 3})
+    e.last_prompt_tokens = -1
+    assert e.awaiting_real_usage and e.should_defer_preflight_to_real_usage(10**6)
+    e.threshold_tokens = 1000
+    assert e.threshold_tokens == 1000
+    status = e.get_status()
+    assert status["last_prompt_tokens"] == 0 and status["awaiting_real_usage"] is True
+    e.update_model("gpt-4.1", 128000)
+    assert e.context_length == 128000 and e.threshold_tokens == 96000
+    e.compression_count = 4
+    e.on_session_reset()
+    assert e.compression_count == 0 and e.last_prompt_tokens == 0
+
+
+def test_optional_hooks(session):
+    e = engine()
+    assert e.should_compress_preflight(session)
+    assert e.has_content_to_compress(session)
+    assert not e.has_content_to_compress(tool_session(1))
+    view = e.select_context(session, conversation_messages=session, budget_tokens=16000)
+    assert view is not None and len(view) == len(session)
+    assert ce.count_tokens(view) < ce.count_tokens(session)
+    assert e.select_context(session[:2]) is None
+    same, n = e.prune_tool_results_only(session)
+    assert n == 0 and same is session
+    e.on_turn_complete(session, {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+                       turn_id="t1", api_call_count=2, interrupted=False)
+    e.on_session_start("s1", hermes_home="/tmp", platform="cli", model="m", unknown=1)
+    e.on_session_end("s1", session)
+    assert e.get_automatic_compaction_status_message(phase="compress", default_message=" hi ") == "hi"
+    e.emit_automatic_compaction_status = False
+    assert e.get_automatic_compaction_status_message(phase="preflight", default_message="x") is None
+    with pytest.raises(ValueError, match="phase"):
+        e.get_automatic_compaction_status_message(phase="later", default_message="x")
+
+
+def test_tools_recall_a_digested_result():
+    e = engine()
+    msgs = tool_session(5)
+    names = [t["function"]["name"] for t in e.get_tool_schemas()]
+    assert names == ["context_recall"]
+    out = json.loads(e.handle_tool_call("context_recall", {"handle": "call_0"}, messages=msgs))
+    assert json.dumps(out).find("function_0_3") >= 0
+    unknown = json.loads(e.handle_tool_call("nope", {}))
+    assert "Unknown context engine tool: nope" in unknown["error"]
+
+
+def test_deepcopy_is_independent():
+    e = engine(64000)
+    e.update_from_response({"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11})
+    c = copy.deepcopy(e)
+    assert c.last_prompt_tokens == 10
+    c.update_model("x", 200000)
+    assert e.context_length == 64000 and c.context_length == 200000
+
+
+def test_settings_and_config_layers(tmp_path):
+    e = ce.Compressor(100000, use_config=False, settings={"context": {"threshold_percent": 0.5, "model_thresholds": {"gpt-4.1": 0.6}}})
+    assert e.threshold_tokens == 50000
+    e.update_model("gpt-4.1-mini", 100000)
+    assert e.threshold_tokens == 60000
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("context:\n  threshold_percent: 0.4\n  no_such_key: 1\n")
+    e = ce.Compressor(100000, config=cfg)
+    assert e.threshold_tokens == 40000
+    assert e.config_file == cfg
+    assert any("no_such_key" in w for w in e.config_warnings)
+    cfg.write_text("context:\n  protect_last_n: many\n")
+    with pytest.raises(ce.ConfigError, match="protect_last_n"):
+        ce.Compressor(100000, config=cfg)
+    with pytest.raises(ce.ConfigError, match="summarizer"):
+        ce.Compressor(1000, use_config=False, settings={"summarizer": {"kind": "openai"}})
+    with pytest.raises(ce.ConfigError):
+        ce.Compressor(1000, use_config=False, settings=["not", "a", "dict"])
+
+
+# -- bad input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages, match",
+    [
+        ({"role": "user"}, "messages must be a list of dicts, found dict"),
+        ("text", "messages must be a list of dicts, found str"),
+        ([{"role": "user", "content": "a"}, ["role"]], "message 1: expected a dict, found list"),
+        ([{"content": "a"}], "message 0, field `role`: missing field `role`"),
+        ([{"role": 3}], "message 0, field `role`"),
+        ([{"role": "user", "content": 5}], "message 0, field `content`: expected a string"),
+        ([{"role": "user", "content": [1]}], "message 0, field `content`"),
+        ([{"role": "tool", "tool_call_id": 7, "content": "x"}], "field `tool_call_id`: expected a string, found a number"),
+        ([{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": 1, "arguments": "{}"}}]}], "field `tool_calls[0].function`"),
+        ([{"role": "assistant", "tool_calls": ["x"]}], "field `tool_calls[0]`: expected a dict"),
+        ([{"role": "user", "content": "\ud800"}], "field `content`: text is not valid UTF-8"),
+        ([{"role": "user", "content": "x", "meta": {"deep": [b"bytes"]}}], "field `meta.deep[0]`: expected a JSON value"),
+        ([{"role": "user", "content": "x", 3: "y"}], "dict keys must be strings"),
+        ([{"role": "user", "content": "x", "n": float("nan")}], "field `n`: NaN"),
+        ([{"role": "user", "content": "x", "n": 2**70}], "field `n`: integer out of the 64-bit range"),
+    ],
+)
+def test_bad_input_is_a_value_error_naming_index_and_field(messages, match):
+    calls = [ce.validate, ce.digest, engine().compress]
+    if not isinstance(messages, str):  # a str is a text to count
+        calls.append(ce.count_tokens)
+    for call in calls:
+        with pytest.raises(ValueError, match=match.replace("[", r"\[").replace("]", r"\]").replace("`", "`")):
+            call(messages)
+
+
+def test_self_referencing_input_is_an_error_not_a_crash():
+    m = {"role": "user", "content": "x"}
+    m["self"] = m
+    with pytest.raises(ValueError, match="nested deeper"):
+        ce.validate([m])
+
+
+def test_null_optional_fields_are_accepted():
+    msgs = [{"role": "assistant", "content": "x", "tool_calls": None, "name": None}]
+    assert ce.digest(msgs) == msgs
+
+
+def test_exception_hierarchy():
+    assert issubclass(ce.ValidationError, ce.ContextEngineError)
+    assert issubclass(ce.ConfigError, ce.ContextEngineError)
+    assert issubclass(ce.ContextEngineError, Exception)
