@@ -10,6 +10,7 @@ use std::sync::Arc;
 use context_engine::host::{HostOptions, Session};
 use context_engine::message::{Message, Role};
 use context_engine::plugin::EngineContext;
+use context_engine::pricing::PromptCache;
 use context_engine::replay::{ReplayOptions, check_replayable, replay};
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
@@ -78,6 +79,8 @@ async fn corpus_through_the_proxy_matches_the_replay() {
         assert_eq!(calls.len(), report.calls.len());
         let mut previous: Vec<Box<RawValue>> = Vec::new();
         let mut previous_parsed: Vec<Message> = Vec::new();
+        // The provider's prompt cache, simulated as the replay does.
+        let mut cache = PromptCache::new(ReplayOptions::default().price.cache);
         for (k, (&index, record)) in calls.iter().zip(&report.calls).enumerate() {
             let answer = serde_json::to_value(&recording[index]).unwrap();
             let c = Arc::clone(&counter);
@@ -156,12 +159,11 @@ async fn corpus_through_the_proxy_matches_the_replay() {
                 same_bytes, same_messages,
                 "{name} call {k}: an unchanged message was re-serialized"
             );
-            let prefix_tokens: u64 = parsed[..same_bytes]
-                .iter()
-                .map(|m| counter.count_message(m) as u64)
-                .sum();
+            // The cache serves the proxy's requests what the replay
+            // counted.
+            let hit = cache.lookup_and_store(&parsed, record.sent_at, counter.as_ref());
             assert_eq!(
-                prefix_tokens, record.cache_hit_tokens,
+                hit.hit_tokens, record.cache_hit_tokens,
                 "{name} call {k}: cacheable prefix differs"
             );
             if record.compaction.is_some() {
