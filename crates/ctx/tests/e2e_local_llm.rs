@@ -178,9 +178,23 @@ fn compact_and_check(label: &str, base_url: &str, file: &Path, context_length: u
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let report: Value = serde_json::from_str(&err).unwrap();
-    // The model wrote the summary: no fallback to the extractive one.
-    assert_eq!(report["outcome"], "compacted", "{report}");
-    assert_eq!(report["summarizer"], format!("openai:{}", model()));
+    // The request reached the model and its reply came back (no context
+    // overflow: the window was learned from the server). The model's text is
+    // either the summary, or, when the 135M model loops or echoes the
+    // transcript's tags, rejected as degenerate with the deterministic
+    // extractive summary in its place (issue 13): both are checked, and the
+    // outcome is printed so the run shows which one happened.
+    let outcome = report["outcome"].as_str().unwrap_or("");
+    let reason = report["reason"].as_str().unwrap_or("");
+    eprintln!("e2e outcome [{label}]: {outcome} {reason}");
+    match outcome {
+        "compacted" => assert_eq!(report["summarizer"], format!("openai:{}", model())),
+        "fallback" => assert!(
+            reason.starts_with("degenerate summary rejected"),
+            "a fallback other than a rejected degenerate summary: {report}"
+        ),
+        _ => panic!("not compacted: {report}"),
+    }
     check_call(label, &report);
 
     // Valid under the strict profile as far as the input was: no finding
