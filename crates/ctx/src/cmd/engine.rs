@@ -110,6 +110,36 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// Another `Prepared` for one more engine of the same configuration,
+    /// without reading the configuration again: the token counter (and its
+    /// cache), the redactor and the summarizer client are shared.
+    pub fn again(&self) -> Prepared {
+        let c = &self.context;
+        let mut context = EngineContext::new(Arc::clone(&self.counter), self.context_length)
+            .with_compressor_options(c.compressor_options.clone())
+            .with_section(c.section.clone());
+        if let Some(redactor) = &c.redactor {
+            context = context.with_redactor(Arc::clone(redactor));
+        }
+        if let Some(model) = &c.model {
+            context = context.with_model(model.clone());
+        }
+        if let Some(client) = &self.client {
+            context = context.with_summarizer(Box::new(Arc::clone(client)));
+        }
+        Prepared {
+            name: self.name.clone(),
+            context,
+            plugin_dirs: self.plugin_dirs.clone(),
+            required: self.required,
+            counter: Arc::clone(&self.counter),
+            context_length: self.context_length,
+            model: self.model.clone(),
+            client: self.client.clone(),
+            warnings: Vec::new(),
+        }
+    }
+
     /// Selects the engine (built-in or plugin, with fallback) and sets its
     /// model; warnings from the selection are added to [`warnings`](Self::warnings).
     pub fn select(mut self) -> anyhow::Result<(Box<dyn ContextEngine>, Prepared)> {

@@ -69,9 +69,14 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 
     // One engine now: a broken configuration fails at start, not on the
     // first request. Each session then builds its own the same way.
-    let (engine_args, profile) = (args.engine.clone(), args.profile);
-    let (probe, prepared) = engine_args.prepare(profile)?.select()?;
-    for w in &prepared.warnings {
+    // The configuration is read once; each session gets a fresh engine
+    // sharing the counter, the redactor and the summarizer client.
+    let profile = args.profile;
+    let template = args.engine.prepare(profile)?;
+    let (probe, prepared) = template.again().select()?;
+    // The configuration's own warnings were printed above.
+    let fresh = template.warnings.iter().filter(|w| !warnings.contains(w));
+    for w in fresh.chain(&prepared.warnings) {
         eprintln!("ctx: warning: {w}");
     }
     let (counter, context_length) = (Arc::clone(&prepared.counter), prepared.context_length);
@@ -80,9 +85,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let blocking = probe.name() != "compressor" || prepared.client.is_some();
     drop(probe);
     let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        engine_args
-            .prepare(profile)
-            .and_then(|p| p.select())
+        template
+            .again()
+            .select()
             .map(|(engine, _)| engine)
             .map_err(|e| format!("{e:#}"))
     };
