@@ -101,6 +101,46 @@ async fn stream_relays_to_done_and_strips_the_usage_chunk_it_added() {
 }
 
 #[tokio::test]
+async fn a_stream_settles_its_usage_by_done_even_if_the_upstream_holds_the_connection() {
+    use futures_util::StreamExt;
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 128_000)).await;
+    script.push(Reply::StreamThenHold(completion(
+        json!({"role": "assistant", "content": "one two three"}),
+        17,
+        3,
+    )));
+    let body = json!({"model": "m", "stream": true, "messages": [user("count")]});
+    let resp = post(addr, &body, &[("x-ctx-session", "held")]).await;
+    // Read as an SDK does: up to `[DONE]`, then stop (the upstream never
+    // closes, so waiting for the end of the body would hang).
+    let mut chunks = resp.bytes_stream();
+    let mut text = String::new();
+    while !text.contains("data: [DONE]") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), chunks.next())
+            .await
+            .expect("the stream reaches [DONE]")
+            .expect("the stream is not over before [DONE]")
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(
+        !text.contains("prompt_tokens"),
+        "the added usage chunk is stripped"
+    );
+    // The session reflects the call as soon as the client has seen [DONE].
+    let status = json_of(
+        reqwest::get(format!("http://{addr}/ctx/sessions/held"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status["stats"]["prompt_tokens"], 17);
+    assert_eq!(status["stats"]["completion_tokens"], 3);
+}
+
+#[tokio::test]
 async fn upstream_errors_pass_back_with_status_and_body() {
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;

@@ -341,6 +341,12 @@ async fn stream_response(
             match r.upstream.next().await {
                 Some(Ok(chunk)) => {
                     let out = r.relay.push(&chunk);
+                    if r.relay.done() {
+                        // Usage and the session are settled before the
+                        // client sees `[DONE]`: a client that reads the
+                        // session right after its stream sees this call.
+                        r.end();
+                    }
                     if !out.is_empty() {
                         return Some((Ok::<Bytes, std::io::Error>(out), r));
                     }

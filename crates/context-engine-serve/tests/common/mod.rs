@@ -20,6 +20,7 @@ use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use futures_util::StreamExt;
 use tokio::net::TcpListener;
 
 /// `../shared/corpus` next to the repository (or `$CTX_CORPUS_DIR`, for a
@@ -59,6 +60,9 @@ pub enum Reply {
     Json(serde_json::Value),
     /// A raw status and body.
     Raw(u16, String),
+    /// Streamed like `Json`, but the connection stays open after `[DONE]`
+    /// (a server that is slow to close its stream).
+    StreamThenHold(serde_json::Value),
     /// Compute the reply from the request body.
     With(Arc<dyn Fn(&serde_json::Value) -> serde_json::Value + Send + Sync>),
 }
@@ -127,6 +131,22 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
                 .unwrap();
         }
         Some(Reply::Json(v)) => v,
+        Some(Reply::StreamThenHold(v)) => {
+            let text = sse_of(&v, true);
+            script.received.lock().unwrap().push(Received {
+                headers,
+                body,
+                reply: Bytes::from(text.clone()),
+            });
+            let chunks = futures_util::stream::once(async move {
+                Ok::<Bytes, std::io::Error>(Bytes::from(text))
+            })
+            .chain(futures_util::stream::pending());
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(chunks))
+                .unwrap();
+        }
         Some(Reply::With(f)) => f(&request),
         None => completion(
             serde_json::json!({"role": "assistant", "content": "ok"}),
