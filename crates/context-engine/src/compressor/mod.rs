@@ -30,8 +30,8 @@ use crate::digest::{
 use crate::engine::{
     BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine,
     DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, EngineError,
-    EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, ToolCallContext, Usage,
-    sanitize_memory_context, unknown_tool,
+    EngineState, EngineStatus, ModelInfo, PreparedSummary, PromptTokens, SelectRequest, SummaryJob,
+    SummarySource, ToolCallContext, Usage, prefix_key, sanitize_memory_context, unknown_tool,
 };
 use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
@@ -42,7 +42,9 @@ use crate::schedule::{
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, Rule, Violation, introduced_adjacency, introduced_violation};
+use crate::validate::{
+    CutPoints, Profile, Rule, Violation, introduced_adjacency, introduced_violation,
+};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit};
@@ -191,8 +193,10 @@ impl CompressorOptions {
 pub struct Compressor {
     state: EngineState,
     counter: Arc<dyn TokenCounter>,
-    primary: Box<dyn Summarizer>,
+    primary: Arc<dyn Summarizer>,
     fallback: ExtractiveSummarizer,
+    /// A summary prepared in the background, until used or stale.
+    prepared: Option<Ready>,
     options: CompressorOptions,
     clock: Arc<dyn Clock>,
     cooldown_until: Option<Duration>,
@@ -242,8 +246,9 @@ impl Compressor {
         Compressor {
             state,
             counter,
-            primary: Box::new(ExtractiveSummarizer),
+            primary: Arc::new(ExtractiveSummarizer),
             fallback: ExtractiveSummarizer,
+            prepared: None,
             options,
             clock: Arc::new(SystemClock::new()),
             cooldown_until: None,
@@ -286,7 +291,7 @@ impl Compressor {
     /// Uses `summarizer` as the primary (the extractive one stays the
     /// fallback).
     pub fn with_summarizer(mut self, summarizer: Box<dyn Summarizer>) -> Compressor {
-        self.primary = summarizer;
+        self.primary = Arc::from(summarizer);
         self
     }
 
@@ -387,6 +392,110 @@ impl Compressor {
         target.min(self.options.summary_max_tokens).max(64)
     }
 
+    /// The plan for `messages`, with the tail shrunk to the last group
+    /// when what it keeps and the summary's target would exceed the budget
+    /// even with the tail's large results digested (decided before the
+    /// summarizer runs: one call; the step goes to `escalation`).
+    fn plan_for(
+        &self,
+        messages: &[Message],
+        escalation: &mut Vec<FitStep>,
+    ) -> Result<Plan, String> {
+        let mut plan = self.plan(messages)?;
+        let threshold = self.state.threshold_tokens;
+        if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
+            let profile = self.options.profile;
+            let system_note = !self.options.schedule.enabled;
+            let mut provisional =
+                assemble(messages, &plan, &wrap_summary(""), profile, system_note).0;
+            let target = self.target_tokens(self.span_estimate(messages, &plan)) as u64;
+            let room = threshold.saturating_sub(target);
+            let counter = self.counter.as_ref();
+            fit::run_step(
+                &mut provisional,
+                FitStepKind::DigestResults,
+                room,
+                counter,
+                profile,
+            );
+            if counter.count_messages(&provisional) as u64 > room
+                && let Ok(minimal) = self.plan_with(messages, true)
+                && minimal.tail_start > plan.tail_start
+            {
+                escalation.push(FitStep {
+                    step: FitStepKind::ShrinkTail,
+                    messages: minimal.tail_start - plan.tail_start,
+                    tokens_after: 0,
+                });
+                plan = minimal;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// What the summarizer is given for `plan`'s span: the turns digested
+    /// and redacted (without the previous summary's own text), the previous
+    /// summary, focus and memory redacted, and the target size.
+    fn span_inputs(
+        &self,
+        messages: &[Message],
+        plan: &Plan,
+        request: &CompressRequest,
+    ) -> SpanInputs {
+        // Borrowed when the span is one run of the input (the common case:
+        // no copy of 1 MB).
+        let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
+        let contiguous = plan.previous.is_none()
+            && plan
+                .pinned
+                .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
+        let span: Cow<'_, [Message]> = if contiguous {
+            Cow::Borrowed(&messages[plan.head_end..plan.tail_start])
+        } else {
+            Cow::Owned(
+                plan.middle()
+                    .filter_map(|i| {
+                        let m = &messages[i];
+                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                            // The holder's own words and tool calls stay in
+                            // the span (a summary merged into a tool-call turn
+                            // must not take the calls with it).
+                            let own = insert::without_summary(&m.text());
+                            return (!own.is_empty() || m.has_tool_calls())
+                                .then(|| with_text(m, own));
+                        }
+                        Some(m.clone())
+                    })
+                    .collect(),
+            )
+        };
+        let target = self.target_tokens(self.counter.count_messages(&span));
+        let egress = &self.egress;
+        SpanInputs {
+            turns: egress.messages(&summarizer_input(&span, &self.options.digest).messages),
+            previous: previous.map(|p| egress.string(p)),
+            focus: request.focus_topic.as_deref().map(|f| egress.string(f)),
+            memory: Some(egress.string(&sanitize_memory_context(&request.memory_context)))
+                .filter(|m| !m.is_empty()),
+            target,
+        }
+    }
+
+    /// The summary prepared in the background, if it belongs to a prefix
+    /// of `messages` (same messages up to its cut, no compaction since)
+    /// whose cut is still safe; a stale one is dropped.
+    fn take_prepared(&mut self, messages: &[Message]) -> Option<Ready> {
+        let ready = self.prepared.take()?;
+        let (head_end, tail_start) = (ready.plan.head_end, ready.plan.tail_start);
+        if tail_start >= messages.len()
+            || prefix_key(&messages[..tail_start], self.state.compression_count) != ready.key
+        {
+            return None;
+        }
+        let cuts = CutPoints::with_profile(messages, self.options.profile);
+        (cuts.is_safe(head_end) && cuts.is_safe(tail_start)).then_some(ready)
+    }
+
     fn start_cooldown(&mut self, error: &SummarizeError) -> Duration {
         let length = match error {
             SummarizeError::NotConfigured(_) => COOLDOWN_NOT_CONFIGURED,
@@ -430,105 +539,69 @@ impl Compressor {
                 reason,
             });
         }
-        let mut plan = match self.plan(messages) {
-            Ok(plan) => plan,
-            Err(why) => {
-                self.finish(CompactionReport {
-                    reason: Some(why.clone()),
-                    ..unchanged(Outcome::NothingToCompress)
-                });
-                return Err(EngineError::NothingToCompress {
-                    engine: NAME.to_owned(),
-                    reason: why,
-                });
-            }
-        };
-
-        // Escalation decided before the summarizer runs (one call): when
-        // the kept messages and the summary's target would exceed the
-        // budget even with the tail's large results digested, the tail
-        // shrinks to the last group (its messages go into the summary).
+        // A summary prepared in the background for a prefix of this
+        // history: its cut stands, everything after it stays verbatim.
+        let ready = self.take_prepared(messages);
+        if ready.is_none() && request.summary == SummarySource::Prepared {
+            self.finish(CompactionReport {
+                reason: Some("the background summary is not ready".into()),
+                ..unchanged(Outcome::Deferred)
+            });
+            return Err(EngineError::SummaryNotReady {
+                engine: NAME.to_owned(),
+            });
+        }
         let mut escalation: Vec<FitStep> = Vec::new();
-        if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
-            let profile = self.options.profile;
-            let system_note = !self.options.schedule.enabled;
-            let mut provisional =
-                assemble(messages, &plan, &wrap_summary(""), profile, system_note).0;
-            let target = self.target_tokens(self.span_estimate(messages, &plan)) as u64;
-            let room = threshold.saturating_sub(target);
-            let counter = self.counter.as_ref();
-            fit::run_step(
-                &mut provisional,
-                FitStepKind::DigestResults,
-                room,
-                counter,
-                profile,
-            );
-            if counter.count_messages(&provisional) as u64 > room
-                && let Ok(minimal) = self.plan_with(messages, true)
-                && minimal.tail_start > plan.tail_start
-            {
-                escalation.push(FitStep {
-                    step: FitStepKind::ShrinkTail,
-                    messages: minimal.tail_start - plan.tail_start,
-                    tokens_after: 0,
-                });
-                plan = minimal;
-            }
-        }
+        let plan = match &ready {
+            Some(r) => r.plan.clone(),
+            None => match self.plan_for(messages, &mut escalation) {
+                Ok(plan) => plan,
+                Err(why) => {
+                    self.finish(CompactionReport {
+                        reason: Some(why.clone()),
+                        ..unchanged(Outcome::NothingToCompress)
+                    });
+                    return Err(EngineError::NothingToCompress {
+                        engine: NAME.to_owned(),
+                        reason: why,
+                    });
+                }
+            },
+        };
 
-        // The span, without the previous summary's own text; borrowed when
-        // it is one run of the input (the common case: no copy of 1 MB).
-        let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
-        let contiguous = plan.previous.is_none()
-            && plan
-                .pinned
-                .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
-        let span: Cow<'_, [Message]> = if contiguous {
-            Cow::Borrowed(&messages[plan.head_end..plan.tail_start])
-        } else {
-            Cow::Owned(
-                plan.middle()
-                    .filter_map(|i| {
-                        let m = &messages[i];
-                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
-                            // The holder's own words and tool calls stay in
-                            // the span (a summary merged into a tool-call turn
-                            // must not take the calls with it).
-                            let own = insert::without_summary(&m.text());
-                            return (!own.is_empty() || m.has_tool_calls())
-                                .then(|| with_text(m, own));
-                        }
-                        Some(m.clone())
+        let (result, primary_name, inputs, stand_in) = match ready {
+            Some(r) => (r.result, r.summarizer, r.inputs, false),
+            None => {
+                let inputs = self.span_inputs(messages, &plan, request);
+                let result = if request.summary == SummarySource::Deterministic {
+                    None
+                } else {
+                    Some(match self.primary.summarize(&inputs.request()) {
+                        Ok(text) if text.trim().is_empty() => Err(SummarizeError::Empty),
+                        other => other,
                     })
-                    .collect(),
-            )
+                };
+                let name = self.primary.name().to_owned();
+                match result {
+                    Some(result) => (result, name, inputs, false),
+                    None => {
+                        // Not the summary model's failure: no cooldown and
+                        // no streak, the deterministic summary stands in.
+                        let text = self.fallback.summarize_span(&inputs.request());
+                        (Ok(text), self.fallback.name().to_owned(), inputs, true)
+                    }
+                }
+            }
         };
-        let span_tokens = self.counter.count_messages(&span);
-        let target = self.target_tokens(span_tokens);
-        let egress = &self.egress;
-        let turns = egress.messages(&summarizer_input(&span, &self.options.digest).messages);
-        let previous = previous.map(|p| egress.string(p));
-        let focus = request.focus_topic.as_deref().map(|f| egress.string(f));
-        let memory = Some(egress.string(&sanitize_memory_context(&request.memory_context)))
-            .filter(|m| !m.is_empty());
-        let mut summary_request = SummaryRequest::new(&turns, target);
-        if let Some(p) = &previous {
-            summary_request = summary_request.with_previous_summary(p);
-        }
-        if let Some(f) = &focus {
-            summary_request = summary_request.with_focus_topic(f);
-        }
-        if let Some(m) = &memory {
-            summary_request = summary_request.with_memory_context(m);
-        }
-
-        let primary_name = self.primary.name().to_owned();
-        let result = match self.primary.summarize(&summary_request) {
-            Ok(text) if text.trim().is_empty() => Err(SummarizeError::Empty),
-            other => other,
-        };
+        let target = inputs.target;
         let (body, outcome, summarizer, reason, cooldown) = match result {
+            Ok(text) if stand_in => (
+                text,
+                Outcome::Fallback,
+                primary_name,
+                Some("the background summary was not ready".to_owned()),
+                None,
+            ),
             Ok(text) => {
                 self.cooldown_until = None;
                 self.transient_failures = 0;
@@ -552,7 +625,7 @@ impl Compressor {
                     });
                 }
                 self.fallback_streak = self.fallback_streak.saturating_add(1);
-                let text = self.fallback.summarize_span(&summary_request);
+                let text = self.fallback.summarize_span(&inputs.request());
                 (
                     text,
                     Outcome::Fallback,
@@ -562,6 +635,7 @@ impl Compressor {
                 )
             }
         };
+        drop(inputs);
         let mut body = self.egress.string(&body);
         if request.archive {
             let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
@@ -675,6 +749,44 @@ struct Persisted {
     last_savings_percent: f64,
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
+}
+
+/// The summarizer's input for one span, owned so a background job can
+/// take it to another thread.
+struct SpanInputs {
+    turns: Vec<Message>,
+    previous: Option<String>,
+    focus: Option<String>,
+    memory: Option<String>,
+    target: usize,
+}
+
+impl SpanInputs {
+    fn request(&self) -> SummaryRequest<'_> {
+        let mut r = SummaryRequest::new(&self.turns, self.target);
+        if let Some(p) = &self.previous {
+            r = r.with_previous_summary(p);
+        }
+        if let Some(f) = &self.focus {
+            r = r.with_focus_topic(f);
+        }
+        if let Some(m) = &self.memory {
+            r = r.with_memory_context(m);
+        }
+        r
+    }
+}
+
+/// A summary prepared in the background: the cut it was made for, the
+/// key of the history prefix up to that cut, the summarizer's answer (a
+/// failure falls back to the extractive summary of the same inputs, as
+/// inline).
+struct Ready {
+    key: u128,
+    plan: Plan,
+    result: Result<String, SummarizeError>,
+    summarizer: String,
+    inputs: SpanInputs,
 }
 
 /// How far the rough estimate may grow past the last real count before
@@ -793,6 +905,47 @@ impl ContextEngine for Compressor {
         self.compress_inner(messages, request)
     }
 
+    /// The summary of the span a compaction would replace now, for a host
+    /// to prepare in the background; `None` during a cooldown, when
+    /// nothing can be summarized, or while a prepared one is still valid.
+    fn prepare_summary(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Option<SummaryJob> {
+        if self.block_reason().is_some() {
+            return None;
+        }
+        if let Some(ready) = self.take_prepared(messages) {
+            self.prepared = Some(ready);
+            return None;
+        }
+        let plan = self.plan(messages).ok()?;
+        let key = prefix_key(&messages[..plan.tail_start], self.state.compression_count);
+        let inputs = self.span_inputs(messages, &plan, request);
+        let summarizer = Arc::clone(&self.primary);
+        let count = plan.middle().count();
+        Some(SummaryJob::new(key, count, move || {
+            let result = match summarizer.summarize(&inputs.request()) {
+                Ok(text) if text.trim().is_empty() => Err(SummarizeError::Empty),
+                other => other,
+            };
+            Box::new(Ready {
+                key,
+                plan,
+                result,
+                summarizer: summarizer.name().to_owned(),
+                inputs,
+            })
+        }))
+    }
+
+    fn adopt_summary(&mut self, summary: PreparedSummary) {
+        if let Some(ready) = summary.into_payload::<Ready>() {
+            self.prepared = Some(*ready);
+        }
+    }
+
     fn prune_tool_results_only<'a>(
         &mut self,
         messages: &'a [Message],
@@ -873,6 +1026,7 @@ impl ContextEngine for Compressor {
         self.awaiting_effect = None;
         self.seen_real_usage = false;
         self.last_report = None;
+        self.prepared = None;
         self.scheduler.reset();
     }
 

@@ -65,6 +65,9 @@ pub enum Outcome {
     Blocked,
     /// The result would have broken a provider rule; unchanged.
     InvalidOutput,
+    /// The summary prepared in the background was not ready and the host
+    /// asked for no other; unchanged.
+    Deferred,
     /// The engine failed otherwise (a plugin crashed or answered nonsense);
     /// unchanged.
     Failed,
@@ -79,6 +82,7 @@ impl Outcome {
             EngineError::InvalidOutput { .. } => Outcome::InvalidOutput,
             EngineError::NothingToCompress { .. } => Outcome::NothingToCompress,
             EngineError::Blocked { .. } => Outcome::Blocked,
+            EngineError::SummaryNotReady { .. } => Outcome::Deferred,
             EngineError::Plugin { .. } | EngineError::Restore { .. } => Outcome::Failed,
         }
     }

@@ -72,6 +72,14 @@ pub enum EngineError {
         /// What is wrong with the snapshot.
         reason: String,
     },
+    /// The compaction asked for a summary prepared in the background
+    /// ([`SummarySource::Prepared`](super::SummarySource::Prepared)) and
+    /// none is ready for this history.
+    #[error("engine `{engine}`: the background summary is not ready")]
+    SummaryNotReady {
+        /// Name of the engine.
+        engine: String,
+    },
     /// The engine declined an unforced compaction.
     #[error("engine `{engine}`: compression blocked: {reason}")]
     Blocked {
@@ -91,7 +99,8 @@ impl EngineError {
             | EngineError::Plugin { engine, .. }
             | EngineError::Restore { engine, .. }
             | EngineError::NothingToCompress { engine, .. }
-            | EngineError::Blocked { engine, .. } => engine,
+            | EngineError::Blocked { engine, .. }
+            | EngineError::SummaryNotReady { engine } => engine,
         }
     }
 
@@ -106,6 +115,7 @@ impl EngineError {
                 operation, reason, ..
             } => format!("{operation}: {reason}"),
             EngineError::Blocked { reason, .. } => reason.to_string(),
+            EngineError::SummaryNotReady { .. } => "the background summary is not ready".into(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! other hook has a default that keeps an engine written before the hook
 //! existed working unchanged.
 
+mod background;
 mod compaction;
 mod error;
 mod memory;
@@ -35,6 +36,9 @@ use serde_json::Value;
 
 use crate::message::Message;
 
+pub use background::{
+    DEFAULT_SUMMARY_WATERMARK, PreparedSummary, SummaryJob, SummarySource, prefix_key, summary_due,
+};
 pub use compaction::{Compaction, CompactionReport, Outcome, Span};
 pub use error::{BoxError, EngineError};
 pub use memory::{
@@ -106,6 +110,27 @@ pub trait ContextEngine: Send {
     ) -> Result<Compaction, EngineError>;
 
     // -- Optional hooks -----------------------------------------------------
+
+    /// A summary of what a compaction of `messages` would summarize now,
+    /// to prepare off the request path (see [`SummaryJob`]); the host runs
+    /// it and hands the result to [`adopt_summary`](Self::adopt_summary).
+    /// `None` when there is nothing to summarize or the engine prepares
+    /// no summaries ahead (the default).
+    fn prepare_summary(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Option<SummaryJob> {
+        let _ = (messages, request);
+        None
+    }
+
+    /// Takes a summary a [`SummaryJob`] of this engine prepared; the next
+    /// [`compress`](Self::compress) uses it while the history up to its
+    /// cut is unchanged. Default: ignored.
+    fn adopt_summary(&mut self, summary: PreparedSummary) {
+        let _ = summary;
+    }
 
     /// Deterministically trims old tool-result payloads without an LLM call.
     ///

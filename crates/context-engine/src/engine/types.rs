@@ -29,6 +29,9 @@ pub struct CompressRequest {
     /// attached): the summary should name the span's handle
     /// ([`span_handle`](crate::store::span_handle)) so the model can expand it.
     pub archive: bool,
+    /// Where the summary may come from: by default a summary prepared in
+    /// the background when one is valid, else the engine's summarizer now.
+    pub summary: super::SummarySource,
 }
 
 impl CompressRequest {
@@ -58,6 +61,12 @@ impl CompressRequest {
     /// Sets [`archive`](Self::archive).
     pub fn with_archive(mut self, archive: bool) -> CompressRequest {
         self.archive = archive;
+        self
+    }
+
+    /// Sets [`summary`](Self::summary).
+    pub fn with_summary(mut self, source: super::SummarySource) -> CompressRequest {
+        self.summary = source;
         self
     }
 

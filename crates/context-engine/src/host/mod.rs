@@ -51,8 +51,9 @@ use serde_json::Value;
 use crate::compressor::fit::{FitStep, Unfittable, fit};
 use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
-    EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
-    Usage, automatic_compaction_status_message,
+    EngineError, EngineStatus, ModelInfo, PreparedSummary, SelectRequest, SessionInfo, SummaryJob,
+    SummarySource, ToolCallContext, TurnInfo, Usage, automatic_compaction_status_message,
+    summary_due,
 };
 use crate::message::Message;
 use crate::recall::{self, Sources};
@@ -72,6 +73,14 @@ pub struct HostOptions {
     pub min_pass_savings: f64,
     /// Provider rules every engine output must keep (no new violations).
     pub profile: Profile,
+    /// Summaries are prepared in the background from this share of the
+    /// threshold on ([`Session::summary_job`]), and an automatic compaction
+    /// never waits for a summary model: it uses the prepared summary when
+    /// it is ready; when not, the request goes out as selected (the
+    /// digest), and only a request over the window is compacted with the
+    /// deterministic extractive summary. `None` (the default): the
+    /// summarizer runs inline, when the threshold is crossed.
+    pub summary_watermark: Option<f64>,
 }
 
 impl Default for HostOptions {
@@ -80,6 +89,7 @@ impl Default for HostOptions {
             max_passes: 3,
             min_pass_savings: 0.05,
             profile: Profile::OpenAi,
+            summary_watermark: None,
         }
     }
 }
@@ -88,6 +98,12 @@ impl HostOptions {
     /// Sets [`profile`](Self::profile).
     pub fn with_profile(mut self, profile: Profile) -> HostOptions {
         self.profile = profile;
+        self
+    }
+
+    /// Sets [`summary_watermark`](Self::summary_watermark).
+    pub fn with_summary_watermark(mut self, watermark: Option<f64>) -> HostOptions {
+        self.summary_watermark = watermark;
         self
     }
 
@@ -220,6 +236,9 @@ pub enum MissedKind {
     Blocked,
     /// Attempted; everything was protected or already compact.
     NothingToCompress,
+    /// Not attempted: the summary prepared in the background is not ready
+    /// and the request fits the window as it is.
+    Deferred,
 }
 
 impl MissedKind {
@@ -229,6 +248,7 @@ impl MissedKind {
             EngineError::Blocked { .. } => MissedKind::Blocked,
             EngineError::NothingToCompress { .. } => MissedKind::NothingToCompress,
             EngineError::InvalidOutput { .. } => MissedKind::Refused,
+            EngineError::SummaryNotReady { .. } => MissedKind::Deferred,
             _ => MissedKind::Failed,
         }
     }
@@ -275,6 +295,9 @@ pub struct Session {
     recorded: u64,
     /// Store warnings raised where no [`Update`] is returned.
     pending: Vec<Notice>,
+    /// Tokens of the last request [`before_request`](Self::before_request)
+    /// prepared (the summary watermark's measure).
+    last_request_tokens: u64,
 }
 
 /// The driver's own state, saved with the engine's.
@@ -317,6 +340,7 @@ impl Session {
             store: None,
             recorded: 0,
             pending: Vec::new(),
+            last_request_tokens: 0,
         }
     }
 
@@ -455,9 +479,23 @@ impl Session {
                     history,
                     tokens,
                     Trigger::Preflight,
-                    CompressRequest::new(),
+                    self.automatic_request(),
                     &mut update,
                 );
+                let window = self.engine.state().context_length;
+                if update
+                    .missed
+                    .as_ref()
+                    .is_some_and(|m| m.kind == MissedKind::Deferred)
+                    && window > 0
+                    && rough > window
+                {
+                    // The prepared summary is not ready and the request
+                    // would not fit at all: the deterministic summary now.
+                    update.missed = None;
+                    let request = CompressRequest::new().with_summary(SummarySource::Deterministic);
+                    self.compact(history, tokens, Trigger::Preflight, request, &mut update);
+                }
                 if let Some(new) = &update.new_history {
                     (view, selected) = self.select(new, &mut update.notices);
                     measured = match (&view, &update.compaction) {
@@ -502,6 +540,7 @@ impl Session {
             }
         }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
+        self.last_request_tokens = request_tokens;
         Prepared {
             request,
             selected,
@@ -562,7 +601,7 @@ impl Session {
                     history,
                     tokens,
                     Trigger::PostTool,
-                    CompressRequest::new(),
+                    self.automatic_request(),
                     &mut update,
                 );
             } else if let Some(reason) = decision.block_reason {
@@ -591,6 +630,39 @@ impl Session {
             }
         }
         update
+    }
+
+    /// The request of an automatic compaction: with background summaries,
+    /// only a prepared summary (never a wait for the summary model).
+    fn automatic_request(&self) -> CompressRequest {
+        match self.options.summary_watermark {
+            Some(_) => CompressRequest::new().with_summary(SummarySource::Prepared),
+            None => CompressRequest::new(),
+        }
+    }
+
+    /// With background summaries on ([`HostOptions::summary_watermark`]):
+    /// once the last prepared request reached the watermark, the engine's
+    /// job summarizing what a compaction of `history` would replace. The
+    /// caller runs it off the request path ([`SummaryJob::run`], blocking)
+    /// and hands the result to [`adopt_summary`](Self::adopt_summary); the
+    /// compaction at the threshold then uses it if the history up to its
+    /// cut is unchanged. `None` when not due, right after a compaction
+    /// (until real usage), or when the engine prepares nothing (it has a
+    /// valid one, is in a cooldown, or does not support it).
+    pub fn summary_job(&mut self, history: &[Message]) -> Option<SummaryJob> {
+        let watermark = self.options.summary_watermark?;
+        let threshold = self.engine.state().threshold_tokens;
+        if self.awaiting_usage || !summary_due(self.last_request_tokens, threshold, watermark) {
+            return None;
+        }
+        let request = CompressRequest::new().with_archive(self.store.is_some());
+        self.engine.prepare_summary(history, &request)
+    }
+
+    /// Hands the engine a summary its [`SummaryJob`] prepared.
+    pub fn adopt_summary(&mut self, summary: PreparedSummary) {
+        self.engine.adopt_summary(summary);
     }
 
     /// The user's turn ended (best effort: abnormal exits may skip it).
@@ -738,6 +810,15 @@ impl Session {
                     reports.push(compaction.report);
                     compaction.messages
                 }
+                Err(EngineError::SummaryNotReady { .. }) if passes == 0 => {
+                    update.missed = Some(Missed {
+                        trigger,
+                        kind: MissedKind::Deferred,
+                        reason: "the summary prepared in the background is not ready".into(),
+                    });
+                    break;
+                }
+                Err(EngineError::SummaryNotReady { .. }) => break,
                 Err(err) => {
                     if passes == 0 || !matches!(err, EngineError::NothingToCompress { .. }) {
                         update.notices.push(error_notice(&err, trigger));

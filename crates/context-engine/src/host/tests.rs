@@ -551,3 +551,180 @@ fn a_request_that_cannot_fit_is_flagged_and_not_fitted() {
     assert_eq!(prepared.request, h);
     assert!(prepared.update.notices[0].text.contains("not sending"));
 }
+
+/// A summary model that counts its calls.
+struct CountingModel(Arc<std::sync::atomic::AtomicUsize>);
+
+impl crate::summarize::Summarizer for CountingModel {
+    fn name(&self) -> &str {
+        "background-model"
+    }
+    fn summarize(
+        &self,
+        request: &crate::summarize::SummaryRequest<'_>,
+    ) -> Result<String, crate::summarize::SummarizeError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(format!("MODEL SUMMARY of {} turns", request.turns.len()))
+    }
+}
+
+fn group(i: usize) -> Vec<Message> {
+    let id = format!("call{i}");
+    vec![
+        Message::user(format!("step {i}: look at file_{i}.py")),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                &id,
+                "bash",
+                format!(r#"{{"command":"cat file_{i}.py"}}"#),
+            )],
+        ),
+        Message::tool_result(
+            &id,
+            format!("value_{i} = compute(alpha, beta)\n").repeat(40),
+        ),
+        Message::assistant(format!("file_{i}.py sets x to {i}.")),
+    ]
+}
+
+fn background_session(calls: &Arc<std::sync::atomic::AtomicUsize>) -> Session {
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let options =
+        crate::compressor::CompressorOptions::default().with_digest(crate::digest::DigestOptions {
+            enabled: false,
+            ..Default::default()
+        });
+    let engine = crate::compressor::Compressor::with_options(Arc::clone(&counter), 8000, options)
+        .with_summarizer(Box::new(CountingModel(Arc::clone(calls))));
+    Session::new("bg", Box::new(engine), counter)
+        .with_options(HostOptions::default().with_summary_watermark(Some(0.6)))
+}
+
+/// One model call on `h`: the request, then the provider's usage (its
+/// counted size).
+fn call(s: &mut Session, h: &mut Vec<Message>) -> Prepared {
+    let prepared = s.before_request(h);
+    if let Some(new) = &prepared.update.new_history {
+        *h = new.clone();
+    }
+    s.after_response(&Usage::new(prepared.request_tokens, 10));
+    prepared
+}
+
+#[test]
+fn a_summary_prepared_at_the_watermark_is_used_at_the_threshold_and_never_awaited() {
+    use std::sync::atomic::Ordering;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut s = background_session(&calls);
+    let threshold = s.engine().state().threshold_tokens;
+    let mut h = vec![Message::system("You are a coding agent.")];
+    let mut i = 0;
+    // Up to the watermark: no job, then one.
+    let job = loop {
+        h.extend(group(i));
+        i += 1;
+        let p = call(&mut s, &mut h);
+        assert!(p.update.compaction.is_none());
+        if let Some(job) = s.summary_job(&h) {
+            assert!(p.request_tokens >= threshold * 6 / 10 && p.request_tokens < threshold);
+            break job;
+        }
+        assert!(i < 50, "the watermark is never reached");
+    };
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the job has not run yet");
+    // Over the threshold while the job has not run: no compaction, no
+    // summary model call on the request path; the request goes out whole.
+    let crossed = loop {
+        h.extend(group(i));
+        i += 1;
+        let p = call(&mut s, &mut h);
+        assert!(
+            p.update.compaction.is_none(),
+            "nothing waits for the summary"
+        );
+        if p.update.missed.is_some() {
+            break p;
+        }
+        assert!(i < 50, "compaction never comes due");
+    };
+    assert_eq!(crossed.update.missed.unwrap().kind, MissedKind::Deferred);
+    assert!(crossed.request_tokens > threshold);
+    assert!(crossed.unfittable.is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // The job runs (elsewhere), its result is adopted, and the next request
+    // compacts with it: the prepared cut, everything after it verbatim.
+    let cut = job.messages();
+    let done = job.run();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    s.adopt_summary(done);
+    let before = h.clone();
+    h.extend(group(i));
+    let input = {
+        let mut x = before.clone();
+        x.extend(group(i));
+        x
+    };
+    let p = call(&mut s, &mut h);
+    let c = p
+        .update
+        .compaction
+        .expect("compacted with the prepared summary");
+    let report = &c.reports[0];
+    assert_eq!(report.outcome, crate::engine::Outcome::Compacted);
+    assert_eq!(report.summarizer.as_deref(), Some("background-model"));
+    assert_eq!(report.summarized_messages, cut);
+    let span = report.summarized.unwrap();
+    assert!(
+        h.ends_with(&input[span.end..]),
+        "the tail after the cut is verbatim"
+    );
+    assert!(
+        h.iter()
+            .any(|m| m.text().contains("MODEL SUMMARY") && crate::compressor::is_summary(m))
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no second model call");
+}
+
+#[test]
+fn a_stale_prepared_summary_is_dropped_and_an_overflow_gets_the_extractive_one() {
+    use std::sync::atomic::Ordering;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut s = background_session(&calls);
+    let mut h = vec![Message::system("You are a coding agent.")];
+    let mut i = 0;
+    let job = loop {
+        h.extend(group(i));
+        i += 1;
+        call(&mut s, &mut h);
+        if let Some(job) = s.summary_job(&h) {
+            break job;
+        }
+        assert!(i < 50);
+    };
+    s.adopt_summary(job.run());
+    // The client edited a message inside the summarized span: the
+    // prepared summary no longer describes this history.
+    h[1] = Message::user("step 0: look at other.py instead");
+    let window = s.engine().state().context_length;
+    let p = loop {
+        h.extend(group(i));
+        i += 1;
+        let p = call(&mut s, &mut h);
+        if p.update.compaction.is_some() {
+            break p;
+        }
+        assert!(i < 80);
+    };
+    let c = p.update.compaction.unwrap();
+    assert!(c.tokens_before > window, "compacted only past the window");
+    let report = &c.reports[0];
+    assert_eq!(report.outcome, crate::engine::Outcome::Fallback);
+    assert_eq!(report.summarizer.as_deref(), Some("extractive"));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the model ran only in the job"
+    );
+    assert!(crate::validate::validate(&p.request, Profile::OpenAi).is_empty());
+}

@@ -679,14 +679,17 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
                 MissedKind::Failed => t.compactions_failed += 1,
                 MissedKind::Refused => t.compactions_refused += 1,
                 MissedKind::Blocked => t.compactions_blocked += 1,
-                MissedKind::NothingToCompress => {}
+                MissedKind::NothingToCompress | MissedKind::Deferred => {}
             }
             let first = if m.kind == MissedKind::Blocked {
                 &mut t.first_compaction_block
             } else {
                 &mut t.first_compaction_failure
             };
-            if first.is_none() && m.kind != MissedKind::NothingToCompress {
+            if first.is_none()
+                && m.kind != MissedKind::NothingToCompress
+                && m.kind != MissedKind::Deferred
+            {
                 *first = Some(m.reason.clone());
             }
         }
