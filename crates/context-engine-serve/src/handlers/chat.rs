@@ -28,7 +28,7 @@ use crate::handlers::respond;
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey};
+use crate::session::{Managed, Plan, SessionContext, SessionKey, background};
 use crate::sse::{Relay, error_event};
 use crate::tools;
 use crate::upstream::response_headers;
@@ -59,7 +59,7 @@ pub async fn chat_completions(
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
-    let (mut guard, plan) = if ctx.blocking {
+    let (mut guard, mut plan) = if ctx.blocking {
         // An engine that may block on I/O runs on the blocking pool, so the
         // async workers keep serving other sessions meanwhile.
         let (body, key) = (body.clone(), key.clone());
@@ -84,6 +84,12 @@ pub async fn chat_completions(
         (guard, plan)
     };
 
+    // A summary due in the background starts now, off the request path.
+    if let (Ok(p), Some(m)) = (plan.as_mut(), guard.as_mut())
+        && let Some(job) = p.summary_job.take()
+    {
+        background::spawn(m, &key.id, job, state.sessions().summary_claims());
+    }
     let offer_tools = state.options().engine_tools && !stream;
     let mut overrides: Vec<(&str, String)> = Vec::new();
     let managed = match &plan {

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use context_engine::engine::{SessionInfo, Usage};
+use context_engine::engine::{PreparedSummary, SessionInfo, SummaryJob, Usage};
 use context_engine::host::{self, Compaction, HostOptions, Notice};
 use context_engine::message::{Message, Role};
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tokio::sync::oneshot;
 
 use super::EngineFactory;
 use super::lineage::{self, Lineage, Reconcile};
@@ -51,6 +52,10 @@ pub struct SessionStats {
     pub new_lineages: u64,
     /// Compactions accepted.
     pub compactions: u64,
+    /// Background summaries started.
+    pub background_started: u64,
+    /// Background summaries that arrived and were handed to the engine.
+    pub background_summaries: u64,
     /// Prompt tokens the upstream reported, summed.
     pub prompt_tokens: u64,
     /// Completion tokens the upstream reported, summed.
@@ -76,6 +81,10 @@ pub struct Plan {
     pub diverged: bool,
     /// What the driver had to say (logged).
     pub notices: Vec<Notice>,
+    /// A summary to prepare in the background (the prompt reached the
+    /// summary watermark); the caller runs it off the request path and
+    /// hands the receiver to [`Managed::await_summary`].
+    pub summary_job: Option<SummaryJob>,
 }
 
 /// One session: the host driver, the managed history and its figures.
@@ -85,6 +94,8 @@ pub struct Managed {
     host: host::Session,
     lineage: Lineage,
     calls: u64,
+    /// The background summary on its way, if one is being prepared.
+    pending: Option<oneshot::Receiver<PreparedSummary>>,
     /// The figures shown by `/ctx/sessions/{id}`.
     pub stats: SessionStats,
 }
@@ -108,6 +119,7 @@ impl Managed {
             host,
             lineage: Lineage::default(),
             calls: 0,
+            pending: None,
             stats: SessionStats::default(),
         })
     }
@@ -137,6 +149,7 @@ impl Managed {
     /// the client's request unmanaged; the reason says why.
     pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
         self.stats.requests += 1;
+        self.take_summary();
         self.stats.last_client_messages = raw.len();
         let chain = lineage::chain(raw);
         let mut diverged = false;
@@ -155,6 +168,8 @@ impl Managed {
                     // lineage kept derives only from the common messages.
                     self.host = new_host(&self.ctx, &self.id)?;
                     self.calls = 0;
+                    // A summary on its way describes the old lineage.
+                    self.pending = None;
                 }
                 new_from
             }
@@ -242,13 +257,48 @@ impl Managed {
         self.stats.last_request_tokens = prepared.request_tokens;
         self.stats.last_managed_messages = prepared.request.len();
         let rendered = self.lineage.render(&prepared.request);
+        let summary_job = match self.pending {
+            Some(_) => None,
+            None => self.host.summary_job(self.lineage.messages()),
+        };
         Ok(Plan {
             messages_json: rendered.json,
             reused_bytes: rendered.reused_bytes,
             compaction,
             diverged,
             notices,
+            summary_job,
         })
+    }
+
+    /// The background summary of [`Plan::summary_job`] will arrive on
+    /// `summary`; it is adopted by the first request that finds it ready.
+    pub fn await_summary(&mut self, summary: oneshot::Receiver<PreparedSummary>) {
+        self.stats.background_started += 1;
+        self.pending = Some(summary);
+    }
+
+    /// Whether a background summary is on its way.
+    pub fn summary_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Adopts the background summary if it has arrived; forgets it if its
+    /// job was dropped. The engine checks that it still describes the
+    /// history when it uses it.
+    fn take_summary(&mut self) {
+        let Some(rx) = self.pending.as_mut() else {
+            return;
+        };
+        match rx.try_recv() {
+            Ok(summary) => {
+                self.pending = None;
+                self.stats.background_summaries += 1;
+                self.host.adopt_summary(summary);
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {}
+            Err(oneshot::error::TryRecvError::Closed) => self.pending = None,
+        }
     }
 
     /// The provider's usage of the call just made.

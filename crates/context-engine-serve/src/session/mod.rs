@@ -10,18 +10,20 @@
 //! first) and drops sessions idle longer than `idle`; a dropped session
 //! starts over from the client's full history on its next request.
 
+pub mod background;
 pub mod key;
 pub mod lineage;
 pub mod managed;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use context_engine::engine::ContextEngine;
 use tokio::sync::Mutex as AsyncMutex;
 
+pub use background::SummaryClaims;
 pub use key::{KeySource, SessionKey};
 pub use managed::{Managed, Plan, SessionContext, SessionStats};
 
@@ -56,6 +58,7 @@ pub struct Sessions {
     max: usize,
     idle: Duration,
     epoch: Instant,
+    claims: OnceLock<Arc<dyn SummaryClaims>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -76,12 +79,24 @@ impl Sessions {
             max: max.max(1),
             idle,
             epoch: Instant::now(),
+            claims: OnceLock::new(),
         }
     }
 
     /// What every session shares.
     pub fn context(&self) -> &Arc<SessionContext> {
         &self.ctx
+    }
+
+    /// Sets the claims background summaries ask before they run (a fleet
+    /// sharing a store); once, before serving. `false` if already set.
+    pub fn set_summary_claims(&self, claims: Arc<dyn SummaryClaims>) -> bool {
+        self.claims.set(claims).is_ok()
+    }
+
+    /// The claims background summaries ask, if set.
+    pub fn summary_claims(&self) -> Option<Arc<dyn SummaryClaims>> {
+        self.claims.get().cloned()
     }
 
     fn now(&self) -> u64 {

@@ -80,9 +80,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("ctx: warning: {w}");
     }
     let (counter, context_length) = (Arc::clone(&prepared.counter), prepared.context_length);
-    // A model summarizer or a plugin process blocks on I/O: such engines
-    // run on the blocking pool.
-    let blocking = probe.name() != "compressor" || prepared.client.is_some();
+    // A model summarizer never runs on the request path: its summaries are
+    // prepared in the background from `serve.summary_watermark` of the
+    // threshold and swapped in when the threshold is crossed. A plugin
+    // process blocks on I/O: such engines run on the blocking pool.
+    let watermark = prepared.client.is_some().then_some(s.summary_watermark);
+    let blocking = probe.name() != "compressor";
     drop(probe);
     let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
         template
@@ -94,7 +97,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let ctx = SessionContext {
         factory: Arc::new(build),
         counter,
-        host: HostOptions::default().with_profile(profile),
+        host: HostOptions::default()
+            .with_profile(profile)
+            .with_summary_watermark(watermark),
         blocking,
     };
     eprintln!(
