@@ -3,6 +3,11 @@
 //! usage it carries is read, and the usage-only chunk the proxy asked for
 //! (`stream_options.include_usage`) is dropped when the client did not ask
 //! for it itself.
+//!
+//! With engine tools offered on a stream ([`Relay::watch`]), text passes
+//! through at once and, from the event whose tool call names an engine
+//! tool, the rest of the stream is held ([`Held`]) for the proxy to
+//! resolve ([`crate::tools`]).
 
 use bytes::Bytes;
 use context_engine::engine::Usage;
@@ -16,6 +21,40 @@ pub struct Relay {
     strip_usage_chunk: bool,
     usage: Option<Usage>,
     done: bool,
+    watch: Option<Watch>,
+}
+
+/// The watch for engine tool calls in a stream.
+#[derive(Debug, Default)]
+struct Watch {
+    names: Vec<String>,
+    held: Held,
+    holding: bool,
+}
+
+/// What a watched stream said: its text, its tool calls, and the events
+/// held from the first engine call on.
+#[derive(Debug, Default)]
+pub struct Held {
+    /// The assistant text of choice 0, all of it.
+    pub text: String,
+    /// The tool calls of choice 0, in order of their `index`.
+    pub calls: Vec<StreamCall>,
+    /// The events held back (complete, as they came).
+    pub events: Vec<Vec<u8>>,
+}
+
+/// One tool call assembled from a stream's deltas.
+#[derive(Debug, Default, Clone)]
+pub struct StreamCall {
+    /// The delta `index`.
+    pub index: u64,
+    /// Its id.
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// The arguments text, concatenated.
+    pub arguments: String,
 }
 
 impl Relay {
@@ -26,7 +65,31 @@ impl Relay {
             strip_usage_chunk,
             usage: None,
             done: false,
+            watch: None,
         }
+    }
+
+    /// Watches for calls to the tools `names` (engine tools): from the
+    /// first event naming one, events are held instead of forwarded.
+    pub fn watch(mut self, names: Vec<String>) -> Relay {
+        self.watch = Some(Watch {
+            names,
+            ..Watch::default()
+        });
+        self
+    }
+
+    /// Whether events are being held (an engine tool was called).
+    pub fn holding(&self) -> bool {
+        self.watch.as_ref().is_some_and(|w| w.holding)
+    }
+
+    /// What the watched stream said and held, when it called an engine
+    /// tool; the relay forgets it.
+    pub fn take_held(&mut self) -> Option<Held> {
+        let w = self.watch.as_mut().filter(|w| w.holding)?;
+        w.holding = false;
+        Some(std::mem::take(&mut w.held))
     }
 
     /// The usage the stream reported, once it did.
@@ -41,7 +104,7 @@ impl Relay {
 
     /// Takes a chunk; returns the complete events to forward now.
     pub fn push(&mut self, chunk: &[u8]) -> Bytes {
-        if self.buf.is_empty() && !chunk.is_empty() {
+        if self.buf.is_empty() && !chunk.is_empty() && self.watch.is_none() {
             // Fast path: a chunk of whole events with no usage in them.
             if let Some(end) = last_event_end(chunk)
                 && end == chunk.len()
@@ -78,9 +141,25 @@ impl Relay {
         }
     }
 
-    /// Reads one event; whether to forward it.
+    /// Reads one event; whether to forward it (not when it is dropped or
+    /// held).
     fn keep(&mut self, event: &[u8]) -> bool {
         let data = data_of(event);
+        let forward = self.read(&data);
+        if let Some(w) = self.watch.as_mut() {
+            w.see(&data);
+            if w.holding {
+                if forward {
+                    w.held.events.push(event.to_vec());
+                }
+                return false;
+            }
+        }
+        forward
+    }
+
+    /// Reads one event's data (`[DONE]`, usage); whether to forward it.
+    fn read(&mut self, data: &[u8]) -> bool {
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
             return true;
@@ -93,7 +172,7 @@ impl Relay {
             usage: Option<serde_json::Value>,
             choices: Option<Vec<serde_json::Value>>,
         }
-        let Ok(chunk) = serde_json::from_slice::<Chunk>(&data) else {
+        let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
             return true;
         };
         let Some(usage) = chunk.usage.filter(|u| !u.is_null()) else {
@@ -103,6 +182,133 @@ impl Relay {
             self.usage = Some(u);
         }
         !(self.strip_usage_chunk && chunk.choices.is_some_and(|c| c.is_empty()))
+    }
+}
+
+impl Watch {
+    /// Reads choice 0's text and tool-call deltas; starts holding at the
+    /// first delta that names an engine tool.
+    fn see(&mut self, data: &[u8]) {
+        let tools = memmem::find(data, b"\"tool_calls\"").is_some();
+        if !tools && memmem::find(data, b"\"content\"").is_none() {
+            return;
+        }
+        let Ok(chunk) = serde_json::from_slice::<serde_json::Value>(data) else {
+            return;
+        };
+        let Some(delta) = chunk.pointer("/choices/0/delta") else {
+            return;
+        };
+        if let Some(text) = delta.get("content").and_then(serde_json::Value::as_str) {
+            self.held.text.push_str(text);
+        }
+        let Some(calls) = delta
+            .get("tool_calls")
+            .and_then(serde_json::Value::as_array)
+        else {
+            return;
+        };
+        for c in calls {
+            let index = c
+                .get("index")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            let at = match self.held.calls.iter().position(|k| k.index == index) {
+                Some(at) => at,
+                None => {
+                    self.held.calls.push(StreamCall {
+                        index,
+                        ..StreamCall::default()
+                    });
+                    self.held.calls.len() - 1
+                }
+            };
+            let call = &mut self.held.calls[at];
+            let s = |p: &str| c.pointer(p).and_then(serde_json::Value::as_str);
+            if let Some(id) = s("/id") {
+                call.id.push_str(id);
+            }
+            if let Some(name) = s("/function/name") {
+                call.name.push_str(name);
+                if self.names.iter().any(|n| n == &call.name) {
+                    self.holding = true;
+                }
+            }
+            if let Some(args) = s("/function/arguments") {
+                call.arguments.push_str(args);
+            }
+        }
+    }
+}
+
+impl Held {
+    /// Whether `name` is among `names`.
+    fn is_engine(names: &[String], name: &str) -> bool {
+        names.iter().any(|n| n == name)
+    }
+
+    /// Whether every call is to one of `names`.
+    pub fn only_engine_calls(&self, names: &[String]) -> bool {
+        !self.calls.is_empty() && self.calls.iter().all(|c| Held::is_engine(names, &c.name))
+    }
+
+    /// The held events for the client: the calls to `names` removed, the
+    /// client's calls renumbered from 0 in order, and a choice left
+    /// without any call finishing as `stop`.
+    pub fn for_client(&self, names: &[String]) -> Bytes {
+        let mut map = Vec::new();
+        for c in &self.calls {
+            if !Held::is_engine(names, &c.name) {
+                map.push(c.index);
+            }
+        }
+        let any_client_call = !map.is_empty();
+        let mut out = Vec::new();
+        for event in &self.events {
+            let data = data_of(event);
+            let Ok(mut chunk) = serde_json::from_slice::<serde_json::Value>(&data) else {
+                out.extend_from_slice(event);
+                continue;
+            };
+            let mut changed = false;
+            if let Some(choices) = chunk.get_mut("choices").and_then(|c| c.as_array_mut()) {
+                for choice in choices {
+                    if let Some(delta) = choice.get_mut("delta").and_then(|d| d.as_object_mut())
+                        && let Some(serde_json::Value::Array(calls)) = delta.get_mut("tool_calls")
+                    {
+                        calls.retain_mut(|c| {
+                            let index = c.get("index").and_then(serde_json::Value::as_u64);
+                            match map.iter().position(|&i| Some(i) == index) {
+                                Some(to) => {
+                                    c["index"] = serde_json::json!(to);
+                                    true
+                                }
+                                None => false,
+                            }
+                        });
+                        if calls.is_empty() {
+                            delta.remove("tool_calls");
+                        }
+                        changed = true;
+                    }
+                    if !any_client_call
+                        && choice
+                            .get("finish_reason")
+                            .and_then(serde_json::Value::as_str)
+                            == Some("tool_calls")
+                    {
+                        choice["finish_reason"] = serde_json::json!("stop");
+                        changed = true;
+                    }
+                }
+            }
+            if changed {
+                out.extend_from_slice(format!("data: {chunk}\n\n").as_bytes());
+            } else {
+                out.extend_from_slice(event);
+            }
+        }
+        Bytes::from(out)
     }
 }
 

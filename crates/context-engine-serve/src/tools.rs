@@ -1,10 +1,17 @@
 //! Engine tools (`context_recall`, …) offered to the model and resolved in
 //! the proxy, so the client never sees them.
 //!
-//! Offered only on non-streamed requests (a call in a stream could reach
-//! the client before the proxy sees its name) and only when the client did
-//! not pin `tool_choice`. The engine's schemas are appended to the client's
-//! own `tools` text (whose bytes stay as they came).
+//! Offered only when the client did not pin `tool_choice`. The engine's
+//! schemas are appended to the client's own `tools` text (whose bytes stay
+//! as they came).
+//!
+//! **Streams**: text passes through at once; from the event whose tool
+//! call names an engine tool the rest of the stream is held
+//! ([`crate::sse::Relay::watch`]). When the stream ends, calls that are
+//! all engine calls are resolved and the request re-sent as a stream
+//! whose events continue the client's response ([`StreamTools`]); else
+//! the held events go to the client with the engine calls removed, by the
+//! same rule as below.
 //!
 //! A response whose tool calls are all engine calls is resolved here and
 //! the request re-sent with the exchange appended, for at most
@@ -27,6 +34,7 @@ use crate::error::ServeError;
 use crate::handlers::chat::send_collect;
 use crate::session::Managed;
 use crate::session::key::tool_names;
+use crate::sse::Held;
 
 /// The engine tools offered on one request.
 #[derive(Debug, Clone)]
@@ -76,11 +84,152 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     Some(EngineTools { tools_json, names })
 }
 
+fn str_at<'v>(value: &'v Value, pointer: &str) -> Option<&'v str> {
+    value.pointer(pointer).and_then(Value::as_str)
+}
+
 fn name_of(tool: &Value) -> Option<&str> {
     tool.get("function")
         .and_then(|f| f.get("name"))
         .or_else(|| tool.get("name"))
         .and_then(Value::as_str)
+}
+
+/// The engine's answers to `calls` (`(id, name, arguments)`), as `tool`
+/// messages of the exchange.
+fn answer_calls<'c>(
+    guard: &mut Option<Managed>,
+    calls: impl Iterator<Item = (&'c str, &'c str, &'c str)>,
+) -> Vec<String> {
+    calls
+        .map(|(id, name, args)| {
+            let result = guard
+                .as_mut()
+                .and_then(|m| m.handle_tool_call(name, args))
+                .unwrap_or_else(|| context_engine::engine::unknown_tool(name));
+            serde_json::json!({ "role": "tool", "tool_call_id": id, "content": result }).to_string()
+        })
+        .collect()
+}
+
+/// The request again: `messages` with the `exchange` appended, `tools` as
+/// given (empty: removed), the other overrides kept.
+fn request_with(
+    body: &ChatBody<'_>,
+    overrides: &[(&str, String)],
+    messages: &str,
+    exchange: &[String],
+    tools: &str,
+) -> Bytes {
+    let with_exchange = if exchange.is_empty() {
+        messages.to_owned()
+    } else {
+        let open = messages.trim_end().strip_suffix(']').unwrap_or(messages);
+        let sep = if open.trim_end().ends_with('[') {
+            ""
+        } else {
+            ","
+        };
+        format!("{open}{sep}{}]", exchange.join(","))
+    };
+    let mut fields: Vec<(&str, &str)> = overrides
+        .iter()
+        .filter(|(k, _)| *k != "messages" && *k != "tools")
+        .map(|(k, v)| (*k, v.as_str()))
+        .collect();
+    fields.push(("messages", &with_exchange));
+    fields.push(("tools", tools));
+    Bytes::from(body.write(&fields))
+}
+
+/// The messages text a request goes out with: the managed one, else the
+/// client's.
+fn messages_of(body: &ChatBody<'_>, overrides: &[(&str, String)]) -> String {
+    overrides
+        .iter()
+        .find(|(k, _)| *k == "messages")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| {
+            body.field("messages")
+                .map_or("[]".into(), |m| m.get().to_owned())
+        })
+}
+
+/// A stream's engine-tool rounds: what the proxy needs to re-send it.
+#[derive(Debug)]
+pub struct StreamTools {
+    /// The tools offered.
+    pub tools: EngineTools,
+    body: Bytes,
+    overrides: Vec<(&'static str, String)>,
+    exchange: Vec<String>,
+    round: u32,
+    max_rounds: u32,
+}
+
+impl StreamTools {
+    /// The rounds of a stream sent with `overrides` over the client's
+    /// `body`, at most `max_rounds`.
+    pub fn new(
+        tools: EngineTools,
+        body: Bytes,
+        overrides: Vec<(&'static str, String)>,
+        max_rounds: u32,
+    ) -> StreamTools {
+        StreamTools {
+            tools,
+            body,
+            overrides,
+            exchange: Vec::new(),
+            round: 0,
+            max_rounds,
+        }
+    }
+
+    /// Whether another round may resolve calls (else the held calls go to
+    /// the client, engine calls removed).
+    pub fn may_resolve(&self) -> bool {
+        self.round < self.max_rounds
+    }
+
+    /// Resolves `held`'s calls (all engine calls) and returns the next
+    /// request's body: the exchange so far appended, the engine tools
+    /// offered again unless it is the last round.
+    pub fn next_request(&mut self, guard: &mut Option<Managed>, held: &Held) -> Bytes {
+        self.round += 1;
+        let calls: Vec<Value> = held
+            .calls
+            .iter()
+            .map(|c| serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        let content = if held.text.is_empty() {
+            Value::Null
+        } else {
+            Value::String(held.text.clone())
+        };
+        self.exchange.push(
+            serde_json::json!({"role": "assistant", "content": content, "tool_calls": calls})
+                .to_string(),
+        );
+        let answers = answer_calls(
+            guard,
+            held.calls
+                .iter()
+                .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())),
+        );
+        self.exchange.extend(answers);
+        let Ok(body) = ChatBody::parse(&self.body) else {
+            return self.body.clone();
+        };
+        let client_tools = body.field("tools").map(|t| t.get()).unwrap_or_default();
+        let tools = if self.may_resolve() {
+            self.tools.tools_json.as_str()
+        } else {
+            client_tools
+        };
+        let messages = messages_of(&body, &self.overrides);
+        request_with(&body, &self.overrides, &messages, &self.exchange, tools)
+    }
 }
 
 /// Sends the request, resolving engine-only tool calls in up to
@@ -94,14 +243,7 @@ pub async fn resolve(
     headers: HeaderMap,
     url: &str,
 ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
-    let messages = overrides
-        .iter()
-        .find(|(k, _)| *k == "messages")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| {
-            body.field("messages")
-                .map_or("[]".into(), |m| m.get().to_owned())
-        });
+    let messages = messages_of(body, overrides);
     let client_tools = body
         .field("tools")
         .map(|t| t.get().to_owned())
@@ -111,31 +253,13 @@ pub async fn resolve(
     let mut round = 0;
     loop {
         let last = round >= rounds;
-        let with_exchange = if exchange.is_empty() {
-            messages.clone()
-        } else {
-            format!(
-                "{},{}]",
-                &messages[..messages.len() - 1],
-                exchange.join(",")
-            )
-        };
-        let mut fields: Vec<(&str, &str)> = overrides
-            .iter()
-            .filter(|(k, _)| *k != "messages" && *k != "tools")
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect();
-        fields.push(("messages", &with_exchange));
         // Empty removes the field (the client sent no tools).
-        fields.push((
-            "tools",
-            if last {
-                &client_tools
-            } else {
-                &tools.tools_json
-            },
-        ));
-        let sent = Bytes::from(body.write(&fields));
+        let offered = if last {
+            &client_tools
+        } else {
+            &tools.tools_json
+        };
+        let sent = request_with(body, overrides, &messages, &exchange, offered);
         let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
         if !status.is_success() {
             return Ok((status, resp_headers, bytes));
@@ -164,25 +288,17 @@ pub async fn resolve(
             state.metrics().tool_round();
             round += 1;
             exchange.push(message.to_string());
-            for call in &calls {
-                let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
-                let name = call
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let args = call
-                    .pointer("/function/arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or("{}");
-                let result = guard
-                    .as_mut()
-                    .and_then(|m| m.handle_tool_call(name, args))
-                    .unwrap_or_else(|| context_engine::engine::unknown_tool(name));
-                exchange.push(
-                    serde_json::json!({ "role": "tool", "tool_call_id": id, "content": result })
-                        .to_string(),
-                );
-            }
+            let answers = answer_calls(
+                guard,
+                calls.iter().map(|c| {
+                    (
+                        str_at(c, "/id").unwrap_or_default(),
+                        str_at(c, "/function/name").unwrap_or_default(),
+                        str_at(c, "/function/arguments").unwrap_or("{}"),
+                    )
+                }),
+            );
+            exchange.extend(answers);
             continue;
         }
         // Mixed, or engine calls on the last round: the client gets its

@@ -561,19 +561,219 @@ async fn engine_tools_are_resolved_in_the_proxy() {
         .unwrap();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["function"]["name"], "bash");
+}
 
-    // Streams are never offered engine tools.
-    script.push(Reply::Json(completion(
-        json!({"role": "assistant", "content": "x"}),
-        1,
-        1,
+/// One streamed chunk of choice 0 with `delta` (and a finish reason).
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let c = json!({"id": "s", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
+fn call_delta(index: u64, id: Option<&str>, name: Option<&str>, args: &str) -> Value {
+    let mut f = json!({"arguments": args});
+    if let Some(n) = name {
+        f["name"] = json!(n);
+    }
+    let mut c = json!({"index": index, "function": f});
+    if let Some(id) = id {
+        c["id"] = json!(id);
+        c["type"] = json!("function");
+    }
+    json!({"tool_calls": [c]})
+}
+
+const USAGE_DONE: &str = "data: {\"id\":\"s\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":3,\"total_tokens\":23}}\n\ndata: [DONE]\n\n";
+
+/// The client's view of a stream: its text, its tool calls' (index, name)
+/// and finish reasons.
+fn read_stream(text: &str) -> (String, Vec<(u64, String)>, Vec<String>) {
+    let (mut content, mut calls, mut finish) = (String::new(), Vec::new(), Vec::new());
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        let Some(choice) = v["choices"].get(0) else {
+            continue;
+        };
+        if let Some(t) = choice["delta"]["content"].as_str() {
+            content.push_str(t);
+        }
+        for c in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(n) = c["function"]["name"].as_str() {
+                calls.push((c["index"].as_u64().unwrap(), n.to_owned()));
+            }
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish.push(f.to_owned());
+        }
+    }
+    (content, calls, finish)
+}
+
+#[tokio::test]
+async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, state) = start_proxy(
+        options(&url).with_engine_tools(true),
+        compressor_context(counter(), 128_000),
+    )
+    .await;
+    let client_tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
+    let mut messages = long_history(1);
+    messages.push(user("what did file0 say?"));
+    let body = json!({"model": "m", "stream": true, "messages": messages, "tools": client_tools});
+
+    // Text, then an engine call (name and arguments in separate deltas):
+    // resolved in the proxy, the continuation relayed in the same stream.
+    script.push(Reply::Sse(format!(
+        "{}{}{}{}{USAGE_DONE}",
+        chunk(
+            json!({"role": "assistant", "content": "Let me check. "}),
+            None
+        ),
+        chunk(call_delta(0, Some("r1"), Some("context_recall"), ""), None),
+        chunk(call_delta(0, None, None, "{\"handle\":\"call_0\"}"), None),
+        chunk(json!({}), Some("tool_calls")),
     )));
-    let stream =
-        json!({"model": "m", "stream": true, "messages": [user("hi")], "tools": client_tools});
-    post(addr, &stream, &[("x-ctx-session", "t3")])
+    script.push(Reply::Sse(format!(
+        "{}{}{USAGE_DONE}",
+        chunk(
+            json!({"role": "assistant", "content": "file0 has eight lines."}),
+            None
+        ),
+        chunk(json!({}), Some("stop")),
+    )));
+    let text = post(addr, &body, &[("x-ctx-session", "st1")])
         .await
         .text()
         .await
         .unwrap();
-    assert_eq!(script.last_body()["tools"], client_tools);
+    let (content, calls, finish) = read_stream(&text);
+    assert_eq!(content, "Let me check. file0 has eight lines.");
+    assert!(calls.is_empty(), "the client never sees an engine call");
+    assert_eq!(finish, ["stop"]);
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    assert_eq!(text.matches("[DONE]").count(), 1);
+    let received = script.received();
+    let first: Value = serde_json::from_slice(&received[received.len() - 2].body).unwrap();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["bash", "context_recall"]);
+    let second = script.last_body();
+    assert_eq!(second["stream"], true);
+    let msgs = second["messages"].as_array().unwrap();
+    let n = msgs.len();
+    assert_eq!(msgs[n - 2]["role"], "assistant");
+    assert_eq!(msgs[n - 2]["content"], "Let me check. ");
+    assert_eq!(
+        msgs[n - 2]["tool_calls"][0]["function"]["name"],
+        "context_recall"
+    );
+    assert_eq!(
+        msgs[n - 2]["tool_calls"][0]["function"]["arguments"],
+        "{\"handle\":\"call_0\"}"
+    );
+    assert_eq!(msgs[n - 1]["role"], "tool");
+    assert_eq!(msgs[n - 1]["tool_call_id"], "r1");
+    assert!(
+        msgs[n - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("line 0 of file 0")
+    );
+    assert!(
+        state
+            .metrics()
+            .encode()
+            .contains("ctx_engine_tool_rounds_total 1")
+    );
+
+    // Mixed, the engine call first: the client gets its own call only,
+    // renumbered from 0, and the stream is not re-sent.
+    let before = script.received().len();
+    script.push(Reply::Sse(format!(
+        "{}{}{}{}{USAGE_DONE}",
+        chunk(json!({"role": "assistant", "content": null}), None),
+        chunk(
+            call_delta(0, Some("r2"), Some("context_recall"), "{}"),
+            None
+        ),
+        chunk(
+            call_delta(1, Some("b1"), Some("bash"), "{\"cmd\":\"ls\"}"),
+            None
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    )));
+    let text = post(addr, &body, &[("x-ctx-session", "st2")])
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (_, calls, finish) = read_stream(&text);
+    assert_eq!(calls, [(0, "bash".to_owned())]);
+    assert_eq!(finish, ["tool_calls"]);
+    assert!(!text.contains("context_recall"));
+    assert_eq!(script.received().len(), before + 1);
+
+    // Mixed, the client's call first: it passed through before the engine
+    // call was seen; the engine call is still removed.
+    script.push(Reply::Sse(format!(
+        "{}{}{}{USAGE_DONE}",
+        chunk(call_delta(0, Some("b2"), Some("bash"), "{}"), None),
+        chunk(
+            call_delta(1, Some("r3"), Some("context_recall"), "{}"),
+            None
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    )));
+    let text = post(addr, &body, &[("x-ctx-session", "st3")])
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (_, calls, finish) = read_stream(&text);
+    assert_eq!(calls, [(0, "bash".to_owned())]);
+    assert_eq!(finish, ["tool_calls"]);
+    assert!(!text.contains("context_recall"));
+
+    // Engine calls on every round: after `max_tool_rounds` (3) the last
+    // answer goes out without them, ending as `stop`.
+    for _ in 0..4 {
+        script.push(Reply::Sse(format!(
+            "{}{}{USAGE_DONE}",
+            chunk(
+                call_delta(0, Some("rx"), Some("context_recall"), "{}"),
+                None
+            ),
+            chunk(json!({}), Some("tool_calls")),
+        )));
+    }
+    let before = script.received().len();
+    let text = post(addr, &body, &[("x-ctx-session", "st4")])
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (_, calls, finish) = read_stream(&text);
+    assert!(calls.is_empty());
+    assert_eq!(finish, ["stop"]);
+    assert_eq!(script.received().len(), before + 4);
+    assert_eq!(
+        script.last_body()["tools"],
+        client_tools,
+        "the last round offers the client's only"
+    );
 }

@@ -90,7 +90,7 @@ pub async fn chat_completions(
     {
         background::spawn(m, &key.id, job, state.sessions().summary_claims());
     }
-    let offer_tools = state.options().engine_tools && !stream;
+    let offer_tools = state.options().engine_tools;
     let mut overrides: Vec<(&str, String)> = Vec::new();
     let managed = match &plan {
         Ok(plan) => {
@@ -159,6 +159,9 @@ pub async fn chat_completions(
         state
             .metrics()
             .ttfb_overhead(CHAT_COMPLETIONS, pre.as_secs_f64());
+        let rounds = state.options().max_tool_rounds;
+        let tools =
+            engine_tools.map(|t| tools::StreamTools::new(t, body.clone(), overrides, rounds));
         return stream_response(
             state,
             out_headers,
@@ -167,6 +170,7 @@ pub async fn chat_completions(
             guard,
             strip_usage_chunk,
             started,
+            tools,
         )
         .await;
     }
@@ -274,8 +278,11 @@ pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
 
 /// A streamed call: an error status comes back whole; a stream is relayed
 /// event by event, holding the session until it ends (its usage is fed to
-/// the engine then). A client that goes away drops the relay, which drops
-/// the upstream call.
+/// the engine then). With engine tools offered, a stream that calls one is
+/// held from that call, resolved and re-sent, its continuation relayed in
+/// the same response (see [`tools`]). A client that goes away drops the
+/// relay, which drops the upstream call.
+#[allow(clippy::too_many_arguments)]
 async fn stream_response(
     state: AppState,
     headers: HeaderMap,
@@ -284,7 +291,9 @@ async fn stream_response(
     guard: Guard,
     strip_usage_chunk: bool,
     started: Instant,
+    tools: Option<tools::StreamTools>,
 ) -> Response {
+    let resend_headers = tools.as_ref().map(|_| headers.clone());
     let up_started = Instant::now();
     let resp = match state
         .upstream()
@@ -308,8 +317,57 @@ async fn stream_response(
         started: Instant,
         up_started: Instant,
         ended: bool,
+        tools: Option<tools::StreamTools>,
+        resend: Option<(HeaderMap, String)>,
+        strip_usage_chunk: bool,
     }
     impl Relaying {
+        fn new_relay(&self) -> Relay {
+            let relay = Relay::new(self.strip_usage_chunk);
+            match &self.tools {
+                Some(t) => relay.watch(t.tools.names.clone()),
+                None => relay,
+            }
+        }
+
+        /// The stream ended while holding an engine call: resolves it and
+        /// switches to the continuation (`None`), or returns what the
+        /// client gets instead (the held events, engine calls removed, or
+        /// an error event).
+        async fn settle_held(&mut self) -> Option<Bytes> {
+            let held = self.relay.take_held()?;
+            let t = self.tools.as_mut()?;
+            if !(held.only_engine_calls(&t.tools.names) && t.may_resolve()) {
+                return Some(held.for_client(&t.tools.names));
+            }
+            let (headers, url) = self.resend.clone()?;
+            let mut guard = self.guard.take();
+            let next = t.next_request(guard.as_deref_mut().unwrap_or(&mut None), &held);
+            self.guard = guard;
+            self.state.metrics().tool_round();
+            let sent = self
+                .state
+                .upstream()
+                .send(Method::POST, &url, headers, next, true)
+                .await;
+            match sent {
+                Ok(resp) if resp.status().is_success() => {
+                    self.upstream = resp.bytes_stream().boxed();
+                    self.relay = self.new_relay();
+                    None
+                }
+                Ok(resp) => {
+                    let status = resp.status();
+                    let text = resp.text().await.unwrap_or_default();
+                    tracing::warn!(%status, "upstream refused the engine-tool continuation");
+                    Some(error_event(&format!(
+                        "upstream error {status} after an engine tool call: {text}"
+                    )))
+                }
+                Err(e) => Some(error_event(&e.to_string())),
+            }
+        }
+
         fn end(&mut self) {
             self.ended = true;
             if let Some(usage) = self.relay.usage() {
@@ -330,7 +388,7 @@ async fn stream_response(
             );
         }
     }
-    let relaying = Relaying {
+    let mut relaying = Relaying {
         upstream: resp.bytes_stream().boxed(),
         relay: Relay::new(strip_usage_chunk),
         guard: Some(guard),
@@ -338,7 +396,11 @@ async fn stream_response(
         started,
         up_started,
         ended: false,
+        tools,
+        resend: resend_headers.map(|h| (h, url.to_owned())),
+        strip_usage_chunk,
     };
+    relaying.relay = relaying.new_relay();
     let body = futures_util::stream::unfold(relaying, |mut r| async move {
         loop {
             if r.ended {
@@ -346,7 +408,19 @@ async fn stream_response(
             }
             match r.upstream.next().await {
                 Some(Ok(chunk)) => {
-                    let out = r.relay.push(&chunk);
+                    let mut out = r.relay.push(&chunk);
+                    if r.relay.done() && r.relay.holding() {
+                        match r.settle_held().await {
+                            // The continuation is relayed next.
+                            None => {
+                                if !out.is_empty() {
+                                    return Some((Ok(out), r));
+                                }
+                                continue;
+                            }
+                            Some(rest) => out = [out, rest].concat().into(),
+                        }
+                    }
                     if r.relay.done() {
                         // Usage and the session are settled before the
                         // client sees `[DONE]`: a client that reads the
@@ -364,7 +438,13 @@ async fn stream_response(
                     return Some((Ok(error_event(&err.to_string())), r));
                 }
                 None => {
-                    let rest = r.relay.finish();
+                    let mut rest = r.relay.finish();
+                    if r.relay.holding() {
+                        match r.settle_held().await {
+                            None => continue,
+                            Some(held) => rest = [rest, held].concat().into(),
+                        }
+                    }
                     r.end();
                     if rest.is_empty() {
                         return None;

@@ -63,6 +63,8 @@ pub enum Reply {
     /// Streamed like `Json`, but the connection stays open after `[DONE]`
     /// (a server that is slow to close its stream).
     StreamThenHold(serde_json::Value),
+    /// A stream given as its raw server-sent events.
+    Sse(String),
     /// Compute the reply from the request body.
     With(Arc<dyn Fn(&serde_json::Value) -> serde_json::Value + Send + Sync>),
 }
@@ -131,6 +133,17 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
                 .unwrap();
         }
         Some(Reply::Json(v)) => v,
+        Some(Reply::Sse(text)) => {
+            script.received.lock().unwrap().push(Received {
+                headers,
+                body,
+                reply: Bytes::from(text.clone()),
+            });
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from(text))
+                .unwrap();
+        }
         Some(Reply::StreamThenHold(v)) => {
             let text = sse_of(&v, true);
             script.received.lock().unwrap().push(Received {
