@@ -45,6 +45,12 @@ impl<'a> ChatBody<'a> {
         self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
+    /// The `model` the request names, if it is a string.
+    pub fn model(&self) -> Option<std::borrow::Cow<'a, str>> {
+        let raw = self.field("model")?;
+        serde_json::from_str::<std::borrow::Cow<'a, str>>(raw.get()).ok()
+    }
+
     /// Whether the client asked for a stream (`"stream": true`).
     pub fn stream(&self) -> bool {
         self.field("stream").is_some_and(|v| v.get() == "true")

@@ -777,3 +777,43 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         "the last round offers the client's only"
     );
 }
+
+#[tokio::test]
+async fn each_request_gets_the_window_of_the_model_it_names() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let mut ctx = compressor_context(counter(), 8_000);
+    ctx.host = HostOptions::default()
+        .with_model_windows([("big-model".to_owned(), 1_000_000)].into_iter().collect());
+    let (addr, _) = start_proxy(options(&url), ctx).await;
+    let window = |v: Value| v["status"]["context_length"].as_u64().unwrap();
+    let status = || async {
+        json_of(
+            reqwest::get(format!("http://{addr}/ctx/sessions/w"))
+                .await
+                .unwrap(),
+        )
+        .await
+    };
+    let mut messages = vec![user("hi")];
+    post(
+        addr,
+        &json!({"model": "big-model-2", "messages": messages}),
+        &[("x-ctx-session", "w")],
+    )
+    .await;
+    assert_eq!(window(status().await), 1_000_000);
+    messages.push(json!({"role": "assistant", "content": "ok"}));
+    messages.push(user("again"));
+    post(
+        addr,
+        &json!({"model": "m", "messages": messages}),
+        &[("x-ctx-session", "w")],
+    )
+    .await;
+    assert_eq!(
+        window(status().await),
+        8_000,
+        "an unknown model: --context-length"
+    );
+}

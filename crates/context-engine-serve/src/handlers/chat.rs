@@ -228,7 +228,7 @@ fn prepare(
             *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
         }
         match slot.as_mut() {
-            Some(m) => m.prepare(body.messages()),
+            Some(m) => m.prepare(body.messages(), body.model().as_deref()),
             None => Err("no session".to_owned()),
         }
     }));

@@ -147,7 +147,7 @@ impl Managed {
     /// Takes the client's full history (`raw`, each message as the client
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
-    pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+    pub fn prepare(&mut self, raw: &[&RawValue], model: Option<&str>) -> Result<Plan, String> {
         self.stats.requests += 1;
         self.take_summary();
         self.stats.last_client_messages = raw.len();
@@ -226,6 +226,10 @@ impl Managed {
         }
         self.lineage.set_chain(&chain);
         self.host.start(&SessionInfo::default());
+        if let Some(model) = model {
+            // The window of the model this request names.
+            self.host.use_model(model);
+        }
 
         let prepared = self.host.before_request(self.lineage.messages());
         notices.extend(prepared.update.notices);

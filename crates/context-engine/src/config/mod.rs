@@ -72,6 +72,22 @@ pub struct Config {
     pub engines: BTreeMap<String, serde_json::Value>,
 }
 
+/// The built-in table of `context.model_windows`: the windows of widely
+/// used model families, as their providers publish them.
+pub fn default_model_windows() -> BTreeMap<String, u64> {
+    [
+        ("claude", 200_000),
+        ("deepseek", 128_000),
+        ("gemini-2.5", 1_048_576),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4o", 128_000),
+        ("gpt-5", 400_000),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
 /// `context`: the engine and its compaction policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -102,6 +118,13 @@ pub struct ContextConfig {
     pub model_thresholds: BTreeMap<String, f64>,
     /// The model's window in tokens, for hosts that do not know it.
     pub context_length: Option<u64>,
+    /// Known context windows: key `"substring"` or `"provider:substring"`
+    /// of the model name (matched as `model_thresholds`), value in tokens.
+    /// A host whose requests name their model (`ctx serve`) uses the
+    /// window of the best match instead of `context_length`; a file that
+    /// sets the table replaces the built-in one
+    /// ([`default_model_windows`]).
+    pub model_windows: BTreeMap<String, u64>,
     /// The tool-result digest of request views and summarizer input.
     pub digest: DigestOptions,
     /// The proactive prune (off until `proactive_prune_tokens` is set).
@@ -217,6 +240,7 @@ impl Default for ContextConfig {
             tail_ratio: c.tail_ratio,
             model_thresholds: BTreeMap::new(),
             context_length: None,
+            model_windows: default_model_windows(),
             digest: DigestOptions::default(),
             prune: PruneOptions::default(),
             text_actions: TextActionsConfig::default(),

@@ -50,7 +50,8 @@ pub use state::{
     EngineStatus, PromptTokens,
 };
 pub use threshold::{
-    SMALL_WINDOW_PERCENT, compaction_threshold, resolve_model_threshold, threshold_tokens,
+    SMALL_WINDOW_PERCENT, compaction_threshold, resolve_model_threshold, resolve_model_window,
+    threshold_tokens,
 };
 pub use types::{
     BlockReason, CompactionPhase, CompactionStatusContext, CompressDecision, CompressRequest,

@@ -823,3 +823,29 @@ fn failed_report_keeps_the_input_and_the_reason() {
     assert_eq!(r.cooldown_seconds, Some(60));
     assert!(!r.outcome.changed());
 }
+
+#[test]
+fn model_windows_match_like_thresholds() {
+    let windows: BTreeMap<String, u64> = [
+        ("gpt-4o".to_owned(), 128_000),
+        ("gpt-4o-mini".to_owned(), 64_000),
+        ("openrouter:gpt".to_owned(), 32_000),
+        ("zero".to_owned(), 0),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        resolve_model_window("GPT-4o-2024", "", &windows),
+        Some(128_000)
+    );
+    assert_eq!(
+        resolve_model_window("gpt-4o-mini", "", &windows),
+        Some(64_000)
+    );
+    assert_eq!(
+        resolve_model_window("gpt-4o", "openrouter", &windows),
+        Some(32_000)
+    );
+    assert_eq!(resolve_model_window("zero-model", "", &windows), None);
+    assert_eq!(resolve_model_window("llama", "", &windows), None);
+}

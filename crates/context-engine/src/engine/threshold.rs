@@ -1,6 +1,7 @@
 //! The threshold policy, one home for every engine: the prompt size at which
-//! compaction fires ([`compaction_threshold`]) and the per-model overrides
-//! of its percent ([`resolve_model_threshold`]).
+//! compaction fires ([`compaction_threshold`]), the per-model overrides
+//! of its percent ([`resolve_model_threshold`]) and the per-model windows
+//! ([`resolve_model_window`]).
 
 use std::collections::BTreeMap;
 
@@ -51,12 +52,36 @@ pub fn resolve_model_threshold(
     overrides: &BTreeMap<String, f64>,
     default: f64,
 ) -> f64 {
+    best_match(model, provider, overrides, |p| p.is_finite() && p > 0.0).unwrap_or(default)
+}
+
+/// The context window of `model` served by `provider`, from `windows`
+/// (keys matched as in [`resolve_model_threshold`]: `"substring"` or
+/// `"provider:substring"`, any case, the provider-scoped and then the
+/// longest match winning); `None` when no key matches (the host's default
+/// window stands). A window of 0 is ignored as misconfiguration.
+pub fn resolve_model_window(
+    model: &str,
+    provider: &str,
+    windows: &BTreeMap<String, u64>,
+) -> Option<u64> {
+    best_match(model, provider, windows, |w| w > 0)
+}
+
+/// The value of the best key of `map` for `model`/`provider` among those
+/// whose value is `usable`.
+fn best_match<T: Copy>(
+    model: &str,
+    provider: &str,
+    map: &BTreeMap<String, T>,
+    usable: impl Fn(T) -> bool,
+) -> Option<T> {
     let model = model.to_ascii_lowercase();
     let provider = provider.to_ascii_lowercase();
     // (scoped, substring length) ranks a candidate; higher wins.
-    let mut best: Option<((bool, usize), f64)> = None;
-    for (key, &percent) in overrides {
-        if !(percent.is_finite() && percent > 0.0) {
+    let mut best: Option<((bool, usize), T)> = None;
+    for (key, &value) in map {
+        if !usable(value) {
             continue;
         }
         let key = key.to_ascii_lowercase();
@@ -68,9 +93,9 @@ pub fn resolve_model_threshold(
             continue;
         }
         let rank = (scoped, needle.len());
-        if best.is_none_or(|(best_rank, _)| rank > best_rank) {
-            best = Some((rank, percent));
+        if best.as_ref().is_none_or(|(best_rank, _)| rank > *best_rank) {
+            best = Some((rank, value));
         }
     }
-    best.map_or(default, |(_, percent)| percent)
+    best.map(|(_, value)| value)
 }

@@ -42,6 +42,7 @@
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
     EngineError, EngineStatus, ModelInfo, PreparedSummary, SelectRequest, SessionInfo, SummaryJob,
     SummarySource, ToolCallContext, TurnInfo, Usage, automatic_compaction_status_message,
-    summary_due,
+    resolve_model_window, summary_due,
 };
 use crate::message::Message;
 use crate::recall::{self, Sources};
@@ -81,6 +82,11 @@ pub struct HostOptions {
     /// deterministic extractive summary. `None` (the default): the
     /// summarizer runs inline, when the threshold is crossed.
     pub summary_watermark: Option<f64>,
+    /// Context windows by model-name substring (or `provider:substring`),
+    /// for hosts whose requests name their model
+    /// ([`Session::use_model`]); a model no key matches gets the engine's
+    /// own window.
+    pub model_windows: BTreeMap<String, u64>,
 }
 
 impl Default for HostOptions {
@@ -90,6 +96,7 @@ impl Default for HostOptions {
             min_pass_savings: 0.05,
             profile: Profile::OpenAi,
             summary_watermark: None,
+            model_windows: BTreeMap::new(),
         }
     }
 }
@@ -104,6 +111,12 @@ impl HostOptions {
     /// Sets [`summary_watermark`](Self::summary_watermark).
     pub fn with_summary_watermark(mut self, watermark: Option<f64>) -> HostOptions {
         self.summary_watermark = watermark;
+        self
+    }
+
+    /// Sets [`model_windows`](Self::model_windows).
+    pub fn with_model_windows(mut self, windows: BTreeMap<String, u64>) -> HostOptions {
+        self.model_windows = windows;
         self
     }
 
@@ -298,6 +311,9 @@ pub struct Session {
     /// Tokens of the last request [`before_request`](Self::before_request)
     /// prepared (the summary watermark's measure).
     last_request_tokens: u64,
+    /// The model the requests name ([`use_model`](Self::use_model)) and
+    /// the engine's own window before it.
+    model: Option<(String, u64)>,
 }
 
 /// The driver's own state, saved with the engine's.
@@ -341,6 +357,7 @@ impl Session {
             recorded: 0,
             pending: Vec::new(),
             last_request_tokens: 0,
+            model: None,
         }
     }
 
@@ -452,6 +469,21 @@ impl Session {
     /// A model switch or fallback: the engine adopts the new window.
     pub fn set_model(&mut self, model: &ModelInfo) {
         self.engine.update_model(model);
+    }
+
+    /// The next request names `model`: when it differs from the last one,
+    /// the engine adopts its window ([`HostOptions::model_windows`], else
+    /// the engine's window from before the first call) and its threshold
+    /// override, as on a model switch.
+    pub fn use_model(&mut self, model: &str) {
+        let base = match &self.model {
+            Some((last, _)) if last == model => return,
+            Some((_, base)) => *base,
+            None => self.engine.state().context_length,
+        };
+        let window = resolve_model_window(model, "", &self.options.model_windows).unwrap_or(base);
+        self.engine.update_model(&ModelInfo::new(model, window));
+        self.model = Some((model.to_owned(), base));
     }
 
     /// Preflight and context selection for the next model call on

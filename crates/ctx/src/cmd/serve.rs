@@ -99,7 +99,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         counter,
         host: HostOptions::default()
             .with_profile(profile)
-            .with_summary_watermark(watermark),
+            .with_summary_watermark(watermark)
+            .with_model_windows(config.context.model_windows.clone()),
         blocking,
     };
     eprintln!(
