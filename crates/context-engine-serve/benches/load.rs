@@ -4,9 +4,11 @@
 //! `cargo bench -p context-engine-serve --bench load` prints: added latency
 //! for a 100-message session with no compaction due (one client, p50/p99),
 //! p50/p99 and throughput at 200 concurrent sessions, stream
-//! time-to-first-byte overhead, and memory per idle session. Everything
-//! (load generator, proxy, upstream) shares this machine's cores, so the
-//! concurrent figures include the generator's own cost.
+//! time-to-first-byte overhead, and memory per idle session (RSS over 10,000
+//! sessions). Everything (load generator, proxy, upstream) shares this
+//! machine's cores, so the concurrent figures include the generator's own
+//! cost; the CPU time per request of each phase (all threads, from
+//! schedstat) separates the proxy's own cost from a busy machine's.
 //! `LOAD_REQUESTS=n` sets the requests per concurrent session (default 20).
 
 use std::sync::Arc;
@@ -175,6 +177,7 @@ async fn concurrent(url: &str, sessions: usize, per: usize) -> (Vec<f64>, f64) {
                 .collect()
         })
         .collect();
+    eprintln!("load: {sessions} sessions start against {url}");
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (s, bodies) in bodies.into_iter().enumerate() {
@@ -212,6 +215,24 @@ async fn ttfb(client: &reqwest::Client, url: &str, session: &str, b: Bytes) -> f
     let ms = t.elapsed().as_secs_f64() * 1e3;
     while let Ok(Some(_)) = r.chunk().await {}
     ms
+}
+
+/// CPU time this process has used and time its threads waited for a CPU
+/// (run queue), ns, every thread's, from schedstat: on a shared machine,
+/// CPU per request is what compares, not wall time, and the wait says how
+/// much the machine's other load held the run back.
+fn cpu_ns() -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0, 0);
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .map(|s| {
+            let mut f = s.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+            (f.next().unwrap_or(0), f.next().unwrap_or(0))
+        })
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
 }
 
 fn rss_bytes() -> usize {
@@ -304,8 +325,14 @@ fn main() {
             pct(&p, 0.99) - pct(&d, 0.99)
         );
 
+        let c0 = cpu_ns();
         let (d, drps) = concurrent(&direct, 200, per).await;
+        let c1 = cpu_ns();
         let (p, prps) = concurrent(&via, 200, per).await;
+        let c2 = cpu_ns();
+        let n = (200 * per) as f64;
+        let (dcpu, pcpu) = ((c1.0 - c0.0) as f64 / n / 1e3, (c2.0 - c1.0) as f64 / n / 1e3);
+        let (dwait, pwait) = ((c1.1 - c0.1) as f64 / n / 1e3, (c2.1 - c1.1) as f64 / n / 1e3);
         println!("200 concurrent sessions x {per} requests (100+ messages each):");
         println!("  direct  p50 {:.3} ms  p99 {:.3} ms  {:.0} req/s", pct(&d, 0.5), pct(&d, 0.99), drps);
         println!("  proxy   p50 {:.3} ms  p99 {:.3} ms  {:.0} req/s", pct(&p, 0.5), pct(&p, 0.99), prps);
@@ -314,9 +341,21 @@ fn main() {
             pct(&p, 0.5) - pct(&d, 0.5),
             pct(&p, 0.99) - pct(&d, 0.99)
         );
+        println!(
+            "  CPU per request (generator + upstream [+ proxy], all threads): direct {dcpu:.0} us, through the proxy {pcpu:.0} us: the proxy's own {:.0} us",
+            pcpu - dcpu
+        );
+        println!(
+            "  run-queue wait per request (threads ready, no CPU free): direct {dwait:.0} us, through the proxy {pwait:.0} us"
+        );
+        println!(
+            "  throughput if the proxy alone had 2 cores: {:.0} req/s; proxy + generator + upstream on 2 idle cores: {:.0} req/s",
+            2e6 / (pcpu - dcpu).max(1.0),
+            2e6 / pcpu.max(1.0)
+        );
 
         for line in state.metrics().encode().lines() {
-            if ["ctx_fallbacks_total", "ctx_compactions_total", "ctx_lineages_total", "ctx_overhead_seconds_sum", "ctx_overhead_seconds_count", "ctx_cache_hit_share_estimate "]
+            if ["ctx_fallbacks_total", "ctx_compactions_total", "ctx_lineages_total", "ctx_overhead_seconds_sum", "ctx_overhead_seconds_count", "ctx_upstream_latency_seconds_sum", "ctx_upstream_latency_seconds_count", "ctx_cache_hit_share_estimate "]
                 .iter()
                 .any(|m| line.starts_with(m))
             {
@@ -344,7 +383,7 @@ fn main() {
         // Idle sessions: 2,000 sessions of 20 messages, one request each.
         let before_sessions = state.sessions().len();
         let rss0 = rss_bytes();
-        let n = 2000;
+        let n = 10_000;
         for s in 0..n {
             let b = body(&history(20, 10_000 + s), false);
             one(&client, &via, &format!("idle-{s}"), b).await;

@@ -164,7 +164,7 @@ impl Relay {
             self.done = true;
             return true;
         }
-        if memmem::find(&data, b"\"usage\"").is_none() {
+        if memmem::find(data, b"\"usage\"").is_none() {
             return true;
         }
         #[derive(Deserialize)]

@@ -20,7 +20,9 @@ use context_engine::validate::{Profile, validate};
 use context_engine_serve::SessionContext;
 use serde_json::{Value, json};
 
-use common::{Reply, Script, completion, counter, options, start_proxy, start_upstream};
+use common::{
+    Reply, Script, completion, counter, long_history, options, start_proxy, start_upstream,
+};
 
 /// A summary model that does not answer until the gate opens.
 #[derive(Default)]
@@ -75,24 +77,6 @@ fn context(gate: &Arc<Gated>, counter: Arc<dyn TokenCounter>) -> SessionContext 
         host: HostOptions::default().with_summary_watermark(Some(0.6)),
         blocking: false,
     }
-}
-
-/// A coding session: each turn a call and its result (under the digest's
-/// size floor, so only compaction shrinks them), about 150 tokens.
-fn history(turns: usize) -> Vec<Value> {
-    let mut m = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        json!({"role": "user", "content": "Fix the parser bug in src/parse.rs"}),
-    ];
-    for i in 0..turns {
-        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
-            "function": {"name": "bash", "arguments": format!("{{\"cmd\":\"cat src/file{i}.rs\"}}")}}]}));
-        let body: String = (0..8)
-            .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
-            .collect();
-        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body}));
-    }
-    m
 }
 
 /// The upstream answers with the exact prompt size it received.
@@ -156,7 +140,7 @@ async fn requests_never_wait_for_the_summary_model() {
     let counter = counter();
     let gate = Arc::new(Gated::default());
     let (addr, _) = start_proxy(options(&url), context(&gate, Arc::clone(&counter))).await;
-    let h = history(80);
+    let h = long_history(80);
     let threshold = 6_000;
     // Up to the watermark: the job starts and blocks in the summary model.
     let mut n = 4;
@@ -225,7 +209,7 @@ async fn a_ready_summary_is_swapped_in_at_the_threshold() {
     let gate = Arc::new(Gated::default());
     gate.open();
     let (addr, _) = start_proxy(options(&url), context(&gate, Arc::clone(&counter))).await;
-    let h = history(80);
+    let h = long_history(80);
     let mut n = 4;
     let compacted = loop {
         let sent = send(addr, &script, &counter, &h[..n], "b").await;

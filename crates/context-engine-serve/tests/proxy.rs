@@ -15,7 +15,8 @@ use context_engine_serve::{SessionContext, StartError};
 use serde_json::{Value, json};
 
 use common::{
-    Reply, Script, completion, compressor_context, counter, options, start_proxy, start_upstream,
+    Reply, Script, completion, compressor_context, counter, long_history, options, start_proxy,
+    start_upstream,
 };
 
 async fn post(
@@ -307,25 +308,6 @@ async fn off_loopback_needs_a_token_compared_in_full() {
     );
 }
 
-/// Messages of a long conversation (big tool outputs) that a small window
-/// must compact.
-fn long_history(turns: usize) -> Vec<Value> {
-    let mut m = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        user("Fix the parser bug in src/parse.rs"),
-    ];
-    for i in 0..turns {
-        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
-            "function": {"name": "bash", "arguments": format!("{{\"cmd\":\"cat src/file{i}.rs\"}}")}}]}));
-        // Under the digest's size floor, so only compaction can shrink them.
-        let body: String = (0..8)
-            .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
-            .collect();
-        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body}));
-    }
-    m
-}
-
 #[tokio::test]
 async fn divergence_starts_a_new_lineage_and_never_mixes() {
     let script = Arc::new(Script::default());
@@ -584,6 +566,15 @@ fn call_delta(index: u64, id: Option<&str>, name: Option<&str>, args: &str) -> V
 
 const USAGE_DONE: &str = "data: {\"id\":\"s\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":3,\"total_tokens\":23}}\n\ndata: [DONE]\n\n";
 
+/// Posts a streamed request in session `id`; the whole stream's text.
+async fn stream_text(addr: std::net::SocketAddr, body: &Value, id: &str) -> String {
+    post(addr, body, &[("x-ctx-session", id)])
+        .await
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The client's view of a stream: its text, its tool calls' (index, name)
 /// and finish reasons.
 fn read_stream(text: &str) -> (String, Vec<(u64, String)>, Vec<String>) {
@@ -652,11 +643,7 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         ),
         chunk(json!({}), Some("stop")),
     )));
-    let text = post(addr, &body, &[("x-ctx-session", "st1")])
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = stream_text(addr, &body, "st1").await;
     let (content, calls, finish) = read_stream(&text);
     assert_eq!(content, "Let me check. file0 has eight lines.");
     assert!(calls.is_empty(), "the client never sees an engine call");
@@ -717,11 +704,7 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         ),
         chunk(json!({}), Some("tool_calls")),
     )));
-    let text = post(addr, &body, &[("x-ctx-session", "st2")])
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = stream_text(addr, &body, "st2").await;
     let (_, calls, finish) = read_stream(&text);
     assert_eq!(calls, [(0, "bash".to_owned())]);
     assert_eq!(finish, ["tool_calls"]);
@@ -739,11 +722,7 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         ),
         chunk(json!({}), Some("tool_calls")),
     )));
-    let text = post(addr, &body, &[("x-ctx-session", "st3")])
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = stream_text(addr, &body, "st3").await;
     let (_, calls, finish) = read_stream(&text);
     assert_eq!(calls, [(0, "bash".to_owned())]);
     assert_eq!(finish, ["tool_calls"]);
@@ -762,11 +741,7 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         )));
     }
     let before = script.received().len();
-    let text = post(addr, &body, &[("x-ctx-session", "st4")])
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = stream_text(addr, &body, "st4").await;
     let (_, calls, finish) = read_stream(&text);
     assert!(calls.is_empty());
     assert_eq!(finish, ["stop"]);

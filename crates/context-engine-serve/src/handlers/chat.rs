@@ -92,7 +92,7 @@ pub async fn chat_completions(
     }
     let offer_tools = state.options().engine_tools;
     let mut overrides: Vec<(&str, String)> = Vec::new();
-    let managed = match &plan {
+    let managed = match &mut plan {
         Ok(plan) => {
             for n in &plan.notices {
                 tracing::info!(session = %key.id, notice = %n.text, "engine");
@@ -112,7 +112,7 @@ pub async fn chat_completions(
             state
                 .metrics()
                 .prompt(plan.messages_json.len(), plan.reused_bytes);
-            overrides.push(("messages", plan.messages_json.clone()));
+            overrides.push(("messages", std::mem::take(&mut plan.messages_json)));
             true
         }
         Err(why) => {

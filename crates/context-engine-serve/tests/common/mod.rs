@@ -133,17 +133,7 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
                 .unwrap();
         }
         Some(Reply::Json(v)) => v,
-        Some(Reply::Sse(text)) => {
-            script.received.lock().unwrap().push(Received {
-                headers,
-                body,
-                reply: Bytes::from(text.clone()),
-            });
-            return Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from(text))
-                .unwrap();
-        }
+        Some(Reply::Sse(text)) => return event_stream(&script, headers, body, text),
         Some(Reply::StreamThenHold(v)) => {
             let text = sse_of(&v, true);
             script.received.lock().unwrap().push(Received {
@@ -173,15 +163,7 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
             request.pointer("/stream_options/include_usage")
                 == Some(&serde_json::Value::Bool(true)),
         );
-        script.received.lock().unwrap().push(Received {
-            headers,
-            body,
-            reply: Bytes::from(text.clone()),
-        });
-        return Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from(text))
-            .unwrap();
+        return event_stream(&script, headers, body, text);
     }
     let text = serde_json::to_string(&value).unwrap();
     script.received.lock().unwrap().push(Received {
@@ -193,6 +175,39 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
         .header("content-type", "application/json")
         .body(Body::from(text))
         .unwrap()
+}
+
+/// Records the request and answers with the server-sent events `text`.
+fn event_stream(script: &Script, headers: HeaderMap, body: Bytes, text: String) -> Response {
+    script.received.lock().unwrap().push(Received {
+        headers,
+        body,
+        reply: Bytes::from(text.clone()),
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+/// Messages of a coding session (big tool outputs, under the digest's
+/// size floor, so only compaction can shrink them; ~150 tokens a turn)
+/// that a small window must compact.
+pub fn long_history(turns: usize) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Fix the parser bug in src/parse.rs"}),
+    ];
+    for i in 0..turns {
+        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+            "function": {"name": "bash", "arguments": format!("{{\"cmd\":\"cat src/file{i}.rs\"}}")}}]}));
+        let body: String = (0..8)
+            .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
+            .collect();
+        m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": body}));
+    }
+    m
 }
 
 /// A completion as OpenAI streams it: a role chunk, one chunk per word of
