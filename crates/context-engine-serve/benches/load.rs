@@ -298,7 +298,7 @@ fn main() {
                 let b = body(&h, false);
                 let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
                 let t = Instant::now();
-                let plan = m.prepare(parsed.messages(), None);
+                let plan = m.prepare(parsed.messages());
                 let out = parsed.write(&[("messages", plan.map(|p| p.messages_json).unwrap_or_default().as_str())]);
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 std::hint::black_box(out);

@@ -46,9 +46,8 @@ impl<'a> ChatBody<'a> {
     }
 
     /// The `model` the request names, if it is a string.
-    pub fn model(&self) -> Option<std::borrow::Cow<'a, str>> {
-        let raw = self.field("model")?;
-        serde_json::from_str::<std::borrow::Cow<'a, str>>(raw.get()).ok()
+    pub fn model(&self) -> Option<String> {
+        serde_json::from_str(self.field("model")?.get()).ok()
     }
 
     /// Whether the client asked for a stream (`"stream": true`).

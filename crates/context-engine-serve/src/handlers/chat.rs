@@ -228,7 +228,10 @@ fn prepare(
             *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
         }
         match slot.as_mut() {
-            Some(m) => m.prepare(body.messages(), body.model().as_deref()),
+            Some(m) => {
+                m.use_model(body.model());
+                m.prepare(body.messages())
+            }
             None => Err("no session".to_owned()),
         }
     }));

@@ -96,6 +96,8 @@ pub struct Managed {
     calls: u64,
     /// The background summary on its way, if one is being prepared.
     pending: Option<oneshot::Receiver<PreparedSummary>>,
+    /// The model the requests name ([`use_model`](Self::use_model)).
+    model: Option<String>,
     /// The figures shown by `/ctx/sessions/{id}`.
     pub stats: SessionStats,
 }
@@ -120,6 +122,7 @@ impl Managed {
             lineage: Lineage::default(),
             calls: 0,
             pending: None,
+            model: None,
             stats: SessionStats::default(),
         })
     }
@@ -147,7 +150,7 @@ impl Managed {
     /// Takes the client's full history (`raw`, each message as the client
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
-    pub fn prepare(&mut self, raw: &[&RawValue], model: Option<&str>) -> Result<Plan, String> {
+    pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
         self.stats.requests += 1;
         self.take_summary();
         self.stats.last_client_messages = raw.len();
@@ -226,7 +229,7 @@ impl Managed {
         }
         self.lineage.set_chain(&chain);
         self.host.start(&SessionInfo::default());
-        if let Some(model) = model {
+        if let Some(model) = &self.model {
             // The window of the model this request names.
             self.host.use_model(model);
         }
@@ -273,6 +276,13 @@ impl Managed {
             notices,
             summary_job,
         })
+    }
+
+    /// The next requests name `model` (the request's `model` field): the
+    /// engine manages the window `context.model_windows` gives it, else
+    /// the configured one (see [`host::Session::use_model`]).
+    pub fn use_model(&mut self, model: Option<String>) {
+        self.model = model;
     }
 
     /// The background summary of [`Plan::summary_job`] will arrive on
