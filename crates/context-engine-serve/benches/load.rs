@@ -396,5 +396,20 @@ fn main() {
             history_bytes,
             (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
         );
+        // And sessions of the benchmark's size: 1,000 of 100 messages.
+        let before_sessions = state.sessions().len();
+        let rss0 = rss_bytes();
+        for s in 0..1000 {
+            let b = body(&history(100, 30_000 + s), false);
+            one(&client, &via, &format!("idle100-{s}"), b).await;
+        }
+        let rss1 = rss_bytes();
+        let created = state.sessions().len() - before_sessions;
+        let history_bytes = serde_json::to_vec(&history(100, 30_000)).map_or(0, |v| v.len());
+        println!(
+            "idle sessions: {created} sessions of 100 messages ({} bytes of JSON each): RSS +{:.1} KB per session",
+            history_bytes,
+            (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
+        );
     });
 }

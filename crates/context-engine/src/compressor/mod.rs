@@ -907,7 +907,7 @@ impl ContextEngine for Compressor {
 
     /// The summary of the span a compaction would replace now, for a host
     /// to prepare in the background; `None` during a cooldown, when
-    /// nothing can be summarized, or while a prepared one is still valid.
+    /// nothing can be summarized, or while one prepared earlier is held.
     fn prepare_summary(
         &mut self,
         messages: &[Message],
@@ -916,8 +916,10 @@ impl ContextEngine for Compressor {
         if self.block_reason().is_some() {
             return None;
         }
-        if let Some(ready) = self.take_prepared(messages) {
-            self.prepared = Some(ready);
+        // One held is checked when it is used (hashing the prefix on every
+        // request would cost the request path); a stale one is dropped
+        // then, and the next request prepares again.
+        if self.prepared.is_some() {
             return None;
         }
         let plan = self.plan(messages).ok()?;

@@ -680,8 +680,8 @@ impl Session {
     /// and hands the result to [`adopt_summary`](Self::adopt_summary); the
     /// compaction at the threshold then uses it if the history up to its
     /// cut is unchanged. `None` when not due, right after a compaction
-    /// (until real usage), or when the engine prepares nothing (it has a
-    /// valid one, is in a cooldown, or does not support it).
+    /// (until real usage), or when the engine prepares nothing (it holds
+    /// one not used yet, is in a cooldown, or does not support it).
     pub fn summary_job(&mut self, history: &[Message]) -> Option<SummaryJob> {
         let watermark = self.options.summary_watermark?;
         let threshold = self.engine.state().threshold_tokens;
