@@ -380,36 +380,22 @@ fn main() {
             pct(&tp, 0.99) - pct(&td, 0.99)
         );
 
-        // Idle sessions: 2,000 sessions of 20 messages, one request each.
-        let before_sessions = state.sessions().len();
-        let rss0 = rss_bytes();
-        let n = 10_000;
-        for s in 0..n {
-            let b = body(&history(20, 10_000 + s), false);
-            one(&client, &via, &format!("idle-{s}"), b).await;
+        // Idle sessions, one request each: 10,000 of 20 messages, then
+        // 1,000 of the benchmark's size (100 messages).
+        for (n, len, salt) in [(10_000, 20, 10_000), (1000, 100, 30_000)] {
+            let before_sessions = state.sessions().len();
+            let rss0 = rss_bytes();
+            for s in 0..n {
+                let b = body(&history(len, salt + s), false);
+                one(&client, &via, &format!("idle{len}-{s}"), b).await;
+            }
+            let rss1 = rss_bytes();
+            let created = state.sessions().len() - before_sessions;
+            let history_bytes = serde_json::to_vec(&history(len, salt)).map_or(0, |v| v.len());
+            println!(
+                "idle sessions: {created} sessions of {len} messages ({history_bytes} bytes of JSON each): RSS +{:.1} KB per session",
+                (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
+            );
         }
-        let rss1 = rss_bytes();
-        let created = state.sessions().len() - before_sessions;
-        let history_bytes = serde_json::to_vec(&history(20, 10_000)).map_or(0, |v| v.len());
-        println!(
-            "idle sessions: {created} sessions of 20 messages ({} bytes of JSON each): RSS +{:.1} KB per session",
-            history_bytes,
-            (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
-        );
-        // And sessions of the benchmark's size: 1,000 of 100 messages.
-        let before_sessions = state.sessions().len();
-        let rss0 = rss_bytes();
-        for s in 0..1000 {
-            let b = body(&history(100, 30_000 + s), false);
-            one(&client, &via, &format!("idle100-{s}"), b).await;
-        }
-        let rss1 = rss_bytes();
-        let created = state.sessions().len() - before_sessions;
-        let history_bytes = serde_json::to_vec(&history(100, 30_000)).map_or(0, |v| v.len());
-        println!(
-            "idle sessions: {created} sessions of 100 messages ({} bytes of JSON each): RSS +{:.1} KB per session",
-            history_bytes,
-            (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
-        );
     });
 }
