@@ -324,13 +324,11 @@ pub fn introduced_violation(
     for v in validate(input, profile) {
         *budget.entry(v.rule).or_default() += 1;
     }
-    found
-        .into_iter()
-        .find(|v| match budget.get_mut(&v.rule) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                false
-            }
-            _ => true,
-        })
+    found.into_iter().find(|v| match budget.get_mut(&v.rule) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            false
+        }
+        _ => true,
+    })
 }
