@@ -37,7 +37,8 @@ use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
 use crate::redact::{Egress, Redactor};
 use crate::schedule::{
-    ScheduleOptions, ScheduleState, Scheduler, schedule_prune, scheduled_digest,
+    CompactionEstimate, ScheduleOptions, ScheduleState, Scheduler, schedule_prune,
+    scheduled_digest,
 };
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
@@ -385,6 +386,45 @@ impl Compressor {
             target = target.min(window);
         }
         target.min(self.options.summary_max_tokens).max(64)
+    }
+
+    /// Whether compacting the request `messages` (`tokens` long) now,
+    /// before the threshold, pays for itself (see
+    /// [`Scheduler::compaction_pays`]). The extractive summarizer runs
+    /// locally and costs nothing; any other is priced as a call to the
+    /// session's provider.
+    fn early_compaction_pays(&self, messages: &[Message], tokens: u64) -> bool {
+        let threshold = self.state.threshold_tokens;
+        let from = self.options.schedule.early_compaction_from;
+        if !self.options.schedule.enabled
+            || threshold == 0
+            || tokens >= threshold
+            || (tokens as f64) < from * threshold as f64
+            || self.scheduler.state().growth_per_call == 0
+        {
+            return false;
+        }
+        let Ok(plan) = self.plan(messages) else {
+            return false;
+        };
+        let c = self.counter.as_ref();
+        let head: usize = messages[..plan.head_end]
+            .iter()
+            .chain(plan.pinned.map(|u| &messages[u]))
+            .map(|m| c.count_message(m))
+            .sum();
+        let span = self.span_estimate(messages, &plan);
+        let summary = self.target_tokens(span) as u64;
+        let billed = self.primary.name() != self.fallback.name();
+        let estimate = CompactionEstimate {
+            request_tokens: tokens,
+            head_tokens: (head + c.request_overhead()) as u64,
+            after_tokens: self.kept_estimate(messages, &plan),
+            summary_tokens: summary,
+            summarizer_input_tokens: if billed { span as u64 } else { 0 },
+            summarizer_output_tokens: if billed { summary } else { 0 },
+        };
+        self.scheduler.compaction_pays(&estimate, threshold)
     }
 
     fn start_cooldown(&mut self, error: &SummarizeError) -> Duration {
@@ -836,11 +876,14 @@ impl ContextEngine for Compressor {
         changed.then(|| digest.view.into_iter().map(Cow::into_owned).collect())
     }
 
+    /// At the threshold (unless deferred to real usage), or before it when
+    /// the cost model says an early compaction pays (see
+    /// [`Scheduler::compaction_pays`]); never while blocked.
     fn should_compress_preflight(&self, messages: &[Message]) -> bool {
         let rough = self.counter.count_messages(messages) as u64;
-        self.state.exceeds_threshold(Some(rough))
-            && !self.should_defer_preflight_to_real_usage(rough)
-            && self.block_reason().is_none()
+        let due = self.state.exceeds_threshold(Some(rough))
+            && !self.should_defer_preflight_to_real_usage(rough);
+        (due || self.early_compaction_pays(messages, rough)) && self.block_reason().is_none()
     }
 
     /// Defer while awaiting real usage, and while the last real count was

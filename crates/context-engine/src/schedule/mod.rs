@@ -61,6 +61,11 @@ pub struct ScheduleOptions {
     /// An edit is forced when the request without it would reach this
     /// fraction of the compaction threshold by the next call.
     pub size_margin: f64,
+    /// Compaction before the threshold, when the cost model says it pays
+    /// ([`Scheduler::compaction_pays`]), once the request has reached this
+    /// fraction of the threshold; 1 (or more) compacts at the threshold
+    /// only.
+    pub early_compaction_from: f64,
 }
 
 impl Default for ScheduleOptions {
@@ -70,6 +75,7 @@ impl Default for ScheduleOptions {
             price: PriceModel::default(),
             max_horizon_calls: 24,
             size_margin: 0.9,
+            early_compaction_from: 0.5,
         }
     }
 }
@@ -122,6 +128,26 @@ pub struct Edit {
     pub saved_tokens: u64,
     /// Tokens of the request with the edit applied.
     pub request_tokens: u64,
+}
+
+/// What a compaction the engine could run now would cost and leave, for
+/// [`Scheduler::compaction_pays`]. Tokens as the request counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionEstimate {
+    /// Tokens of the request now.
+    pub request_tokens: u64,
+    /// Tokens of the request's head the compaction keeps as it is (the
+    /// system prompt and what is pinned after it): still cached after it.
+    pub head_tokens: u64,
+    /// Tokens of the request right after it: head, summary, tail.
+    pub after_tokens: u64,
+    /// Tokens of the summary it writes.
+    pub summary_tokens: u64,
+    /// Tokens a summarizer billed at the session's prices reads for it
+    /// (0 for a local one).
+    pub summarizer_input_tokens: u64,
+    /// Tokens that summarizer writes (0 for a local one).
+    pub summarizer_output_tokens: u64,
 }
 
 /// Why an edit is applied.
@@ -237,6 +263,53 @@ impl Scheduler {
         } else {
             Verdict::Defer
         }
+    }
+
+    /// Whether compacting now, before the threshold, costs less over the
+    /// session than waiting for it: the economic order quantity of the
+    /// compaction cycle. A compaction has a fixed cost `F` (the tail sent
+    /// again uncached, the summary written, the summarizer's own call when
+    /// it is billed); between compactions every call reads the growth since
+    /// the last one from the cache, `c` per token. With the request growing
+    /// `g` tokens per call from the size `S` a compaction leaves, a cycle of
+    /// `n` calls costs `F + c g n^2 / 2` beyond `S`, which per call is least
+    /// when `c (X - S)^2 / (2 g) = F`, `X` the request at compaction. So a
+    /// compaction pays once the growth since `S` has cost that much: then
+    /// the next cycle starts smaller and the session pays less per call,
+    /// breaks included. Never before [`ScheduleOptions::early_compaction_from`]
+    /// of the threshold, nor with the schedule off, nor before the growth
+    /// per call is known.
+    pub fn compaction_pays(&self, e: &CompactionEstimate, threshold_tokens: u64) -> bool {
+        let o = &self.options;
+        let g = self.state.growth_per_call;
+        if !o.enabled
+            || threshold_tokens == 0
+            || g == 0
+            || o.early_compaction_from >= 1.0
+            || (e.request_tokens as f64) < o.early_compaction_from * threshold_tokens as f64
+            || e.after_tokens >= e.request_tokens
+        {
+            return false;
+        }
+        let p = &o.price;
+        let per = |m: f64| m / 1_000_000.0;
+        let resent = e
+            .after_tokens
+            .saturating_sub(e.head_tokens)
+            .saturating_sub(e.summary_tokens);
+        let fixed = resent as f64 * p.miss_premium_per_token()
+            + e.summary_tokens as f64 * per(p.cache_write_per_million)
+            + e.summarizer_input_tokens as f64 * per(p.input_per_million)
+            + e.summarizer_output_tokens as f64 * per(p.output_per_million);
+        // Under the cache's minimum prefix nothing is read from it: every
+        // call pays the growth at the input price.
+        let carry = if e.request_tokens < p.cache.min_prefix_tokens {
+            per(p.input_per_million)
+        } else {
+            p.cached_per_token()
+        };
+        let grown = (e.request_tokens - e.after_tokens) as f64;
+        carry * grown * grown / (2.0 * g as f64) >= fixed
     }
 
     /// Records the request sent: its size and time, and the growth since
