@@ -200,17 +200,21 @@ fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) {
     let r = scheduled.with_baseline(&every_call);
     let c = r.costs.as_ref().unwrap();
     eprintln!(
-        "{name:<40} {:>7} {:<12} unmanaged ${:.4} ({:.0}%)  every-call ${:.4} ({:.0}%, {:.0}% between)  scheduled ${:.4} ({:.0}%, {:.0}% between, {} breaks)",
+        "{name:<40} {:>7} {:<12} unmanaged ${:.4} ({:.0}%, reuse {:.1}%)  every-call ${:.4} ({:.0}%, {:.0}% between, reuse {:.1}%)  scheduled ${:.4} ({:+.1}%; {:.0}%, {:.0}% between, reuse {:.1}%, {} breaks)",
         window,
         price.name,
         c.unmanaged.estimated_cost,
         c.unmanaged.cache_hit_share * 100.0,
+        c.unmanaged.cache_reuse_share_between_compactions * 100.0,
         c.every_call_digest.estimated_cost,
         c.every_call_digest.cache_hit_share * 100.0,
         c.every_call_digest.cache_hit_share_between_compactions * 100.0,
+        c.every_call_digest.cache_reuse_share_between_compactions * 100.0,
         c.scheduled.estimated_cost,
+        (c.scheduled.estimated_cost / c.every_call_digest.estimated_cost - 1.0) * 100.0,
         c.scheduled.cache_hit_share * 100.0,
         c.scheduled.cache_hit_share_between_compactions * 100.0,
+        c.scheduled.cache_reuse_share_between_compactions * 100.0,
         c.scheduled.cache_breaks,
     );
     for (label, line) in [("every-call", &c.every_call_digest), ("scheduled", &c.scheduled)] {
@@ -219,6 +223,17 @@ fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) {
             "    {label:<10} cached ${:.4} new ${:.4} resent ${:.4} (resent {} tok, {} at compactions) output ${:.4}; {} compactions, {} prompt tok",
             p.cached, p.new, p.resent, line.resent_tokens, line.resent_tokens_at_compactions, p.output, line.compactions, line.prompt_tokens
         );
+    }
+    if std::env::var("CTX_EXP_DETAIL").is_ok_and(|d| name.contains(&d) && price.name == "openai") {
+        for (a, b) in every_call.calls.iter().zip(&r.calls) {
+            eprintln!(
+                "  {:>3} unmanaged {:>6}  every {:>6} hit {:>6} resent {:>5}{}  sched {:>6} hit {:>6} resent {:>5}{}",
+                a.call, a.tokens_without_engine, a.tokens_with_engine, a.cache_hit_tokens, a.cache_resent_tokens,
+                if a.compaction.is_some() { " C" } else { "  " },
+                b.tokens_with_engine, b.cache_hit_tokens, b.cache_resent_tokens,
+                if b.compaction.is_some() { " C" } else { "  " },
+            );
+        }
     }
     assert!(
         r.calls.iter().all(|c| c.violations_introduced == 0),

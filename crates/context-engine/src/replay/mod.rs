@@ -120,6 +120,12 @@ pub struct CallRecord {
     /// the point where this one changed it: cached content sent again at
     /// the full price (see [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)).
     pub cache_resent_tokens: u64,
+    /// Tokens of the engine's request that an earlier request had too: the
+    /// common prefix before the cache's rounding, plus the re-sent tokens.
+    /// What the cache could at best have served.
+    pub cache_reusable_tokens: u64,
+    /// The same for the unmanaged agent.
+    pub cache_reusable_tokens_without_engine: u64,
     /// When the call was made, in seconds since the Unix epoch, when the
     /// recording has timestamps.
     pub sent_at: Option<f64>,
@@ -179,6 +185,14 @@ pub struct Totals {
     pub cache_hit_share_between_compactions: f64,
     /// Calls whose request broke the engine's cache.
     pub cache_breaks: usize,
+    /// Of the tokens an earlier request had too, the share the cache
+    /// served, over the calls that do not follow a compaction: what the
+    /// engine's edits and the cache's rounding kept of the reusable prefix
+    /// (the hit share also falls when the engine shrinks the request, since
+    /// the new content of each call stays the same).
+    pub cache_reuse_share_between_compactions: f64,
+    /// The same for the unmanaged agent, over every call.
+    pub cache_reuse_share_without_engine: f64,
     /// Tokens sent again uncached after a break, over all calls.
     pub resent_tokens: u64,
     /// The same, on the calls right after a compaction.
@@ -293,6 +307,9 @@ pub struct CostLine {
     pub cache_hit_share: f64,
     /// The same over calls not preceded by a compaction.
     pub cache_hit_share_between_compactions: f64,
+    /// Of the tokens an earlier request had too, the share read from the
+    /// cache, over calls not preceded by a compaction.
+    pub cache_reuse_share_between_compactions: f64,
     /// Calls that broke the cache.
     pub cache_breaks: usize,
     /// Tokens sent again uncached after a break.
@@ -326,6 +343,7 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens,
             cache_hit_share: t.cache_hit_share,
             cache_hit_share_between_compactions: t.cache_hit_share_between_compactions,
+            cache_reuse_share_between_compactions: t.cache_reuse_share_between_compactions,
             cache_breaks: t.cache_breaks,
             resent_tokens: t.resent_tokens,
             resent_tokens_at_compactions: t.resent_tokens_at_compactions,
@@ -341,6 +359,7 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens_without_engine,
             cache_hit_share: t.cache_hit_share_without_engine,
             cache_hit_share_between_compactions: t.cache_hit_share_without_engine,
+            cache_reuse_share_between_compactions: t.cache_reuse_share_without_engine,
             cache_breaks: 0,
             resent_tokens: 0,
             resent_tokens_at_compactions: 0,
@@ -555,6 +574,9 @@ pub fn replay(
             cache_hit_tokens,
             cache_hit_tokens_without_engine: unmanaged_hit.hit_tokens,
             cache_resent_tokens: hit.resent_tokens,
+            cache_reusable_tokens: hit.common_tokens + hit.resent_tokens,
+            cache_reusable_tokens_without_engine: unmanaged_hit.common_tokens
+                + unmanaged_hit.resent_tokens,
             cache_broke,
             sent_at,
             compaction,
@@ -748,15 +770,21 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         t.cache_hit_tokens_without_engine,
         t.prompt_tokens_without_engine,
     );
-    let (mut hits, mut sent) = (0, 0);
+    let (mut hits, mut sent, mut reusable) = (0, 0, 0);
+    let mut unmanaged_reusable = 0;
     for c in calls {
         if c.compaction.is_none() {
             hits += c.cache_hit_tokens;
             sent += c.tokens_with_engine;
+            reusable += c.cache_reusable_tokens;
         }
+        unmanaged_reusable += c.cache_reusable_tokens_without_engine;
         t.cache_breaks += usize::from(c.cache_broke);
     }
     t.cache_hit_share_between_compactions = ratio(hits, sent);
+    t.cache_reuse_share_between_compactions = ratio(hits, reusable);
+    t.cache_reuse_share_without_engine =
+        ratio(t.cache_hit_tokens_without_engine, unmanaged_reusable);
     let mut times: Vec<f64> = calls
         .iter()
         .map(|c| c.engine_time.as_secs_f64() * 1000.0)

@@ -352,64 +352,84 @@ mod tests {
         s
     }
 
+    /// The verdict on an edit at `at` tokens saving `saved`, leaving a
+    /// `request`-token request, under `threshold`, `after` seconds since
+    /// the last request.
+    fn verdict(s: &Scheduler, [at, saved, request, threshold]: [u64; 4], after: f64) -> Verdict {
+        let edit = Edit {
+            at_tokens: at,
+            saved_tokens: saved,
+            request_tokens: request,
+        };
+        s.decide(&edit, threshold, Some(1000.0 + after))
+    }
+
     #[test]
     fn a_step_that_breaks_nothing_cached_is_free() {
         // The newest batch turned old: nothing of the last request follows it.
         let s = scheduler(10_000, 500);
-        let edit = Edit {
-            at_tokens: 6_000,
-            saved_tokens: 4_000,
-            request_tokens: 6_100,
-        };
-        assert_eq!(
-            s.decide(&edit, 100_000, Some(1001.0)),
-            Verdict::Apply(Why::Free)
-        );
+        let free = verdict(&s, [6_000, 4_000, 6_100, 100_000], 1.0);
+        assert_eq!(free, Verdict::Apply(Why::Free));
     }
 
     #[test]
     fn a_small_saving_deep_in_the_prefix_waits_and_pays_once_accumulated() {
         let s = scheduler(50_000, 500);
         // 200 tokens saved at 10k: 40k cached tokens would be re-sent.
-        let small = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 200,
-            request_tokens: 50_300,
-        };
-        assert_eq!(s.decide(&small, 100_000, Some(1001.0)), Verdict::Defer);
+        let small = [10_000, 200, 50_300, 100_000];
+        assert_eq!(verdict(&s, small, 1.0), Verdict::Defer);
         // The same break point with 8k accumulated: 8k x 0.5 x 24 >= 32k x 1.5.
-        let big = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 8_000,
-            request_tokens: 42_500,
-        };
-        assert_eq!(
-            s.decide(&big, 100_000, Some(1001.0)),
-            Verdict::Apply(Why::Pays)
-        );
+        let big = [10_000, 8_000, 42_500, 100_000];
+        assert_eq!(verdict(&s, big, 1.0), Verdict::Apply(Why::Pays));
     }
 
     #[test]
     fn size_wins_near_the_threshold_and_a_cold_cache_applies_at_once() {
         let s = scheduler(50_000, 2_000);
-        let small = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 200,
-            request_tokens: 50_300,
-        };
-        assert_eq!(
-            s.decide(&small, 56_000, Some(1001.0)),
-            Verdict::Apply(Why::Size)
-        );
-        assert_eq!(
-            s.decide(&small, 100_000, Some(1000.0 + 301.0)),
-            Verdict::Apply(Why::Cold)
-        );
+        let near = [10_000, 200, 50_300, 56_000];
+        assert_eq!(verdict(&s, near, 1.0), Verdict::Apply(Why::Size));
+        let far = [10_000, 200, 50_300, 100_000];
+        assert_eq!(verdict(&s, far, 301.0), Verdict::Apply(Why::Cold));
         let off = Scheduler::new(ScheduleOptions::every_call());
-        assert_eq!(
-            off.decide(&small, 100_000, None),
-            Verdict::Apply(Why::EveryCall)
-        );
+        assert_eq!(verdict(&off, far, 1.0), Verdict::Apply(Why::EveryCall));
+    }
+
+    fn estimate(request: u64) -> CompactionEstimate {
+        CompactionEstimate {
+            request_tokens: request,
+            head_tokens: 1_500,
+            after_tokens: 5_000,
+            summary_tokens: 800,
+            ..CompactionEstimate::default()
+        }
+    }
+
+    #[test]
+    fn an_early_compaction_waits_until_the_growth_has_cost_what_it_costs() {
+        // OpenAI: F = 2,700 x 1.5 + 800 x 2.0 = 5,650 per million; growth
+        // 500 a call: pays once 0.5 x d^2 / 1,000 >= 5,650, d >= 3,362.
+        let s = scheduler(8_000, 500);
+        assert!(!s.compaction_pays(&estimate(8_300), 16_000));
+        assert!(s.compaction_pays(&estimate(8_400), 16_000));
+        // Never under the floor (half the threshold), with the schedule
+        // off, or before the growth is known.
+        assert!(!s.compaction_pays(&estimate(8_400), 40_000));
+        let off = Scheduler::new(ScheduleOptions::every_call());
+        assert!(!off.compaction_pays(&estimate(15_000), 20_000));
+        assert!(!scheduler(8_000, 0).compaction_pays(&estimate(15_000), 20_000));
+        // A summarizer billed at the session's prices makes it wait longer.
+        let billed = CompactionEstimate {
+            summarizer_input_tokens: 3_000,
+            summarizer_output_tokens: 800,
+            ..estimate(8_400)
+        };
+        assert!(!s.compaction_pays(&billed, 16_000));
+        // Anthropic's cheap reads and dear writes: later still (F =
+        // 2,700 x 3.45 + 800 x 3.75, d >= 6,407).
+        let mut anthropic = scheduler(8_000, 500);
+        anthropic.options.price = PriceModel::preset("anthropic").unwrap();
+        assert!(!anthropic.compaction_pays(&estimate(11_000), 16_000));
+        assert!(anthropic.compaction_pays(&estimate(11_500), 16_000));
     }
 
     #[test]
