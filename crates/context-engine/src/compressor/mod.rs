@@ -715,6 +715,10 @@ struct Persisted {
     last_savings_percent: f64,
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
+    /// The cache-aware schedule's state (digest frontier, last request,
+    /// growth per call): a restarted host decides as the first one would.
+    #[serde(default)]
+    schedule: ScheduleState,
 }
 
 /// How far the rough estimate may grow past the last real count before
@@ -937,7 +941,8 @@ impl ContextEngine for Compressor {
     }
 
     /// The [`EngineState`] and the compressor's own: cooldown (as time
-    /// left), failure and ineffectiveness streaks, the pending effect check.
+    /// left), failure and ineffectiveness streaks, the pending effect check,
+    /// the schedule's state.
     fn snapshot(&self) -> Value {
         let own = Persisted {
             cooldown_left_ms: self
@@ -949,6 +954,7 @@ impl ContextEngine for Compressor {
             last_savings_percent: self.last_savings_percent,
             awaiting_effect: self.awaiting_effect,
             seen_real_usage: self.seen_real_usage,
+            schedule: self.scheduler.state().clone(),
         };
         json!({ "state": self.state, "compressor": own })
     }
@@ -975,6 +981,7 @@ impl ContextEngine for Compressor {
         self.last_savings_percent = own.last_savings_percent;
         self.awaiting_effect = own.awaiting_effect;
         self.seen_real_usage = own.seen_real_usage;
+        self.scheduler.restore(own.schedule);
         Ok(())
     }
 
