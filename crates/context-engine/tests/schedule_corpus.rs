@@ -74,8 +74,14 @@ fn code(rng: &mut Rng, lines: u64) -> String {
             let (a, b) = (word(rng), word(rng));
             match rng.range(0, 4) {
                 0 => format!("{k:>4}  def {a}_{b}(self, {b}=None):"),
-                1 => format!("{k:>4}      {a} = self.{b}.get(\"{a}\", {})", rng.range(0, 99)),
-                2 => format!("{k:>4}      if {a} is None or len({b}) > {}:", rng.range(1, 64)),
+                1 => format!(
+                    "{k:>4}      {a} = self.{b}.get(\"{a}\", {})",
+                    rng.range(0, 99)
+                ),
+                2 => format!(
+                    "{k:>4}      if {a} is None or len({b}) > {}:",
+                    rng.range(1, 64)
+                ),
                 3 => format!("{k:>4}          return {a}_{b}({a}, {b}=True)"),
                 _ => format!("{k:>4}      # keep {a} and {b} in sync"),
             }
@@ -99,20 +105,45 @@ fn coding_session(seed: u64, calls: usize) -> Vec<Message> {
         m
     };
     let tools = (0..40)
-        .map(|k| format!("- tool_{k}: {} the {} of a {}; arguments: path, {}, {}.", word(&mut rng), word(&mut rng), word(&mut rng), word(&mut rng), word(&mut rng)))
+        .map(|k| {
+            format!(
+                "- tool_{k}: {} the {} of a {}; arguments: path, {}, {}.",
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng)
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n");
     let mut m = vec![
-        Message::system(format!("You are a coding agent working in /repo. Use the tools; read before you edit; run the tests after every change.\n\nTools:\n{tools}")),
-        Message::user("Fix the header parser: `parse_header(\"X-Token: 1\")` loses the case of the name. Keep the API; add a regression test."),
+        Message::system(format!(
+            "You are a coding agent working in /repo. Use the tools; read before you edit; run the tests after every change.\n\nTools:\n{tools}"
+        )),
+        Message::user(
+            "Fix the header parser: `parse_header(\"X-Token: 1\")` loses the case of the name. Keep the API; add a regression test.",
+        ),
     ];
     let mut id = 0;
     for step in 0..calls {
         let pause = step % 90 == 89;
         if step > 0 && step % 60 == 0 {
-            let done = tick(Message::assistant(format!("Done with part {}: the tests pass.", step / 60)), &mut rng, pause);
+            let done = tick(
+                Message::assistant(format!("Done with part {}: the tests pass.", step / 60)),
+                &mut rng,
+                pause,
+            );
             m.push(done);
-            let ask = tick(Message::user(format!("Thanks. Now make `{}` handle the `{}` case the same way.", word(&mut rng), word(&mut rng))), &mut rng, false);
+            let ask = tick(
+                Message::user(format!(
+                    "Thanks. Now make `{}` handle the `{}` case the same way.",
+                    word(&mut rng),
+                    word(&mut rng)
+                )),
+                &mut rng,
+                false,
+            );
             m.push(ask);
             continue;
         }
@@ -122,15 +153,30 @@ fn coding_session(seed: u64, calls: usize) -> Vec<Message> {
         let (name, args, output) = match rng.range(0, 9) {
             0..=3 => {
                 let lines = rng.range(30, 150);
-                ("read_file", format!("{{\"path\":\"{file}\"}}"), code(&mut rng, lines))
+                (
+                    "read_file",
+                    format!("{{\"path\":\"{file}\"}}"),
+                    code(&mut rng, lines),
+                )
             }
             4 | 5 => {
                 let hits = rng.range(10, 60);
                 let out = (0..hits)
-                    .map(|k| format!("{file}:{}: {} = {}", k * 7 + 3, word(&mut rng), word(&mut rng)))
+                    .map(|k| {
+                        format!(
+                            "{file}:{}: {} = {}",
+                            k * 7 + 3,
+                            word(&mut rng),
+                            word(&mut rng)
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("\n");
-                ("grep", format!("{{\"pattern\":\"{}\"}}", word(&mut rng)), out)
+                (
+                    "grep",
+                    format!("{{\"pattern\":\"{}\"}}", word(&mut rng)),
+                    out,
+                )
             }
             6 | 7 => {
                 let lines = rng.range(15, 80);
@@ -144,7 +190,11 @@ fn coding_session(seed: u64, calls: usize) -> Vec<Message> {
             }
             _ => (
                 "edit_file",
-                format!("{{\"path\":\"{file}\",\"old\":\"{}\",\"new\":\"{}\"}}", word(&mut rng), word(&mut rng)),
+                format!(
+                    "{{\"path\":\"{file}\",\"old\":\"{}\",\"new\":\"{}\"}}",
+                    word(&mut rng),
+                    word(&mut rng)
+                ),
                 format!("Edited {file}: 3 lines changed."),
             ),
         };
@@ -202,7 +252,10 @@ fn run(
 /// bills and checks what holds on every session; returns the bills.
 fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> CostComparison {
     let mut options = ScheduleOptions::default();
-    if let Some(from) = std::env::var("CTX_SCHEDULE_EARLY_FROM").ok().and_then(|v| v.parse().ok()) {
+    if let Some(from) = std::env::var("CTX_SCHEDULE_EARLY_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         options.early_compaction_from = from;
     }
     let scheduled = run(messages, window, price, options);
@@ -227,20 +280,38 @@ fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> C
         c.scheduled.cache_reuse_share_between_compactions * 100.0,
         c.scheduled.cache_breaks,
     );
-    for (label, line) in [("every-call", &c.every_call_digest), ("scheduled", &c.scheduled)] {
+    for (label, line) in [
+        ("every-call", &c.every_call_digest),
+        ("scheduled", &c.scheduled),
+    ] {
         let p = &line.parts;
         eprintln!(
             "    {label:<10} cached ${:.4} new ${:.4} resent ${:.4} (resent {} tok, {} at compactions) output ${:.4}; {} compactions, {} prompt tok",
-            p.cached, p.new, p.resent, line.resent_tokens, line.resent_tokens_at_compactions, p.output, line.compactions, line.prompt_tokens
+            p.cached,
+            p.new,
+            p.resent,
+            line.resent_tokens,
+            line.resent_tokens_at_compactions,
+            p.output,
+            line.compactions,
+            line.prompt_tokens
         );
     }
-    if std::env::var("CTX_SCHEDULE_DETAIL").is_ok_and(|d| name.contains(&d) && price.name == "openai") {
+    if std::env::var("CTX_SCHEDULE_DETAIL")
+        .is_ok_and(|d| name.contains(&d) && price.name == "openai")
+    {
         for (a, b) in every_call.calls.iter().zip(&r.calls) {
             eprintln!(
                 "  {:>3} unmanaged {:>6}  every {:>6} hit {:>6} resent {:>5}{}  sched {:>6} hit {:>6} resent {:>5}{}",
-                a.call, a.tokens_without_engine, a.tokens_with_engine, a.cache_hit_tokens, a.cache_resent_tokens,
+                a.call,
+                a.tokens_without_engine,
+                a.tokens_with_engine,
+                a.cache_hit_tokens,
+                a.cache_resent_tokens,
                 if a.compaction.is_some() { " C" } else { "  " },
-                b.tokens_with_engine, b.cache_hit_tokens, b.cache_resent_tokens,
+                b.tokens_with_engine,
+                b.cache_hit_tokens,
+                b.cache_resent_tokens,
                 if b.compaction.is_some() { " C" } else { "  " },
             );
         }

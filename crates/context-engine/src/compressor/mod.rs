@@ -37,8 +37,7 @@ use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
 use crate::redact::{Egress, Redactor};
 use crate::schedule::{
-    CompactionEstimate, ScheduleOptions, ScheduleState, Scheduler, schedule_prune,
-    scheduled_digest,
+    CompactionEstimate, ScheduleOptions, ScheduleState, Scheduler, schedule_prune, scheduled_digest,
 };
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
