@@ -16,6 +16,8 @@
 
 mod common;
 
+use common::Rng;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -42,30 +44,13 @@ fn counter() -> Arc<dyn TokenCounter> {
     Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)))
 }
 
-/// A tiny deterministic generator (an LCG): the same sessions on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 const WORDS: &[&str] = &[
     "value", "config", "result", "items", "parser", "token", "offset", "buffer", "handler",
     "record", "schema", "field", "index", "cache", "limit", "retry", "stream", "header",
 ];
 
 fn word(rng: &mut Rng) -> &'static str {
-    WORDS[(rng.next() % WORDS.len() as u64) as usize]
+    rng.pick(WORDS)
 }
 
 fn code(rng: &mut Rng, lines: u64) -> String {
