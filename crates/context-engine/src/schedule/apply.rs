@@ -60,19 +60,28 @@ pub fn scheduled_digest<'a>(
         through = target;
         verdict = Some(Verdict::Apply(Why::Rewritten));
     } else if target > frontier {
-        let held = batches.digest_through(messages, opts, frontier);
+        // One digest pass: the held view is the advanced one before the
+        // first batch past the frontier (batch `k` is digested identically
+        // whatever the frontier) and the messages as they are from there on.
         let advanced = batches.digest_through(messages, opts, target);
+        let from = starts.get(frontier).copied().unwrap_or(messages.len());
         // The cache breaks at the first message the step changes (a
         // result), not at the batch's call, which stays as it was. The
         // views agree before it, so the prefix is counted once.
-        let at = held
-            .0
-            .iter()
-            .zip(&advanced.0)
-            .position(|(h, a)| h != a)
-            .unwrap_or(advanced.0.len());
+        let at = (from..messages.len())
+            .find(|&i| {
+                advanced
+                    .0
+                    .get(i)
+                    .is_some_and(|a| a.as_ref() != &messages[i])
+            })
+            .unwrap_or(messages.len());
         let at_tokens = count(counter, &advanced.0[..at]);
-        let held_tokens = at_tokens + count(counter, &held.0[at..]);
+        let held_tokens = at_tokens
+            + messages[at..]
+                .iter()
+                .map(|m| counter.count_message(m) as u64)
+                .sum::<u64>();
         let advanced_tokens = at_tokens + count(counter, &advanced.0[at..]);
         let overhead = counter.request_overhead() as u64;
         let edit = Edit {
@@ -85,6 +94,9 @@ pub fn scheduled_digest<'a>(
             through = target;
             (advanced, advanced_tokens + overhead)
         } else {
+            // Deferred (rare: most steps are free): the held view with its
+            // own report.
+            let held = batches.digest_through(messages, opts, frontier);
             (held, held_tokens + overhead)
         });
         verdict = Some(v);
