@@ -3,7 +3,8 @@
 //! `record_request`), and the whole scheduled digest of every request of a
 //! turn-by-turn replay of the largest corpus transcript next to the plain
 //! digest (the schedule's overhead: a second digest pass and token counts
-//! when steps are pending).
+//! when steps are pending), and the compressor's preflight with the early
+//! compaction check.
 //!
 //! `cargo bench -p context-engine --bench schedule -- --warm-up-time 1 --measurement-time 3`
 
@@ -11,8 +12,10 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use context_engine::compressor::Compressor;
 use context_engine::digest::{DigestOptions, digest_view};
-use context_engine::message::Role;
+use context_engine::engine::{ContextEngine, SelectRequest};
+use context_engine::message::{Message, Role};
 use context_engine::schedule::{Edit, ScheduleOptions, Scheduler, scheduled_digest};
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
@@ -82,6 +85,32 @@ fn bench_schedule(c: &mut Criterion) {
                     96_000,
                     Some(k as f64),
                 ));
+            }
+        })
+    });
+    // The compressor's preflight with the early-compaction check (a plan
+    // of the request and the cost model), at half astropy's peak: on the
+    // upper half of the threshold it runs on every call.
+    let views: Vec<Vec<Message>> = {
+        let mut engine = Compressor::new(Arc::clone(&counter), 16_988);
+        calls
+            .iter()
+            .map(|&i| {
+                let request = SelectRequest::new(&m[..i], &m[..i]);
+                engine
+                    .select_context(&request)
+                    .unwrap_or_else(|| m[..i].to_vec())
+            })
+            .collect()
+    };
+    let mut engine = Compressor::new(Arc::clone(&counter), 16_988);
+    for v in &views {
+        engine.select_context(&SelectRequest::new(v, v));
+    }
+    group.bench_function("preflight_with_early_compaction_per_request", |b| {
+        b.iter(|| {
+            for v in &views {
+                black_box(engine.should_compress_preflight(v));
             }
         })
     });

@@ -1,24 +1,34 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The cache-aware schedule on real sessions: on every corpus transcript
-//! and the project's generated example, at half the session's peak request
+//! The cache-aware schedule on real sessions: on every corpus transcript,
+//! the project's generated example and a long generated coding session
+//! (210 calls with large tool outputs), at half the session's peak request
 //! and at 128K, with OpenAI's and Anthropic's cache models, the scheduled
 //! engine's estimated bill is no higher than the engine digesting on every
 //! call, lower than the unmanaged agent's wherever the unmanaged requests
-//! fit the window, and no request passes the window.
+//! fit the window, and no request passes the window. On the long session
+//! it is at least 10% under the every-call engine's and the cache's hit
+//! share between compactions is at least 95% of the unmanaged agent's.
+//!
+//! Run with `--nocapture` for the bills, split by what the tokens were
+//! billed as; `CTX_SCHEDULE_DETAIL=<name part>` adds the calls of the
+//! matching sessions (OpenAI prices) and `CTX_SCHEDULE_EARLY_FROM=1`
+//! replays without early compaction (the figures before it).
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::Rng;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use context_engine::compressor::{Compressor, CompressorOptions};
 use context_engine::host::Session;
 use context_engine::pricing::PriceModel;
-use context_engine::replay::{ReplayOptions, ReplayReport, replay};
+use context_engine::replay::{CostComparison, ReplayOptions, ReplayReport, replay};
 use context_engine::schedule::ScheduleOptions;
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
-use context_engine::{Message, Role};
+use context_engine::{Message, Role, ToolCall};
 
 /// The corpus transcripts (the shared helper: `CTX_CORPUS_DIR`, else
 /// `shared/corpus`; missing, it fails under `CI=true` and skips with the
@@ -32,6 +42,162 @@ fn sessions() -> Option<Vec<PathBuf>> {
 
 fn counter() -> Arc<dyn TokenCounter> {
     Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)))
+}
+
+const WORDS: &[&str] = &[
+    "value", "config", "result", "items", "parser", "token", "offset", "buffer", "handler",
+    "record", "schema", "field", "index", "cache", "limit", "retry", "stream", "header",
+];
+
+fn word(rng: &mut Rng) -> &'static str {
+    rng.pick(WORDS)
+}
+
+fn code(rng: &mut Rng, lines: u64) -> String {
+    (0..lines)
+        .map(|k| {
+            let (a, b) = (word(rng), word(rng));
+            match rng.range(0, 4) {
+                0 => format!("{k:>4}  def {a}_{b}(self, {b}=None):"),
+                1 => format!(
+                    "{k:>4}      {a} = self.{b}.get(\"{a}\", {})",
+                    rng.range(0, 99)
+                ),
+                2 => format!(
+                    "{k:>4}      if {a} is None or len({b}) > {}:",
+                    rng.range(1, 64)
+                ),
+                3 => format!("{k:>4}          return {a}_{b}({a}, {b}=True)"),
+                _ => format!("{k:>4}      # keep {a} and {b} in sync"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A long generated coding session with tool calls: a 1.5k-token system
+/// prompt, a task, `calls` model calls reading files (3-14 KB), grepping,
+/// running tests (failure logs) and editing, a new ask every 60 calls, a
+/// few seconds to half a minute between calls and a 10-minute pause every
+/// 90 calls (the cache expires).
+fn coding_session(seed: u64, calls: usize) -> Vec<Message> {
+    let mut rng = Rng(seed);
+    let mut at = 1_750_000_000.0;
+    let mut tick = |m: Message, rng: &mut Rng, pause: bool| {
+        at += rng.range(3, 30) as f64 + if pause { 600.0 } else { 0.0 };
+        let mut m = m;
+        m.extra.insert("timestamp".into(), at.into());
+        m
+    };
+    let tools = (0..40)
+        .map(|k| {
+            format!(
+                "- tool_{k}: {} the {} of a {}; arguments: path, {}, {}.",
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng),
+                word(&mut rng)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut m = vec![
+        Message::system(format!(
+            "You are a coding agent working in /repo. Use the tools; read before you edit; run the tests after every change.\n\nTools:\n{tools}"
+        )),
+        Message::user(
+            "Fix the header parser: `parse_header(\"X-Token: 1\")` loses the case of the name. Keep the API; add a regression test.",
+        ),
+    ];
+    let mut id = 0;
+    for step in 0..calls {
+        let pause = step % 90 == 89;
+        if step > 0 && step % 60 == 0 {
+            let done = tick(
+                Message::assistant(format!("Done with part {}: the tests pass.", step / 60)),
+                &mut rng,
+                pause,
+            );
+            m.push(done);
+            let ask = tick(
+                Message::user(format!(
+                    "Thanks. Now make `{}` handle the `{}` case the same way.",
+                    word(&mut rng),
+                    word(&mut rng)
+                )),
+                &mut rng,
+                false,
+            );
+            m.push(ask);
+            continue;
+        }
+        id += 1;
+        let call_id = format!("call_{id}");
+        let file = format!("src/{}/{}.py", word(&mut rng), word(&mut rng));
+        let (name, args, output) = match rng.range(0, 9) {
+            0..=3 => {
+                let lines = rng.range(30, 150);
+                (
+                    "read_file",
+                    format!("{{\"path\":\"{file}\"}}"),
+                    code(&mut rng, lines),
+                )
+            }
+            4 | 5 => {
+                let hits = rng.range(10, 60);
+                let out = (0..hits)
+                    .map(|k| {
+                        format!(
+                            "{file}:{}: {} = {}",
+                            k * 7 + 3,
+                            word(&mut rng),
+                            word(&mut rng)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (
+                    "grep",
+                    format!("{{\"pattern\":\"{}\"}}", word(&mut rng)),
+                    out,
+                )
+            }
+            6 | 7 => {
+                let lines = rng.range(15, 80);
+                let log = format!(
+                    "===== test session starts =====\ncollected 212 items\n\nFAILURES\n{}\nE   AssertionError: {} != {}\n===== 1 failed, 211 passed =====",
+                    code(&mut rng, lines),
+                    word(&mut rng),
+                    word(&mut rng)
+                );
+                ("run_tests", "{}".to_owned(), log)
+            }
+            _ => (
+                "edit_file",
+                format!(
+                    "{{\"path\":\"{file}\",\"old\":\"{}\",\"new\":\"{}\"}}",
+                    word(&mut rng),
+                    word(&mut rng)
+                ),
+                format!("Edited {file}: 3 lines changed."),
+            ),
+        };
+        let call = tick(
+            Message::assistant_tool_calls(
+                format!("Step {step}: checking {file}."),
+                vec![ToolCall::function(call_id.clone(), name, args)],
+            ),
+            &mut rng,
+            pause,
+        );
+        m.push(call);
+        let result = tick(Message::tool_result(call_id, output), &mut rng, false);
+        m.push(result);
+    }
+    let end = tick(Message::assistant("All done."), &mut rng, false);
+    m.push(end);
+    m
 }
 
 /// The largest request the unmanaged agent sent.
@@ -67,26 +233,74 @@ fn run(
     .unwrap()
 }
 
-fn check(path: &Path, window: u64, price: &PriceModel, messages: &[Message]) {
-    let scheduled = run(messages, window, price, ScheduleOptions::default());
+/// Replays `messages` scheduled and with every-call digests, prints the
+/// bills and checks what holds on every session; returns the bills.
+fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> CostComparison {
+    let mut options = ScheduleOptions::default();
+    if let Some(from) = std::env::var("CTX_SCHEDULE_EARLY_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options.early_compaction_from = from;
+    }
+    let scheduled = run(messages, window, price, options);
     let every_call = run(messages, window, price, ScheduleOptions::every_call());
     let r = scheduled.with_baseline(&every_call);
     let c = r.costs.as_ref().unwrap();
-    let name = common::name(path);
     eprintln!(
-        "{name:<40} {:>7} {:<12} unmanaged ${:.4} ({:.0}%)  every-call ${:.4} ({:.0}%, {:.0}% between)  scheduled ${:.4} ({:.0}%, {:.0}% between, {} breaks)",
+        "{name:<40} {:>7} {:<12} unmanaged ${:.4} ({:.0}%, reuse {:.1}%)  every-call ${:.4} ({:.0}%, {:.0}% between, reuse {:.1}%)  scheduled ${:.4} ({:+.1}%; {:.0}%, {:.0}% between, reuse {:.1}%, {} breaks)",
         window,
         price.name,
         c.unmanaged.estimated_cost,
         c.unmanaged.cache_hit_share * 100.0,
+        c.unmanaged.cache_reuse_share_between_compactions * 100.0,
         c.every_call_digest.estimated_cost,
         c.every_call_digest.cache_hit_share * 100.0,
         c.every_call_digest.cache_hit_share_between_compactions * 100.0,
+        c.every_call_digest.cache_reuse_share_between_compactions * 100.0,
         c.scheduled.estimated_cost,
+        (c.scheduled.estimated_cost / c.every_call_digest.estimated_cost - 1.0) * 100.0,
         c.scheduled.cache_hit_share * 100.0,
         c.scheduled.cache_hit_share_between_compactions * 100.0,
+        c.scheduled.cache_reuse_share_between_compactions * 100.0,
         c.scheduled.cache_breaks,
     );
+    for (label, line) in [
+        ("every-call", &c.every_call_digest),
+        ("scheduled", &c.scheduled),
+    ] {
+        let p = &line.parts;
+        eprintln!(
+            "    {label:<10} cached ${:.4} new ${:.4} resent ${:.4} (resent {} tok, {} at compactions) output ${:.4}; {} compactions, {} prompt tok",
+            p.cached,
+            p.new,
+            p.resent,
+            line.resent_tokens,
+            line.resent_tokens_at_compactions,
+            p.output,
+            line.compactions,
+            line.prompt_tokens
+        );
+    }
+    if std::env::var("CTX_SCHEDULE_DETAIL")
+        .is_ok_and(|d| name.contains(&d) && price.name == "openai")
+    {
+        for (a, b) in every_call.calls.iter().zip(&r.calls) {
+            eprintln!(
+                "  {:>3} unmanaged {:>6}  every {:>6} hit {:>6} resent {:>5}{}  sched {:>6} hit {:>6} resent {:>5}{}",
+                a.call,
+                a.tokens_without_engine,
+                a.tokens_with_engine,
+                a.cache_hit_tokens,
+                a.cache_resent_tokens,
+                if a.compaction.is_some() { " C" } else { "  " },
+                b.tokens_with_engine,
+                b.cache_hit_tokens,
+                b.cache_resent_tokens,
+                if b.compaction.is_some() { " C" } else { "  " },
+            );
+        }
+    }
     assert!(
         r.calls.iter().all(|c| c.violations_introduced == 0),
         "{name} at {window}: a request broke a provider rule"
@@ -107,7 +321,7 @@ fn check(path: &Path, window: u64, price: &PriceModel, messages: &[Message]) {
     // window; past it, size wins and the compactions that cost cache are
     // what makes the session possible at all.
     if r.totals.largest_request_without_engine > window {
-        return;
+        return c.clone();
     }
     assert!(
         c.scheduled.estimated_cost <= c.unmanaged.estimated_cost * (1.0 + 1e-9),
@@ -121,6 +335,7 @@ fn check(path: &Path, window: u64, price: &PriceModel, messages: &[Message]) {
             price.name
         );
     }
+    c.clone()
 }
 
 #[test]
@@ -134,7 +349,37 @@ fn the_schedule_costs_no_more_than_every_call_digests_and_less_than_no_engine() 
         let half_peak = (peak(messages, counter.as_ref()) / 2).max(1_000);
         for window in [half_peak, 128_000] {
             for price in &presets {
-                check(&path, window, price, messages);
+                check(&common::name(&path), window, price, messages);
+            }
+        }
+    }
+}
+
+#[test]
+fn on_long_generated_sessions_too() {
+    let counter = counter();
+    let presets = ["openai", "anthropic"].map(|p| PriceModel::preset(p).unwrap());
+    for (seed, calls) in [(1, 210)] {
+        let messages = coding_session(seed, calls);
+        let name = format!("generated seed {seed}, {calls} calls");
+        let half_peak = (peak(&messages, counter.as_ref()) / 2).max(1_000);
+        for window in [half_peak, 128_000] {
+            for price in &presets {
+                let c = check(&name, window, price, &messages);
+                // Long sessions: at least 10% under the every-call engine,
+                // and the cache serves between compactions at least 95% of
+                // what it serves the unmanaged agent.
+                assert!(
+                    c.scheduled.estimated_cost <= 0.9 * c.every_call_digest.estimated_cost,
+                    "{name} at {window} ({}): {c:?}",
+                    price.name
+                );
+                assert!(
+                    c.scheduled.cache_hit_share_between_compactions
+                        >= 0.95 * c.unmanaged.cache_hit_share,
+                    "{name} at {window} ({}): {c:?}",
+                    price.name
+                );
             }
         }
     }

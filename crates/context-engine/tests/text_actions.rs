@@ -30,6 +30,8 @@ use context_engine::{Message, ToolCall};
 
 mod common;
 
+use common::Rng;
+
 fn counter() -> Arc<dyn TokenCounter> {
     Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)))
 }
@@ -37,28 +39,6 @@ fn counter() -> Arc<dyn TokenCounter> {
 fn corpus(name: &str) -> Option<Vec<Message>> {
     let dir = common::corpus_dir()?;
     Some(Transcript::load(dir.join(name)).unwrap().messages)
-}
-
-/// A tiny deterministic generator (an LCG), so the sessions are the same
-/// on every run and every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
 }
 
 const WORDS: &[&str] = &[

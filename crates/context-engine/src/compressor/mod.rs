@@ -37,7 +37,7 @@ use crate::message::{Content, Message};
 use crate::prune::{PruneOptions, prune};
 use crate::redact::{Egress, Redactor};
 use crate::schedule::{
-    ScheduleOptions, ScheduleState, Scheduler, schedule_prune, scheduled_digest,
+    CompactionEstimate, ScheduleOptions, ScheduleState, Scheduler, schedule_prune, scheduled_digest,
 };
 use crate::summarize::extractive::ExtractiveSummarizer;
 use crate::summarize::{FailureAction, SummarizeError, Summarizer, SummaryRequest};
@@ -496,6 +496,45 @@ impl Compressor {
         (cuts.is_safe(head_end) && cuts.is_safe(tail_start)).then_some(ready)
     }
 
+    /// Whether compacting the request `messages` (`tokens` long) now,
+    /// before the threshold, pays for itself (see
+    /// [`Scheduler::compaction_pays`]). The extractive summarizer runs
+    /// locally and costs nothing; any other is priced as a call to the
+    /// session's provider.
+    fn early_compaction_pays(&self, messages: &[Message], tokens: u64) -> bool {
+        let threshold = self.state.threshold_tokens;
+        let from = self.options.schedule.early_compaction_from;
+        if !self.options.schedule.enabled
+            || threshold == 0
+            || tokens >= threshold
+            || (tokens as f64) < from * threshold as f64
+            || self.scheduler.state().growth_per_call == 0
+        {
+            return false;
+        }
+        let Ok(plan) = self.plan(messages) else {
+            return false;
+        };
+        let c = self.counter.as_ref();
+        let head: usize = messages[..plan.head_end]
+            .iter()
+            .chain(plan.pinned.map(|u| &messages[u]))
+            .map(|m| c.count_message(m))
+            .sum();
+        let span = self.span_estimate(messages, &plan);
+        let summary = self.target_tokens(span) as u64;
+        let billed = self.primary.name() != self.fallback.name();
+        let estimate = CompactionEstimate {
+            request_tokens: tokens,
+            head_tokens: (head + c.request_overhead()) as u64,
+            after_tokens: self.kept_estimate(messages, &plan),
+            summary_tokens: summary,
+            summarizer_input_tokens: if billed { span as u64 } else { 0 },
+            summarizer_output_tokens: if billed { summary } else { 0 },
+        };
+        self.scheduler.compaction_pays(&estimate, threshold)
+    }
+
     fn start_cooldown(&mut self, error: &SummarizeError) -> Duration {
         let length = match error {
             SummarizeError::NotConfigured(_) => COOLDOWN_NOT_CONFIGURED,
@@ -749,6 +788,10 @@ struct Persisted {
     last_savings_percent: f64,
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
+    /// The cache-aware schedule's state (digest frontier, last request,
+    /// growth per call): a restarted host decides as the first one would.
+    #[serde(default)]
+    schedule: ScheduleState,
 }
 
 /// The summarizer's input for one span, owned so a background job can
@@ -991,11 +1034,14 @@ impl ContextEngine for Compressor {
         changed.then(|| digest.view.into_iter().map(Cow::into_owned).collect())
     }
 
+    /// At the threshold (unless deferred to real usage), or before it when
+    /// the cost model says an early compaction pays (see
+    /// [`Scheduler::compaction_pays`]); never while blocked.
     fn should_compress_preflight(&self, messages: &[Message]) -> bool {
         let rough = self.counter.count_messages(messages) as u64;
-        self.state.exceeds_threshold(Some(rough))
-            && !self.should_defer_preflight_to_real_usage(rough)
-            && self.block_reason().is_none()
+        let due = self.state.exceeds_threshold(Some(rough))
+            && !self.should_defer_preflight_to_real_usage(rough);
+        (due || self.early_compaction_pays(messages, rough)) && self.block_reason().is_none()
     }
 
     /// Defer while awaiting real usage, and while the last real count was
@@ -1050,7 +1096,8 @@ impl ContextEngine for Compressor {
     }
 
     /// The [`EngineState`] and the compressor's own: cooldown (as time
-    /// left), failure and ineffectiveness streaks, the pending effect check.
+    /// left), failure and ineffectiveness streaks, the pending effect check,
+    /// the schedule's state.
     fn snapshot(&self) -> Value {
         let own = Persisted {
             cooldown_left_ms: self
@@ -1062,6 +1109,7 @@ impl ContextEngine for Compressor {
             last_savings_percent: self.last_savings_percent,
             awaiting_effect: self.awaiting_effect,
             seen_real_usage: self.seen_real_usage,
+            schedule: self.scheduler.state().clone(),
         };
         json!({ "state": self.state, "compressor": own })
     }
@@ -1088,6 +1136,7 @@ impl ContextEngine for Compressor {
         self.last_savings_percent = own.last_savings_percent;
         self.awaiting_effect = own.awaiting_effect;
         self.seen_real_usage = own.seen_real_usage;
+        self.scheduler.restore(own.schedule);
         Ok(())
     }
 

@@ -239,13 +239,42 @@ pub fn digest_through<'a>(
     opts: &DigestOptions,
     batches: usize,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
-    let reentries = validate::reentries(messages);
-    let frontier = batch_starts_with(messages, &reentries)
-        .get(batches)
-        .copied()
-        .unwrap_or(usize::MAX);
-    let kept_from = kept_from(messages, &reentries, opts.keep_batches);
-    digest_until(messages, opts, frontier.min(kept_from), &reentries)
+    Batches::of(messages).digest_through(messages, opts, batches)
+}
+
+/// The tool batches of one transcript and its re-entries, found once and
+/// shared by the digest passes over it (a schedule weighing a step digests
+/// the same request twice).
+#[derive(Clone, Debug)]
+pub struct Batches {
+    reentries: Vec<bool>,
+    starts: Vec<usize>,
+}
+
+impl Batches {
+    /// The batches of `messages` (see [`batch_starts`]).
+    pub fn of(messages: &[Message]) -> Batches {
+        let reentries = validate::reentries(messages);
+        let starts = batch_starts_with(messages, &reentries);
+        Batches { reentries, starts }
+    }
+
+    /// The index of the message opening each batch, oldest first.
+    pub fn starts(&self) -> &[usize] {
+        &self.starts
+    }
+
+    /// [`digest_through`] on the `messages` these batches were found in.
+    pub fn digest_through<'a>(
+        &self,
+        messages: &'a [Message],
+        opts: &DigestOptions,
+        batches: usize,
+    ) -> (Vec<Cow<'a, Message>>, DigestReport) {
+        let frontier = self.starts.get(batches).copied().unwrap_or(usize::MAX);
+        let kept_from = kept_from_starts(&self.starts, opts.keep_batches);
+        digest_until(messages, opts, frontier.min(kept_from), &self.reentries)
+    }
 }
 
 /// Digests results of batches opening before `kept_from`.
@@ -325,10 +354,14 @@ fn starts_call_batch(message: &Message) -> bool {
 /// envelopes) of batches starting at or after it stay whole. `usize::MAX`
 /// when no batch is kept.
 fn kept_from(messages: &[Message], reentries: &[bool], keep: usize) -> usize {
+    kept_from_starts(&batch_starts_with(messages, reentries), keep)
+}
+
+/// [`kept_from`] with the batches already found.
+fn kept_from_starts(starts: &[usize], keep: usize) -> usize {
     if keep == 0 {
         return usize::MAX;
     }
-    let starts = batch_starts_with(messages, reentries);
     starts
         .len()
         .checked_sub(keep)

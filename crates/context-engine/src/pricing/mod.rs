@@ -64,6 +64,37 @@ impl CacheModel {
     }
 }
 
+/// A bill split by what its tokens were billed as (see
+/// [`PriceModel::cost_parts`]), in the price model's currency.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CostParts {
+    /// Prompt tokens read from the cache.
+    pub cached: f64,
+    /// Uncached prompt tokens no earlier request had: new content.
+    pub new: f64,
+    /// Uncached prompt tokens an earlier request had, sent again because
+    /// an edit before them broke the cache (compaction, digest step,
+    /// prune).
+    pub resent: f64,
+    /// Completion tokens.
+    pub output: f64,
+}
+
+impl CostParts {
+    /// The whole bill.
+    pub fn total(&self) -> f64 {
+        self.cached + self.new + self.resent + self.output
+    }
+
+    /// Adds `other` to this bill.
+    pub fn add(&mut self, other: &CostParts) {
+        self.cached += other.cached;
+        self.new += other.new;
+        self.resent += other.resent;
+        self.output += other.output;
+    }
+}
+
 /// Prices per million tokens and the cache that goes with them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -176,6 +207,28 @@ impl PriceModel {
             + cached as f64 * self.cached_input_per_million
             + output as f64 * self.output_per_million)
             / 1_000_000.0
+    }
+
+    /// [`cost`](Self::cost) split by what the tokens were billed as: of
+    /// the `prompt - cached` uncached tokens, `resent` (at most all of
+    /// them) are content an earlier request had cached and an edit before
+    /// it made the provider read again (see
+    /// [`CacheLookup::resent_tokens`]); the rest is new content.
+    pub fn cost_parts(&self, prompt: u64, cached: u64, resent: u64, output: u64) -> CostParts {
+        let cached = cached.min(prompt);
+        let uncached = prompt - cached;
+        let resent = resent.min(uncached);
+        let write = if prompt >= self.cache.min_prefix_tokens {
+            self.cache_write_per_million
+        } else {
+            self.input_per_million
+        };
+        CostParts {
+            cached: cached as f64 * self.cached_input_per_million / 1_000_000.0,
+            new: (uncached - resent) as f64 * write / 1_000_000.0,
+            resent: resent as f64 * write / 1_000_000.0,
+            output: output as f64 * self.output_per_million / 1_000_000.0,
+        }
     }
 
     /// What re-sending one cached token uncached costs more than reading

@@ -22,7 +22,7 @@ use crate::compressor::fit::{FitStep, Unfittable};
 use crate::engine::Usage;
 use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
-use crate::pricing::PromptCache;
+use crate::pricing::{CostParts, PromptCache};
 use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::validate::{
@@ -116,6 +116,16 @@ pub struct CallRecord {
     /// [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)), or the
     /// cache had expired.
     pub cache_broke: bool,
+    /// Tokens of the engine's request that the previous request had after
+    /// the point where this one changed it: cached content sent again at
+    /// the full price (see [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)).
+    pub cache_resent_tokens: u64,
+    /// Tokens of the engine's request that an earlier request had too: the
+    /// common prefix before the cache's rounding, plus the re-sent tokens.
+    /// What the cache could at best have served.
+    pub cache_reusable_tokens: u64,
+    /// The same for the unmanaged agent.
+    pub cache_reusable_tokens_without_engine: u64,
     /// When the call was made, in seconds since the Unix epoch, when the
     /// recording has timestamps.
     pub sent_at: Option<f64>,
@@ -175,6 +185,22 @@ pub struct Totals {
     pub cache_hit_share_between_compactions: f64,
     /// Calls whose request broke the engine's cache.
     pub cache_breaks: usize,
+    /// Of the tokens an earlier request had too, the share the cache
+    /// served, over the calls that do not follow a compaction: what the
+    /// engine's edits and the cache's rounding kept of the reusable prefix
+    /// (the hit share also falls when the engine shrinks the request, since
+    /// the new content of each call stays the same).
+    pub cache_reuse_share_between_compactions: f64,
+    /// The same for the unmanaged agent, over every call.
+    pub cache_reuse_share_without_engine: f64,
+    /// Tokens sent again uncached after a break, over all calls.
+    pub resent_tokens: u64,
+    /// The same, on the calls right after a compaction.
+    pub resent_tokens_at_compactions: u64,
+    /// The engine's bill by what its tokens were billed as.
+    pub cost_parts_with_engine: CostParts,
+    /// The unmanaged agent's.
+    pub cost_parts_without_engine: CostParts,
     /// Estimated cost with the engine, in the price model's currency.
     pub estimated_cost_with_engine: f64,
     /// Estimated cost without it.
@@ -281,8 +307,18 @@ pub struct CostLine {
     pub cache_hit_share: f64,
     /// The same over calls not preceded by a compaction.
     pub cache_hit_share_between_compactions: f64,
+    /// Of the tokens an earlier request had too, the share read from the
+    /// cache, over calls not preceded by a compaction.
+    pub cache_reuse_share_between_compactions: f64,
     /// Calls that broke the cache.
     pub cache_breaks: usize,
+    /// Tokens sent again uncached after a break.
+    pub resent_tokens: u64,
+    /// The same, on the calls right after a compaction.
+    pub resent_tokens_at_compactions: u64,
+    /// The bill by what its tokens were billed as: cache reads, new
+    /// content, content re-sent after a break, output.
+    pub parts: CostParts,
     /// Compactions.
     pub compactions: usize,
 }
@@ -307,7 +343,11 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens,
             cache_hit_share: t.cache_hit_share,
             cache_hit_share_between_compactions: t.cache_hit_share_between_compactions,
+            cache_reuse_share_between_compactions: t.cache_reuse_share_between_compactions,
             cache_breaks: t.cache_breaks,
+            resent_tokens: t.resent_tokens,
+            resent_tokens_at_compactions: t.resent_tokens_at_compactions,
+            parts: t.cost_parts_with_engine,
             compactions: t.compactions,
         }
     }
@@ -319,7 +359,11 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens_without_engine,
             cache_hit_share: t.cache_hit_share_without_engine,
             cache_hit_share_between_compactions: t.cache_hit_share_without_engine,
+            cache_reuse_share_between_compactions: t.cache_reuse_share_without_engine,
             cache_breaks: 0,
+            resent_tokens: 0,
+            resent_tokens_at_compactions: 0,
+            parts: t.cost_parts_without_engine,
             compactions: 0,
         }
     }
@@ -489,9 +533,7 @@ pub fn replay(
         let hit = cache.lookup_and_store(&request, sent_at, counter);
         let cache_hit_tokens = hit.hit_tokens;
         let cache_broke = hit.resent_tokens > 0 || hit.expired;
-        let cache_hit_tokens_without_engine = unmanaged_cache
-            .lookup_and_store(unmanaged, sent_at, counter)
-            .hit_tokens;
+        let unmanaged_hit = unmanaged_cache.lookup_and_store(unmanaged, sent_at, counter);
 
         let answer = &recording[index];
         let recorded = recorded_prompt_tokens(answer);
@@ -530,7 +572,11 @@ pub fn replay(
             recorded_prompt_tokens: recorded,
             completion_tokens,
             cache_hit_tokens,
-            cache_hit_tokens_without_engine,
+            cache_hit_tokens_without_engine: unmanaged_hit.hit_tokens,
+            cache_resent_tokens: hit.resent_tokens,
+            cache_reusable_tokens: hit.common_tokens + hit.resent_tokens,
+            cache_reusable_tokens_without_engine: unmanaged_hit.common_tokens
+                + unmanaged_hit.resent_tokens,
             cache_broke,
             sent_at,
             compaction,
@@ -669,6 +715,22 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
             c.cache_hit_tokens_without_engine,
             c.completion_tokens,
         );
+        t.cost_parts_with_engine.add(&price.cost_parts(
+            c.tokens_with_engine,
+            c.cache_hit_tokens,
+            c.cache_resent_tokens,
+            c.completion_tokens,
+        ));
+        t.cost_parts_without_engine.add(&price.cost_parts(
+            c.tokens_without_engine,
+            c.cache_hit_tokens_without_engine,
+            0,
+            c.completion_tokens,
+        ));
+        t.resent_tokens += c.cache_resent_tokens;
+        if c.compaction.is_some() {
+            t.resent_tokens_at_compactions += c.cache_resent_tokens;
+        }
         t.largest_request_with_engine = t.largest_request_with_engine.max(c.tokens_with_engine);
         t.largest_request_without_engine = t
             .largest_request_without_engine
@@ -711,15 +773,21 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         t.cache_hit_tokens_without_engine,
         t.prompt_tokens_without_engine,
     );
-    let (mut hits, mut sent) = (0, 0);
+    let (mut hits, mut sent, mut reusable) = (0, 0, 0);
+    let mut unmanaged_reusable = 0;
     for c in calls {
         if c.compaction.is_none() {
             hits += c.cache_hit_tokens;
             sent += c.tokens_with_engine;
+            reusable += c.cache_reusable_tokens;
         }
+        unmanaged_reusable += c.cache_reusable_tokens_without_engine;
         t.cache_breaks += usize::from(c.cache_broke);
     }
     t.cache_hit_share_between_compactions = ratio(hits, sent);
+    t.cache_reuse_share_between_compactions = ratio(hits, reusable);
+    t.cache_reuse_share_without_engine =
+        ratio(t.cache_hit_tokens_without_engine, unmanaged_reusable);
     let mut times: Vec<f64> = calls
         .iter()
         .map(|c| c.engine_time.as_secs_f64() * 1000.0)

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{Edit, Scheduler, Verdict, Why};
-use crate::digest::{DigestOptions, DigestReport, batch_starts, digest_through};
+use crate::digest::{Batches, DigestOptions, DigestReport};
 use crate::message::Message;
 use crate::tokens::TokenCounter;
 
@@ -36,7 +36,9 @@ pub fn scheduled_digest<'a>(
     threshold_tokens: u64,
     now: Option<f64>,
 ) -> ScheduledDigest<'a> {
-    let starts = batch_starts(messages);
+    // Batches and re-entries found once, shared by every pass below.
+    let batches = Batches::of(messages);
+    let starts = batches.starts();
     let target = starts.len().saturating_sub(opts.keep_batches);
     let state = scheduler.state();
     // The frontier holds only while the batch it ends with is still the
@@ -44,7 +46,7 @@ pub fn scheduled_digest<'a>(
     // before it (compaction, prune) and the cache broke there anyway.
     let anchored = state.digested_batches == 0
         || (state.digested_batches <= starts.len()
-            && state.anchor == anchor_of(messages, &starts, state.digested_batches));
+            && state.anchor == anchor_of(messages, starts, state.digested_batches));
     let frontier = if anchored {
         state.digested_batches.min(target)
     } else {
@@ -58,19 +60,28 @@ pub fn scheduled_digest<'a>(
         through = target;
         verdict = Some(Verdict::Apply(Why::Rewritten));
     } else if target > frontier {
-        let held = digest_through(messages, opts, frontier);
-        let advanced = digest_through(messages, opts, target);
+        // One digest pass: the held view is the advanced one before the
+        // first batch past the frontier (batch `k` is digested identically
+        // whatever the frontier) and the messages as they are from there on.
+        let advanced = batches.digest_through(messages, opts, target);
+        let from = starts.get(frontier).copied().unwrap_or(messages.len());
         // The cache breaks at the first message the step changes (a
         // result), not at the batch's call, which stays as it was. The
         // views agree before it, so the prefix is counted once.
-        let at = held
-            .0
-            .iter()
-            .zip(&advanced.0)
-            .position(|(h, a)| h != a)
-            .unwrap_or(advanced.0.len());
+        let at = (from..messages.len())
+            .find(|&i| {
+                advanced
+                    .0
+                    .get(i)
+                    .is_some_and(|a| a.as_ref() != &messages[i])
+            })
+            .unwrap_or(messages.len());
         let at_tokens = count(counter, &advanced.0[..at]);
-        let held_tokens = at_tokens + count(counter, &held.0[at..]);
+        let held_tokens = at_tokens
+            + messages[at..]
+                .iter()
+                .map(|m| counter.count_message(m) as u64)
+                .sum::<u64>();
         let advanced_tokens = at_tokens + count(counter, &advanced.0[at..]);
         let overhead = counter.request_overhead() as u64;
         let edit = Edit {
@@ -83,6 +94,9 @@ pub fn scheduled_digest<'a>(
             through = target;
             (advanced, advanced_tokens + overhead)
         } else {
+            // Deferred (rare: most steps are free): the held view with its
+            // own report.
+            let held = batches.digest_through(messages, opts, frontier);
             (held, held_tokens + overhead)
         });
         verdict = Some(v);
@@ -90,14 +104,14 @@ pub fn scheduled_digest<'a>(
     let ((view, report), tokens) = match counted {
         Some(c) => c,
         None => {
-            let digested = digest_through(messages, opts, through);
+            let digested = batches.digest_through(messages, opts, through);
             let tokens = count(counter, &digested.0) + counter.request_overhead() as u64;
             (digested, tokens)
         }
     };
     let state = scheduler.state_mut();
     state.digested_batches = through;
-    state.anchor = anchor_of(messages, &starts, through);
+    state.anchor = anchor_of(messages, starts, through);
     scheduler.record_request(tokens, now);
     ScheduledDigest {
         view,

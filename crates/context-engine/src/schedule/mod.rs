@@ -61,6 +61,11 @@ pub struct ScheduleOptions {
     /// An edit is forced when the request without it would reach this
     /// fraction of the compaction threshold by the next call.
     pub size_margin: f64,
+    /// Compaction before the threshold, when the cost model says it pays
+    /// ([`Scheduler::compaction_pays`]), once the request has reached this
+    /// fraction of the threshold; 1 (or more) compacts at the threshold
+    /// only.
+    pub early_compaction_from: f64,
 }
 
 impl Default for ScheduleOptions {
@@ -70,6 +75,7 @@ impl Default for ScheduleOptions {
             price: PriceModel::default(),
             max_horizon_calls: 24,
             size_margin: 0.9,
+            early_compaction_from: 0.5,
         }
     }
 }
@@ -122,6 +128,26 @@ pub struct Edit {
     pub saved_tokens: u64,
     /// Tokens of the request with the edit applied.
     pub request_tokens: u64,
+}
+
+/// What a compaction the engine could run now would cost and leave, for
+/// [`Scheduler::compaction_pays`]. Tokens as the request counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionEstimate {
+    /// Tokens of the request now.
+    pub request_tokens: u64,
+    /// Tokens of the request's head the compaction keeps as it is (the
+    /// system prompt and what is pinned after it): still cached after it.
+    pub head_tokens: u64,
+    /// Tokens of the request right after it: head, summary, tail.
+    pub after_tokens: u64,
+    /// Tokens of the summary it writes.
+    pub summary_tokens: u64,
+    /// Tokens a summarizer billed at the session's prices reads for it
+    /// (0 for a local one).
+    pub summarizer_input_tokens: u64,
+    /// Tokens that summarizer writes (0 for a local one).
+    pub summarizer_output_tokens: u64,
 }
 
 /// Why an edit is applied.
@@ -239,6 +265,53 @@ impl Scheduler {
         }
     }
 
+    /// Whether compacting now, before the threshold, costs less over the
+    /// session than waiting for it: the economic order quantity of the
+    /// compaction cycle. A compaction has a fixed cost `F` (the tail sent
+    /// again uncached, the summary written, the summarizer's own call when
+    /// it is billed); between compactions every call reads the growth since
+    /// the last one from the cache, `c` per token. With the request growing
+    /// `g` tokens per call from the size `S` a compaction leaves, a cycle of
+    /// `n` calls costs `F + c g n^2 / 2` beyond `S`, which per call is least
+    /// when `c (X - S)^2 / (2 g) = F`, `X` the request at compaction. So a
+    /// compaction pays once the growth since `S` has cost that much: then
+    /// the next cycle starts smaller and the session pays less per call,
+    /// breaks included. Never before [`ScheduleOptions::early_compaction_from`]
+    /// of the threshold, nor with the schedule off, nor before the growth
+    /// per call is known.
+    pub fn compaction_pays(&self, e: &CompactionEstimate, threshold_tokens: u64) -> bool {
+        let o = &self.options;
+        let g = self.state.growth_per_call;
+        if !o.enabled
+            || threshold_tokens == 0
+            || g == 0
+            || o.early_compaction_from >= 1.0
+            || (e.request_tokens as f64) < o.early_compaction_from * threshold_tokens as f64
+            || e.after_tokens >= e.request_tokens
+        {
+            return false;
+        }
+        let p = &o.price;
+        let per = |m: f64| m / 1_000_000.0;
+        let resent = e
+            .after_tokens
+            .saturating_sub(e.head_tokens)
+            .saturating_sub(e.summary_tokens);
+        let fixed = resent as f64 * p.miss_premium_per_token()
+            + e.summary_tokens as f64 * per(p.cache_write_per_million)
+            + e.summarizer_input_tokens as f64 * per(p.input_per_million)
+            + e.summarizer_output_tokens as f64 * per(p.output_per_million);
+        // Under the cache's minimum prefix nothing is read from it: every
+        // call pays the growth at the input price.
+        let carry = if e.request_tokens < p.cache.min_prefix_tokens {
+            per(p.input_per_million)
+        } else {
+            p.cached_per_token()
+        };
+        let grown = (e.request_tokens - e.after_tokens) as f64;
+        carry * grown * grown / (2.0 * g as f64) >= fixed
+    }
+
     /// Records the request sent: its size and time, and the growth since
     /// the previous one.
     pub fn record_request(&mut self, request_tokens: u64, now: Option<f64>) {
@@ -279,64 +352,84 @@ mod tests {
         s
     }
 
+    /// The verdict on an edit at `at` tokens saving `saved`, leaving a
+    /// `request`-token request, under `threshold`, `after` seconds since
+    /// the last request.
+    fn verdict(s: &Scheduler, [at, saved, request, threshold]: [u64; 4], after: f64) -> Verdict {
+        let edit = Edit {
+            at_tokens: at,
+            saved_tokens: saved,
+            request_tokens: request,
+        };
+        s.decide(&edit, threshold, Some(1000.0 + after))
+    }
+
     #[test]
     fn a_step_that_breaks_nothing_cached_is_free() {
         // The newest batch turned old: nothing of the last request follows it.
         let s = scheduler(10_000, 500);
-        let edit = Edit {
-            at_tokens: 6_000,
-            saved_tokens: 4_000,
-            request_tokens: 6_100,
-        };
-        assert_eq!(
-            s.decide(&edit, 100_000, Some(1001.0)),
-            Verdict::Apply(Why::Free)
-        );
+        let free = verdict(&s, [6_000, 4_000, 6_100, 100_000], 1.0);
+        assert_eq!(free, Verdict::Apply(Why::Free));
     }
 
     #[test]
     fn a_small_saving_deep_in_the_prefix_waits_and_pays_once_accumulated() {
         let s = scheduler(50_000, 500);
         // 200 tokens saved at 10k: 40k cached tokens would be re-sent.
-        let small = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 200,
-            request_tokens: 50_300,
-        };
-        assert_eq!(s.decide(&small, 100_000, Some(1001.0)), Verdict::Defer);
+        let small = [10_000, 200, 50_300, 100_000];
+        assert_eq!(verdict(&s, small, 1.0), Verdict::Defer);
         // The same break point with 8k accumulated: 8k x 0.5 x 24 >= 32k x 1.5.
-        let big = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 8_000,
-            request_tokens: 42_500,
-        };
-        assert_eq!(
-            s.decide(&big, 100_000, Some(1001.0)),
-            Verdict::Apply(Why::Pays)
-        );
+        let big = [10_000, 8_000, 42_500, 100_000];
+        assert_eq!(verdict(&s, big, 1.0), Verdict::Apply(Why::Pays));
     }
 
     #[test]
     fn size_wins_near_the_threshold_and_a_cold_cache_applies_at_once() {
         let s = scheduler(50_000, 2_000);
-        let small = Edit {
-            at_tokens: 10_000,
-            saved_tokens: 200,
-            request_tokens: 50_300,
-        };
-        assert_eq!(
-            s.decide(&small, 56_000, Some(1001.0)),
-            Verdict::Apply(Why::Size)
-        );
-        assert_eq!(
-            s.decide(&small, 100_000, Some(1000.0 + 301.0)),
-            Verdict::Apply(Why::Cold)
-        );
+        let near = [10_000, 200, 50_300, 56_000];
+        assert_eq!(verdict(&s, near, 1.0), Verdict::Apply(Why::Size));
+        let far = [10_000, 200, 50_300, 100_000];
+        assert_eq!(verdict(&s, far, 301.0), Verdict::Apply(Why::Cold));
         let off = Scheduler::new(ScheduleOptions::every_call());
-        assert_eq!(
-            off.decide(&small, 100_000, None),
-            Verdict::Apply(Why::EveryCall)
-        );
+        assert_eq!(verdict(&off, far, 1.0), Verdict::Apply(Why::EveryCall));
+    }
+
+    fn estimate(request: u64) -> CompactionEstimate {
+        CompactionEstimate {
+            request_tokens: request,
+            head_tokens: 1_500,
+            after_tokens: 5_000,
+            summary_tokens: 800,
+            ..CompactionEstimate::default()
+        }
+    }
+
+    #[test]
+    fn an_early_compaction_waits_until_the_growth_has_cost_what_it_costs() {
+        // OpenAI: F = 2,700 x 1.5 + 800 x 2.0 = 5,650 per million; growth
+        // 500 a call: pays once 0.5 x d^2 / 1,000 >= 5,650, d >= 3,362.
+        let s = scheduler(8_000, 500);
+        assert!(!s.compaction_pays(&estimate(8_300), 16_000));
+        assert!(s.compaction_pays(&estimate(8_400), 16_000));
+        // Never under the floor (half the threshold), with the schedule
+        // off, or before the growth is known.
+        assert!(!s.compaction_pays(&estimate(8_400), 40_000));
+        let off = Scheduler::new(ScheduleOptions::every_call());
+        assert!(!off.compaction_pays(&estimate(15_000), 20_000));
+        assert!(!scheduler(8_000, 0).compaction_pays(&estimate(15_000), 20_000));
+        // A summarizer billed at the session's prices makes it wait longer.
+        let billed = CompactionEstimate {
+            summarizer_input_tokens: 3_000,
+            summarizer_output_tokens: 800,
+            ..estimate(8_400)
+        };
+        assert!(!s.compaction_pays(&billed, 16_000));
+        // Anthropic's cheap reads and dear writes: later still (F =
+        // 2,700 x 3.45 + 800 x 3.75, d >= 6,407).
+        let mut anthropic = scheduler(8_000, 500);
+        anthropic.options.price = PriceModel::preset("anthropic").unwrap();
+        assert!(!anthropic.compaction_pays(&estimate(11_000), 16_000));
+        assert!(anthropic.compaction_pays(&estimate(11_500), 16_000));
     }
 
     #[test]

@@ -111,3 +111,25 @@ pub fn run_child_with_env(child: &str, key: &str, value: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A tiny deterministic generator (an LCG), so the sessions are the same
+/// on every run and every machine.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
