@@ -1,0 +1,101 @@
+//! A throwaway database per test on the PostgreSQL server the tests use
+//! (`$CTX_TEST_POSTGRES`, default `postgres://postgres@127.0.0.1:5432/test`,
+//! trust auth). No server: a skip with the reason, a failure under
+//! `CI=true`.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio_postgres::NoTls;
+
+/// A prerequisite is missing: fails under CI, else prints why and skips.
+pub fn skip(reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("prerequisite missing under CI=true: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+/// The server's admin URL.
+pub fn admin_url() -> String {
+    std::env::var("CTX_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A database created for one test and dropped with it.
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    name: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn admin(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+impl TestDb {
+    /// A new empty database `ctx_test_<pid>_<n>`, or `None` (skipped) when
+    /// no server answers.
+    pub fn create() -> Option<TestDb> {
+        let admin_url = admin_url();
+        let name = format!(
+            "ctx_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let rt = runtime();
+        let client = match rt.block_on(admin(&admin_url)) {
+            Ok(c) => c,
+            Err(e) => {
+                skip(&format!("no PostgreSQL server at {admin_url}: {e}"));
+                return None;
+            }
+        };
+        rt.block_on(async {
+            client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+                .await?;
+            client.batch_execute(&format!("CREATE DATABASE {name}")).await
+        })
+        .unwrap_or_else(|e| panic!("cannot create database {name}: {e:?}"));
+        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+        Some(TestDb {
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    /// Runs `sql` on this database.
+    pub fn execute(&self, sql: &str) {
+        let url = self.url.clone();
+        runtime()
+            .block_on(async move { admin(&url).await?.batch_execute(sql).await })
+            .expect("sql");
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin_url = admin_url();
+        let name = self.name.clone();
+        let _ = runtime().block_on(async move {
+            admin(&admin_url)
+                .await?
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+        });
+    }
+}
