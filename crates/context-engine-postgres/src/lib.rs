@@ -43,8 +43,8 @@ use context_engine::store::{
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
 
 /// The schema version this build writes (and the newest it reads).
 pub const SCHEMA_VERSION: i32 = 1;
@@ -308,7 +308,10 @@ fn describe(config: &tokio_postgres::Config, fallback: &str) -> String {
     match host {
         Some(host) => {
             let port = config.get_ports().first().copied().unwrap_or(5432);
-            let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+            let user = config
+                .get_user()
+                .map(|u| format!("{u}@"))
+                .unwrap_or_default();
             let db = config.get_dbname().unwrap_or("");
             format!("postgres://{user}{host}:{port}/{db}")
         }
@@ -425,7 +428,7 @@ impl Inner {
         with_state: bool,
     ) -> Result<(), StoreError> {
         let err = |e: tokio_postgres::Error| self.err(&e);
-                if !batch.messages().is_empty() {
+        if !batch.messages().is_empty() {
             let insert = tx
                 .prepare_cached(
                     "INSERT INTO ctx_messages (hash, role, json, body, tsv) \
@@ -547,7 +550,10 @@ impl Inner {
                 .await
                 .map_err(|e| {
                     if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-                        self.conflict(format!("session `{session}` already has compaction {}", c.seq))
+                        self.conflict(format!(
+                            "session `{session}` already has compaction {}",
+                            c.seq
+                        ))
                     } else {
                         self.err(&e)
                     }
@@ -926,9 +932,12 @@ impl SessionStore for PgStore {
                 "ctx_archive",
                 "ctx_claims",
             ] {
-                tx.execute(&format!("DELETE FROM {table} WHERE session = $1"), &[&session])
-                    .await
-                    .map_err(err)?;
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE session = $1"),
+                    &[&session],
+                )
+                .await
+                .map_err(err)?;
             }
             tx.execute(
                 "DELETE FROM ctx_messages m WHERE NOT EXISTS \
@@ -997,7 +1006,10 @@ mod tests {
         assert!(!url_has_password("postgres://u@db:5432/x"));
         assert!(!url_has_password("postgres://db/x"));
         let shown = redacted_url("postgres://u:secret@db:5432/x?password=s2&sslmode=disable");
-        assert!(!shown.contains("secret") && !shown.contains("s2"), "{shown}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("s2"),
+            "{shown}"
+        );
         assert!(shown.contains("u:***@db:5432/x"), "{shown}");
         assert!(shown.contains("sslmode=disable"), "{shown}");
     }
@@ -1008,9 +1020,15 @@ mod tests {
             ts_query(&["test_io.py", "KeyError"], true).as_deref(),
             Some("(test <-> io <-> py) & (keyerror)")
         );
-        assert_eq!(ts_query(&["a'b", "&|!"], false).as_deref(), Some("(a <-> b)"));
+        assert_eq!(
+            ts_query(&["a'b", "&|!"], false).as_deref(),
+            Some("(a <-> b)")
+        );
         assert_eq!(ts_query(&[":"], true), None);
-        assert_eq!(tsv_text("Fix tests/test_io.py::x!"), "fix tests test io py x");
+        assert_eq!(
+            tsv_text("Fix tests/test_io.py::x!"),
+            "fix tests test io py x"
+        );
     }
 
     #[test]

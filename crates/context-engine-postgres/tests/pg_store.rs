@@ -40,15 +40,18 @@ fn compare_and_swap_serializes_writers_of_one_session() {
     // read-modify-write and retry on conflict: no increment is lost.
     let threads: Vec<_> = (0..8)
         .map(|t| {
-            let s = if t % 2 == 0 { Arc::clone(&a) } else { Arc::clone(&b) };
+            let s = if t % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
             std::thread::spawn(move || {
                 let mut conflicts = 0;
                 for _ in 0..25 {
                     loop {
                         let cur = s.load_versioned("counter").expect("load");
-                        let (v, n) = cur.map_or((0, 0), |r| {
-                            (r.version, r.state["n"].as_u64().expect("n"))
-                        });
+                        let (v, n) =
+                            cur.map_or((0, 0), |r| (r.version, r.state["n"].as_u64().expect("n")));
                         match s.commit_versioned("counter", v, &[], &json!({"n": n + 1}), None) {
                             Ok(_) => break,
                             Err(StoreError::Conflict { .. }) => conflicts += 1,
@@ -73,11 +76,17 @@ fn a_claim_is_held_by_one_instance_and_expires() {
     let (a, b) = (store(&db), store(&db));
     let ttl = Duration::from_millis(300);
     assert!(a.try_claim("s", "summary", "instance-a", ttl).expect("a"));
-    assert!(!b.try_claim("s", "summary", "instance-b", ttl).expect("b waits"));
+    assert!(
+        !b.try_claim("s", "summary", "instance-b", ttl)
+            .expect("b waits")
+    );
     // Instance a dies without releasing: the claim expires.
     drop(a);
     std::thread::sleep(Duration::from_millis(400));
-    assert!(b.try_claim("s", "summary", "instance-b", ttl).expect("b takes over"));
+    assert!(
+        b.try_claim("s", "summary", "instance-b", ttl)
+            .expect("b takes over")
+    );
 }
 
 #[test]

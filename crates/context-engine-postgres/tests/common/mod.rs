@@ -31,11 +31,20 @@ pub struct TestDb {
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
+/// Runs `f` on a runtime of its own, on a thread of its own (callers may
+/// be inside an async test).
+fn on_runtime<T: Send + 'static>(
+    f: impl FnOnce(&tokio::runtime::Runtime) -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        f(&rt)
+    })
+    .join()
+    .expect("database helper thread")
 }
 
 async fn admin(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
@@ -56,22 +65,28 @@ impl TestDb {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let rt = runtime();
-        let client = match rt.block_on(admin(&admin_url)) {
-            Ok(c) => c,
-            Err(e) => {
-                skip(&format!("no PostgreSQL server at {admin_url}: {e}"));
-                return None;
-            }
-        };
-        rt.block_on(async {
-            client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-                .await?;
-            client.batch_execute(&format!("CREATE DATABASE {name}")).await
-        })
-        .unwrap_or_else(|e| panic!("cannot create database {name}: {e:?}"));
-        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+        let (url, db) = (admin_url.clone(), name.clone());
+        let created = on_runtime(move |rt| {
+            let client = match rt.block_on(admin(&url)) {
+                Ok(c) => c,
+                Err(e) => return Err(e.to_string()),
+            };
+            rt.block_on(async {
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+                    .await?;
+                client.batch_execute(&format!("CREATE DATABASE {db}")).await
+            })
+            .unwrap_or_else(|e| panic!("cannot create database {db}: {e:?}"));
+            Ok(())
+        });
+        if let Err(e) = created {
+            skip(&format!("no PostgreSQL server at {admin_url}: {e}"));
+            return None;
+        }
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(b, _)| b);
         Some(TestDb {
             url: format!("{base}/{name}"),
             name,
@@ -80,10 +95,11 @@ impl TestDb {
 
     /// Runs `sql` on this database.
     pub fn execute(&self, sql: &str) {
-        let url = self.url.clone();
-        runtime()
-            .block_on(async move { admin(&url).await?.batch_execute(sql).await })
-            .expect("sql");
+        let (url, sql) = (self.url.clone(), sql.to_owned());
+        on_runtime(move |rt| {
+            rt.block_on(async move { admin(&url).await?.batch_execute(&sql).await })
+        })
+        .expect("sql");
     }
 }
 
@@ -91,11 +107,13 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         let admin_url = admin_url();
         let name = self.name.clone();
-        let _ = runtime().block_on(async move {
-            admin(&admin_url)
-                .await?
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await
+        let _ = on_runtime(move |rt| {
+            rt.block_on(async move {
+                admin(&admin_url)
+                    .await?
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+            })
         });
     }
 }

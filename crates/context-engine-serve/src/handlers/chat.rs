@@ -28,7 +28,7 @@ use crate::handlers::respond;
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey};
+use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
 use crate::sse::{Relay, error_event};
 use crate::tools;
 use crate::upstream::response_headers;
@@ -59,14 +59,16 @@ pub async fn chat_completions(
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
-    let (mut guard, plan) = if ctx.blocking {
-        // An engine that may block on I/O runs on the blocking pool, so the
-        // async workers keep serving other sessions meanwhile.
+    let store = state.sessions().store().cloned();
+    let (mut guard, plan) = if ctx.blocking || store.is_some() {
+        // An engine that may block on I/O, or a session store, runs on the
+        // blocking pool, so the async workers keep serving other sessions
+        // meanwhile.
         let (body, key) = (body.clone(), key.clone());
         let job = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let plan = match ChatBody::parse(&body) {
-                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed),
+                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed, store.as_ref()),
                 Err(e) => Err(e.to_string()),
             };
             (guard, plan)
@@ -80,7 +82,7 @@ pub async fn chat_completions(
         }
     } else {
         let mut guard = guard;
-        let plan = prepare(&mut guard, &ctx, &key, &parsed);
+        let plan = prepare(&mut guard, &ctx, &key, &parsed, None);
         (guard, plan)
     };
 
@@ -161,6 +163,7 @@ pub async fn chat_completions(
             guard,
             strip_usage_chunk,
             started,
+            persist::store_id(&key),
         )
         .await;
     }
@@ -191,9 +194,7 @@ pub async fn chat_completions(
         state
             .metrics()
             .tokens(usage.prompt_tokens, usage.completion_tokens);
-        if let Some(m) = guard.as_mut() {
-            m.after_response(&usage);
-        }
+        guard = settle(&state, guard, usage, persist::store_id(&key)).await;
     }
     drop(guard);
     let total = started.elapsed();
@@ -212,8 +213,12 @@ fn prepare(
     ctx: &Arc<SessionContext>,
     key: &SessionKey,
     body: &ChatBody<'_>,
+    store: Option<&SharedStore>,
 ) -> Result<Plan, String> {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        if let Some(store) = store {
+            return persist::prepare_stored(slot, ctx, key, body.messages(), store);
+        }
         if slot.is_none() {
             *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
         }
@@ -226,6 +231,25 @@ fn prepare(
         *slot = None;
         Err("the engine panicked; the session starts over".to_owned())
     })
+}
+
+/// Feeds a response's usage to the session; with a session store, on the
+/// blocking pool (the state is written there) holding the session's lock.
+async fn settle(state: &AppState, mut guard: Guard, usage: Usage, sid: String) -> Guard {
+    let Some(store) = state.sessions().store().cloned() else {
+        if let Some(m) = guard.as_mut() {
+            m.after_response(&usage);
+        }
+        return guard;
+    };
+    let job = tokio::task::spawn_blocking(move || {
+        persist::after_response_stored(&mut guard, &usage, &store, &sid);
+        guard
+    });
+    match job.await {
+        Ok(guard) => guard,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// A non-streamed upstream call, read to the end.
@@ -278,6 +302,7 @@ async fn stream_response(
     guard: Guard,
     strip_usage_chunk: bool,
     started: Instant,
+    sid: String,
 ) -> Response {
     let up_started = Instant::now();
     let resp = match state
@@ -302,6 +327,7 @@ async fn stream_response(
         started: Instant,
         up_started: Instant,
         ended: bool,
+        sid: String,
     }
     impl Relaying {
         fn end(&mut self) {
@@ -310,8 +336,21 @@ async fn stream_response(
                 self.state
                     .metrics()
                     .tokens(usage.prompt_tokens, usage.completion_tokens);
-                if let Some(m) = self.guard.as_mut().and_then(|g| g.as_mut()) {
-                    m.after_response(&usage);
+                match (self.state.sessions().store().cloned(), self.guard.take()) {
+                    // The state is written on the blocking pool; the
+                    // session stays locked until it is.
+                    (Some(store), Some(mut guard)) => {
+                        let sid = std::mem::take(&mut self.sid);
+                        tokio::task::spawn_blocking(move || {
+                            persist::after_response_stored(&mut guard, &usage, &store, &sid);
+                        });
+                    }
+                    (None, Some(mut guard)) => {
+                        if let Some(m) = guard.as_mut() {
+                            m.after_response(&usage);
+                        }
+                    }
+                    _ => {}
                 }
             }
             self.guard = None;
@@ -332,6 +371,7 @@ async fn stream_response(
         started,
         up_started,
         ended: false,
+        sid,
     };
     let body = futures_util::stream::unfold(relaying, |mut r| async move {
         loop {

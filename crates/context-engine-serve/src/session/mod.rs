@@ -13,6 +13,7 @@
 pub mod key;
 pub mod lineage;
 pub mod managed;
+pub mod persist;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 pub use key::{KeySource, SessionKey};
 pub use managed::{Managed, Plan, SessionContext, SessionStats};
+pub use persist::{SharedStore, StoreHealth};
 
 /// Builds the engine of each new session.
 pub trait EngineFactory: Send + Sync {
@@ -56,6 +58,7 @@ pub struct Sessions {
     max: usize,
     idle: Duration,
     epoch: Instant,
+    store: Option<SharedStore>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -76,7 +79,19 @@ impl Sessions {
             max: max.max(1),
             idle,
             epoch: Instant::now(),
+            store: None,
         }
+    }
+
+    /// Keeps every session in `store` (see [`persist`]).
+    pub fn with_store(mut self, store: Option<SharedStore>) -> Sessions {
+        self.store = store;
+        self
+    }
+
+    /// The session store, when sessions are kept in one.
+    pub fn store(&self) -> Option<&SharedStore> {
+        self.store.as_ref()
     }
 
     /// What every session shares.

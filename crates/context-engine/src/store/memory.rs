@@ -239,7 +239,11 @@ impl SessionStore for MemoryStore {
     fn release(&self, session: &str, job: &str, owner: &str) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let key = (session.to_owned(), job.to_owned());
-        if inner.claims.get(&key).is_some_and(|(holder, _)| holder == owner) {
+        if inner
+            .claims
+            .get(&key)
+            .is_some_and(|(holder, _)| holder == owner)
+        {
             inner.claims.remove(&key);
         }
         Ok(())

@@ -59,28 +59,55 @@ pub fn archive(store: &dyn SessionStore) {
     batch.set_state(json!({"compression_count": 1}));
     store.commit("s1", &batch).expect("commit");
 
-    let entry = store.resolve(Some("s1"), &handle).expect("resolve").expect("found");
+    let entry = store
+        .resolve(Some("s1"), &handle)
+        .expect("resolve")
+        .expect("found");
     assert_eq!(entry.kind, EntryKind::Span);
     assert_eq!(json_of(&entry.messages), json_of(span), "verbatim");
     assert_eq!((entry.start, entry.end), (Some(1), Some(5)));
     assert_eq!(entry.session, "s1");
     let result = store.resolve(None, "c1").expect("resolve").expect("found");
     assert_eq!(json_of(&result.messages), json_of(&input[3..4]));
-    assert!(store.resolve(Some("other"), "c1").expect("resolve").is_none());
+    assert!(
+        store
+            .resolve(Some("other"), "c1")
+            .expect("resolve")
+            .is_none()
+    );
 
     // Every word as a phrase first, then any word.
-    let hits = store.search(Some("s1"), "KeyError test_parse.py", 5).expect("search");
+    let hits = store
+        .search(Some("s1"), "KeyError test_parse.py", 5)
+        .expect("search");
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].handle, "c1");
     assert_eq!(hits[0].spans, vec![handle.clone()]);
     assert_eq!(hits[0].source, "archive");
     assert!(hits[0].snippet.contains("KeyError"), "{}", hits[0].snippet);
-    let any = store.search(Some("s1"), "linter tokenizer", 5).expect("search");
+    let any = store
+        .search(Some("s1"), "linter tokenizer", 5)
+        .expect("search");
     assert_eq!(any.len(), 1, "falls back to any word: {any:?}");
-    assert!(store.search(Some("s1"), "   ", 5).expect("search").is_empty());
-    assert!(store.search(Some("s1"), "\"\" :", 5).expect("search").is_empty());
+    assert!(
+        store
+            .search(Some("s1"), "   ", 5)
+            .expect("search")
+            .is_empty()
+    );
+    assert!(
+        store
+            .search(Some("s1"), "\"\" :", 5)
+            .expect("search")
+            .is_empty()
+    );
     assert!(store.search(Some("s1"), "'); DROP TABLE x; --", 5).is_ok());
-    assert!(store.search(None, "nowhere-to-be-found", 5).expect("search").is_empty());
+    assert!(
+        store
+            .search(None, "nowhere-to-be-found", 5)
+            .expect("search")
+            .is_empty()
+    );
 
     let records = store.compactions("s1").expect("records");
     assert_eq!(records.len(), 1);
@@ -88,7 +115,10 @@ pub fn archive(store: &dyn SessionStore) {
     assert_eq!(records[0].archived, 4);
     assert_eq!(records[0].summarizer.as_deref(), Some("extractive"));
     assert_eq!(records[0].summary.len(), 1);
-    assert_eq!((records[0].tokens_before, records[0].tokens_after), (500, 200));
+    assert_eq!(
+        (records[0].tokens_before, records[0].tokens_after),
+        (500, 200)
+    );
     assert_eq!(
         store.load_state("s1").expect("state"),
         Some(json!({"compression_count": 1}))
@@ -99,7 +129,10 @@ pub fn archive(store: &dyn SessionStore) {
     let mut again = Batch::new();
     again.compaction(&input, &output, &info);
     again.set_state(json!({"compression_count": 99}));
-    assert!(matches!(store.commit("s1", &again), Err(StoreError::Conflict { .. })));
+    assert!(matches!(
+        store.commit("s1", &again),
+        Err(StoreError::Conflict { .. })
+    ));
     assert_eq!(
         store.load_state("s1").expect("state"),
         Some(json!({"compression_count": 1}))
@@ -109,7 +142,15 @@ pub fn archive(store: &dyn SessionStore) {
     let mut other = Batch::new();
     other.archive(&input[3]);
     store.commit("s2", &other).expect("commit");
-    assert_eq!(store.resolve(Some("s2"), "c1").expect("r").expect("f").messages.len(), 1);
+    assert_eq!(
+        store
+            .resolve(Some("s2"), "c1")
+            .expect("r")
+            .expect("f")
+            .messages
+            .len(),
+        1
+    );
     store.delete_session("s2").expect("delete");
     assert!(store.resolve(Some("s2"), "c1").expect("r").is_none());
     assert!(store.resolve(Some("s1"), "c1").expect("r").is_some());
@@ -150,7 +191,13 @@ pub fn versioned(store: &dyn SessionStore) {
     let rec = store.load_versioned("v1").expect("load").expect("record");
     assert_eq!(rec.state, json!({"n": 2}));
     assert_eq!(rec.history.as_deref(), Some("[\"h1\"]"));
-    assert_eq!(store.search(Some("v1"), "giraffe", 5).expect("search").len(), 1);
+    assert_eq!(
+        store
+            .search(Some("v1"), "giraffe", 5)
+            .expect("search")
+            .len(),
+        1
+    );
     store.delete_session("v1").expect("delete");
     assert_eq!(store.version("v1").expect("version"), None);
 }
@@ -161,15 +208,39 @@ pub fn claims(store: &dyn SessionStore) {
     assert!(store.try_claim("c", "summary", "a", long).expect("claim"));
     assert!(!store.try_claim("c", "summary", "b", long).expect("held"));
     assert!(store.try_claim("c", "summary", "a", long).expect("renew"));
-    assert!(store.try_claim("c", "other-job", "b", long).expect("another job"));
-    assert!(store.try_claim("d", "summary", "b", long).expect("another session"));
+    assert!(
+        store
+            .try_claim("c", "other-job", "b", long)
+            .expect("another job")
+    );
+    assert!(
+        store
+            .try_claim("d", "summary", "b", long)
+            .expect("another session")
+    );
     store.release("c", "summary", "b").expect("not b's: no-op");
-    assert!(!store.try_claim("c", "summary", "b", long).expect("still a's"));
+    assert!(
+        !store
+            .try_claim("c", "summary", "b", long)
+            .expect("still a's")
+    );
     store.release("c", "summary", "a").expect("release");
     assert!(store.try_claim("c", "summary", "b", long).expect("free"));
     // A dead owner's claim expires.
-    assert!(store.try_claim("e", "summary", "dead", Duration::from_millis(50)).expect("short"));
-    assert!(!store.try_claim("e", "summary", "live", long).expect("not yet"));
+    assert!(
+        store
+            .try_claim("e", "summary", "dead", Duration::from_millis(50))
+            .expect("short")
+    );
+    assert!(
+        !store
+            .try_claim("e", "summary", "live", long)
+            .expect("not yet")
+    );
     std::thread::sleep(Duration::from_millis(120));
-    assert!(store.try_claim("e", "summary", "live", long).expect("expired"));
+    assert!(
+        store
+            .try_claim("e", "summary", "live", long)
+            .expect("expired")
+    );
 }
