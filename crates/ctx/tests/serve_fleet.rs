@@ -163,7 +163,6 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
     let counter = counter();
     let window = (counter.count_messages(&recording) as u64 / 3).max(8_000);
     let calls = calls(&recording);
-    let client = reqwest::Client::new();
 
     // The reference: one in-process instance with a store of its own.
     let script = Arc::new(Script::default());
@@ -174,6 +173,8 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
         compressor_context(Arc::clone(&counter), window),
     )
     .await;
+    // After the proxy: it installs the TLS crypto provider reqwest needs.
+    let client = reqwest::Client::new();
     for &index in &calls {
         script.push(reply(&recording, index, &counter, Duration::ZERO));
         let r = client
