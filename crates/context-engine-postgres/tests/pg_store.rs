@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The Postgres store on a real server: the same contract as the embedded
 //! stores, concurrent compare-and-swap from many threads, claims across
 //! instances, schema versioning, and an unreachable database.

@@ -25,7 +25,9 @@ async fn relay(addr: SocketAddr, to: SocketAddr) -> JoinSet<()> {
     set.spawn(async move {
         let mut conns = JoinSet::new();
         loop {
-            let Ok((mut inbound, _)) = listener.accept().await else { break };
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                break;
+            };
             conns.spawn(async move {
                 if let Ok(mut out) = TcpStream::connect(to).await {
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
@@ -45,9 +47,15 @@ fn metric(text: &str, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_fails_open_and_recovers() {
-    let Some(db) = pg::TestDb::create() else { return };
+    let Some(db) = pg::TestDb::create() else {
+        return;
+    };
     let server: SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let dbname = db.url.rsplit('/').next().unwrap().to_owned();
     let mut up = relay(addr, server).await;
@@ -55,7 +63,10 @@ async fn an_unreachable_database_fails_open_and_recovers() {
     let opts = PgOptions::new(url)
         .with_password(Some("not-a-real-secret-9f8e7d".into()))
         .with_timeout(Duration::from_secs(2));
-    let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts)).await.unwrap().unwrap();
+    let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts))
+        .await
+        .unwrap()
+        .unwrap();
 
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
@@ -86,7 +97,14 @@ async fn an_unreachable_database_fails_open_and_recovers() {
     let healthz = || {
         let client = client.clone();
         async move {
-            client.get(format!("http://{proxy}/healthz")).send().await.unwrap().text().await.unwrap()
+            client
+                .get(format!("http://{proxy}/healthz"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
         }
     };
     let fallbacks = || metric(&state.metrics().encode(), "ctx_fallbacks_total");
@@ -100,7 +118,10 @@ async fn an_unreachable_database_fails_open_and_recovers() {
     send("second").await;
     assert_eq!(fallbacks(), 1, "the request went unmanaged");
     let health = healthz().await;
-    assert!(health.starts_with("degraded: session store unavailable"), "{health}");
+    assert!(
+        health.starts_with("degraded: session store unavailable"),
+        "{health}"
+    );
     assert!(health.contains(&format!("127.0.0.1:{port}")), "{health}");
     assert!(!health.contains("not-a-real-secret"), "{health}");
 

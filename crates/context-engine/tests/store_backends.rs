@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The shared store contract (`store_contract`) on the embedded backends.
 
 mod store_contract;

@@ -2,7 +2,7 @@
 //! (`$CTX_TEST_POSTGRES`, default `postgres://postgres@127.0.0.1:5432/test`,
 //! trust auth). No server: a skip with the reason, a failure under
 //! `CI=true`.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -163,7 +163,6 @@ pub async fn chat_completions(
             guard,
             strip_usage_chunk,
             started,
-            persist::store_id(&key),
         )
         .await;
     }
@@ -194,7 +193,7 @@ pub async fn chat_completions(
         state
             .metrics()
             .tokens(usage.prompt_tokens, usage.completion_tokens);
-        guard = settle(&state, guard, usage, persist::store_id(&key)).await;
+        guard = settle(&state, guard, usage).await;
     }
     drop(guard);
     let total = started.elapsed();
@@ -235,7 +234,7 @@ fn prepare(
 
 /// Feeds a response's usage to the session; with a session store, on the
 /// blocking pool (the state is written there) holding the session's lock.
-async fn settle(state: &AppState, mut guard: Guard, usage: Usage, sid: String) -> Guard {
+async fn settle(state: &AppState, mut guard: Guard, usage: Usage) -> Guard {
     let Some(store) = state.sessions().store().cloned() else {
         if let Some(m) = guard.as_mut() {
             m.after_response(&usage);
@@ -243,7 +242,7 @@ async fn settle(state: &AppState, mut guard: Guard, usage: Usage, sid: String) -
         return guard;
     };
     let job = tokio::task::spawn_blocking(move || {
-        persist::after_response_stored(&mut guard, &usage, &store, &sid);
+        persist::after_response_stored(&mut guard, &usage, &store);
         guard
     });
     match job.await {
@@ -302,7 +301,6 @@ async fn stream_response(
     guard: Guard,
     strip_usage_chunk: bool,
     started: Instant,
-    sid: String,
 ) -> Response {
     let up_started = Instant::now();
     let resp = match state
@@ -327,7 +325,6 @@ async fn stream_response(
         started: Instant,
         up_started: Instant,
         ended: bool,
-        sid: String,
     }
     impl Relaying {
         fn end(&mut self) {
@@ -340,9 +337,8 @@ async fn stream_response(
                     // The state is written on the blocking pool; the
                     // session stays locked until it is.
                     (Some(store), Some(mut guard)) => {
-                        let sid = std::mem::take(&mut self.sid);
                         tokio::task::spawn_blocking(move || {
-                            persist::after_response_stored(&mut guard, &usage, &store, &sid);
+                            persist::after_response_stored(&mut guard, &usage, &store);
                         });
                     }
                     (None, Some(mut guard)) => {
@@ -371,7 +367,6 @@ async fn stream_response(
         started,
         up_started,
         ended: false,
-        sid,
     };
     let body = futures_util::stream::unfold(relaying, |mut r| async move {
         loop {

@@ -354,6 +354,11 @@ impl Managed {
         }
     }
 
+    /// The session's id (for a stored session, its name in the store).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The version of the stored record this copy matches, when stored.
     pub(crate) fn stored_version(&self) -> Option<u64> {
         self.stored.as_ref().map(|(_, v)| *v)

@@ -43,6 +43,9 @@ pub struct SharedStore {
     pub store: Arc<dyn SessionStore>,
     /// Whether its last call succeeded.
     pub health: Arc<StoreHealth>,
+    /// This instance, as the owner of its claims (process id and start
+    /// time: unique across a fleet's restarts).
+    pub owner: String,
 }
 
 impl std::fmt::Debug for SharedStore {
@@ -56,10 +59,32 @@ impl std::fmt::Debug for SharedStore {
 impl SharedStore {
     /// `store`, healthy until a call fails.
     pub fn new(store: Arc<dyn SessionStore>) -> SharedStore {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         SharedStore {
             store,
             health: Arc::new(StoreHealth::default()),
+            owner: format!("ctx-serve-{}-{started:x}", std::process::id()),
         }
+    }
+
+    /// Claims background job `job` of session `sid` for this instance for
+    /// `ttl` (blocking): `true` when this instance may compute it (the
+    /// claim was free, expired or already ours). Another instance's live
+    /// claim, or a store that does not answer, is `false`: the job is not
+    /// started twice. Release it with [`release`](Self::release) when done;
+    /// a claim this instance never releases (it died) expires after `ttl`.
+    pub fn claim(&self, sid: &str, job: &str, ttl: Duration) -> bool {
+        let t = Instant::now();
+        self.observe(t, self.store.try_claim(sid, job, &self.owner, ttl))
+            .unwrap_or(false)
+    }
+
+    /// Gives up this instance's claim on `job` of `sid` (blocking).
+    pub fn release(&self, sid: &str, job: &str) {
+        let t = Instant::now();
+        let _ = self.observe(t, self.store.release(sid, job, &self.owner));
     }
 
     /// Records the outcome of a store call (its latency too) and passes it on.
@@ -322,9 +347,10 @@ pub(crate) fn after_response_stored(
     slot: &mut Option<super::Managed>,
     usage: &context_engine::engine::Usage,
     store: &SharedStore,
-    sid: &str,
 ) {
     let Some(m) = slot.as_mut() else { return };
+    let sid = m.id().to_owned();
+    let sid = sid.as_str();
     m.after_response(usage);
     let expected = m.stored_version().unwrap_or(0);
     let written = m
@@ -342,5 +368,26 @@ pub(crate) fn after_response_stored(
             tracing::warn!(session = %sid, error = %e, "usage not stored: the next request reloads the session");
             *slot = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use context_engine::store::MemoryStore;
+
+    #[test]
+    fn one_instance_computes_a_background_job() {
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+        let a = SharedStore::new(Arc::clone(&store));
+        let mut b = SharedStore::new(store);
+        b.owner.push_str("-b");
+        let ttl = Duration::from_secs(60);
+        assert!(a.claim("-:s", "summary", ttl));
+        assert!(!b.claim("-:s", "summary", ttl), "a holds it");
+        assert!(a.claim("-:s", "summary", ttl), "renewed by its owner");
+        a.release("-:s", "summary");
+        assert!(b.claim("-:s", "summary", ttl), "free again");
+        assert!(a.health.degraded().is_none());
     }
 }

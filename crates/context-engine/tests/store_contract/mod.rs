@@ -3,7 +3,7 @@
 //! `context-engine-postgres`, which includes this file by path): the
 //! archive, search, records, the versioned record's compare-and-swap and
 //! the claims on background jobs.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
