@@ -193,7 +193,7 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
                 let url = &urls[i % urls.len()];
                 let body = serde_json::to_vec(&json!({"model": "m", "messages": &h})).unwrap_or_default();
                 let t = Instant::now();
-                let ok = match client
+                let outcome = match client
                     .post(format!("{url}/chat/completions"))
                     .header("content-type", "application/json")
                     .header("x-ctx-session", format!("{tag}-{s}"))
@@ -201,11 +201,23 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
                     .send()
                     .await
                 {
-                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                    Err(_) => false,
+                    Ok(r) if r.status().is_success() => match r.bytes().await {
+                        Ok(_) => None,
+                        Err(e) => Some(format!("body: {e}")),
+                    },
+                    Ok(r) => {
+                        let status = r.status();
+                        Some(format!("{status}: {}", r.text().await.unwrap_or_default()))
+                    }
+                    Err(e) => Some(format!("send: {e:?}")),
                 };
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
-                errors += usize::from(!ok);
+                if let Some(why) = outcome {
+                    if errors < 3 {
+                        eprintln!("error ({tag} session {s}): {why}");
+                    }
+                    errors += 1;
+                }
                 grow(&mut h, i, s);
                 i += 1;
             }
@@ -241,6 +253,8 @@ fn main() {
         .unwrap_or(200);
     let modes =
         std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
+    // The clients use reqwest's rustls without a built-in provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)

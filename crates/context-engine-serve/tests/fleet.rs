@@ -25,7 +25,8 @@ use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
 
 use common::{
-    Reply, Script, completion, compressor_context, counter, options, start_proxy, start_upstream,
+    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    start_upstream,
 };
 
 /// The first replayable corpus transcript of at least `min` messages.
@@ -124,14 +125,6 @@ async fn run(
         compactions,
         fallbacks,
     }
-}
-
-/// A counter's value in the metrics text (0 when absent).
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 async fn check_fleet(store: Arc<dyn SessionStore>) {

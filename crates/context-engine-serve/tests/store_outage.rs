@@ -16,7 +16,7 @@ use context_engine_postgres::{PgOptions, PgStore};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use common::{Script, compressor_context, counter, options, start_proxy, start_upstream};
+use common::{Script, compressor_context, counter, metric, options, start_proxy, start_upstream};
 
 /// Relays `addr` to the Postgres server while it runs.
 async fn relay(addr: SocketAddr, to: SocketAddr) -> JoinSet<()> {
@@ -36,13 +36,6 @@ async fn relay(addr: SocketAddr, to: SocketAddr) -> JoinSet<()> {
         }
     });
     set
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -392,7 +392,10 @@ fn a_store_url_with_a_password_is_refused() {
     assert!(msg.contains("store.url"), "{msg}");
     assert!(msg.contains("c.yaml:2:"), "{msg}");
     assert!(msg.contains("password_env"), "{msg}");
-    assert!(!msg.contains("hunter2"), "the password must not be echoed: {msg}");
+    assert!(
+        !msg.contains("hunter2"),
+        "the password must not be echoed: {msg}"
+    );
 
     let err = ConfigLoader::new()
         .with_search(false)
@@ -407,8 +410,14 @@ fn a_store_url_with_a_password_is_refused() {
         "store:\n  url: postgres://ctx@db:5432/ctx\n  password_env: CTX_PG_PASSWORD\n",
     );
     let ok = load_file(&file).unwrap();
-    assert_eq!(ok.config.store.url.as_deref(), Some("postgres://ctx@db:5432/ctx"));
-    assert_eq!(ok.config.store.password_env.as_deref(), Some("CTX_PG_PASSWORD"));
+    assert_eq!(
+        ok.config.store.url.as_deref(),
+        Some("postgres://ctx@db:5432/ctx")
+    );
+    assert_eq!(
+        ok.config.store.password_env.as_deref(),
+        Some("CTX_PG_PASSWORD")
+    );
     assert_eq!(ok.config.store.pool_size, 16);
 }
 

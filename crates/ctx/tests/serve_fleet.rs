@@ -30,7 +30,8 @@ use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
 use serve_common::{
-    Reply, Script, completion, compressor_context, counter, options, start_proxy, start_upstream,
+    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    start_upstream,
 };
 
 /// The first replayable corpus transcript of at least `min` messages.
@@ -103,13 +104,6 @@ async fn spawn_instance(upstream: &str, store_url: &str, window: u64) -> Instanc
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Instance { child, addr }
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 async fn fallbacks(addr: &str) -> u64 {
