@@ -184,6 +184,10 @@ impl AppState {
         let upstream = Upstream::new(&options.upstream)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone());
+        let metrics = Metrics::new();
+        if let Some(store) = sessions.store() {
+            store.health.time_into(metrics.store_latency());
+        }
         let token = options
             .auth_token
             .as_deref()
@@ -192,7 +196,7 @@ impl AppState {
             options,
             upstream,
             sessions,
-            metrics: Metrics::new(),
+            metrics,
             token,
         })))
     }

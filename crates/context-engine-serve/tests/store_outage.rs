@@ -104,6 +104,9 @@ async fn an_unreachable_database_fails_open_and_recovers() {
 
     send("first").await;
     assert_eq!(fallbacks(), 0);
+    // Every store call is timed (version check and commits of the step
+    // and of the usage).
+    assert!(metric(&state.metrics().encode(), "ctx_store_seconds_count") >= 3);
     assert_eq!(healthz().await, "ok\n");
 
     // The database goes away: served unmanaged, health degraded.

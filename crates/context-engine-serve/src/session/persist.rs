@@ -89,6 +89,9 @@ impl SharedStore {
 
     /// Records the outcome of a store call (its latency too) and passes it on.
     pub fn observe<T>(&self, started: Instant, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(h) = self.health.latency.get() {
+            h.observe(started.elapsed().as_secs_f64());
+        }
         match &r {
             Ok(_) => self.health.ok(started.elapsed()),
             Err(StoreError::Conflict { .. }) => self.health.ok(started.elapsed()),
@@ -102,6 +105,15 @@ impl SharedStore {
 #[derive(Debug, Default)]
 pub struct StoreHealth {
     inner: Mutex<HealthInner>,
+    /// `ctx_store_seconds`, once the server's metrics exist.
+    latency: std::sync::OnceLock<prometheus_client::metrics::histogram::Histogram>,
+}
+
+impl StoreHealth {
+    /// Times every store call into `histogram` from now on.
+    pub fn time_into(&self, histogram: prometheus_client::metrics::histogram::Histogram) {
+        let _ = self.latency.set(histogram);
+    }
 }
 
 #[derive(Debug, Default)]
