@@ -54,7 +54,7 @@ use tokio::net::TcpListener;
 pub use error::{ServeError, StartError};
 pub use metrics::Metrics;
 pub use router::app;
-pub use session::{EngineFactory, SessionContext, Sessions};
+pub use session::{EngineFactory, SessionContext, Sessions, SharedStore};
 pub use upstream::{Upstream, UpstreamOptions};
 
 /// How the proxy runs.
@@ -79,6 +79,11 @@ pub struct ServeOptions {
     pub session_idle: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// Where sessions are kept: `None` keeps them in this process only;
+    /// a store (SQLite, Postgres) makes them durable and, for a store
+    /// several processes share (Postgres), lets any instance serve any
+    /// session.
+    pub store: Option<SharedStore>,
 }
 
 impl ServeOptions {
@@ -95,7 +100,17 @@ impl ServeOptions {
             max_sessions: 10_000,
             session_idle: Duration::from_secs(3600),
             shutdown_grace: Duration::from_secs(30),
+            store: None,
         }
+    }
+
+    /// Sets [`store`](Self::store).
+    pub fn with_store(
+        mut self,
+        store: Option<Arc<dyn context_engine::store::SessionStore>>,
+    ) -> ServeOptions {
+        self.store = store.map(SharedStore::new);
+        self
     }
 
     /// Sets [`listen`](Self::listen).
@@ -167,7 +182,13 @@ impl AppState {
             });
         }
         let upstream = Upstream::new(&options.upstream)?;
-        let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle);
+        let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
+            .with_store(options.store.clone());
+        let metrics = Metrics::new();
+        if let Some(store) = sessions.store() {
+            store.health.time_into(metrics.store_latency());
+            sessions.set_summary_claims(Arc::new(store.clone()));
+        }
         let token = options
             .auth_token
             .as_deref()
@@ -176,7 +197,7 @@ impl AppState {
             options,
             upstream,
             sessions,
-            metrics: Metrics::new(),
+            metrics,
             token,
         })))
     }

@@ -49,6 +49,7 @@ pub struct Metrics {
     sessions: Gauge,
     prompt_total: AtomicU64,
     prefix_total: AtomicU64,
+    store_latency: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -89,7 +90,13 @@ impl Metrics {
             sessions: Gauge::default(),
             prompt_total: AtomicU64::new(0),
             prefix_total: AtomicU64::new(0),
+            store_latency: latency_histogram(),
         };
+        registry.register(
+            "store_seconds",
+            "Time of each session store call (version check, load, commit), answered or not",
+            m.store_latency.clone(),
+        );
         registry.register(
             "requests",
             "Responses sent, by route and status",
@@ -227,6 +234,11 @@ impl Metrics {
     /// Sessions held now.
     pub fn set_sessions(&self, n: usize) {
         self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The histogram session store calls are timed into.
+    pub fn store_latency(&self) -> Histogram {
+        self.store_latency.clone()
     }
 
     /// The Prometheus/OpenMetrics text exposition.

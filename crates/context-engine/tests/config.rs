@@ -381,6 +381,47 @@ fn api_key_literal_is_refused() {
 }
 
 #[test]
+fn a_store_url_with_a_password_is_refused() {
+    let dir = temp_dir("storeurl");
+    let file = write(
+        &dir,
+        "c.yaml",
+        "store:\n  url: postgres://ctx:hunter2-secret@db:5432/ctx\n",
+    );
+    let msg = load_file(&file).unwrap_err().to_string();
+    assert!(msg.contains("store.url"), "{msg}");
+    assert!(msg.contains("c.yaml:2:"), "{msg}");
+    assert!(msg.contains("password_env"), "{msg}");
+    assert!(
+        !msg.contains("hunter2"),
+        "the password must not be echoed: {msg}"
+    );
+
+    let err = ConfigLoader::new()
+        .with_search(false)
+        .with_overrides(["store.password_env=hunter2 secret"])
+        .load()
+        .unwrap_err();
+    assert!(err.to_string().contains("store.password_env"), "{err}");
+
+    let file = write(
+        &dir,
+        "ok.yaml",
+        "store:\n  url: postgres://ctx@db:5432/ctx\n  password_env: CTX_PG_PASSWORD\n",
+    );
+    let ok = load_file(&file).unwrap();
+    assert_eq!(
+        ok.config.store.url.as_deref(),
+        Some("postgres://ctx@db:5432/ctx")
+    );
+    assert_eq!(
+        ok.config.store.password_env.as_deref(),
+        Some("CTX_PG_PASSWORD")
+    );
+    assert_eq!(ok.config.store.pool_size, 16);
+}
+
+#[test]
 fn invalid_redact_pattern_names_its_line() {
     let dir = temp_dir("regex");
     let file = write(

@@ -28,7 +28,7 @@ use crate::handlers::respond;
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey, background};
+use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse::{Relay, error_event};
 use crate::tools;
 use crate::upstream::response_headers;
@@ -59,14 +59,16 @@ pub async fn chat_completions(
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
-    let (mut guard, mut plan) = if ctx.blocking {
-        // An engine that may block on I/O runs on the blocking pool, so the
-        // async workers keep serving other sessions meanwhile.
+    let store = state.sessions().store().cloned();
+    let (mut guard, mut plan) = if ctx.blocking || store.is_some() {
+        // An engine that may block on I/O, or a session store, runs on the
+        // blocking pool, so the async workers keep serving other sessions
+        // meanwhile.
         let (body, key) = (body.clone(), key.clone());
         let job = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let plan = match ChatBody::parse(&body) {
-                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed),
+                Ok(parsed) => prepare(&mut guard, &ctx, &key, &parsed, store.as_ref()),
                 Err(e) => Err(e.to_string()),
             };
             (guard, plan)
@@ -80,7 +82,7 @@ pub async fn chat_completions(
         }
     } else {
         let mut guard = guard;
-        let plan = prepare(&mut guard, &ctx, &key, &parsed);
+        let plan = prepare(&mut guard, &ctx, &key, &parsed, None);
         (guard, plan)
     };
 
@@ -201,9 +203,7 @@ pub async fn chat_completions(
         state
             .metrics()
             .tokens(usage.prompt_tokens, usage.completion_tokens);
-        if let Some(m) = guard.as_mut() {
-            m.after_response(&usage);
-        }
+        guard = settle(&state, guard, usage).await;
     }
     drop(guard);
     let total = started.elapsed();
@@ -222,8 +222,12 @@ fn prepare(
     ctx: &Arc<SessionContext>,
     key: &SessionKey,
     body: &ChatBody<'_>,
+    store: Option<&SharedStore>,
 ) -> Result<Plan, String> {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        if let Some(store) = store {
+            return persist::prepare_stored(slot, ctx, key, body.messages(), store);
+        }
         if slot.is_none() {
             *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
         }
@@ -239,6 +243,25 @@ fn prepare(
         *slot = None;
         Err("the engine panicked; the session starts over".to_owned())
     })
+}
+
+/// Feeds a response's usage to the session; with a session store, on the
+/// blocking pool (the state is written there) holding the session's lock.
+async fn settle(state: &AppState, mut guard: Guard, usage: Usage) -> Guard {
+    let Some(store) = state.sessions().store().cloned() else {
+        if let Some(m) = guard.as_mut() {
+            m.after_response(&usage);
+        }
+        return guard;
+    };
+    let job = tokio::task::spawn_blocking(move || {
+        persist::after_response_stored(&mut guard, &usage, &store);
+        guard
+    });
+    match job.await {
+        Ok(guard) => guard,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// A non-streamed upstream call, read to the end.
@@ -377,8 +400,20 @@ async fn stream_response(
                 self.state
                     .metrics()
                     .tokens(usage.prompt_tokens, usage.completion_tokens);
-                if let Some(m) = self.guard.as_mut().and_then(|g| g.as_mut()) {
-                    m.after_response(&usage);
+                match (self.state.sessions().store().cloned(), self.guard.take()) {
+                    // The state is written on the blocking pool; the
+                    // session stays locked until it is.
+                    (Some(store), Some(mut guard)) => {
+                        tokio::task::spawn_blocking(move || {
+                            persist::after_response_stored(&mut guard, &usage, &store);
+                        });
+                    }
+                    (None, Some(mut guard)) => {
+                        if let Some(m) = guard.as_mut() {
+                            m.after_response(&usage);
+                        }
+                    }
+                    _ => {}
                 }
             }
             self.guard = None;

@@ -11,9 +11,28 @@ use crate::AppState;
 use crate::error::ServeError;
 use crate::session::key::{SessionKey, scope};
 
-/// `GET /healthz`.
-pub async fn healthz() -> &'static str {
-    "ok\n"
+/// `GET /healthz`: `ok`, or `degraded: …` (still 200: the proxy keeps
+/// serving, unmanaged) while the session store does not answer. A degraded
+/// check probes the store, so recovery shows without traffic.
+pub async fn healthz(State(state): State<AppState>) -> String {
+    let Some(store) = state.sessions().store().cloned() else {
+        return "ok\n".to_owned();
+    };
+    if store.health.degraded().is_some() {
+        let probe = store.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
+            let _ = probe.observe(t, probe.store.version(""));
+        })
+        .await;
+    }
+    match store.health.degraded() {
+        None => "ok\n".to_owned(),
+        Some((why, since)) => format!(
+            "degraded: session store unavailable for {} s, requests go unmanaged: {why}\n",
+            since.as_secs()
+        ),
+    }
 }
 
 /// `GET /metrics`: Prometheus (OpenMetrics) text.

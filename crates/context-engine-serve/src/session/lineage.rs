@@ -227,6 +227,77 @@ impl Lineage {
     }
 }
 
+/// A lineage as a session store keeps it (see `persist`): each managed
+/// message's frozen text embedded as raw JSON (byte for byte), its
+/// `depends` and origin, the client chain, the last request's hashes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    chain: Vec<String>,
+    messages: Vec<RecordMessage>,
+    sent: Vec<u64>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordMessage {
+    json: Box<RawValue>,
+    depends: usize,
+    engine_made: bool,
+}
+
+impl Lineage {
+    /// The lineage as JSON text, for a session store.
+    pub fn to_record(&self) -> Result<String, String> {
+        let messages = self
+            .meta
+            .iter()
+            .map(|m| {
+                Ok(RecordMessage {
+                    json: RawValue::from_string(m.text.to_string())
+                        .map_err(|e| format!("managed message is not JSON: {e}"))?,
+                    depends: m.depends,
+                    engine_made: m.engine_made,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let record = Record {
+            chain: self.chain.iter().map(|h| format!("{h:032x}")).collect(),
+            messages,
+            sent: self.last_sent.clone(),
+        };
+        serde_json::to_string(&record).map_err(|e| e.to_string())
+    }
+
+    /// The lineage [`to_record`](Self::to_record) wrote; each message is
+    /// parsed from its frozen text.
+    pub fn from_record(text: &str) -> Result<Lineage, String> {
+        let record: Record =
+            serde_json::from_str(text).map_err(|e| format!("stored lineage: {e}"))?;
+        let chain = record
+            .chain
+            .iter()
+            .map(|h| u128::from_str_radix(h, 16).map_err(|e| format!("stored chain: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut messages = Vec::with_capacity(record.messages.len());
+        let mut meta = Vec::with_capacity(record.messages.len());
+        for (i, m) in record.messages.into_iter().enumerate() {
+            let message: Message = serde_json::from_str(m.json.get())
+                .map_err(|e| format!("stored managed message {i}: {e}"))?;
+            messages.push(message);
+            meta.push(Meta {
+                text: m.json.get().into(),
+                depends: m.depends,
+                engine_made: m.engine_made,
+            });
+        }
+        Ok(Lineage {
+            chain,
+            messages,
+            meta,
+            last_sent: record.sent,
+        })
+    }
+}
+
 /// A message's JSON text (the lossless model gives the same text for the
 /// same message every time).
 fn to_json(m: &Message) -> String {

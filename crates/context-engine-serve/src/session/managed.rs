@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 
 use super::EngineFactory;
 use super::lineage::{self, Lineage, Reconcile};
+use super::persist::Staged;
 
 /// What every session of a server shares.
 pub struct SessionContext {
@@ -38,7 +39,8 @@ impl std::fmt::Debug for SessionContext {
 }
 
 /// Per-session figures, for `/ctx/sessions/{id}`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SessionStats {
     /// Chat requests seen.
     pub requests: u64,
@@ -100,6 +102,9 @@ pub struct Managed {
     model: Option<String>,
     /// The figures shown by `/ctx/sessions/{id}`.
     pub stats: SessionStats,
+    /// With a session store: the staging store the host commits to and
+    /// the version of the stored record this copy matches.
+    stored: Option<(Arc<Staged>, u64)>,
 }
 
 impl std::fmt::Debug for Managed {
@@ -124,6 +129,7 @@ impl Managed {
             pending: None,
             model: None,
             stats: SessionStats::default(),
+            stored: None,
         })
     }
 
@@ -169,7 +175,7 @@ impl Managed {
                     // The engine's state (its previous summary) belongs to
                     // the old lineage: start the engine over. What the
                     // lineage kept derives only from the common messages.
-                    self.host = new_host(&self.ctx, &self.id)?;
+                    self.host = self.fresh_host()?;
                     self.calls = 0;
                     // A summary on its way describes the old lineage.
                     self.pending = None;
@@ -342,5 +348,137 @@ impl Managed {
     pub fn handle_tool_call(&mut self, name: &str, args: &str) -> Option<String> {
         self.host
             .handle_tool_call(name, args, self.lineage.messages())
+    }
+}
+
+/// The proxy's own part of a stored session record.
+#[derive(Serialize, serde::Deserialize)]
+struct ServeState {
+    calls: u64,
+    stats: SessionStats,
+}
+
+impl Managed {
+    /// A session kept in a store: `store_id` names it there, `staged` is
+    /// the staging store its host commits to; `record` is the stored
+    /// record to resume from (`None`: a new session).
+    pub(crate) fn stored(
+        ctx: Arc<SessionContext>,
+        store_id: &str,
+        staged: Arc<Staged>,
+        record: Option<super::persist::Loaded>,
+    ) -> Result<Managed, String> {
+        let (version, state, history) = match record {
+            Some(r) => (r.version, Some(r.state), r.history),
+            None => (0, None, None),
+        };
+        let serve: Option<ServeState> = state
+            .as_ref()
+            .and_then(|s| s.get("serve"))
+            .map(|v| serde_json::from_value(v.clone()))
+            .transpose()
+            .map_err(|e| format!("stored session `{store_id}`: {e}"))?;
+        let lineage = match &history {
+            Some(h) => Lineage::from_record(h)?,
+            None => Lineage::default(),
+        };
+        let staging = Arc::new(Staged::new(Arc::clone(staged.inner()), state));
+        let engine = ctx
+            .factory
+            .create(store_id)
+            .map_err(|e| format!("cannot start the engine: {e}"))?;
+        let host = host::Session::new(store_id, engine, Arc::clone(&ctx.counter))
+            .with_options(ctx.host.clone())
+            .with_store(Arc::clone(&staging) as Arc<dyn context_engine::store::SessionStore>)
+            .map_err(|e| e.to_string())?;
+        let serve = serve.unwrap_or(ServeState {
+            calls: 0,
+            stats: SessionStats::default(),
+        });
+        Ok(Managed {
+            ctx,
+            id: store_id.to_owned(),
+            host,
+            lineage,
+            calls: serve.calls,
+            stats: serve.stats,
+            stored: Some((staging, version)),
+            pending: None,
+            model: None,
+        })
+    }
+
+    /// A new host for this session (a divergence dropped the engine's
+    /// state), attached to the staging store when there is one.
+    fn fresh_host(&self) -> Result<host::Session, String> {
+        let host = new_host(&self.ctx, &self.id)?;
+        match &self.stored {
+            Some((staged, _)) => host
+                .with_store(Arc::clone(staged) as Arc<dyn context_engine::store::SessionStore>)
+                .map_err(|e| e.to_string()),
+            None => Ok(host),
+        }
+    }
+
+    /// The session's id (for a stored session, its name in the store).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The version of the stored record this copy matches, when stored.
+    pub(crate) fn stored_version(&self) -> Option<u64> {
+        self.stored.as_ref().map(|(_, v)| *v)
+    }
+
+    /// What to write: the batches the step collected, the state (host
+    /// snapshot plus the proxy's figures) and, when `with_history`, the
+    /// lineage.
+    pub(crate) fn record(
+        &self,
+        with_history: bool,
+    ) -> Result<
+        (
+            Vec<context_engine::store::Batch>,
+            serde_json::Value,
+            Option<String>,
+        ),
+        String,
+    > {
+        let Some((staged, _)) = &self.stored else {
+            return Err("the session is not stored".into());
+        };
+        let mut state = self.host.snapshot();
+        let serve = ServeState {
+            calls: self.calls,
+            stats: self.stats.clone(),
+        };
+        if let serde_json::Value::Object(map) = &mut state {
+            map.insert(
+                "serve".into(),
+                serde_json::to_value(serve).map_err(|e| e.to_string())?,
+            );
+        }
+        let history = if with_history {
+            Some(self.lineage.to_record()?)
+        } else {
+            None
+        };
+        // A batch that carries only a state snapshot is superseded by the
+        // record.
+        let batches = staged
+            .take()
+            .into_iter()
+            .filter(|b| {
+                !(b.messages().is_empty() && b.handles().is_empty() && b.compactions().is_empty())
+            })
+            .collect();
+        Ok((batches, state, history))
+    }
+
+    /// The record was written as `version`.
+    pub(crate) fn set_stored_version(&mut self, version: u64) {
+        if let Some((_, v)) = &mut self.stored {
+            *v = version;
+        }
     }
 }

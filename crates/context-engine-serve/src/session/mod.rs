@@ -14,6 +14,7 @@ pub mod background;
 pub mod key;
 pub mod lineage;
 pub mod managed;
+pub mod persist;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,7 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use background::SummaryClaims;
 pub use key::{KeySource, SessionKey};
 pub use managed::{Managed, Plan, SessionContext, SessionStats};
+pub use persist::{SharedStore, StoreHealth};
 
 /// Builds the engine of each new session.
 pub trait EngineFactory: Send + Sync {
@@ -59,6 +61,7 @@ pub struct Sessions {
     idle: Duration,
     epoch: Instant,
     claims: OnceLock<Arc<dyn SummaryClaims>>,
+    store: Option<SharedStore>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -80,7 +83,19 @@ impl Sessions {
             idle,
             epoch: Instant::now(),
             claims: OnceLock::new(),
+            store: None,
         }
+    }
+
+    /// Keeps every session in `store` (see [`persist`]).
+    pub fn with_store(mut self, store: Option<SharedStore>) -> Sessions {
+        self.store = store;
+        self
+    }
+
+    /// The session store, when sessions are kept in one.
+    pub fn store(&self) -> Option<&SharedStore> {
+        self.store.as_ref()
     }
 
     /// What every session shares.

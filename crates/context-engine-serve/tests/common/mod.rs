@@ -292,3 +292,11 @@ pub async fn start_proxy(options: ServeOptions, ctx: SessionContext) -> (SocketA
 pub fn options(url: &str) -> ServeOptions {
     ServeOptions::new(UpstreamOptions::new(url))
 }
+
+/// A counter's value in the metrics text (0 when absent).
+pub fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}

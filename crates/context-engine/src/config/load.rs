@@ -684,9 +684,22 @@ fn check_api_keys(
             for (k, v) in map {
                 path.push(k.clone());
                 let lower = k.to_ascii_lowercase();
+                if let Value::String(s) = v
+                    && url_has_password(s)
+                {
+                    return Err(ConfigError::Invalid {
+                        key: tree::join(path),
+                        origin: merged.origin(path),
+                        message: "a URL in the configuration must not carry a password: \
+                                  write it without one and put the password in an environment \
+                                  variable named by store.password_env"
+                            .to_owned(),
+                    });
+                }
                 if (lower.starts_with("api_key")
                     || lower.starts_with("apikey")
-                    || lower.starts_with("auth_token"))
+                    || lower.starts_with("auth_token")
+                    || lower.starts_with("password"))
                     && let Value::String(s) = v
                     && (!is_env_name(s) || looks_secret(s))
                 {
@@ -713,6 +726,26 @@ fn check_api_keys(
         _ => {}
     }
     Ok(())
+}
+
+/// Whether `s` is a URL with a password (`scheme://user:password@host`, or
+/// a `password=` parameter).
+fn url_has_password(s: &str) -> bool {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return false;
+    };
+    if scheme.is_empty()
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    {
+        return false;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+        || rest.contains("password=")
 }
 
 fn is_env_name(s: &str) -> bool {

@@ -332,12 +332,36 @@ pub struct PluginsConfig {
 }
 
 /// `store`: the session store that archives what compaction removes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {
     /// The store file, or `:memory:`; unset means `store.db` in the user
     /// data folder ([`crate::store::default_path`]).
     pub path: Option<PathBuf>,
+    /// A shared store for a fleet of `ctx serve` instances:
+    /// `postgres://user@host:port/db`, never with a password (see
+    /// [`password_env`](Self::password_env)). Wins over `path` for
+    /// `ctx serve`.
+    pub url: Option<String>,
+    /// NAME of the environment variable holding the database password.
+    pub password_env: Option<String>,
+    /// Database connections per instance.
+    pub pool_size: usize,
+    /// Seconds a database call (connect, wait for a connection, query) may
+    /// take before it fails (and the request goes unmanaged).
+    pub timeout_seconds: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
+            path: None,
+            url: None,
+            password_env: None,
+            pool_size: 16,
+            timeout_seconds: 5,
+        }
+    }
 }
 
 impl StoreConfig {

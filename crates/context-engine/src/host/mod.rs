@@ -399,8 +399,9 @@ impl Session {
     }
 
     /// The state a store keeps for this session: the engine's snapshot and
-    /// the driver's counters.
-    fn snapshot(&self) -> Value {
+    /// the driver's counters (what [`with_store`](Self::with_store) resumes
+    /// from).
+    pub fn snapshot(&self) -> Value {
         let host = HostState {
             awaiting_usage: self.awaiting_usage,
             last_usage: self.last_usage,

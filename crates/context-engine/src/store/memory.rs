@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -26,6 +27,8 @@ struct Inner {
     /// hash → message and its indexed text.
     messages: HashMap<String, (Message, String)>,
     sessions: BTreeMap<String, Session>,
+    /// (session, job) → owner and when the claim expires.
+    claims: HashMap<(String, String), (String, Instant)>,
 }
 
 #[derive(Debug, Default)]
@@ -207,14 +210,49 @@ impl SessionStore for MemoryStore {
     }
 
     fn delete_session(&self, session: &str) -> Result<(), StoreError> {
-        self.lock().sessions.remove(session);
+        let mut inner = self.lock();
+        inner.sessions.remove(session);
+        inner.claims.retain(|(s, _), _| s != session);
+        Ok(())
+    }
+
+    fn try_claim(
+        &self,
+        session: &str,
+        job: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let key = (session.to_owned(), job.to_owned());
+        if let Some((holder, expires)) = inner.claims.get(&key)
+            && holder != owner
+            && *expires > now
+        {
+            return Ok(false);
+        }
+        inner.claims.insert(key, (owner.to_owned(), now + ttl));
+        Ok(true)
+    }
+
+    fn release(&self, session: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let key = (session.to_owned(), job.to_owned());
+        if inner
+            .claims
+            .get(&key)
+            .is_some_and(|(holder, _)| holder == owner)
+        {
+            inner.claims.remove(&key);
+        }
         Ok(())
     }
 }
 
 /// The handle a search hit names: a tool result's recall handle, else the
 /// message's `m…` handle.
-pub(crate) fn hit_handle(message: &Message, hash: &str) -> String {
+pub fn hit_handle(message: &Message, hash: &str) -> String {
     result_handles(message)
         .into_iter()
         .next()

@@ -66,6 +66,16 @@ pub use memory::MemoryStore;
 pub use reach::reachable;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
+/// What another crate's backend (Postgres) shares with the built-in ones so
+/// that every store indexes, matches and shows text the same way. Not a
+/// stable API.
+#[doc(hidden)]
+pub mod backend {
+    pub use super::memory::hit_handle;
+    pub use super::now_ms;
+    pub use super::text::{index_text, query_words, snippet};
+}
+
 /// The path that selects an in-memory store (replays, tests).
 pub const MEMORY_PATH: &str = ":memory:";
 
@@ -294,6 +304,151 @@ pub trait SessionStore: Send + Sync {
     /// Forgets `session`: state, handles, records (archived messages other
     /// sessions share stay).
     fn delete_session(&self, session: &str) -> Result<(), StoreError>;
+
+    /// The version of `session`'s [versioned record](Versioned), if it has
+    /// one: a cheap check that lets a server skip reloading a session its
+    /// cached copy of is current.
+    fn version(&self, session: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.load_versioned(session)?.map(|v| v.version))
+    }
+
+    /// `session`'s versioned record: the state a server keeps per session
+    /// (engine and host state, and an opaque `history` text, the server's
+    /// managed history), with the version that
+    /// [`commit_versioned`](Self::commit_versioned) last wrote.
+    fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
+        let Some(saved) = self.load_state(session)? else {
+            return Ok(None);
+        };
+        Versioned::unwrap(&self.location(), session, saved).map(Some)
+    }
+
+    /// Applies `batches` and writes the record (`state`, and `history`
+    /// when given, else the stored one is kept) as version `expected + 1`,
+    /// only when the stored version is `expected` (0: no record yet):
+    /// compare-and-swap. [`StoreError::Conflict`] when another writer got
+    /// there first; nothing is written then. Returns the new version.
+    ///
+    /// The default (used by [`MemoryStore`] and [`SqliteStore`]) checks
+    /// and writes in separate steps: it serializes writers of one process
+    /// that hold the session's lock (`ctx serve` does), not processes.
+    /// A store shared by several processes (Postgres) checks and writes in
+    /// one transaction.
+    fn commit_versioned(
+        &self,
+        session: &str,
+        expected: u64,
+        batches: &[Batch],
+        state: &Value,
+        history: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let current = self.load_versioned(session)?;
+        let found = current.as_ref().map_or(0, |v| v.version);
+        if found != expected {
+            return Err(StoreError::Conflict {
+                location: self.location(),
+                detail: format!(
+                    "session `{session}` is at version {found}, not {expected}: another writer changed it"
+                ),
+            });
+        }
+        for batch in batches {
+            self.commit(session, batch)?;
+        }
+        let history = match history {
+            Some(h) => Some(h.to_owned()),
+            None => current.and_then(|v| v.history),
+        };
+        let version = expected + 1;
+        let mut batch = Batch::new();
+        batch.set_state(Versioned::wrap(version, state, history.as_deref()));
+        self.commit(session, &batch)?;
+        Ok(version)
+    }
+
+    /// Claims job `job` of `session` for `owner` for `ttl`: `true` when
+    /// the claim is now `owner`'s (it was free, expired, or already
+    /// `owner`'s: renewed), `false` when another owner holds a live claim.
+    /// A claim held by a process that died expires after its `ttl`. Used
+    /// so that two servers never compute the same background job (a
+    /// summary) of one session.
+    fn try_claim(
+        &self,
+        session: &str,
+        job: &str,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let _ = (session, job, owner, ttl);
+        Err(StoreError::Backend {
+            location: self.location(),
+            detail: "this store does not support claims".into(),
+        })
+    }
+
+    /// Gives up `owner`'s claim on job `job` of `session` (no-op when the
+    /// claim is not `owner`'s).
+    fn release(&self, session: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        let _ = (session, job, owner);
+        Err(StoreError::Backend {
+            location: self.location(),
+            detail: "this store does not support claims".into(),
+        })
+    }
+}
+
+/// A session's record as [`SessionStore::commit_versioned`] writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Versioned {
+    /// Bumped by every write; 0 is "no record".
+    pub version: u64,
+    /// The engine and host state (what [`host::Session`](crate::host::Session)
+    /// restores from) and whatever the server adds.
+    pub state: Value,
+    /// The server's managed history, opaque to the store.
+    pub history: Option<String>,
+}
+
+/// The key under which the default [`SessionStore::commit_versioned`]
+/// wraps a record in the plain state slot.
+const VERSIONED_KEY: &str = "versioned";
+
+impl Versioned {
+    fn wrap(version: u64, state: &Value, history: Option<&str>) -> Value {
+        serde_json::json!({
+            VERSIONED_KEY: version,
+            "state": state,
+            "history": history,
+        })
+    }
+
+    fn unwrap(location: &str, session: &str, saved: Value) -> Result<Versioned, StoreError> {
+        let Value::Object(mut map) = saved else {
+            return Err(StoreError::Corrupt {
+                location: location.to_owned(),
+                detail: format!("state of session `{session}` is not an object"),
+            });
+        };
+        let Some(version) = map.get(VERSIONED_KEY).and_then(Value::as_u64) else {
+            // A plain state (`ctx replay`, `ctx compact`): version 0 with
+            // the state as it is.
+            return Ok(Versioned {
+                version: 0,
+                state: Value::Object(map),
+                history: None,
+            });
+        };
+        let history = map
+            .get("history")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let state = map.remove("state").unwrap_or(Value::Null);
+        Ok(Versioned {
+            version,
+            state,
+            history,
+        })
+    }
 }
 
 /// Opens the store at `path`: `:memory:` for a [`MemoryStore`], else a
@@ -316,7 +471,8 @@ pub fn default_path() -> Option<PathBuf> {
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
-pub(crate) fn now_ms() -> u64 {
+#[doc(hidden)]
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

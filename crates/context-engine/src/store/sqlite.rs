@@ -25,13 +25,16 @@ use super::{
 use crate::message::Message;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of a context-engine store ("CTXS").
 const APPLICATION_ID: i64 = 0x4354_5853;
 
 /// The migrations, in order: schema version reached, SQL.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/sqlite/0001_init.sql")),
+    (2, include_str!("migrations/sqlite/0002_claims.sql")),
+];
 
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -550,6 +553,38 @@ impl SessionStore for SqliteStore {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
+    fn try_claim(
+        &self,
+        session: &str,
+        job: &str,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms() as i64;
+        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let conn = self.lock();
+        // One statement: take the claim when it is free, expired or ours.
+        let taken = conn
+            .prepare_cached(
+                "INSERT INTO claims (session, job, owner, expires_ms) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (session, job) DO UPDATE SET owner = excluded.owner, expires_ms = excluded.expires_ms \
+                 WHERE claims.owner = excluded.owner OR claims.expires_ms <= ?5",
+            )
+            .map_err(|e| self.err(e))?
+            .execute(params![session, job, owner, expires, now])
+            .map_err(|e| self.err(e))?;
+        Ok(taken > 0)
+    }
+
+    fn release(&self, session: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.prepare_cached("DELETE FROM claims WHERE session = ?1 AND job = ?2 AND owner = ?3")
+            .map_err(|e| self.err(e))?
+            .execute(params![session, job, owner])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     fn delete_session(&self, session: &str) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let err = |e| map_err(&self.path, e);
@@ -562,6 +597,7 @@ impl SessionStore for SqliteStore {
             "compactions",
             "state",
             "archive",
+            "claims",
         ] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE session = ?1"),

@@ -5,14 +5,14 @@ use crate::message::Message;
 
 /// A message's indexed text: its content, then each tool call's name and
 /// arguments (what retention searches too).
-pub(crate) fn index_text(message: &Message) -> String {
+pub fn index_text(message: &Message) -> String {
     crate::retention::searchable(message, &message.text())
 }
 
 /// The words of a query: its whitespace-separated chunks that hold a
 /// letter or digit (punctuation alone matches nothing in the index). Each is
 /// matched as a phrase (`test_io.py` is three tokens in a row for FTS5).
-pub(crate) fn query_words(query: &str) -> Vec<&str> {
+pub fn query_words(query: &str) -> Vec<&str> {
     query
         .split_whitespace()
         .filter(|w| w.chars().any(char::is_alphanumeric))
@@ -45,7 +45,7 @@ pub(crate) const SNIPPET_BYTES: usize = 200;
 
 /// About [`SNIPPET_BYTES`] of `text` around the first word found (ASCII
 /// case-insensitive), whitespace collapsed, `…` where clipped.
-pub(crate) fn snippet(text: &str, words: &[&str]) -> String {
+pub fn snippet(text: &str, words: &[&str]) -> String {
     let lower = text.to_ascii_lowercase();
     let at = words
         .iter()

@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
+use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
+use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::{ServeOptions, SessionContext, StartError, UpstreamOptions};
 
 /// Arguments of `ctx serve`.
@@ -30,6 +32,13 @@ pub struct ServeArgs {
     /// (overrides `serve.engine_tools`).
     #[arg(long)]
     pub engine_tools: bool,
+    /// Keep sessions in a store: a SQLite file, `:memory:`, or
+    /// `postgres://user@host:port/db` shared by a fleet of instances (the
+    /// password from the variable `store.password_env` names). Overrides
+    /// `store.url` / `store.path`; without either, sessions live in this
+    /// process only.
+    #[arg(long, value_name = "PATH|URL")]
+    pub store: Option<String>,
     #[command(flatten)]
     pub engine: super::engine::EngineArgs,
 }
@@ -65,7 +74,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_max_body_bytes(s.max_body_bytes)
         .with_max_tool_rounds(s.max_tool_rounds)
         .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
-        .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds));
+        .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
+        .with_store(open_store(args.store.as_deref(), &config.store)?);
 
     // One engine now: a broken configuration fails at start, not on the
     // first request. Each session then builds its own the same way.
@@ -123,4 +133,44 @@ fn env_value(name: Option<&str>, key: &'static str) -> Result<Option<String>, St
             key,
         }),
     }
+}
+
+/// The session store `ctx serve` keeps sessions in: `--store`, else
+/// `store.url`, else an explicit `store.path`; `None` without any.
+fn open_store(
+    flag: Option<&str>,
+    config: &context_engine::config::StoreConfig,
+) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
+    let spec = flag
+        .map(str::to_owned)
+        .or_else(|| config.url.clone())
+        .or_else(|| config.path.as_ref().map(|p| p.display().to_string()));
+    let Some(spec) = spec else { return Ok(None) };
+    if !context_engine_postgres::is_postgres_url(&spec) {
+        let store = context_engine::store::open(std::path::Path::new(&spec))?;
+        eprintln!("ctx serve: sessions kept in {}", store.location());
+        return Ok(Some(store));
+    }
+    if context_engine_postgres::url_has_password(&spec) {
+        anyhow::bail!(
+            "the store URL must not carry a password ({}): put it in an environment variable and name it in store.password_env",
+            context_engine_postgres::redacted_url(&spec)
+        );
+    }
+    let password = env_value(config.password_env.as_deref(), "store.password_env")?;
+    let options = PgOptions::new(spec)
+        .with_password(password)
+        .with_pool_size(config.pool_size)
+        .with_timeout(Duration::from_secs(config.timeout_seconds.max(1)));
+    let store = PgStore::new(&options)?;
+    match store.check() {
+        Ok(()) => eprintln!("ctx serve: sessions kept in {}", store.location()),
+        // A newer schema is a deployment error: refuse to start.
+        Err(e @ StoreError::NewerSchema { .. }) => return Err(e.into()),
+        // Unreachable: serve unmanaged until it answers (fail open).
+        Err(e) => eprintln!(
+            "ctx: warning: session store unavailable, serving unmanaged until it answers: {e}"
+        ),
+    }
+    Ok(Some(Arc::new(store)))
 }

@@ -1,0 +1,1039 @@
+//! A PostgreSQL [`SessionStore`]: several `ctx serve` instances share one
+//! durable store (issue 16, "fleets").
+//!
+//! Same data and behaviour as the SQLite store (archive, handles,
+//! compaction records, the state; search over the archive with Postgres
+//! full-text search), plus what a fleet needs: the versioned session
+//! record written by compare-and-swap in one transaction
+//! ([`SessionStore::commit_versioned`]) and claims on background jobs
+//! ([`SessionStore::try_claim`]) that expire by the database's clock.
+//!
+//! The trait is synchronous (the library has no async runtime); this
+//! backend drives `tokio-postgres` through a `deadpool-postgres` pool on a
+//! small runtime of its own (two worker threads). A call spawns its future
+//! there and waits on a channel, so it is safe from any thread that may
+//! block: a plain thread, or `spawn_blocking` in an async server (never call
+//! it on an async worker: it blocks that worker for the round trip).
+//!
+//! The schema is created and migrated on first contact (migrations in
+//! `src/migrations/*.sql`, version in `ctx_schema`, applied under a
+//! transaction-level advisory lock so that instances starting together
+//! migrate once); a database written by a newer version is refused with
+//! [`StoreError::NewerSchema`]. An unreachable database is not an error at
+//! construction: every call fails with a clear error until it answers,
+//! and the pool reconnects by itself.
+//!
+//! TLS is not built in (`NoTls`): the intended deployment is a database on
+//! loopback or a private network; put a TLS-terminating proxy in front
+//! otherwise. The password is given apart from the URL (from the
+//! environment variable the configuration names) and never appears in
+//! [`location`](SessionStore::location), logs or errors.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use context_engine::message::Message;
+use context_engine::store::backend::{hit_handle, index_text, now_ms, query_words, snippet};
+use context_engine::store::handle::message_json;
+use context_engine::store::{
+    Batch, CompactionRecord, Entry, EntryKind, SearchHit, SessionStore, StoreError, Versioned,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+/// The schema version this build writes (and the newest it reads).
+pub const SCHEMA_VERSION: i32 = 1;
+
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+
+/// Key of the advisory lock migrations run under ("ctxs").
+const MIGRATION_LOCK: i64 = 0x6374_7873;
+
+/// Longest indexed text per message, in bytes (Postgres limits a
+/// `tsvector` to 1 MB); the message itself is kept whole.
+const MAX_INDEXED_BYTES: usize = 256 * 1024;
+
+/// How to reach the database.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct PgOptions {
+    /// `postgres://user@host:port/db` (no password: see
+    /// [`password`](Self::password)); any libpq-style URL tokio-postgres
+    /// reads.
+    pub url: String,
+    /// The password, from the environment; never logged.
+    pub password: Option<String>,
+    /// Connections in the pool.
+    pub pool_size: usize,
+    /// Connecting, waiting for a pooled connection, and each call as a
+    /// whole are bounded by this.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("url", &redacted_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("pool_size", &self.pool_size)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl PgOptions {
+    /// Defaults (16 connections, 5 s timeout) for `url`.
+    pub fn new(url: impl Into<String>) -> PgOptions {
+        PgOptions {
+            url: url.into(),
+            password: None,
+            pool_size: 16,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets [`password`](Self::password).
+    pub fn with_password(mut self, password: Option<String>) -> PgOptions {
+        self.password = password.filter(|p| !p.is_empty());
+        self
+    }
+
+    /// Sets [`pool_size`](Self::pool_size).
+    pub fn with_pool_size(mut self, n: usize) -> PgOptions {
+        self.pool_size = n.max(1);
+        self
+    }
+
+    /// Sets [`timeout`](Self::timeout).
+    pub fn with_timeout(mut self, timeout: Duration) -> PgOptions {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// Whether `url` names a Postgres database (`postgres://` or
+/// `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Whether `url` carries a password (`user:password@`), which the
+/// configuration refuses: the password comes from the environment.
+pub fn url_has_password(url: &str) -> bool {
+    let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
+        return false;
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+        || url.contains("password=")
+}
+
+/// `url` with any password replaced by `***`, for messages.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.find("password=") {
+        Some(i) => {
+            let after = &tail[i + "password=".len()..];
+            let stop = after.find('&').unwrap_or(after.len());
+            format!("{}password=***{}", &tail[..i], &after[stop..])
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// The Postgres session store (see the crate docs).
+pub struct PgStore {
+    runtime: Option<tokio::runtime::Runtime>,
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+struct Inner {
+    pool: Pool,
+    location: String,
+    migrated: AtomicBool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.inner.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // May be dropped inside an async server: never block there.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl PgStore {
+    /// A store on the database `options` names. Does not connect: see
+    /// [`connect`](Self::connect) to check the database at start.
+    pub fn new(options: &PgOptions) -> Result<PgStore, StoreError> {
+        let location = redacted_url(&options.url);
+        let backend = |detail: String| StoreError::Backend {
+            location: location.clone(),
+            detail,
+        };
+        let mut config = tokio_postgres::Config::from_str(&options.url)
+            .map_err(|e| backend(format!("not a Postgres URL: {e}")))?;
+        if let Some(p) = &options.password {
+            config.password(p.as_bytes());
+        }
+        config.connect_timeout(options.timeout);
+        config.application_name("context-engine");
+        let location = describe(&config, &location);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ctx-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| backend(format!("cannot start the database runtime: {e}")))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.timeout))
+            .create_timeout(Some(options.timeout))
+            .recycle_timeout(Some(options.timeout))
+            .build()
+            .map_err(|e| backend(format!("cannot build the connection pool: {e}")))?;
+        Ok(PgStore {
+            runtime: Some(runtime),
+            inner: Arc::new(Inner {
+                pool,
+                location,
+                migrated: AtomicBool::new(false),
+            }),
+            timeout: options.timeout,
+        })
+    }
+
+    /// [`new`](Self::new), then connects and creates or migrates the
+    /// schema: an error when the database is unreachable or newer.
+    pub fn connect(options: &PgOptions) -> Result<PgStore, StoreError> {
+        let store = PgStore::new(options)?;
+        store.check()?;
+        Ok(store)
+    }
+
+    /// Connects (creating or migrating the schema on first contact) and
+    /// runs a trivial query: `Ok` when the database answers.
+    pub fn check(&self) -> Result<(), StoreError> {
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            client
+                .simple_query("SELECT 1")
+                .await
+                .map_err(|e| inner.err(&e))?;
+            Ok(())
+        })
+    }
+
+    /// Connections open in the pool, and how many are idle.
+    pub fn pool_status(&self) -> (usize, usize) {
+        let s = self.inner.pool.status();
+        (s.size, s.available)
+    }
+
+    /// Runs `job` on the store's runtime and waits for it, at most the
+    /// timeout.
+    fn call<T, F, Fut>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let Some(rt) = &self.runtime else {
+            return Err(self.inner.backend("the store is shut down".into()));
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let fut = job(Arc::clone(&self.inner));
+        let timeout = self.timeout;
+        let location = self.inner.location.clone();
+        rt.spawn(async move {
+            let out = match tokio::time::timeout(timeout, fut).await {
+                Ok(out) => out,
+                Err(_) => Err(StoreError::Backend {
+                    location,
+                    detail: format!(
+                        "no answer from the database within {} ms",
+                        timeout.as_millis()
+                    ),
+                }),
+            };
+            let _ = tx.send(out);
+        });
+        rx.recv()
+            .map_err(|_| self.inner.backend("the database task was cancelled".into()))?
+    }
+}
+
+/// `postgres://user@host:port/db` from a parsed config (no password).
+fn describe(config: &tokio_postgres::Config, fallback: &str) -> String {
+    let host = config.get_hosts().first().map(|h| match h {
+        tokio_postgres::config::Host::Tcp(name) => name.clone(),
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+    });
+    match host {
+        Some(host) => {
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let user = config
+                .get_user()
+                .map(|u| format!("{u}@"))
+                .unwrap_or_default();
+            let db = config.get_dbname().unwrap_or("");
+            format!("postgres://{user}{host}:{port}/{db}")
+        }
+        None => fallback.to_owned(),
+    }
+}
+
+type Client = deadpool_postgres::Object;
+
+impl Inner {
+    fn backend(&self, detail: String) -> StoreError {
+        StoreError::Backend {
+            location: self.location.clone(),
+            detail,
+        }
+    }
+
+    fn err(&self, e: &tokio_postgres::Error) -> StoreError {
+        let detail = match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.severity(), db.message()),
+            None => match std::error::Error::source(e) {
+                Some(cause) => format!("{e}: {cause}"),
+                None => e.to_string(),
+            },
+        };
+        self.backend(detail)
+    }
+
+    fn corrupt(&self, detail: String) -> StoreError {
+        StoreError::Corrupt {
+            location: self.location.clone(),
+            detail,
+        }
+    }
+
+    fn conflict(&self, detail: String) -> StoreError {
+        StoreError::Conflict {
+            location: self.location.clone(),
+            detail,
+        }
+    }
+
+    /// A pooled connection, the schema migrated on first contact.
+    async fn client(&self) -> Result<Client, StoreError> {
+        let mut client = self.pool.get().await.map_err(|e| {
+            let detail = match &e {
+                deadpool_postgres::PoolError::Backend(pe) => {
+                    return self.err(pe);
+                }
+                deadpool_postgres::PoolError::Timeout(_) => {
+                    "timed out waiting for a database connection".to_owned()
+                }
+                other => other.to_string(),
+            };
+            self.backend(format!("cannot connect: {detail}"))
+        })?;
+        if !self.migrated.load(Ordering::Acquire) {
+            self.migrate(&mut client).await?;
+            self.migrated.store(true, Ordering::Release);
+        }
+        Ok(client)
+    }
+
+    /// Creates or upgrades the schema, once for all instances (advisory
+    /// lock), refusing a newer one.
+    async fn migrate(&self, client: &mut Client) -> Result<(), StoreError> {
+        let err = |e: tokio_postgres::Error| self.err(&e);
+        let tx = client.transaction().await.map_err(err)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(err)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS ctx_schema (\
+               id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, \
+               application TEXT NOT NULL DEFAULT 'context-engine')",
+        )
+        .await
+        .map_err(err)?;
+        let found: i32 = tx
+            .query_opt("SELECT version FROM ctx_schema WHERE id = 1", &[])
+            .await
+            .map_err(err)?
+            .map_or(0, |r| r.get(0));
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: self.location.clone().into(),
+                found: i64::from(found),
+                supported: i64::from(SCHEMA_VERSION),
+            });
+        }
+        for (version, sql) in MIGRATIONS {
+            if *version > found {
+                tx.batch_execute(sql).await.map_err(err)?;
+            }
+        }
+        if found < SCHEMA_VERSION {
+            tx.execute(
+                "INSERT INTO ctx_schema (id, version) VALUES (1, $1) \
+                 ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)
+    }
+
+    /// Writes `batch` inside the caller's transaction.
+    async fn apply(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        session: &str,
+        batch: &Batch,
+        with_state: bool,
+    ) -> Result<(), StoreError> {
+        let err = |e: tokio_postgres::Error| self.err(&e);
+        if !batch.messages().is_empty() {
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO ctx_messages (hash, role, json, body, tsv) \
+                     VALUES ($1, $2, $3, $4, to_tsvector('simple', $5)) \
+                     ON CONFLICT (hash) DO NOTHING RETURNING id",
+                )
+                .await
+                .map_err(err)?;
+            let find = tx
+                .prepare_cached("SELECT id FROM ctx_messages WHERE hash = $1")
+                .await
+                .map_err(err)?;
+            let archive = tx
+                .prepare_cached(
+                    "INSERT INTO ctx_archive (session, message, seq) \
+                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM ctx_archive WHERE session = $1)) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(err)?;
+            for (hash, message) in batch.messages() {
+                let body = index_text(message);
+                let words = tsv_text(&body);
+                let inserted = tx
+                    .query_opt(
+                        &insert,
+                        &[
+                            hash,
+                            &message.role.as_str(),
+                            &message_json(message),
+                            &body,
+                            &words,
+                        ],
+                    )
+                    .await
+                    .map_err(err)?;
+                let id: i64 = match inserted {
+                    Some(row) => row.get(0),
+                    None => tx.query_one(&find, &[hash]).await.map_err(err)?.get(0),
+                };
+                tx.execute(&archive, &[&session, &id]).await.map_err(err)?;
+            }
+        }
+        if !batch.handles().is_empty() {
+            let handle = tx
+                .prepare_cached(
+                    "INSERT INTO ctx_handles (session, handle, kind, span_start, span_end) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(err)?;
+            let member = tx
+                .prepare_cached(
+                    "INSERT INTO ctx_handle_members (session, handle, pos, message) \
+                     SELECT $1, $2, p.pos::INTEGER - 1, m.id \
+                     FROM unnest($3::TEXT[]) WITH ORDINALITY AS p(hash, pos) \
+                     JOIN ctx_messages m ON m.hash = p.hash",
+                )
+                .await
+                .map_err(err)?;
+            for h in batch.handles() {
+                let added = tx
+                    .execute(
+                        &handle,
+                        &[
+                            &session,
+                            &h.handle,
+                            &h.kind.name(),
+                            &h.start.map(|s| s as i64),
+                            &h.end.map(|e| e as i64),
+                        ],
+                    )
+                    .await
+                    .map_err(err)?;
+                if added == 0 {
+                    continue; // the first registration of a handle wins
+                }
+                let n = tx
+                    .execute(&member, &[&session, &h.handle, &h.hashes])
+                    .await
+                    .map_err(err)?;
+                if n as usize != h.hashes.len() {
+                    return Err(self.corrupt(format!(
+                        "handle `{}` names messages that are not archived",
+                        h.handle
+                    )));
+                }
+            }
+        }
+        if !batch.compactions().is_empty() {
+            let record = tx
+                .prepare_cached(
+                    "INSERT INTO ctx_compactions (session, seq, created_ms, trigger, engine, summarizer, \
+                     handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                )
+                .await
+                .map_err(err)?;
+            for c in batch.compactions() {
+                let summary = serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into());
+                tx.execute(
+                    &record,
+                    &[
+                        &session,
+                        &(c.seq as i64),
+                        &(c.created_ms as i64),
+                        &c.trigger,
+                        &c.engine,
+                        &c.summarizer,
+                        &c.handle,
+                        &(c.start as i64),
+                        &(c.end as i64),
+                        &(c.archived as i64),
+                        &summary,
+                        &(c.tokens_before as i64),
+                        &(c.tokens_after as i64),
+                    ],
+                )
+                .await
+                .map_err(|e| {
+                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                        self.conflict(format!(
+                            "session `{session}` already has compaction {}",
+                            c.seq
+                        ))
+                    } else {
+                        self.err(&e)
+                    }
+                })?;
+            }
+        }
+        if let Some(state) = batch.state().filter(|_| with_state) {
+            tx.execute(
+                "INSERT INTO ctx_state (session, version, state, updated_ms) VALUES ($1, 0, $2, $3) \
+                 ON CONFLICT (session) DO UPDATE SET state = excluded.state, updated_ms = excluded.updated_ms",
+                &[&session, &state.to_string(), &(now_ms() as i64)],
+            )
+            .await
+            .map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn parse_message(&self, json: &str) -> Result<Message, StoreError> {
+        serde_json::from_str(json).map_err(|e| self.corrupt(format!("archived message: {e}")))
+    }
+}
+
+/// The text Postgres indexes: every run of letters and digits, lowercased,
+/// separated by spaces (so `test_io.py` is three words in a row, as for
+/// FTS5), bounded by [`MAX_INDEXED_BYTES`].
+fn tsv_text(body: &str) -> String {
+    let mut out = String::with_capacity(body.len().min(MAX_INDEXED_BYTES));
+    for piece in body.split(|c: char| !c.is_alphanumeric()) {
+        if piece.is_empty() {
+            continue;
+        }
+        if out.len() + piece.len() + 1 > MAX_INDEXED_BYTES {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(piece.chars().flat_map(char::to_lowercase));
+    }
+    out
+}
+
+/// The `tsquery` for `words`: each word a phrase of its letter-and-digit
+/// runs (`<->`), joined by `&` or `|`. Only letters and digits reach the
+/// query text, so no query is a syntax error. `None` when no word has one.
+fn ts_query(words: &[&str], all: bool) -> Option<String> {
+    let phrases: Vec<String> = words
+        .iter()
+        .filter_map(|w| {
+            let pieces: Vec<String> = w
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|p| !p.is_empty())
+                .map(|p| p.chars().flat_map(char::to_lowercase).collect())
+                .collect();
+            (!pieces.is_empty()).then(|| format!("({})", pieces.join(" <-> ")))
+        })
+        .collect();
+    (!phrases.is_empty()).then(|| phrases.join(if all { " & " } else { " | " }))
+}
+
+fn usize_of(v: Option<i64>) -> Option<usize> {
+    v.and_then(|n| usize::try_from(n).ok())
+}
+
+impl SessionStore for PgStore {
+    fn location(&self) -> String {
+        self.inner.location.clone()
+    }
+
+    fn commit(&self, session: &str, batch: &Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (session, batch) = (session.to_owned(), batch.clone());
+        self.call(|inner| async move {
+            let mut client = inner.client().await?;
+            let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
+            inner.apply(&tx, &session, &batch, true).await?;
+            tx.commit().await.map_err(|e| inner.err(&e))
+        })
+    }
+
+    fn load_state(&self, session: &str) -> Result<Option<Value>, StoreError> {
+        Ok(self.load_versioned(session)?.map(|v| v.state))
+    }
+
+    fn version(&self, session: &str) -> Result<Option<u64>, StoreError> {
+        let session = session.to_owned();
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let stmt = client
+                .prepare_cached("SELECT version FROM ctx_state WHERE session = $1")
+                .await
+                .map_err(|e| inner.err(&e))?;
+            let row = client
+                .query_opt(&stmt, &[&session])
+                .await
+                .map_err(|e| inner.err(&e))?;
+            Ok(row.map(|r| r.get::<_, i64>(0).max(0) as u64))
+        })
+    }
+
+    fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
+        let session = session.to_owned();
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let stmt = client
+                .prepare_cached("SELECT version, state, history FROM ctx_state WHERE session = $1")
+                .await
+                .map_err(|e| inner.err(&e))?;
+            let Some(row) = client
+                .query_opt(&stmt, &[&session])
+                .await
+                .map_err(|e| inner.err(&e))?
+            else {
+                return Ok(None);
+            };
+            let state: String = row.get(1);
+            let state = serde_json::from_str(&state)
+                .map_err(|e| inner.corrupt(format!("state of `{session}`: {e}")))?;
+            Ok(Some(Versioned {
+                version: row.get::<_, i64>(0).max(0) as u64,
+                state,
+                history: row.get(2),
+            }))
+        })
+    }
+
+    fn commit_versioned(
+        &self,
+        session: &str,
+        expected: u64,
+        batches: &[Batch],
+        state: &Value,
+        history: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let session = session.to_owned();
+        let batches: Vec<Batch> = batches.iter().filter(|b| !b.is_empty()).cloned().collect();
+        let state = state.to_string();
+        let history = history.map(str::to_owned);
+        self.call(|inner| async move {
+            let mut client = inner.client().await?;
+            let err = |e: tokio_postgres::Error| inner.err(&e);
+            let tx = client.transaction().await.map_err(err)?;
+            let version = expected + 1;
+            // The swap first: it locks the row, so a competing writer waits
+            // here and then finds the version moved.
+            let swapped = if expected == 0 {
+                tx.execute(
+                    "INSERT INTO ctx_state (session, version, state, history, updated_ms) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (session) DO UPDATE SET version = excluded.version, \
+                       state = excluded.state, history = COALESCE(excluded.history, ctx_state.history), \
+                       updated_ms = excluded.updated_ms \
+                     WHERE ctx_state.version = 0",
+                    &[&session, &(version as i64), &state, &history, &(now_ms() as i64)],
+                )
+                .await
+                .map_err(err)?
+            } else {
+                let stmt = tx
+                    .prepare_cached(
+                        "UPDATE ctx_state SET version = $2, state = $3, \
+                         history = COALESCE($4, history), updated_ms = $5 \
+                         WHERE session = $1 AND version = $6",
+                    )
+                    .await
+                    .map_err(err)?;
+                tx.execute(
+                    &stmt,
+                    &[
+                        &session,
+                        &(version as i64),
+                        &state,
+                        &history,
+                        &(now_ms() as i64),
+                        &(expected as i64),
+                    ],
+                )
+                .await
+                .map_err(err)?
+            };
+            if swapped != 1 {
+                return Err(inner.conflict(format!(
+                    "session `{session}` is no longer at version {expected}: another writer changed it"
+                )));
+            }
+            for batch in &batches {
+                // The record above is the state; a batch's own snapshot
+                // would overwrite it.
+                inner.apply(&tx, &session, batch, false).await?;
+            }
+            tx.commit().await.map_err(err)?;
+            Ok(version)
+        })
+    }
+
+    fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError> {
+        let session = session.map(str::to_owned);
+        let handle = handle.to_owned();
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let err = |e: tokio_postgres::Error| inner.err(&e);
+            let stmt = client
+                .prepare_cached(
+                    "SELECT session, kind, span_start, span_end FROM ctx_handles \
+                     WHERE handle = $1 AND ($2::TEXT IS NULL OR session = $2) \
+                     ORDER BY session LIMIT 1",
+                )
+                .await
+                .map_err(err)?;
+            let Some(row) = client
+                .query_opt(&stmt, &[&handle, &session])
+                .await
+                .map_err(err)?
+            else {
+                return Ok(None);
+            };
+            let owner: String = row.get(0);
+            let kind: String = row.get(1);
+            let kind = EntryKind::from_name(&kind)
+                .ok_or_else(|| inner.corrupt(format!("handle `{handle}` has kind `{kind}`")))?;
+            let members = client
+                .prepare_cached(
+                    "SELECT m.json FROM ctx_handle_members hm JOIN ctx_messages m ON m.id = hm.message \
+                     WHERE hm.session = $1 AND hm.handle = $2 ORDER BY hm.pos",
+                )
+                .await
+                .map_err(err)?;
+            let rows = client
+                .query(&members, &[&owner, &handle])
+                .await
+                .map_err(err)?;
+            let messages = rows
+                .iter()
+                .map(|r| inner.parse_message(r.get(0)))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(Entry {
+                handle,
+                kind,
+                session: owner,
+                messages,
+                start: usize_of(row.get(2)),
+                end: usize_of(row.get(3)),
+            }))
+        })
+    }
+
+    fn search(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let words: Vec<String> = query_words(query).into_iter().map(str::to_owned).collect();
+        if words.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let session = session.map(str::to_owned);
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let err = |e: tokio_postgres::Error| inner.err(&e);
+            let stmt = client
+                .prepare_cached(
+                    "SELECT m.hash, m.role, m.json, m.body, \
+                       ARRAY(SELECT DISTINCT h.handle FROM ctx_handle_members hm \
+                             JOIN ctx_handles h ON h.session = hm.session AND h.handle = hm.handle \
+                             WHERE hm.message = m.id AND h.kind = 'span' \
+                               AND ($2::TEXT IS NULL OR hm.session = $2) ORDER BY h.handle) \
+                     FROM ctx_messages m \
+                     JOIN (SELECT message, MAX(seq) AS seq FROM ctx_archive \
+                           WHERE $2::TEXT IS NULL OR session = $2 GROUP BY message) a ON a.message = m.id \
+                     WHERE m.tsv @@ to_tsquery('simple', $1) \
+                     ORDER BY ts_rank(m.tsv, to_tsquery('simple', $1)) DESC, a.seq DESC \
+                     LIMIT $3",
+                )
+                .await
+                .map_err(err)?;
+            let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+            for all in [true, false] {
+                let Some(q) = ts_query(&refs, all) else {
+                    return Ok(Vec::new());
+                };
+                let rows = client
+                    .query(&stmt, &[&q, &session, &(limit as i64)])
+                    .await
+                    .map_err(err)?;
+                if !rows.is_empty() || refs.len() == 1 {
+                    return rows
+                        .iter()
+                        .map(|r| {
+                            let hash: String = r.get(0);
+                            let message = inner.parse_message(r.get(2))?;
+                            let body: String = r.get(3);
+                            Ok(SearchHit {
+                                handle: hit_handle(&message, &hash),
+                                spans: r.get(4),
+                                role: r.get(1),
+                                source: "archive",
+                                snippet: snippet(&body, &refs),
+                            })
+                        })
+                        .collect();
+                }
+            }
+            Ok(Vec::new())
+        })
+    }
+
+    fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+        let session = session.to_owned();
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let err = |e: tokio_postgres::Error| inner.err(&e);
+            let stmt = client
+                .prepare_cached(
+                    "SELECT seq, created_ms, trigger, engine, summarizer, handle, span_start, span_end, \
+                     archived, summary, tokens_before, tokens_after FROM ctx_compactions \
+                     WHERE session = $1 ORDER BY seq",
+                )
+                .await
+                .map_err(err)?;
+            let rows = client.query(&stmt, &[&session]).await.map_err(err)?;
+            rows.iter()
+                .map(|r| {
+                    let summary: String = r.get(9);
+                    let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+                    Ok(CompactionRecord {
+                        seq: n(0),
+                        created_ms: n(1),
+                        trigger: r.get(2),
+                        engine: r.get(3),
+                        summarizer: r.get(4),
+                        handle: r.get(5),
+                        start: n(6) as usize,
+                        end: n(7) as usize,
+                        archived: n(8) as usize,
+                        summary: serde_json::from_str(&summary).map_err(|e| {
+                            inner.corrupt(format!("compaction record of `{session}`: {e}"))
+                        })?,
+                        tokens_before: n(10),
+                        tokens_after: n(11),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn handles(&self, session: &str) -> Result<Vec<String>, StoreError> {
+        let session = session.to_owned();
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let rows = client
+                .query(
+                    "SELECT handle FROM ctx_handles WHERE session = $1 ORDER BY handle",
+                    &[&session],
+                )
+                .await
+                .map_err(|e| inner.err(&e))?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn delete_session(&self, session: &str) -> Result<(), StoreError> {
+        let session = session.to_owned();
+        self.call(|inner| async move {
+            let mut client = inner.client().await?;
+            let err = |e: tokio_postgres::Error| inner.err(&e);
+            let tx = client.transaction().await.map_err(err)?;
+            for table in [
+                "ctx_handle_members",
+                "ctx_handles",
+                "ctx_compactions",
+                "ctx_state",
+                "ctx_archive",
+                "ctx_claims",
+            ] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE session = $1"),
+                    &[&session],
+                )
+                .await
+                .map_err(err)?;
+            }
+            tx.execute(
+                "DELETE FROM ctx_messages m WHERE NOT EXISTS \
+                   (SELECT 1 FROM ctx_archive a WHERE a.message = m.id) \
+                 AND NOT EXISTS (SELECT 1 FROM ctx_handle_members hm WHERE hm.message = m.id)",
+                &[],
+            )
+            .await
+            .map_err(err)?;
+            tx.commit().await.map_err(err)
+        })
+    }
+
+    fn try_claim(
+        &self,
+        session: &str,
+        job: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (session, job, owner) = (session.to_owned(), job.to_owned(), owner.to_owned());
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "INSERT INTO ctx_claims (session, job, owner, expires_at) \
+                     VALUES ($1, $2, $3, now() + make_interval(secs => $4)) \
+                     ON CONFLICT (session, job) DO UPDATE SET owner = excluded.owner, \
+                       expires_at = excluded.expires_at \
+                     WHERE ctx_claims.owner = excluded.owner OR ctx_claims.expires_at <= now()",
+                )
+                .await
+                .map_err(|e| inner.err(&e))?;
+            let n = client
+                .execute(&stmt, &[&session, &job, &owner, &ttl.as_secs_f64()])
+                .await
+                .map_err(|e| inner.err(&e))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn release(&self, session: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        let (session, job, owner) = (session.to_owned(), job.to_owned(), owner.to_owned());
+        self.call(|inner| async move {
+            let client = inner.client().await?;
+            client
+                .execute(
+                    "DELETE FROM ctx_claims WHERE session = $1 AND job = $2 AND owner = $3",
+                    &[&session, &job, &owner],
+                )
+                .await
+                .map_err(|e| inner.err(&e))?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_found_and_hidden() {
+        assert!(url_has_password("postgres://u:secret@db:5432/x"));
+        assert!(url_has_password("postgres://db/x?password=secret"));
+        assert!(!url_has_password("postgres://u@db:5432/x"));
+        assert!(!url_has_password("postgres://db/x"));
+        let shown = redacted_url("postgres://u:secret@db:5432/x?password=s2&sslmode=disable");
+        assert!(
+            !shown.contains("secret") && !shown.contains("s2"),
+            "{shown}"
+        );
+        assert!(shown.contains("u:***@db:5432/x"), "{shown}");
+        assert!(shown.contains("sslmode=disable"), "{shown}");
+    }
+
+    #[test]
+    fn queries_are_phrases_of_words_only() {
+        assert_eq!(
+            ts_query(&["test_io.py", "KeyError"], true).as_deref(),
+            Some("(test <-> io <-> py) & (keyerror)")
+        );
+        assert_eq!(
+            ts_query(&["a'b", "&|!"], false).as_deref(),
+            Some("(a <-> b)")
+        );
+        assert_eq!(ts_query(&[":"], true), None);
+        assert_eq!(
+            tsv_text("Fix tests/test_io.py::x!"),
+            "fix tests test io py x"
+        );
+    }
+
+    #[test]
+    fn options_never_show_the_password() {
+        let o = PgOptions::new("postgres://u@h/db").with_password(Some("hunter2".into()));
+        assert!(!format!("{o:?}").contains("hunter2"));
+    }
+}

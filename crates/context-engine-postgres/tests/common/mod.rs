@@ -1,0 +1,119 @@
+//! A throwaway database per test on the PostgreSQL server the tests use
+//! (`$CTX_TEST_POSTGRES`, default `postgres://postgres@127.0.0.1:5432/test`,
+//! trust auth). No server: a skip with the reason, a failure under
+//! `CI=true`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio_postgres::NoTls;
+
+/// A prerequisite is missing: fails under CI, else prints why and skips.
+pub fn skip(reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("prerequisite missing under CI=true: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+/// The server's admin URL.
+pub fn admin_url() -> String {
+    std::env::var("CTX_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A database created for one test and dropped with it.
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    name: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `f` on a runtime of its own, on a thread of its own (callers may
+/// be inside an async test).
+fn on_runtime<T: Send + 'static>(
+    f: impl FnOnce(&tokio::runtime::Runtime) -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        f(&rt)
+    })
+    .join()
+    .expect("database helper thread")
+}
+
+async fn admin(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+impl TestDb {
+    /// A new empty database `ctx_test_<pid>_<n>`, or `None` (skipped) when
+    /// no server answers.
+    pub fn create() -> Option<TestDb> {
+        let admin_url = admin_url();
+        let name = format!(
+            "ctx_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (url, db) = (admin_url.clone(), name.clone());
+        let created = on_runtime(move |rt| {
+            let client = match rt.block_on(admin(&url)) {
+                Ok(c) => c,
+                Err(e) => return Err(e.to_string()),
+            };
+            rt.block_on(async {
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+                    .await?;
+                client.batch_execute(&format!("CREATE DATABASE {db}")).await
+            })
+            .unwrap_or_else(|e| panic!("cannot create database {db}: {e:?}"));
+            Ok(())
+        });
+        if let Err(e) = created {
+            skip(&format!("no PostgreSQL server at {admin_url}: {e}"));
+            return None;
+        }
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(b, _)| b);
+        Some(TestDb {
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    /// Runs `sql` on this database.
+    pub fn execute(&self, sql: &str) {
+        let (url, sql) = (self.url.clone(), sql.to_owned());
+        on_runtime(move |rt| {
+            rt.block_on(async move { admin(&url).await?.batch_execute(&sql).await })
+        })
+        .expect("sql");
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin_url = admin_url();
+        let name = self.name.clone();
+        let _ = on_runtime(move |rt| {
+            rt.block_on(async move {
+                admin(&admin_url)
+                    .await?
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+            })
+        });
+    }
+}

@@ -1,0 +1,125 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Postgres store on a real server: the same contract as the embedded
+//! stores, concurrent compare-and-swap from many threads, claims across
+//! instances, schema versioning, and an unreachable database.
+
+mod common;
+#[path = "../../context-engine/tests/store_contract/mod.rs"]
+mod store_contract;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestDb;
+use context_engine::store::{SessionStore, StoreError};
+use context_engine_postgres::{PgOptions, PgStore, SCHEMA_VERSION};
+use serde_json::json;
+
+fn store(db: &TestDb) -> PgStore {
+    PgStore::connect(&PgOptions::new(&db.url)).expect("connect")
+}
+
+#[test]
+fn keeps_the_store_contract() {
+    let Some(db) = TestDb::create() else { return };
+    let store = store(&db);
+    store_contract::archive(&store);
+    store_contract::versioned(&store);
+    store_contract::claims(&store);
+    // A second instance sees everything the first wrote.
+    let other = self::store(&db);
+    assert_eq!(other.compactions("s1").expect("records").len(), 1);
+    assert_eq!(other.search(None, "KeyError", 5).expect("search").len(), 1);
+}
+
+#[test]
+fn compare_and_swap_serializes_writers_of_one_session() {
+    let Some(db) = TestDb::create() else { return };
+    let a: Arc<dyn SessionStore> = Arc::new(store(&db));
+    let b: Arc<dyn SessionStore> = Arc::new(store(&db));
+    // 8 threads over two instances each add 25 increments with
+    // read-modify-write and retry on conflict: no increment is lost.
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = if t % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
+            std::thread::spawn(move || {
+                let mut conflicts = 0;
+                for _ in 0..25 {
+                    loop {
+                        let cur = s.load_versioned("counter").expect("load");
+                        let (v, n) =
+                            cur.map_or((0, 0), |r| (r.version, r.state["n"].as_u64().expect("n")));
+                        match s.commit_versioned("counter", v, &[], &json!({"n": n + 1}), None) {
+                            Ok(_) => break,
+                            Err(StoreError::Conflict { .. }) => conflicts += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let conflicts: u32 = threads.into_iter().map(|t| t.join().expect("join")).sum();
+    let rec = a.load_versioned("counter").expect("load").expect("record");
+    assert_eq!(rec.state["n"], json!(200));
+    assert_eq!(rec.version, 200);
+    eprintln!("{conflicts} conflicts retried");
+}
+
+#[test]
+fn a_claim_is_held_by_one_instance_and_expires() {
+    let Some(db) = TestDb::create() else { return };
+    let (a, b) = (store(&db), store(&db));
+    let ttl = Duration::from_millis(300);
+    assert!(a.try_claim("s", "summary", "instance-a", ttl).expect("a"));
+    assert!(
+        !b.try_claim("s", "summary", "instance-b", ttl)
+            .expect("b waits")
+    );
+    // Instance a dies without releasing: the claim expires.
+    drop(a);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        b.try_claim("s", "summary", "instance-b", ttl)
+            .expect("b takes over")
+    );
+}
+
+#[test]
+fn schema_is_versioned_and_a_newer_one_refused() {
+    let Some(db) = TestDb::create() else { return };
+    drop(store(&db));
+    // Two instances starting together migrate once.
+    let again = store(&db);
+    drop(again);
+    db.execute(&format!(
+        "UPDATE ctx_schema SET version = {}",
+        SCHEMA_VERSION + 1
+    ));
+    let err = PgStore::connect(&PgOptions::new(&db.url)).expect_err("newer");
+    assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+    assert!(err.to_string().contains("newer version"), "{err}");
+}
+
+#[test]
+fn an_unreachable_database_is_a_clear_error_without_the_password() {
+    // A port nothing listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let options = PgOptions::new(format!("postgres://postgres@127.0.0.1:{port}/test"))
+        .with_password(Some("hunter2-secret".into()))
+        .with_timeout(Duration::from_secs(2));
+    let store = PgStore::new(&options).expect("no connection needed yet");
+    let err = store.version("s").expect_err("unreachable");
+    let text = err.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(!format!("{err:?}").contains("hunter2"));
+    assert!(!store.location().contains("hunter2"));
+}

@@ -1,0 +1,375 @@
+//! Fleet load generator: 200 concurrent sessions for `FLEET_SECONDS`
+//! (default 60) across two proxy instances sharing one session store,
+//! against an upstream that answers at once; the same load straight to the
+//! upstream first, for the added latency. Stores compared in one run: none
+//! (each instance keeps its own sessions; the no-store baseline), SQLite
+//! (a file) and Postgres (`CTX_TEST_POSTGRES`, default
+//! `postgres://postgres@127.0.0.1:5432/test`; a database of its own,
+//! dropped after).
+//!
+//! Sessions grow like an agent's (a tool call and a ~600-byte result per
+//! call) in a 12k window, so they compact; after the run every compaction
+//! the proxies counted must be in the store with every archived message
+//! (no lost archive row). Prints client latency p50/p99, added latency
+//! (through the proxy minus direct, same percentile), throughput, and the
+//! store's own time per call.
+//!
+//! `cargo bench -p context-engine-serve --bench fleet` (`FLEET_SECONDS`,
+//! `FLEET_SESSIONS`, `FLEET_MODES=direct,none,sqlite,postgres`).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use axum::routing::post;
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::plugin::EngineContext;
+use context_engine::store::{
+    Batch, CompactionRecord, Entry, SearchHit, SessionStore, SqliteStore, StoreError, Versioned,
+};
+use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
+use context_engine_postgres::{PgOptions, PgStore};
+use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+const REPLY: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9000,"completion_tokens":1,"total_tokens":9001}}"#;
+
+/// A store that times every call.
+struct Timed {
+    inner: Arc<dyn SessionStore>,
+    times: Mutex<Vec<f64>>,
+}
+
+impl Timed {
+    fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ms);
+        out
+    }
+}
+
+impl SessionStore for Timed {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn commit(&self, s: &str, b: &Batch) -> Result<(), StoreError> {
+        self.time(|| self.inner.commit(s, b))
+    }
+    fn load_state(&self, s: &str) -> Result<Option<Value>, StoreError> {
+        self.time(|| self.inner.load_state(s))
+    }
+    fn resolve(&self, s: Option<&str>, h: &str) -> Result<Option<Entry>, StoreError> {
+        self.inner.resolve(s, h)
+    }
+    fn search(&self, s: Option<&str>, q: &str, n: usize) -> Result<Vec<SearchHit>, StoreError> {
+        self.inner.search(s, q, n)
+    }
+    fn compactions(&self, s: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+        self.inner.compactions(s)
+    }
+    fn handles(&self, s: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.handles(s)
+    }
+    fn delete_session(&self, s: &str) -> Result<(), StoreError> {
+        self.inner.delete_session(s)
+    }
+    fn version(&self, s: &str) -> Result<Option<u64>, StoreError> {
+        self.time(|| self.inner.version(s))
+    }
+    fn load_versioned(&self, s: &str) -> Result<Option<Versioned>, StoreError> {
+        self.time(|| self.inner.load_versioned(s))
+    }
+    fn commit_versioned(
+        &self,
+        s: &str,
+        v: u64,
+        b: &[Batch],
+        st: &Value,
+        h: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        self.time(|| self.inner.commit_versioned(s, v, b, st, h))
+    }
+}
+
+async fn upstream() -> String {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from(REPLY))
+                .unwrap_or_default()
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+async fn proxy(url: &str, store: Option<Arc<dyn SessionStore>>) -> (String, AppState) {
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let c = Arc::clone(&counter);
+    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), 12_000).into_compressor(),
+        ))
+    };
+    let ctx = SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    };
+    let options = ServeOptions::new(UpstreamOptions::new(url))
+        .with_sessions(100_000, Duration::from_secs(3600))
+        .with_store(store);
+    let state = AppState::new(options, ctx).unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let s = state.clone();
+    tokio::spawn(
+        async move { context_engine_serve::serve(listener, s, std::future::pending()).await },
+    );
+    (format!("http://{addr}/v1"), state)
+}
+
+/// The agent's history after `calls` calls of session `salt`.
+fn grow(h: &mut Vec<Value>, i: usize, salt: usize) {
+    h.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+        "function": {"name": "bash", "arguments": format!("{{\"command\":\"sed -n {i},{}p src/parser.py\"}}", i + 20)}}]}));
+    let out: String = (0..12)
+        .map(|j| {
+            format!(
+                "{:>4}     token = self.lexer.next_token({j})  # {salt}\n",
+                i * 12 + j
+            )
+        })
+        .collect();
+    h.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": out}));
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Runs the load against `urls` (sessions alternate between them):
+/// sorted latencies (ms), requests per second, errors.
+async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f64>, f64, usize) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    let end = started + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for s in 0..sessions {
+        let (client, urls, tag) = (client.clone(), urls.to_vec(), tag.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut h = vec![
+                json!({"role": "system", "content": "You are a careful coding agent."}),
+                json!({"role": "user", "content": format!("Session {s}: fix the failing test in tests/test_parser.py")}),
+            ];
+            let (mut lat, mut errors) = (Vec::new(), 0);
+            let mut i = 0;
+            while Instant::now() < end {
+                let url = &urls[i % urls.len()];
+                let body = serde_json::to_vec(&json!({"model": "m", "messages": &h})).unwrap_or_default();
+                let t = Instant::now();
+                let outcome = match client
+                    .post(format!("{url}/chat/completions"))
+                    .header("content-type", "application/json")
+                    .header("x-ctx-session", format!("{tag}-{s}"))
+                    .body(Bytes::from(body))
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().is_success() => match r.bytes().await {
+                        Ok(_) => None,
+                        Err(e) => Some(format!("body: {e}")),
+                    },
+                    Ok(r) => {
+                        let status = r.status();
+                        Some(format!("{status}: {}", r.text().await.unwrap_or_default()))
+                    }
+                    Err(e) => Some(format!("send: {e:?}")),
+                };
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                if let Some(why) = outcome {
+                    if errors < 3 {
+                        eprintln!("error ({tag} session {s}): {why}");
+                    }
+                    errors += 1;
+                }
+                grow(&mut h, i, s);
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await.unwrap_or_default();
+        all.extend(lat);
+        errors += e;
+    }
+    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    (all, rps, errors)
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn main() {
+    let secs: u64 = std::env::var("FLEET_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let sessions: usize = std::env::var("FLEET_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let modes =
+        std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
+    // The clients use reqwest's rustls without a built-in provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(async move {
+        let up = upstream().await;
+        let mut direct: Option<Vec<f64>> = None;
+        println!("{sessions} sessions, {secs} s per mode, two instances per store");
+        for mode in modes.split(',').map(str::to_owned) {
+            let mode = mode.as_str();
+            let dir = std::env::temp_dir().join(format!("ctx-fleet-bench-{}", std::process::id()));
+            let mut pg_db = None;
+            let store: Option<Arc<dyn SessionStore>> = match mode {
+                "direct" | "none" => None,
+                "sqlite" => {
+                    std::fs::create_dir_all(&dir).unwrap_or_default();
+                    Some(Arc::new(SqliteStore::open(&dir.join("store.db")).unwrap_or_else(|e| panic!("{e}"))))
+                }
+                "postgres" => {
+                    let admin = std::env::var("CTX_TEST_POSTGRES")
+                        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+                    let name = format!("ctx_bench_{}", std::process::id());
+                    let base = admin.rsplit_once('/').map_or(admin.clone(), |(b, _)| b.to_owned());
+                    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                        .await
+                        .unwrap_or_else(|e| panic!("no PostgreSQL at {admin}: {e}"));
+                    tokio::spawn(conn);
+                    let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await;
+                    client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap_or_else(|e| panic!("{e}"));
+                    pg_db = Some((client, name.clone()));
+                    let opts = PgOptions::new(format!("{base}/{name}")).with_pool_size(32);
+                    let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts))
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    Some(Arc::new(store))
+                }
+                other => panic!("unknown mode {other}"),
+            };
+            let timed = store.map(|s| Arc::new(Timed { inner: s, times: Mutex::new(Vec::new()) }));
+            let (urls, states) = if mode == "direct" {
+                (vec![up.clone()], Vec::new())
+            } else {
+                let as_store = || timed.clone().map(|t| t as Arc<dyn SessionStore>);
+                let a = proxy(&up, as_store()).await;
+                let b = proxy(&up, as_store()).await;
+                (vec![a.0.clone(), b.0.clone()], vec![a.1, b.1])
+            };
+            // With no shared store the instances cannot share sessions:
+            // each session stays on one.
+            let urls_for = if mode == "none" { vec![urls[0].clone()] } else { urls.clone() };
+            let (lat, rps, errors) = load(&urls_for, sessions, secs, mode).await;
+            let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
+            let added = direct
+                .as_ref()
+                .map(|d| format!("added p50 {:.2} ms, p99 {:.2} ms", p50 - pct(d, 0.5), p99 - pct(d, 0.99)))
+                .unwrap_or_default();
+            println!(
+                "{mode:>9}: {} requests, {rps:.0} req/s, errors {errors}, p50 {p50:.2} ms, p99 {p99:.2} ms {added}",
+                lat.len()
+            );
+            if mode == "direct" {
+                direct = Some(lat);
+                continue;
+            }
+            let (mut compactions, mut fallbacks) = (0, 0);
+            for s in &states {
+                let text = s.metrics().encode();
+                compactions += metric(&text, "ctx_compactions_total");
+                fallbacks += metric(&text, "ctx_fallbacks_total");
+            }
+            println!("           compactions {compactions}, fallbacks {fallbacks}");
+            if let Some(t) = &timed {
+                let mut times = t.times.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                times.sort_by(f64::total_cmp);
+                println!(
+                    "           store: {:.1} calls per request, per call p50 {:.3} ms, p99 {:.3} ms; per request ~{:.2} ms",
+                    times.len() as f64 / lat.len().max(1) as f64,
+                    pct(&times, 0.5),
+                    pct(&times, 0.99),
+                    times.iter().sum::<f64>() / lat.len().max(1) as f64,
+                );
+                // No lost archive row: every compaction counted is recorded,
+                // and every record's messages are there.
+                let store = Arc::clone(&t.inner);
+                let tag = mode.to_owned();
+                let (records, missing) = tokio::task::spawn_blocking(move || {
+                    let (mut records, mut missing) = (0u64, 0u64);
+                    for s in 0..sessions {
+                        let sid = format!("-:{tag}-{s}");
+                        for r in store.compactions(&sid).unwrap_or_default() {
+                            records += 1;
+                            match store.resolve(Some(&sid), &r.handle) {
+                                Ok(Some(e)) if !e.messages.is_empty() => {}
+                                _ => missing += 1,
+                            }
+                        }
+                    }
+                    (records, missing)
+                })
+                .await
+                .unwrap_or_default();
+                println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing");
+                assert_eq!(records, compactions, "a compaction was lost");
+                assert_eq!(missing, 0, "an archived span was lost");
+                assert_eq!(errors, 0, "errors");
+            }
+            drop(states);
+            if let Some((client, name)) = pg_db {
+                drop(timed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+}

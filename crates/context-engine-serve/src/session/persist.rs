@@ -1,0 +1,420 @@
+//! Sessions kept in a session store, so that any instance of a fleet can
+//! serve any request of any session (issue 16) and a restart loses nothing.
+//!
+//! A session's record ([`Versioned`]) holds the host's state (engine
+//! snapshot and driver counters, what `host::Session::with_store`
+//! restores), the proxy's own figures, and the lineage (each managed
+//! message's frozen JSON text, so the byte-for-byte prefix survives a move
+//! to another instance). Per request:
+//!
+//! 1. `version(session)`: one indexed read. When it equals the version of
+//!    the copy this instance holds, the copy is current; else the record is
+//!    loaded and the session rebuilt from it.
+//! 2. The engine step runs with the host attached to a [`Staged`] store:
+//!    what a compaction archives is collected, not written.
+//! 3. `commit_versioned`: the collected batches and the new record, in one
+//!    transaction, only if the version is still the one read
+//!    (compare-and-swap). A writer that lost reloads and runs the step
+//!    again (at most [`RETRIES`] times): a compaction is committed once,
+//!    by one instance, and two instances never interleave a session's
+//!    writes.
+//! 4. After the response, the usage is fed back and the state written the
+//!    same way (the lineage is unchanged, so only the small state).
+//!
+//! Any store failure fails open: the request goes unmanaged, the cached
+//! copy is dropped (the next request reloads), and the store's health
+//! ([`StoreHealth`]) turns degraded until a store call succeeds again.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use context_engine::store::{
+    Batch, CompactionRecord, Entry, SearchHit, SessionStore, StoreError, Versioned,
+};
+use serde_json::Value;
+
+/// Compare-and-swap attempts per step before the request fails open.
+pub const RETRIES: usize = 3;
+
+/// The session store of a server, with its health.
+#[derive(Clone)]
+pub struct SharedStore {
+    /// The store.
+    pub store: Arc<dyn SessionStore>,
+    /// Whether its last call succeeded.
+    pub health: Arc<StoreHealth>,
+    /// This instance, as the owner of its claims (process id and start
+    /// time: unique across a fleet's restarts).
+    pub owner: String,
+}
+
+/// How long a background summary's claim lasts: past it, an instance that
+/// died while summarizing no longer holds the job.
+pub const SUMMARY_CLAIM_TTL: Duration = Duration::from_secs(300);
+
+/// A fleet's background summaries are claimed through the shared store, so
+/// two instances never compute the same one (`summary:<key>` per session).
+/// A summary prepared on one instance is adopted by that instance's next
+/// request of the session; on another instance the request goes out with
+/// the digest, as when a summary is not ready.
+impl super::SummaryClaims for SharedStore {
+    fn claim(&self, session: &str, key: u128) -> bool {
+        self.claim(session, &format!("summary:{key:032x}"), SUMMARY_CLAIM_TTL)
+    }
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("location", &self.store.location())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedStore {
+    /// `store`, healthy until a call fails.
+    pub fn new(store: Arc<dyn SessionStore>) -> SharedStore {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        SharedStore {
+            store,
+            health: Arc::new(StoreHealth::default()),
+            owner: format!("ctx-serve-{}-{started:x}", std::process::id()),
+        }
+    }
+
+    /// Claims background job `job` of session `sid` for this instance for
+    /// `ttl` (blocking): `true` when this instance may compute it (the
+    /// claim was free, expired or already ours). Another instance's live
+    /// claim, or a store that does not answer, is `false`: the job is not
+    /// started twice. Release it with [`release`](Self::release) when done;
+    /// a claim this instance never releases (it died) expires after `ttl`.
+    pub fn claim(&self, sid: &str, job: &str, ttl: Duration) -> bool {
+        let t = Instant::now();
+        self.observe(t, self.store.try_claim(sid, job, &self.owner, ttl))
+            .unwrap_or(false)
+    }
+
+    /// Gives up this instance's claim on `job` of `sid` (blocking).
+    pub fn release(&self, sid: &str, job: &str) {
+        let t = Instant::now();
+        let _ = self.observe(t, self.store.release(sid, job, &self.owner));
+    }
+
+    /// Records the outcome of a store call (its latency too) and passes it on.
+    pub fn observe<T>(&self, started: Instant, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(h) = self.health.latency.get() {
+            h.observe(started.elapsed().as_secs_f64());
+        }
+        match &r {
+            Ok(_) => self.health.ok(started.elapsed()),
+            Err(StoreError::Conflict { .. }) => self.health.ok(started.elapsed()),
+            Err(e) => self.health.failed(e),
+        }
+        r
+    }
+}
+
+/// Whether the store answers, and why not.
+#[derive(Debug, Default)]
+pub struct StoreHealth {
+    inner: Mutex<HealthInner>,
+    /// `ctx_store_seconds`, once the server's metrics exist.
+    latency: std::sync::OnceLock<prometheus_client::metrics::histogram::Histogram>,
+}
+
+impl StoreHealth {
+    /// Times every store call into `histogram` from now on.
+    pub fn time_into(&self, histogram: prometheus_client::metrics::histogram::Histogram) {
+        let _ = self.latency.set(histogram);
+    }
+}
+
+#[derive(Debug, Default)]
+struct HealthInner {
+    error: Option<String>,
+    since: Option<Instant>,
+    calls: u64,
+    busy: Duration,
+}
+
+impl StoreHealth {
+    fn ok(&self, took: Duration) {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.error.take().is_some() {
+            tracing::info!("session store reachable again: sessions are managed again");
+        }
+        h.since = None;
+        h.calls += 1;
+        h.busy += took;
+    }
+
+    fn failed(&self, e: &StoreError) {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.error.is_none() {
+            // Store errors carry the location without its password.
+            tracing::error!(error = %e, "session store unavailable: requests go unmanaged until it answers");
+            h.since = Some(Instant::now());
+        }
+        h.error = Some(e.to_string());
+    }
+
+    /// `None` when healthy, else the last error and how long ago the
+    /// store stopped answering.
+    pub fn degraded(&self) -> Option<(String, Duration)> {
+        let h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        h.error
+            .clone()
+            .map(|e| (e, h.since.map(|s| s.elapsed()).unwrap_or_default()))
+    }
+}
+
+/// A store the host driver commits to during one engine step: batches are
+/// collected (written later with the record, in one transaction), reads go
+/// to the real store, and `load_state` answers the state the session is
+/// being restored from.
+pub struct Staged {
+    inner: Arc<dyn SessionStore>,
+    batches: Mutex<Vec<Batch>>,
+    restore: Mutex<Option<Value>>,
+}
+
+impl Staged {
+    /// Staging over `inner`; `restore` is what the host resumes from.
+    pub fn new(inner: Arc<dyn SessionStore>, restore: Option<Value>) -> Staged {
+        Staged {
+            inner,
+            batches: Mutex::new(Vec::new()),
+            restore: Mutex::new(restore),
+        }
+    }
+
+    /// The batches collected since the last call.
+    pub fn take(&self) -> Vec<Batch> {
+        std::mem::take(&mut *self.batches.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Forgets what was collected (the step was not committed).
+    pub fn discard(&self) {
+        self.take();
+    }
+
+    /// The real store.
+    pub fn inner(&self) -> &Arc<dyn SessionStore> {
+        &self.inner
+    }
+}
+
+impl SessionStore for Staged {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn commit(&self, _session: &str, batch: &Batch) -> Result<(), StoreError> {
+        self.batches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(batch.clone());
+        Ok(())
+    }
+
+    fn load_state(&self, _session: &str) -> Result<Option<Value>, StoreError> {
+        Ok(self
+            .restore
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take())
+    }
+
+    fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError> {
+        self.inner.resolve(session, handle)
+    }
+
+    fn search(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        self.inner.search(session, query, limit)
+    }
+
+    fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+        self.inner.compactions(session)
+    }
+
+    fn handles(&self, session: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.handles(session)
+    }
+
+    fn delete_session(&self, session: &str) -> Result<(), StoreError> {
+        self.inner.delete_session(session)
+    }
+}
+
+/// The parts of a stored record.
+pub(crate) struct Loaded {
+    pub version: u64,
+    pub state: Value,
+    pub history: Option<String>,
+}
+
+impl From<Versioned> for Loaded {
+    fn from(v: Versioned) -> Loaded {
+        Loaded {
+            version: v.version,
+            state: v.state,
+            history: v.history,
+        }
+    }
+}
+
+/// The name of `key`'s session in the store: credential scope and id, so
+/// that two credentials never share a session.
+pub fn store_id(key: &super::SessionKey) -> String {
+    format!("{}:{}", key.scope, key.id)
+}
+
+fn unavailable(e: &StoreError) -> String {
+    format!("session store unavailable: {e}")
+}
+
+/// [`Managed::prepare`](super::Managed::prepare) for a stored session:
+/// brings the cached copy up to date, runs the step, and commits it by
+/// compare-and-swap (retrying on a conflict). Blocking: call it on the
+/// blocking pool. On `Err` the request goes unmanaged and the cached copy
+/// is dropped.
+pub(crate) fn prepare_stored(
+    slot: &mut Option<super::Managed>,
+    ctx: &Arc<super::SessionContext>,
+    key: &super::SessionKey,
+    raw: &[&serde_json::value::RawValue],
+    store: &SharedStore,
+) -> Result<super::Plan, String> {
+    let sid = store_id(key);
+    for _ in 0..RETRIES {
+        let t = Instant::now();
+        let current = match store.observe(t, store.store.version(&sid)) {
+            Ok(v) => v.unwrap_or(0),
+            Err(e) => {
+                *slot = None;
+                return Err(unavailable(&e));
+            }
+        };
+        if slot.as_ref().and_then(super::Managed::stored_version) != Some(current) {
+            let record = if current == 0 {
+                None
+            } else {
+                let t = Instant::now();
+                match store.observe(t, store.store.load_versioned(&sid)) {
+                    Ok(r) => r.map(Loaded::from),
+                    Err(e) => {
+                        *slot = None;
+                        return Err(unavailable(&e));
+                    }
+                }
+            };
+            let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
+            *slot = None;
+            *slot = Some(super::Managed::stored(
+                Arc::clone(ctx),
+                &sid,
+                staged,
+                record,
+            )?);
+        }
+        let Some(m) = slot.as_mut() else {
+            return Err("no session".into());
+        };
+        let plan = match m.prepare(raw) {
+            Ok(plan) => plan,
+            Err(why) => {
+                // What the step changed is not stored: start from the
+                // record next time.
+                *slot = None;
+                return Err(why);
+            }
+        };
+        let expected = m.stored_version().unwrap_or(0);
+        let (batches, state, history) = m.record(true)?;
+        let t = Instant::now();
+        let written = store.observe(
+            t,
+            store
+                .store
+                .commit_versioned(&sid, expected, &batches, &state, history.as_deref()),
+        );
+        match written {
+            Ok(version) => {
+                m.set_stored_version(version);
+                return Ok(plan);
+            }
+            Err(StoreError::Conflict { .. }) => {
+                // Another instance wrote the session meanwhile: reload and
+                // run the step on its state.
+                tracing::debug!(session = %sid, "session changed by another instance: step run again");
+                *slot = None;
+            }
+            Err(e) => {
+                *slot = None;
+                return Err(unavailable(&e));
+            }
+        }
+    }
+    Err(format!(
+        "session `{sid}` kept changing under this instance ({RETRIES} attempts)"
+    ))
+}
+
+/// Feeds the response's usage to a stored session and writes its state
+/// (the lineage did not change). Blocking. A failure only drops the cached
+/// copy: the next request reloads the record.
+pub(crate) fn after_response_stored(
+    slot: &mut Option<super::Managed>,
+    usage: &context_engine::engine::Usage,
+    store: &SharedStore,
+) {
+    let Some(m) = slot.as_mut() else { return };
+    let sid = m.id().to_owned();
+    let sid = sid.as_str();
+    m.after_response(usage);
+    let expected = m.stored_version().unwrap_or(0);
+    let written = m
+        .record(false)
+        .map_err(|e| e.to_string())
+        .and_then(|(b, s, _)| {
+            let t = Instant::now();
+            store
+                .observe(t, store.store.commit_versioned(sid, expected, &b, &s, None))
+                .map_err(|e| e.to_string())
+        });
+    match written {
+        Ok(version) => m.set_stored_version(version),
+        Err(e) => {
+            tracing::warn!(session = %sid, error = %e, "usage not stored: the next request reloads the session");
+            *slot = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use context_engine::store::MemoryStore;
+
+    #[test]
+    fn one_instance_computes_a_background_job() {
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+        let a = SharedStore::new(Arc::clone(&store));
+        let mut b = SharedStore::new(store);
+        b.owner.push_str("-b");
+        let ttl = Duration::from_secs(60);
+        assert!(a.claim("-:s", "summary", ttl));
+        assert!(!b.claim("-:s", "summary", ttl), "a holds it");
+        assert!(a.claim("-:s", "summary", ttl), "renewed by its owner");
+        a.release("-:s", "summary");
+        assert!(b.claim("-:s", "summary", ttl), "free again");
+        assert!(a.health.degraded().is_none());
+    }
+}

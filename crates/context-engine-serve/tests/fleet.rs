@@ -1,0 +1,196 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Sessions kept in a session store, served by two proxy instances in turn.
+//!
+//! A real corpus transcript is replayed as a client would (full history
+//! each call, a window small enough to compact) first through one proxy
+//! with a store of its own (the reference), then alternately through two proxies
+//! sharing one store: every upstream request must be byte for byte the
+//! reference's, so each move to the other instance carries the managed
+//! history (frozen texts included), the engine state and the compactions
+//! over exactly. Run on the memory store, a SQLite file and, when a server
+//! answers, Postgres (`context-engine-postgres`; a skip with the reason
+//! elsewhere, a failure under `CI=true`).
+
+mod common;
+#[path = "../../context-engine-postgres/tests/common/mod.rs"]
+mod pg;
+
+use std::sync::Arc;
+
+use context_engine::message::{Message, Role};
+use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
+use context_engine::tokens::TokenCounter;
+use context_engine::transcript::Transcript;
+use context_engine::validate::{Profile, introduced_violation};
+use context_engine_postgres::{PgOptions, PgStore};
+
+use common::{
+    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    start_upstream,
+};
+
+/// The first replayable corpus transcript of at least `min` messages.
+fn transcript(min: usize) -> Option<Vec<Message>> {
+    let files = common::corpus_files()?;
+    for file in files {
+        let Ok(t) = Transcript::load(&file) else {
+            continue;
+        };
+        if t.messages.len() >= min && context_engine::replay::check_replayable(&t.messages).is_ok()
+        {
+            return Some(t.messages);
+        }
+    }
+    common::corpus_files().and(None)
+}
+
+/// Everything the upstream received and the client got, per call.
+struct Run {
+    requests: Vec<bytes::Bytes>,
+    replies: Vec<bytes::Bytes>,
+    compactions: u64,
+    fallbacks: u64,
+}
+
+/// Replays `recording` through `instances` proxies (taking turns), each
+/// with `store` when given.
+async fn run(
+    recording: &[Message],
+    window: u64,
+    counter: Arc<dyn TokenCounter>,
+    store: Option<Arc<dyn SessionStore>>,
+    instances: usize,
+) -> Run {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let mut proxies = Vec::new();
+    for _ in 0..instances {
+        let opts = options(&url).with_store(store.clone());
+        proxies.push(start_proxy(opts, compressor_context(Arc::clone(&counter), window)).await);
+    }
+    let client = reqwest::Client::new();
+    let mut replies = Vec::new();
+    for (k, index) in recording
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Assistant)
+        .map(|(i, _)| i)
+        .enumerate()
+    {
+        let c = Arc::clone(&counter);
+        let answer = serde_json::to_value(&recording[index]).unwrap();
+        script.push(Reply::With(Arc::new(move |req: &serde_json::Value| {
+            let msgs: Vec<Message> = serde_json::from_value(req["messages"].clone()).unwrap();
+            completion(answer.clone(), c.count_messages(&msgs) as u64, 50)
+        })));
+        let body = serde_json::json!({"model": "scripted", "messages": &recording[..index]});
+        let (addr, _) = &proxies[k % instances];
+        let resp = client
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-ctx-session", "fleet")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "call {k}");
+        replies.push(resp.bytes().await.unwrap());
+        let sent = script.received().last().unwrap().body.clone();
+        let parsed: Vec<Message> = serde_json::from_value(
+            serde_json::from_slice::<serde_json::Value>(&sent).unwrap()["messages"].clone(),
+        )
+        .unwrap();
+        assert!(
+            introduced_violation(&recording[..index], &parsed, Profile::OpenAi).is_none(),
+            "call {k}: the upstream request breaks a rule the client's kept"
+        );
+    }
+    let (mut compactions, mut fallbacks) = (0, 0);
+    for (_, state) in &proxies {
+        let text = state.metrics().encode();
+        compactions += metric(&text, "ctx_compactions_total");
+        fallbacks += metric(&text, "ctx_fallbacks_total");
+    }
+    let received = script.received();
+    assert_eq!(received.len(), replies.len());
+    for (r, got) in received.iter().zip(&replies) {
+        assert_eq!(
+            &r.reply, got,
+            "the client gets exactly the upstream's reply"
+        );
+    }
+    Run {
+        requests: received.into_iter().map(|r| r.body).collect(),
+        replies,
+        compactions,
+        fallbacks,
+    }
+}
+
+async fn check_fleet(store: Arc<dyn SessionStore>) {
+    let Some(recording) = transcript(60) else {
+        return;
+    };
+    let counter = counter();
+    let window = (counter.count_messages(&recording) as u64 / 3).max(8_000);
+    // The reference: one instance with a store of its own (a store adds
+    // the archive note to summaries and the recall tools).
+    let own: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let reference = run(&recording, window, Arc::clone(&counter), Some(own), 1).await;
+    assert!(reference.compactions > 0, "the window must make it compact");
+    let fleet = run(&recording, window, counter, Some(Arc::clone(&store)), 2).await;
+    assert_eq!(
+        fleet.fallbacks, 0,
+        "no request fell back to the unmanaged history"
+    );
+    assert_eq!(fleet.compactions, reference.compactions, "compactions");
+    assert_eq!(fleet.requests.len(), reference.requests.len());
+    for (k, (a, b)) in fleet.requests.iter().zip(&reference.requests).enumerate() {
+        if a != b {
+            let dir = std::env::temp_dir();
+            std::fs::write(dir.join("fleet-a.json"), a).unwrap();
+            std::fs::write(dir.join("fleet-b.json"), b).unwrap();
+        }
+        assert!(
+            a == b,
+            "call {k}: the upstream request differs from a single instance's"
+        );
+    }
+    assert_eq!(fleet.replies.len(), reference.replies.len());
+    // Every compaction is archived once, in the store.
+    let records = store.compactions("-:fleet").unwrap();
+    assert_eq!(records.len() as u64, reference.compactions, "{records:?}");
+    for r in &records {
+        assert!(store.resolve(Some("-:fleet"), &r.handle).unwrap().is_some());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_a_memory_store_act_as_one() {
+    check_fleet(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_a_sqlite_store_act_as_one() {
+    let dir = std::env::temp_dir().join(format!("ctx-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    check_fleet(Arc::new(SqliteStore::open(&dir.join("store.db")).unwrap())).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_postgres_act_as_one() {
+    let Some(db) = tokio::task::spawn_blocking(pg::TestDb::create)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = db.url.clone();
+    let store = tokio::task::spawn_blocking(move || PgStore::connect(&PgOptions::new(url)))
+        .await
+        .unwrap()
+        .unwrap();
+    check_fleet(Arc::new(store)).await;
+    tokio::task::spawn_blocking(move || drop(db)).await.unwrap();
+}

@@ -1,0 +1,246 @@
+//! The behaviour every [`SessionStore`] backend shares, as one set of
+//! checks run against each (memory and SQLite here, Postgres in
+//! `context-engine-postgres`, which includes this file by path): the
+//! archive, search, records, the versioned record's compare-and-swap and
+//! the claims on background jobs.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use context_engine::store::{
+    Batch, CompactionInfo, EntryKind, SessionStore, StoreError, archive_note, span_handle,
+};
+use context_engine::{Message, ToolCall};
+use serde_json::json;
+
+fn history() -> Vec<Message> {
+    vec![
+        Message::system("You are a coding agent."),
+        Message::user("fix the failing parser test in src/parse.rs"),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "c1",
+                "bash",
+                r#"{"command": "pytest -q tests/test_parse.py"}"#,
+            )],
+        ),
+        Message::tool_result(
+            "c1",
+            "FAILED tests/test_parse.py::test_empty - KeyError: 'token'\n[exit 1]",
+        ),
+        Message::assistant("The tokenizer drops empty input; editing src/parse.rs."),
+        Message::user("also run the linter"),
+    ]
+}
+
+fn json_of(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .map(context_engine::store::handle::message_json)
+        .collect()
+}
+
+/// Archive, resolve, search, records, state, conflict, sharing, delete.
+pub fn archive(store: &dyn SessionStore) {
+    let input = history();
+    let span = &input[1..5];
+    let handle = span_handle(span);
+    let summary = Message::user(format!(
+        "[CONTEXT SUMMARY]\n{}\n[END]",
+        archive_note(1, 5, &handle)
+    ));
+    let output = vec![input[0].clone(), summary, input[5].clone()];
+    let mut batch = Batch::new();
+    let info = CompactionInfo::new(1, "manual", "compressor")
+        .with_summarizer(Some("extractive".into()))
+        .with_tokens(500, 200);
+    batch.compaction(&input, &output, &info).expect("archived");
+    batch.set_state(json!({"compression_count": 1}));
+    store.commit("s1", &batch).expect("commit");
+
+    let entry = store
+        .resolve(Some("s1"), &handle)
+        .expect("resolve")
+        .expect("found");
+    assert_eq!(entry.kind, EntryKind::Span);
+    assert_eq!(json_of(&entry.messages), json_of(span), "verbatim");
+    assert_eq!((entry.start, entry.end), (Some(1), Some(5)));
+    assert_eq!(entry.session, "s1");
+    let result = store.resolve(None, "c1").expect("resolve").expect("found");
+    assert_eq!(json_of(&result.messages), json_of(&input[3..4]));
+    assert!(
+        store
+            .resolve(Some("other"), "c1")
+            .expect("resolve")
+            .is_none()
+    );
+
+    // Every word as a phrase first, then any word.
+    let hits = store
+        .search(Some("s1"), "KeyError test_parse.py", 5)
+        .expect("search");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].handle, "c1");
+    assert_eq!(hits[0].spans, vec![handle.clone()]);
+    assert_eq!(hits[0].source, "archive");
+    assert!(hits[0].snippet.contains("KeyError"), "{}", hits[0].snippet);
+    let any = store
+        .search(Some("s1"), "linter tokenizer", 5)
+        .expect("search");
+    assert_eq!(any.len(), 1, "falls back to any word: {any:?}");
+    assert!(
+        store
+            .search(Some("s1"), "   ", 5)
+            .expect("search")
+            .is_empty()
+    );
+    assert!(
+        store
+            .search(Some("s1"), "\"\" :", 5)
+            .expect("search")
+            .is_empty()
+    );
+    assert!(store.search(Some("s1"), "'); DROP TABLE x; --", 5).is_ok());
+    assert!(
+        store
+            .search(None, "nowhere-to-be-found", 5)
+            .expect("search")
+            .is_empty()
+    );
+
+    let records = store.compactions("s1").expect("records");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].handle, handle);
+    assert_eq!(records[0].archived, 4);
+    assert_eq!(records[0].summarizer.as_deref(), Some("extractive"));
+    assert_eq!(records[0].summary.len(), 1);
+    assert_eq!(
+        (records[0].tokens_before, records[0].tokens_after),
+        (500, 200)
+    );
+    assert_eq!(
+        store.load_state("s1").expect("state"),
+        Some(json!({"compression_count": 1}))
+    );
+    assert_eq!(store.load_state("nobody").expect("state"), None);
+
+    // The same compaction number twice: a conflict that changes nothing.
+    let mut again = Batch::new();
+    again.compaction(&input, &output, &info);
+    again.set_state(json!({"compression_count": 99}));
+    assert!(matches!(
+        store.commit("s1", &again),
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        store.load_state("s1").expect("state"),
+        Some(json!({"compression_count": 1}))
+    );
+
+    // Shared messages are stored once and survive another session's delete.
+    let mut other = Batch::new();
+    other.archive(&input[3]);
+    store.commit("s2", &other).expect("commit");
+    assert_eq!(
+        store
+            .resolve(Some("s2"), "c1")
+            .expect("r")
+            .expect("f")
+            .messages
+            .len(),
+        1
+    );
+    store.delete_session("s2").expect("delete");
+    assert!(store.resolve(Some("s2"), "c1").expect("r").is_none());
+    assert!(store.resolve(Some("s1"), "c1").expect("r").is_some());
+    assert!(store.handles("s1").expect("handles").contains(&handle));
+}
+
+/// The versioned record: compare-and-swap, history kept when not given,
+/// archives committed with the record.
+pub fn versioned(store: &dyn SessionStore) {
+    assert_eq!(store.version("v1").expect("version"), None);
+    assert!(store.load_versioned("v1").expect("load").is_none());
+    let v = store
+        .commit_versioned("v1", 0, &[], &json!({"n": 1}), Some("[\"h1\"]"))
+        .expect("first");
+    assert_eq!(v, 1);
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert_eq!((rec.version, rec.state.clone()), (1, json!({"n": 1})));
+    assert_eq!(rec.history.as_deref(), Some("[\"h1\"]"));
+    assert_eq!(store.version("v1").expect("version"), Some(1));
+
+    // A stale writer loses and writes nothing, archive included.
+    let mut batch = Batch::new();
+    batch.archive(&Message::user("stale writer's archived message zebra"));
+    let err = store
+        .commit_versioned("v1", 0, &[batch], &json!({"n": 99}), None)
+        .expect_err("stale");
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert!(err.to_string().contains("v1"), "{err}");
+    assert_eq!(store.version("v1").expect("version"), Some(1));
+
+    // The current writer wins; history kept when not given.
+    let mut batch = Batch::new();
+    batch.archive(&Message::user("current writer's archived message giraffe"));
+    let v = store
+        .commit_versioned("v1", 1, &[batch], &json!({"n": 2}), None)
+        .expect("second");
+    assert_eq!(v, 2);
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert_eq!(rec.state, json!({"n": 2}));
+    assert_eq!(rec.history.as_deref(), Some("[\"h1\"]"));
+    assert_eq!(
+        store
+            .search(Some("v1"), "giraffe", 5)
+            .expect("search")
+            .len(),
+        1
+    );
+    store.delete_session("v1").expect("delete");
+    assert_eq!(store.version("v1").expect("version"), None);
+}
+
+/// Claims: one owner at a time, renewable, released, expiring.
+pub fn claims(store: &dyn SessionStore) {
+    let long = Duration::from_secs(60);
+    assert!(store.try_claim("c", "summary", "a", long).expect("claim"));
+    assert!(!store.try_claim("c", "summary", "b", long).expect("held"));
+    assert!(store.try_claim("c", "summary", "a", long).expect("renew"));
+    assert!(
+        store
+            .try_claim("c", "other-job", "b", long)
+            .expect("another job")
+    );
+    assert!(
+        store
+            .try_claim("d", "summary", "b", long)
+            .expect("another session")
+    );
+    store.release("c", "summary", "b").expect("not b's: no-op");
+    assert!(
+        !store
+            .try_claim("c", "summary", "b", long)
+            .expect("still a's")
+    );
+    store.release("c", "summary", "a").expect("release");
+    assert!(store.try_claim("c", "summary", "b", long).expect("free"));
+    // A dead owner's claim expires.
+    assert!(
+        store
+            .try_claim("e", "summary", "dead", Duration::from_millis(50))
+            .expect("short")
+    );
+    assert!(
+        !store
+            .try_claim("e", "summary", "live", long)
+            .expect("not yet")
+    );
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(
+        store
+            .try_claim("e", "summary", "live", long)
+            .expect("expired")
+    );
+}
