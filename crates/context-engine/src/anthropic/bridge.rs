@@ -393,6 +393,10 @@ fn patch(
 /// keys); tool-use inputs replaced where the arguments changed; thinking and
 /// every other block kept.
 fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: &chat::Message) {
+    // Text the message had no text block for (a summary prepended to a
+    // tool-calling turn): a new text block after the thinking, added last
+    // so the block indexes below stay those of the source.
+    let mut added: Option<String> = None;
     if was.text() != now.text() {
         let text = now.text().into_owned();
         let mut first = true;
@@ -410,6 +414,9 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
                     *slot = None;
                 }
             }
+        }
+        if first && !text.is_empty() {
+            added = Some(text);
         }
     }
     for call in now.tool_calls() {
@@ -433,6 +440,14 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
                 b.as_map_mut().insert("input".into(), input.clone());
             }
         }
+    }
+    if let Some(text) = added {
+        let at = r
+            .blocks
+            .iter()
+            .position(|b| b.as_ref().is_some_and(|b| !b.is_thinking()))
+            .unwrap_or(r.blocks.len());
+        r.blocks.insert(at, Some(Block::new_text(text)));
     }
 }
 
