@@ -211,6 +211,47 @@ fn check_compaction(seen: &[Seen], conversation: &[Value]) {
     }
 }
 
+/// Without `cache_control` anywhere (the client moves its breakpoint).
+fn without_cache_control(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| *k != "cache_control")
+                .map(|(k, v)| (k.clone(), without_cache_control(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_cache_control).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Prompt caching: between compactions each request's `field` array starts
+/// with the previous request's (the managed prefix stays, byte for byte
+/// for Codex; for Claude Code but for the breakpoints it moves and the
+/// newest message, which it re-encodes). Returns how many times the prefix
+/// broke, which must not exceed the compactions.
+fn prefix_breaks(conversation: &[Value], field: &str, ignore_cache_control: bool) -> usize {
+    let arrays: Vec<Vec<Value>> = conversation
+        .iter()
+        .map(|b| {
+            let v = if ignore_cache_control {
+                without_cache_control(&b[field])
+            } else {
+                b[field].clone()
+            };
+            v.as_array().cloned().unwrap_or_default()
+        })
+        .collect();
+    arrays
+        .windows(2)
+        .filter(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let stable = a.len().saturating_sub(usize::from(ignore_cache_control));
+            b.len() < stable || a[..stable] != b[..stable]
+        })
+        .count()
+}
+
 /// The agent's own log: every file's content is in it, and `ctx validate`
 /// and `ctx replay` read it.
 fn check_session_log(log: &Path) {
@@ -336,7 +377,13 @@ fn claude_code_through_ctx_serve() {
         conversation.len()
     );
     check_compaction(&seen, &conversation);
-    assert!(serve_text.contains("compacted"), "{serve_text}");
+    let compactions = serve_text.matches(" compacted ").count();
+    assert!(compactions > 0, "{serve_text}");
+    let breaks = prefix_breaks(&conversation, "messages", true);
+    assert!(
+        breaks <= compactions,
+        "the managed prefix broke {breaks} times over {compactions} compactions"
+    );
 
     let session = result["session_id"].as_str().unwrap().to_owned();
     let log = find_file(&home.join(".claude"), &|p| {
@@ -434,7 +481,17 @@ fn codex_through_ctx_serve() {
         conversation.len()
     );
     check_compaction(&seen, &conversation);
-    assert!(serve_text.contains("compacted"), "{serve_text}");
+    let compactions = serve_text.matches(" compacted ").count();
+    assert!(compactions > 0, "{serve_text}");
+    let breaks = prefix_breaks(&conversation, "input", false);
+    assert!(
+        breaks <= compactions,
+        "the managed prefix broke {breaks} times over {compactions} compactions"
+    );
+    assert!(
+        !serve_text.contains("diverged"),
+        "Codex's input is append-only: one lineage"
+    );
 
     let log = find_file(&codex_home.join("sessions"), &|p| {
         p.extension().is_some_and(|e| e == "jsonl")
