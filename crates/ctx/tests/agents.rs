@@ -150,6 +150,44 @@ fn serve(upstream: &str, log: &Path) -> (String, Running) {
     (format!("http://127.0.0.1:{port}"), running)
 }
 
+/// One agent's run: its scratch directories (`home`, `work` with the
+/// files), the scripted upstream and `ctx serve` in front of it.
+struct Run {
+    _serve: Running,
+    _rt: tokio::runtime::Runtime,
+    script: Arc<Script>,
+    proxy: String,
+    serve_log: PathBuf,
+    home: PathBuf,
+    work: PathBuf,
+    _scratch: Scratch,
+}
+
+impl Run {
+    fn start(name: &str) -> Run {
+        let scratch = Scratch::new(name);
+        let (home, work) = (scratch.0.join("home"), scratch.0.join("work"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        write_files(&work);
+        let rt = runtime();
+        let script = Arc::new(Script::new(FILES));
+        let upstream = scripted::start(&rt, Arc::clone(&script));
+        let serve_log = scratch.0.join("serve.log");
+        let (proxy, serve) = serve(&upstream, &serve_log);
+        Run {
+            _serve: serve,
+            _rt: rt,
+            script,
+            proxy,
+            serve_log,
+            home,
+            work,
+            _scratch: scratch,
+        }
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -252,6 +290,31 @@ fn prefix_breaks(conversation: &[Value], field: &str, ignore_cache_control: bool
         .count()
 }
 
+/// The agent ran more than [`FILES`] steps, the proxy compacted
+/// ([`check_compaction`]), and the prefix held between compactions
+/// ([`prefix_breaks`]).
+fn check_conversation(
+    seen: &[Seen],
+    conversation: &[Value],
+    serve_text: &str,
+    field: &str,
+    ignore_cache_control: bool,
+) {
+    assert!(
+        conversation.len() > FILES,
+        "{} agent steps",
+        conversation.len()
+    );
+    check_compaction(seen, conversation);
+    let compactions = serve_text.matches(" compacted ").count();
+    assert!(compactions > 0, "{serve_text}");
+    let breaks = prefix_breaks(conversation, field, ignore_cache_control);
+    assert!(
+        breaks <= compactions,
+        "the managed prefix broke {breaks} times over {compactions} compactions"
+    );
+}
+
 /// The agent's own log: every file's content is in it, and `ctx validate`
 /// and `ctx replay` read it.
 fn check_session_log(log: &Path) {
@@ -295,16 +358,8 @@ fn claude_code_through_ctx_serve() {
     let Some(claude) = binary("@anthropic-ai/claude-code-linux-x64/claude", "Claude Code") else {
         return;
     };
-    let scratch = Scratch::new("claude");
-    let (home, work) = (scratch.0.join("home"), scratch.0.join("work"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    write_files(&work);
-    let rt = runtime();
-    let script = Arc::new(Script::new(FILES));
-    let upstream = scripted::start(&rt, Arc::clone(&script));
-    let serve_log = scratch.0.join("serve.log");
-    let (proxy, _serve) = serve(&upstream, &serve_log);
+    let run = Run::start("claude");
+    let (home, work, proxy, script) = (&run.home, &run.work, &run.proxy, &run.script);
 
     let out = Command::new(&claude)
         .args([
@@ -328,7 +383,7 @@ fn claude_code_through_ctx_serve() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let serve_text = std::fs::read_to_string(&serve_log).unwrap_or_default();
+    let serve_text = std::fs::read_to_string(&run.serve_log).unwrap_or_default();
     assert!(
         out.status.success(),
         "claude failed: {}\n{}\nserve log:\n{serve_text}",
@@ -371,19 +426,7 @@ fn claude_code_through_ctx_serve() {
             conversation.push(s.body.clone());
         }
     }
-    assert!(
-        conversation.len() > FILES,
-        "{} agent steps",
-        conversation.len()
-    );
-    check_compaction(&seen, &conversation);
-    let compactions = serve_text.matches(" compacted ").count();
-    assert!(compactions > 0, "{serve_text}");
-    let breaks = prefix_breaks(&conversation, "messages", true);
-    assert!(
-        breaks <= compactions,
-        "the managed prefix broke {breaks} times over {compactions} compactions"
-    );
+    check_conversation(&seen, &conversation, &serve_text, "messages", true);
 
     let session = result["session_id"].as_str().unwrap().to_owned();
     let log = find_file(&home.join(".claude"), &|p| {
@@ -403,21 +446,10 @@ fn codex_through_ctx_serve() {
     ) else {
         return;
     };
-    let scratch = Scratch::new("codex");
-    let (home, codex_home, work) = (
-        scratch.0.join("home"),
-        scratch.0.join("codex-home"),
-        scratch.0.join("work"),
-    );
-    for d in [&home, &codex_home, &work] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    write_files(&work);
-    let rt = runtime();
-    let script = Arc::new(Script::new(FILES));
-    let upstream = scripted::start(&rt, Arc::clone(&script));
-    let serve_log = scratch.0.join("serve.log");
-    let (proxy, _serve) = serve(&upstream, &serve_log);
+    let run = Run::start("codex");
+    let (home, work, proxy, script) = (&run.home, &run.work, &run.proxy, &run.script);
+    let codex_home = run.home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
     std::fs::write(
         codex_home.join("config.toml"),
         format!(
@@ -447,7 +479,7 @@ fn codex_through_ctx_serve() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let serve_text = std::fs::read_to_string(&serve_log).unwrap_or_default();
+    let serve_text = std::fs::read_to_string(&run.serve_log).unwrap_or_default();
     let events = stdout(&out);
     assert!(
         out.status.success(),
@@ -475,19 +507,7 @@ fn codex_through_ctx_serve() {
         );
         conversation.push(s.body.clone());
     }
-    assert!(
-        conversation.len() > FILES,
-        "{} agent steps",
-        conversation.len()
-    );
-    check_compaction(&seen, &conversation);
-    let compactions = serve_text.matches(" compacted ").count();
-    assert!(compactions > 0, "{serve_text}");
-    let breaks = prefix_breaks(&conversation, "input", false);
-    assert!(
-        breaks <= compactions,
-        "the managed prefix broke {breaks} times over {compactions} compactions"
-    );
+    check_conversation(&seen, &conversation, &serve_text, "input", false);
     assert!(
         !serve_text.contains("diverged"),
         "Codex's input is append-only: one lineage"

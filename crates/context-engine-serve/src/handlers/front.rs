@@ -33,7 +33,7 @@ use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
-use crate::handlers::respond;
+use crate::handlers::{passthrough, respond};
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey};
 use crate::sse_wire::{WireRelay, error_event};
@@ -305,18 +305,7 @@ pub(crate) async fn count_tokens(
 /// The client's body as it came (or as given), the answer streamed back as
 /// it comes.
 async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -> Response {
-    match state
-        .upstream()
-        .send(Method::POST, url, headers, body, true)
-        .await
-    {
-        Ok(resp) => {
-            let status = resp.status();
-            let headers = response_headers(resp.headers());
-            respond(status, headers, Body::from_stream(resp.bytes_stream()))
-        }
-        Err(e) => e.into_response(),
-    }
+    passthrough::forward(state, Method::POST, url, headers, body).await
 }
 
 /// A streamed call: an error status comes back whole; a stream is relayed
