@@ -340,8 +340,79 @@ fn rss_bytes() -> usize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// The phases of a front's engine step, in ms (p50 over 200 calls).
+fn front_phases(front: Front) {
+    use context_engine::front::{FrontKind, FrontRequest};
+    let kind = match front {
+        Front::Anthropic => FrontKind::Anthropic,
+        _ => FrontKind::Responses,
+    };
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let c = Arc::clone(&counter);
+    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
+        ))
+    };
+    let ctx = Arc::new(SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    });
+    let mut m =
+        context_engine_serve::session::Managed::new(ctx, "f").unwrap_or_else(|e| panic!("{e}"));
+    let mut h = history(90, 5);
+    let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..200 {
+        h.push(json!({"role": "assistant", "content": "ok"}));
+        h.push(json!({"role": "user", "content": format!("next step {i}")}));
+        if h.len() > 110 {
+            h = history(90, 6 + i);
+        }
+        let b = front.body(&h);
+        let text = std::str::from_utf8(&b).unwrap_or_default();
+        let t0 = Instant::now();
+        let req = FrontRequest::parse(kind, text).unwrap_or_else(|e| panic!("{e}"));
+        let t1 = Instant::now();
+        let raws: Vec<Box<serde_json::value::RawValue>> = req
+            .chat()
+            .iter()
+            .map(|m| {
+                serde_json::value::RawValue::from_string(
+                    serde_json::to_string(m).unwrap_or_default(),
+                )
+                .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        let refs: Vec<&serde_json::value::RawValue> = raws.iter().map(AsRef::as_ref).collect();
+        let t2 = Instant::now();
+        let plan = m.prepare(&refs).unwrap_or_else(|e| panic!("{e}"));
+        let t3 = Instant::now();
+        let r = req.rebuild(&plan.request);
+        let t4 = Instant::now();
+        std::hint::black_box(r.ok());
+        for (k, d) in [t1 - t0, t2 - t1, t3 - t2, t4 - t3].iter().enumerate() {
+            t[k].push(d.as_secs_f64() * 1e3);
+        }
+    }
+    for v in &mut t {
+        v.sort_by(f64::total_cmp);
+    }
+    println!(
+        "  {front:?} step p50: parse + bridge {:.3} ms, chat view to JSON {:.3} ms, session prepare {:.3} ms, rebuild {:.3} ms",
+        pct(&t[0], 0.5),
+        pct(&t[1], 0.5),
+        pct(&t[2], 0.5),
+        pct(&t[3], 0.5)
+    );
+}
+
 /// Added latency of each front for the same sequential session.
 async fn fronts() {
+    front_phases(Front::Anthropic);
+    front_phases(Front::Responses);
     let direct = upstream().await;
     let (via, state) = proxy(&direct).await;
     let client = reqwest::Client::new();

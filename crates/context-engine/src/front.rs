@@ -181,10 +181,10 @@ impl FrontRequest {
         match &self.inner {
             Inner::Anthropic { request, bridged } => {
                 let mut out = anthropic::bridge::from_chat(request, bridged, output);
-                if let Some(v) = introduced(
-                    validate::anthropic::validate(request),
-                    validate::anthropic::validate(&out),
-                ) {
+                let after = validate::anthropic::validate(&out);
+                if !after.is_empty()
+                    && let Some(v) = introduced(validate::anthropic::validate(request), after)
+                {
                     return Err(v);
                 }
                 if let Some(v) = validate::anthropic::thinking_changed(request, &out)
@@ -207,10 +207,10 @@ impl FrontRequest {
             }
             Inner::Responses { request, bridged } => {
                 let out = responses::bridge::from_chat(request, bridged, output);
-                if let Some(v) = introduced(
-                    validate::responses::validate(request),
-                    validate::responses::validate(&out),
-                ) {
+                let after = validate::responses::validate(&out);
+                if !after.is_empty()
+                    && let Some(v) = introduced(validate::responses::validate(request), after)
+                {
                     return Err(v);
                 }
                 let mut fields = Vec::with_capacity(2);

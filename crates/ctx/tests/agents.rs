@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Real agents through `ctx serve`: Claude Code (Anthropic Messages) and
 //! Codex (OpenAI Responses), their native binaries from the pinned npm
 //! packages (`scripts/clients/package.json`, installed by
