@@ -371,11 +371,11 @@ fn claude_code_through_ctx_serve() {
             "--allowedTools",
             "Bash",
         ])
-        .current_dir(&work)
+        .current_dir(work)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", &proxy)
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", proxy)
         .env("ANTHROPIC_API_KEY", "sk-ant-scripted")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1")
@@ -471,10 +471,10 @@ fn codex_through_ctx_serve() {
             "--json",
             TASK,
         ])
-        .current_dir(&work)
+        .current_dir(work)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
+        .env("HOME", home)
         .env("CODEX_HOME", &codex_home)
         .env("SCRIPTED_API_KEY", "sk-scripted")
         .stdin(Stdio::null())
