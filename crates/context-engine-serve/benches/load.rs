@@ -10,6 +10,9 @@
 //! cost; the CPU time per request of each phase (all threads, from
 //! schedstat) separates the proxy's own cost from a busy machine's.
 //! `LOAD_REQUESTS=n` sets the requests per concurrent session (default 20).
+//! The same sequential session is also sent as Anthropic Messages
+//! (`/v1/messages`) and Responses (`/v1/responses`), so the three fronts'
+//! added latencies compare; `LOAD_FRONTS_ONLY=1` runs only that part.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,22 +32,41 @@ use tokio::net::TcpListener;
 const REPLY: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9000,"completion_tokens":1,"total_tokens":9001}}"#;
 const STREAM: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"}}]}\n\ndata: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9000,\"completion_tokens\":1,\"total_tokens\":9001}}\n\ndata: [DONE]\n\n";
 
+const ANTHROPIC_REPLY: &str = r#"{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":100,"cache_read_input_tokens":8900,"cache_creation_input_tokens":0,"output_tokens":1}}"#;
+const RESPONSES_REPLY: &str = r#"{"id":"r","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}],"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":8900},"output_tokens":1,"total_tokens":9001}}"#;
+
+fn json_reply(text: &'static str) -> Response {
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(text))
+        .unwrap_or_default()
+}
+
 async fn upstream() -> String {
-    let app = Router::new().route(
-        "/v1/chat/completions",
-        post(|body: Bytes| async move {
-            let stream = memchr::memmem::find(&body, b"\"stream\":true").is_some();
-            let (ct, text) = if stream {
-                ("text/event-stream", STREAM)
-            } else {
-                ("application/json", REPLY)
-            };
-            Response::builder()
-                .header("content-type", ct)
-                .body(Body::from(text))
-                .unwrap_or_default()
-        }),
-    );
+    let app = Router::new()
+        .route(
+            "/v1/messages",
+            post(|| async { json_reply(ANTHROPIC_REPLY) }),
+        )
+        .route(
+            "/v1/responses",
+            post(|| async { json_reply(RESPONSES_REPLY) }),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(|body: Bytes| async move {
+                let stream = memchr::memmem::find(&body, b"\"stream\":true").is_some();
+                let (ct, text) = if stream {
+                    ("text/event-stream", STREAM)
+                } else {
+                    ("application/json", REPLY)
+                };
+                Response::builder()
+                    .header("content-type", ct)
+                    .body(Body::from(text))
+                    .unwrap_or_default()
+            }),
+        );
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -122,10 +144,93 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The client formats the bench sends the same session in.
+#[derive(Clone, Copy, Debug)]
+enum Front {
+    Chat,
+    Anthropic,
+    Responses,
+}
+
+impl Front {
+    fn path(self) -> &'static str {
+        match self {
+            Front::Chat => "chat/completions",
+            Front::Anthropic => "messages",
+            Front::Responses => "responses",
+        }
+    }
+
+    /// The chat history `messages` as this front's request body.
+    fn body(self, messages: &[Value]) -> Bytes {
+        let text = |m: &Value| m["content"].as_str().unwrap_or("").to_owned();
+        let v = match self {
+            Front::Chat => return body(messages, false),
+            Front::Anthropic => {
+                let mut out: Vec<Value> = Vec::new();
+                for m in &messages[1..] {
+                    let role = m["role"].as_str().unwrap_or("user");
+                    let block = match role {
+                        "assistant" => match m["tool_calls"].as_array() {
+                            Some(calls) => {
+                                let c = &calls[0];
+                                let input: Value = serde_json::from_str(
+                                    c["function"]["arguments"].as_str().unwrap_or("{}"),
+                                )
+                                .unwrap_or_default();
+                                json!({"type": "tool_use", "id": c["id"], "name": c["function"]["name"], "input": input})
+                            }
+                            None => json!({"type": "text", "text": text(m)}),
+                        },
+                        "tool" => {
+                            json!({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": text(m)})
+                        }
+                        _ => json!({"type": "text", "text": text(m)}),
+                    };
+                    let role = if role == "tool" { "user" } else { role };
+                    match out.last_mut() {
+                        Some(last) if last["role"] == role => {
+                            if let Some(b) = last["content"].as_array_mut() {
+                                b.push(block);
+                            }
+                        }
+                        _ => out.push(json!({"role": role, "content": [block]})),
+                    }
+                }
+                json!({"model": "m", "max_tokens": 1024, "system": [{"type": "text", "text": text(&messages[0])}], "messages": out})
+            }
+            Front::Responses => {
+                let mut input: Vec<Value> = Vec::new();
+                for m in &messages[1..] {
+                    match (m["role"].as_str().unwrap_or("user"), m["tool_calls"].as_array()) {
+                        ("assistant", Some(calls)) => input.push(json!({"type": "function_call", "call_id": calls[0]["id"],
+                            "name": calls[0]["function"]["name"], "arguments": calls[0]["function"]["arguments"]})),
+                        ("tool", _) => input.push(json!({"type": "function_call_output", "call_id": m["tool_call_id"], "output": text(m)})),
+                        ("assistant", None) => input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text(m)}]})),
+                        (role, _) => input.push(json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": text(m)}]})),
+                    }
+                }
+                json!({"model": "m", "instructions": text(&messages[0]), "input": input, "store": false})
+            }
+        };
+        Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+    }
+}
+
 async fn one(client: &reqwest::Client, url: &str, session: &str, body: Bytes) -> f64 {
+    one_at(client, url, Front::Chat, session, body).await
+}
+
+async fn one_at(
+    client: &reqwest::Client,
+    url: &str,
+    front: Front,
+    session: &str,
+    body: Bytes,
+) -> f64 {
     let t = Instant::now();
     let r = client
-        .post(format!("{url}/chat/completions"))
+        .post(format!("{url}/{}", front.path()))
         .header("content-type", "application/json")
         .header("x-ctx-session", session)
         .body(body)
@@ -139,6 +244,16 @@ async fn one(client: &reqwest::Client, url: &str, session: &str, body: Bytes) ->
 /// Sequential requests: sessions of ~100 messages (90 growing to 108 by a
 /// reply and a user turn per call), ten calls each; latencies in ms.
 async fn sequential(client: &reqwest::Client, url: &str, tag: &str, n: usize) -> Vec<f64> {
+    sequential_at(client, url, Front::Chat, tag, n).await
+}
+
+async fn sequential_at(
+    client: &reqwest::Client,
+    url: &str,
+    front: Front,
+    tag: &str,
+    n: usize,
+) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);
     for s in 0..n.div_ceil(10) {
         let mut h = history(90, s);
@@ -148,8 +263,8 @@ async fn sequential(client: &reqwest::Client, url: &str, tag: &str, n: usize) ->
                 h.push(json!({"role": "assistant", "content": "ok"}));
                 h.push(json!({"role": "user", "content": format!("next step {i}")}));
             }
-            let b = body(&h, false);
-            out.push(one(client, url, &session, b).await);
+            let b = front.body(&h);
+            out.push(one_at(client, url, front, &session, b).await);
         }
     }
     out.sort_by(f64::total_cmp);
@@ -246,12 +361,117 @@ fn rss_bytes() -> usize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// The phases of a front's engine step, in ms (p50 over 200 calls).
+fn front_phases(front: Front) {
+    use context_engine::front::{FrontKind, FrontRequest};
+    let kind = match front {
+        Front::Anthropic => FrontKind::Anthropic,
+        _ => FrontKind::Responses,
+    };
+    let counter: Arc<dyn TokenCounter> =
+        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
+    let c = Arc::clone(&counter);
+    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
+        ))
+    };
+    let ctx = Arc::new(SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    });
+    let mut m =
+        context_engine_serve::session::Managed::new(ctx, "f").unwrap_or_else(|e| panic!("{e}"));
+    let mut h = history(90, 5);
+    let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..200 {
+        h.push(json!({"role": "assistant", "content": "ok"}));
+        h.push(json!({"role": "user", "content": format!("next step {i}")}));
+        if h.len() > 110 {
+            h = history(90, 6 + i);
+        }
+        let b = front.body(&h);
+        let text = std::str::from_utf8(&b).unwrap_or_default();
+        let t0 = Instant::now();
+        let req = FrontRequest::parse(kind, text).unwrap_or_else(|e| panic!("{e}"));
+        let t1 = Instant::now();
+        let raws: Vec<Box<serde_json::value::RawValue>> = req
+            .chat()
+            .iter()
+            .map(|m| {
+                serde_json::value::RawValue::from_string(
+                    serde_json::to_string(m).unwrap_or_default(),
+                )
+                .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        let refs: Vec<&serde_json::value::RawValue> = raws.iter().map(AsRef::as_ref).collect();
+        let t2 = Instant::now();
+        let plan = m.prepare(&refs).unwrap_or_else(|e| panic!("{e}"));
+        let t3 = Instant::now();
+        let r = req.rebuild(&plan.request);
+        let t4 = Instant::now();
+        std::hint::black_box(r.ok());
+        for (k, d) in [t1 - t0, t2 - t1, t3 - t2, t4 - t3].iter().enumerate() {
+            t[k].push(d.as_secs_f64() * 1e3);
+        }
+    }
+    for v in &mut t {
+        v.sort_by(f64::total_cmp);
+    }
+    println!(
+        "  {front:?} step p50: parse + bridge {:.3} ms, chat view to JSON {:.3} ms, session prepare {:.3} ms, rebuild {:.3} ms",
+        pct(&t[0], 0.5),
+        pct(&t[1], 0.5),
+        pct(&t[2], 0.5),
+        pct(&t[3], 0.5)
+    );
+}
+
+/// Added latency of each front for the same sequential session.
+async fn fronts() {
+    front_phases(Front::Anthropic);
+    front_phases(Front::Responses);
+    let direct = upstream().await;
+    let (via, state) = proxy(&direct).await;
+    let client = reqwest::Client::new();
+    println!("fronts: one client, 100-message session, no compaction due (400 requests each):");
+    for front in [Front::Chat, Front::Anthropic, Front::Responses] {
+        let tag = format!("{front:?}");
+        sequential_at(&client, &direct, front, &format!("warm-{tag}"), 50).await;
+        sequential_at(&client, &via, front, &format!("warm-{tag}"), 50).await;
+        let d = sequential_at(&client, &direct, front, &format!("seq-{tag}"), 400).await;
+        let p = sequential_at(&client, &via, front, &format!("seq-{tag}"), 400).await;
+        println!(
+            "  {tag:<9} direct p50 {:.3} ms  proxy p50 {:.3} ms  added p50 {:.3} ms  p99 {:.3} ms",
+            pct(&d, 0.5),
+            pct(&p, 0.5),
+            pct(&p, 0.5) - pct(&d, 0.5),
+            pct(&p, 0.99) - pct(&d, 0.99)
+        );
+    }
+    for line in state.metrics().encode().lines() {
+        if ["ctx_fallbacks_total", "ctx_lineages_total"]
+            .iter()
+            .any(|m| line.starts_with(m))
+        {
+            println!("  proxy metric: {line}");
+        }
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async {
+        fronts().await;
+        if std::env::var_os("LOAD_FRONTS_ONLY").is_some() {
+            return;
+        }
         {
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let t = Instant::now();

@@ -20,6 +20,19 @@ pub struct ChatBody<'a> {
 impl<'a> ChatBody<'a> {
     /// Reads `bytes` as a JSON object with a `messages` array.
     pub fn parse(bytes: &'a [u8]) -> Result<ChatBody<'a>, ServeError> {
+        let ChatBody { fields, .. } = ChatBody::parse_object(bytes)?;
+        let messages = match fields.iter().find(|(k, _)| k == "messages") {
+            Some((_, raw)) => serde_json::from_str::<Vec<&RawValue>>(raw.get())
+                .map_err(|e| ServeError::BadRequest(format!("`messages` is not an array: {e}")))?,
+            None => return Err(ServeError::BadRequest("`messages` is missing".into())),
+        };
+        Ok(ChatBody { fields, messages })
+    }
+
+    /// Reads `bytes` as a JSON object, whatever its fields (the Anthropic
+    /// and Responses fronts, which rebuild their own fields); `messages`
+    /// is left empty.
+    pub fn parse_object(bytes: &'a [u8]) -> Result<ChatBody<'a>, ServeError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ServeError::BadRequest(format!("body is not UTF-8: {e}")))?;
         let mut de = serde_json::Deserializer::from_str(text);
@@ -27,12 +40,10 @@ impl<'a> ChatBody<'a> {
             .deserialize_map(FieldsVisitor)
             .and_then(|f| de.end().map(|()| f))
             .map_err(|e| ServeError::BadRequest(format!("body is not a JSON object: {e}")))?;
-        let messages = match fields.iter().find(|(k, _)| k == "messages") {
-            Some((_, raw)) => serde_json::from_str::<Vec<&RawValue>>(raw.get())
-                .map_err(|e| ServeError::BadRequest(format!("`messages` is not an array: {e}")))?,
-            None => return Err(ServeError::BadRequest("`messages` is missing".into())),
-        };
-        Ok(ChatBody { fields, messages })
+        Ok(ChatBody {
+            fields,
+            messages: Vec::new(),
+        })
     }
 
     /// The messages, each as the client wrote it.

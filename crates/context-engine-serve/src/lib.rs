@@ -41,6 +41,7 @@ pub mod router;
 pub mod routes;
 pub mod session;
 pub mod sse;
+pub mod sse_wire;
 pub mod tools;
 pub mod upstream;
 

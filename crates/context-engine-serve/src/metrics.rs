@@ -23,6 +23,12 @@ struct Route {
     route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteReason {
+    route: String,
+    reason: String,
+}
+
 type Histograms = Family<Route, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -41,6 +47,9 @@ pub struct Metrics {
     tokens_out: Counter,
     compactions: Counter,
     fallbacks: Counter,
+    unmanaged: Family<RouteReason, Counter>,
+    cache_read: Counter,
+    cache_write: Counter,
     lineages: Counter,
     tool_rounds: Counter,
     prompt_bytes: Counter,
@@ -82,6 +91,9 @@ impl Metrics {
             tokens_out: Counter::default(),
             compactions: Counter::default(),
             fallbacks: Counter::default(),
+            unmanaged: Family::default(),
+            cache_read: Counter::default(),
+            cache_write: Counter::default(),
             lineages: Counter::default(),
             tool_rounds: Counter::default(),
             prompt_bytes: Counter::default(),
@@ -132,6 +144,21 @@ impl Metrics {
             "fallbacks",
             "Requests sent unmanaged because the engine failed or its request was invalid",
             m.fallbacks.clone(),
+        );
+        registry.register(
+            "unmanaged",
+            "Requests passed through without the engine by design, by route and reason (e.g. a Responses request on server-side state)",
+            m.unmanaged.clone(),
+        );
+        registry.register(
+            "cache_read_tokens",
+            "Prompt tokens the upstream reported as read from its prompt cache",
+            m.cache_read.clone(),
+        );
+        registry.register(
+            "cache_write_tokens",
+            "Prompt tokens the upstream reported as written to its prompt cache",
+            m.cache_write.clone(),
         );
         registry.register(
             "lineages",
@@ -194,6 +221,22 @@ impl Metrics {
     pub fn tokens(&self, prompt: u64, completion: u64) {
         self.tokens_in.inc_by(prompt);
         self.tokens_out.inc_by(completion);
+    }
+
+    /// Prompt-cache reads and writes the upstream reported.
+    pub fn cache_tokens(&self, read: Option<u64>, write: Option<u64>) {
+        self.cache_read.inc_by(read.unwrap_or(0));
+        self.cache_write.inc_by(write.unwrap_or(0));
+    }
+
+    /// A request on `route` passed through without the engine, by design.
+    pub fn unmanaged(&self, route: &str, reason: &str) {
+        self.unmanaged
+            .get_or_create(&RouteReason {
+                route: route.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// A compaction was accepted.

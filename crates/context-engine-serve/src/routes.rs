@@ -5,10 +5,16 @@ use axum::Router;
 use axum::routing::{any, get, post};
 
 use crate::AppState;
-use crate::handlers::{chat, ops, passthrough};
+use crate::handlers::{chat, messages, ops, passthrough, responses};
 
 /// OpenAI chat completions, managed by the engine.
 pub const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+/// Anthropic Messages, managed by the engine.
+pub const MESSAGES: &str = "/v1/messages";
+/// Anthropic token counting, answered for the managed request.
+pub const MESSAGES_COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+/// OpenAI Responses, managed by the engine.
+pub const RESPONSES: &str = "/v1/responses";
 /// Every other OpenAI path, passed through unchanged.
 pub const V1_ANY: &str = "/v1/{*rest}";
 /// Liveness, never behind auth.
@@ -25,6 +31,9 @@ pub const UNAUTHENTICATED: &[&str] = &[HEALTHZ];
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route(CHAT_COMPLETIONS, post(chat::chat_completions))
+        .route(MESSAGES, post(messages::messages))
+        .route(MESSAGES_COUNT_TOKENS, post(messages::count_tokens))
+        .route(RESPONSES, post(responses::responses))
         .route(V1_ANY, any(passthrough::passthrough))
         .route(HEALTHZ, get(ops::healthz))
         .route(METRICS, get(ops::metrics))

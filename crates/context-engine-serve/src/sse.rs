@@ -313,7 +313,7 @@ impl Held {
 }
 
 /// The `data:` payload of an event (lines joined with `\n`).
-fn data_of(event: &[u8]) -> Vec<u8> {
+pub(crate) fn data_of(event: &[u8]) -> Vec<u8> {
     let mut data = Vec::new();
     for line in event.split(|b| *b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -328,7 +328,7 @@ fn data_of(event: &[u8]) -> Vec<u8> {
 }
 
 /// Length of the first complete event (with its blank line), if any.
-fn first_event_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn first_event_end(buf: &[u8]) -> Option<usize> {
     let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
     let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
     match (lf, crlf) {
@@ -338,7 +338,7 @@ fn first_event_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// End of the last complete event in `buf`, if any.
-fn last_event_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn last_event_end(buf: &[u8]) -> Option<usize> {
     let lf = memmem::rfind(buf, b"\n\n").map(|i| i + 2);
     let crlf = memmem::rfind(buf, b"\r\n\r\n").map(|i| i + 4);
     match (lf, crlf) {

@@ -36,6 +36,7 @@ pub mod config;
 pub mod digest;
 pub mod engine;
 mod error;
+pub mod front;
 pub mod host;
 pub mod message;
 pub mod plugin;

@@ -2,8 +2,11 @@
 //! forward through [`upstream`](crate::upstream).
 
 pub mod chat;
+pub(crate) mod front;
+pub mod messages;
 pub mod ops;
 pub mod passthrough;
+pub mod responses;
 
 use axum::body::Body;
 use axum::http::StatusCode;

@@ -26,9 +26,20 @@ pub async fn passthrough(
     let out_headers = state
         .upstream()
         .headers(&headers, consumed.is_some(), false);
+    forward(&state, method, &url, out_headers, body).await
+}
+
+/// Sends `body` to `url` and streams the answer back as it comes.
+pub(crate) async fn forward(
+    state: &AppState,
+    method: Method,
+    url: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     match state
         .upstream()
-        .send(method, &url, out_headers, body, true)
+        .send(method, url, headers, body, true)
         .await
     {
         Ok(resp) => {

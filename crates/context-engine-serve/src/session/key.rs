@@ -157,6 +157,86 @@ pub fn tool_names(body: &ChatBody<'_>) -> Vec<String> {
         .collect()
 }
 
+/// Headers Claude Code and Codex carry their session (or thread) id in.
+const FRONT_SESSION_HEADERS: &[&str] = &[
+    "x-claude-code-session-id",
+    "session-id",
+    "session_id",
+    "thread-id",
+    "x-session-id",
+];
+
+/// The session key of an Anthropic Messages or Responses request: the
+/// `x-ctx-session` header; else the client's own session header
+/// (`X-Claude-Code-Session-Id`; Codex's `session-id` / `thread-id`); else
+/// the body's `metadata.user_id` (Claude Code writes a JSON object with its
+/// `session_id` there) or `prompt_cache_key` (Codex); else a hash of the
+/// conversation's start, as for chat.
+pub fn front_session_key(
+    headers: &HeaderMap,
+    request: &context_engine::front::FrontRequest,
+) -> (SessionKey, KeySource) {
+    let scope = scope(headers);
+    if let Some(id) = header_str(headers, SESSION_HEADER) {
+        return (SessionKey { scope, id }, KeySource::Header);
+    }
+    let from_body = || {
+        let user_id = request
+            .field("metadata")
+            .and_then(|m| m.get("user_id"))
+            .and_then(serde_json::Value::as_str);
+        let id = match user_id {
+            Some(u) => serde_json::from_str::<serde_json::Value>(u)
+                .ok()
+                .and_then(|v| v.get("session_id")?.as_str().map(str::to_owned))
+                .unwrap_or_else(|| u.to_owned()),
+            None => request.field("prompt_cache_key")?.as_str()?.to_owned(),
+        };
+        let id = id.trim();
+        (!id.is_empty() && id.len() <= 256).then(|| id.to_owned())
+    };
+    if let Some(id) = FRONT_SESSION_HEADERS
+        .iter()
+        .find_map(|h| header_str(headers, h))
+        .or_else(from_body)
+    {
+        return (SessionKey { scope, id }, KeySource::Client);
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(request.kind().name().as_bytes());
+    let chat = request.chat();
+    let system = chat.iter().find(|m| {
+        matches!(
+            m.role,
+            context_engine::message::Role::System | context_engine::message::Role::Developer
+        )
+    });
+    let user = chat
+        .iter()
+        .find(|m| m.role == context_engine::message::Role::User);
+    for m in [system, user] {
+        hasher.update(b"\0");
+        if let Some(m) = m {
+            hasher.update(m.content.text().as_bytes());
+        }
+    }
+    if let Some(serde_json::Value::Array(tools)) = request.field("tools") {
+        for t in tools {
+            if let Some(name) = t.get("name").and_then(serde_json::Value::as_str) {
+                hasher.update(b"\0");
+                hasher.update(name.as_bytes());
+            }
+        }
+    }
+    (
+        SessionKey {
+            scope,
+            id: hex(&hasher.finalize()[..16]),
+        },
+        KeySource::Fallback,
+    )
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(bytes.len() * 2);

@@ -99,6 +99,11 @@ impl Lineage {
         self.chain.len()
     }
 
+    /// The client chain incorporated so far.
+    pub fn chain(&self) -> &[u128] {
+        &self.chain
+    }
+
     /// The managed history.
     pub fn messages(&self) -> &[Message] {
         &self.messages

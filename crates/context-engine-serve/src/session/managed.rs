@@ -87,6 +87,8 @@ pub struct Plan {
     /// summary watermark); the caller runs it off the request path and
     /// hands the receiver to [`Managed::await_summary`].
     pub summary_job: Option<SummaryJob>,
+    /// The managed request's messages (what `messages_json` holds).
+    pub request: Vec<Message>,
 }
 
 /// One session: the host driver, the managed history and its figures.
@@ -281,6 +283,7 @@ impl Managed {
             diverged,
             notices,
             summary_job,
+            request: prepared.request,
         })
     }
 
@@ -319,6 +322,23 @@ impl Managed {
             Err(oneshot::error::TryRecvError::Empty) => {}
             Err(oneshot::error::TryRecvError::Closed) => self.pending = None,
         }
+    }
+
+    /// The managed request a client history `raw` would get now, without
+    /// running the engine or recording anything: the managed history and
+    /// the client's messages past it, when `raw` extends what the session
+    /// saw (`None` otherwise: the client's own messages then stand).
+    pub fn peek(&self, raw: &[&RawValue]) -> Option<Vec<Message>> {
+        let chain = lineage::chain(raw);
+        let seen = self.lineage.consumed();
+        if seen == 0 || chain.len() < seen || chain[..seen] != self.lineage.chain()[..] {
+            return None;
+        }
+        let mut out = self.lineage.messages().to_vec();
+        for (i, m) in raw.iter().enumerate().skip(seen) {
+            out.push(parse(m, i).ok()?);
+        }
+        Some(out)
     }
 
     /// The provider's usage of the call just made.

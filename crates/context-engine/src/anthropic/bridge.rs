@@ -7,9 +7,12 @@
 //! - the top-level `system` → a `system` message (text blocks joined);
 //! - a `system` entry in `messages` → a `system` message;
 //! - a user message → one `tool` message per `tool_result` block (in order,
-//!   `tool_call_id` = `tool_use_id`), then one `user` message with the other
-//!   blocks as parts (text → text part, image → `image_url`, anything else →
-//!   a text part holding the block's JSON, so tokens are counted);
+//!   `tool_call_id` = `tool_use_id`; a block of an unknown type after a
+//!   result belongs to that result's message, so no cut or removal ever
+//!   separates them — its tokens are then not counted), then one `user`
+//!   message with the other blocks as parts (text → text part, image →
+//!   `image_url`, anything else → a text part holding the block's JSON, so
+//!   tokens are counted);
 //! - an assistant message → one `assistant` message: text blocks joined as
 //!   content, `tool_use` blocks as tool calls (arguments = the input's JSON),
 //!   thinking text as `reasoning_content`.
@@ -173,20 +176,31 @@ fn convert_message(index: usize, m: &Message, out: &mut Bridged) {
             push(message, (0..blocks.len()).collect());
         }
         Role::User => {
+            // A block of a type this crate does not know, after a tool
+            // result, travels with that result: never cut apart from it.
             let mut rest = Vec::new();
+            let mut results: Vec<(chat::Message, Vec<usize>)> = Vec::new();
             for (i, b) in blocks.iter().enumerate() {
-                if let BlockKind::ToolResult {
-                    tool_use_id,
-                    content,
-                    ..
-                } = b.kind()
-                {
-                    let mut tool = chat::Message::new(Role::Tool, result_content(content));
-                    tool.tool_call_id = Some(tool_use_id.to_owned());
-                    push(tool, vec![i]);
-                } else {
-                    rest.push(i);
+                match b.kind() {
+                    BlockKind::ToolResult {
+                        tool_use_id,
+                        content,
+                        ..
+                    } => {
+                        let mut tool = chat::Message::new(Role::Tool, result_content(content));
+                        tool.tool_call_id = Some(tool_use_id.to_owned());
+                        results.push((tool, vec![i]));
+                    }
+                    BlockKind::Unknown(_) if !results.is_empty() => {
+                        if let Some((_, owned)) = results.last_mut() {
+                            owned.push(i);
+                        }
+                    }
+                    _ => rest.push(i),
                 }
+            }
+            for (tool, owned) in results {
+                push(tool, owned);
             }
             if !rest.is_empty() || blocks.is_empty() {
                 let parts = rest.iter().map(|&i| block_part(&blocks[i])).collect();
@@ -366,9 +380,14 @@ fn patch(
         r.text = Some(Some(now.text().into_owned()));
         return;
     }
-    // A tool result: replace its content.
-    if let [i] = blocks
-        && let Some(Some(block)) = r.blocks.get_mut(*i)
+    // A tool result (with the unknown blocks that travel with it): replace
+    // its content.
+    if let Some(i) = blocks.iter().copied().find(|&i| {
+        r.blocks
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|b| matches!(b.kind(), BlockKind::ToolResult { .. }))
+    }) && let Some(Some(block)) = r.blocks.get_mut(i)
         && let BlockKind::ToolResult { content, .. } = block.kind()
     {
         let new = match (content, &now.content) {
@@ -393,6 +412,10 @@ fn patch(
 /// keys); tool-use inputs replaced where the arguments changed; thinking and
 /// every other block kept.
 fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: &chat::Message) {
+    // Text the message had no text block for (a summary prepended to a
+    // tool-calling turn): a new text block after the thinking, added last
+    // so the block indexes below stay those of the source.
+    let mut added: Option<String> = None;
     if was.text() != now.text() {
         let text = now.text().into_owned();
         let mut first = true;
@@ -410,6 +433,9 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
                     *slot = None;
                 }
             }
+        }
+        if first && !text.is_empty() {
+            added = Some(text);
         }
     }
     for call in now.tool_calls() {
@@ -433,6 +459,14 @@ fn patch_assistant(r: &mut Rebuild, blocks: &[usize], was: &chat::Message, now: 
                 b.as_map_mut().insert("input".into(), input.clone());
             }
         }
+    }
+    if let Some(text) = added {
+        let at = r
+            .blocks
+            .iter()
+            .position(|b| b.as_ref().is_some_and(|b| !b.is_thinking()))
+            .unwrap_or(r.blocks.len());
+        r.blocks.insert(at, Some(Block::new_text(text)));
     }
 }
 

@@ -12,6 +12,7 @@
 //! byte-identical. Provider rules live in [`crate::validate::anthropic`].
 
 pub mod bridge;
+pub mod cache;
 
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};

@@ -279,6 +279,31 @@ fn a_digested_result_changes_only_that_block() {
     assert!(thinking_changed(&request, &back).is_empty());
 }
 
+/// The compressor prepends its summary to the first tail message when
+/// both roles would collide; a tool-calling turn with no text block gets
+/// the summary as a new text block after its thinking, never dropped.
+#[test]
+fn text_prepended_to_a_tool_turn_without_text_is_kept() {
+    let text = json!({"model": "m", "messages": [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "t", "signature": "s"},
+            {"type": "tool_use", "id": "tu_1", "name": "Bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "a"}]}
+    ]})
+    .to_string();
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    let mut out = bridged.messages.clone();
+    out[1].content = crate::message::Content::Text("[summary]".into());
+    let back = from_chat(&request, &bridged, &out).to_value();
+    let blocks = &back["messages"][1]["content"];
+    assert_eq!(blocks[0]["type"], "thinking");
+    assert_eq!(blocks[1], json!({"type": "text", "text": "[summary]"}));
+    assert_eq!(blocks[2]["type"], "tool_use");
+    assert!(thinking_changed(&request, &Request::from_value(back).unwrap()).is_empty());
+}
+
 /// A long Claude session: tool turns with thinking, results in user messages.
 fn long_session(turns: usize) -> String {
     let mut messages = vec![json!({"role": "user", "content": "Refactor the parser."})];

@@ -1,0 +1,412 @@
+//! The managed path shared by the Anthropic Messages and Responses fronts
+//! ([`messages`](super::messages), [`responses`](super::responses)).
+//!
+//! Per request: read the body in its own format
+//! ([`FrontRequest`], the library's lossless model and bridge), find and
+//! lock the session, hand the chat view of the client's full history to
+//! the same session driver as chat completions ([`Managed::prepare`]:
+//! lineage, frozen prefix, digest, prune, compaction, guaranteed fit),
+//! rebuild the managed request in the client's format (every part the
+//! engine did not change byte-identical), send it to `{upstream}{path}`
+//! with every other field and header as it came, and feed the usage back.
+//! A request the proxy cannot read, one on server-side state
+//! (`previous_response_id`), an engine failure or a rebuilt request that
+//! would break its API's rules goes upstream as the client sent it (fail
+//! open; the reason is logged and counted). Engine tools are not offered
+//! on these fronts: their calls would have to be intercepted in the
+//! client's own event format.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use context_engine::engine::Usage;
+use context_engine::front::{FrontKind, FrontRequest, Rebuilt};
+use futures_util::StreamExt;
+use serde_json::value::RawValue;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::AppState;
+use crate::body::ChatBody;
+use crate::error::ServeError;
+use crate::handlers::chat::{send_collect, usage_of};
+use crate::handlers::{passthrough, respond};
+use crate::session::key::front_session_key;
+use crate::session::{Managed, Plan, SessionContext, SessionKey};
+use crate::sse_wire::{WireRelay, error_event};
+use crate::upstream::response_headers;
+
+type Guard = OwnedMutexGuard<Option<Managed>>;
+
+/// What one request of a front needs to know about itself.
+pub(crate) struct Call {
+    pub kind: FrontKind,
+    /// The route label (metrics).
+    pub route: &'static str,
+}
+
+/// The upstream URL of a `/v1/...` path: `{upstream}/...` with the query.
+fn upstream_url(state: &AppState, uri: &Uri) -> String {
+    let rest = uri.path().strip_prefix("/v1").unwrap_or(uri.path());
+    state.upstream().url(rest, uri.query())
+}
+
+/// The managed path (see the module docs).
+pub(crate) async fn handle(
+    state: AppState,
+    call: Call,
+    consumed: bool,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let out_headers = state.upstream().headers(&headers, consumed, true);
+    let url = upstream_url(&state, &uri);
+    let front = match std::str::from_utf8(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|t| FrontRequest::parse(call.kind, t).map_err(|e| e.to_string()))
+    {
+        Ok(front) => front,
+        Err(why) => {
+            // Not ours to judge: the provider answers it with its own error.
+            tracing::warn!(front = %call.kind, reason = %why, "unreadable request forwarded unmanaged");
+            state.metrics().fallback();
+            return forward(&state, &url, out_headers, body).await;
+        }
+    };
+    if let Some(reason) = front.unmanaged() {
+        tracing::debug!(front = %call.kind, reason = reason.name(), "request passed through unmanaged");
+        state.metrics().unmanaged(call.route, reason.name());
+        return forward(&state, &url, out_headers, body).await;
+    }
+    let stream = front.stream();
+    let (key, source) = front_session_key(&headers, &front);
+    let slot = state.sessions().slot(&key);
+    let guard = Arc::clone(&slot.state).lock_owned().await;
+    let ctx = Arc::clone(state.sessions().context());
+    let (mut guard, outcome) = if ctx.blocking {
+        let key = key.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut guard = guard;
+            let outcome = prepare(&mut guard, &ctx, &key, &front);
+            (guard, outcome)
+        });
+        match job.await {
+            Ok(done) => done,
+            Err(_) => {
+                return ServeError::Internal("the engine task was cancelled".into())
+                    .into_response();
+            }
+        }
+    } else {
+        let mut guard = guard;
+        let outcome = prepare(&mut guard, &ctx, &key, &front);
+        (guard, outcome)
+    };
+
+    let mut fields: Vec<(&'static str, String)> = Vec::new();
+    match outcome {
+        Ok((plan, rebuilt)) => {
+            for n in &plan.notices {
+                tracing::info!(session = %key.id, notice = %n.text, "engine");
+            }
+            if let Some(c) = &plan.compaction {
+                state.metrics().compaction();
+                tracing::info!(
+                    session = %key.id, front = %call.kind, tokens_before = c.tokens_before,
+                    tokens_after = c.tokens_after, messages_before = c.messages_before,
+                    messages_after = c.messages_after, prefix_breakpoint = rebuilt.marked_prefix,
+                    elapsed_ms = c.elapsed.as_secs_f64() * 1e3, "compacted"
+                );
+            }
+            if plan.diverged {
+                state.metrics().lineage();
+                tracing::info!(session = %key.id, "client history diverged: new lineage");
+            }
+            state
+                .metrics()
+                .prompt(plan.messages_json.len(), plan.reused_bytes);
+            if let Some(m) = guard.as_mut() {
+                m.stats.managed += 1;
+            }
+            fields = rebuilt.fields;
+        }
+        Err(why) => {
+            state.metrics().fallback();
+            if let Some(m) = guard.as_mut() {
+                m.stats.fallbacks += 1;
+                m.stats.last_fallback = Some(why.clone());
+            }
+            tracing::warn!(session = %key.id, front = %call.kind, reason = %why, "request sent unmanaged");
+        }
+    }
+    tracing::debug!(session = %key.id, source = ?source, front = %call.kind, stream, "front request");
+    let upstream_body = if fields.is_empty() {
+        body.clone()
+    } else {
+        match ChatBody::parse_object(&body) {
+            Ok(parsed) => {
+                let borrowed: Vec<(&str, &str)> =
+                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                Bytes::from(parsed.write(&borrowed))
+            }
+            Err(_) => body.clone(),
+        }
+    };
+    if stream {
+        state
+            .metrics()
+            .ttfb_overhead(call.route, started.elapsed().as_secs_f64());
+        return relay(
+            state,
+            call,
+            out_headers,
+            &url,
+            upstream_body,
+            guard,
+            started,
+        )
+        .await;
+    }
+    let up_started = Instant::now();
+    let (status, resp_headers, bytes) =
+        match send_collect(&state, out_headers, &url, upstream_body).await {
+            Ok(r) => r,
+            Err(e) => return e.into_response(),
+        };
+    let up = up_started.elapsed();
+    if status.is_success()
+        && let Some(usage) = usage_of(&bytes)
+    {
+        settle(&state, guard.as_mut(), &usage);
+    }
+    drop(guard);
+    let total = started.elapsed();
+    state.metrics().latency(
+        call.route,
+        up.as_secs_f64(),
+        total.saturating_sub(up).as_secs_f64(),
+    );
+    respond(status, resp_headers, Body::from(bytes))
+}
+
+/// Feeds a call's usage to the metrics and the session.
+fn settle(state: &AppState, session: Option<&mut Managed>, usage: &Usage) {
+    state
+        .metrics()
+        .tokens(usage.prompt_tokens, usage.completion_tokens);
+    state
+        .metrics()
+        .cache_tokens(usage.cache_read_tokens, usage.cache_write_tokens);
+    if let Some(m) = session {
+        m.after_response(usage);
+    }
+}
+
+/// The chat view of `front` as the raw messages the session hashes and
+/// freezes (each serialized once, deterministically).
+fn chat_raws(front: &FrontRequest) -> Result<Vec<Box<RawValue>>, String> {
+    front
+        .chat()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            serde_json::to_string(m)
+                .and_then(RawValue::from_string)
+                .map_err(|e| format!("message {i} cannot be serialized: {e}"))
+        })
+        .collect()
+}
+
+/// Builds the session on first use, prepares the managed request and
+/// rebuilds it in the client's format; a panic in the engine resets the
+/// session and fails open like an error.
+fn prepare(
+    slot: &mut Option<Managed>,
+    ctx: &Arc<SessionContext>,
+    key: &SessionKey,
+    front: &FrontRequest,
+) -> Result<(Plan, Rebuilt), String> {
+    let raws = chat_raws(front)?;
+    let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        if slot.is_none() {
+            *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
+        }
+        let plan = match slot.as_mut() {
+            Some(m) => m.prepare(&refs)?,
+            None => return Err("no session".to_owned()),
+        };
+        let rebuilt = front.rebuild(&plan.request).map_err(|v| {
+            format!(
+                "the managed {} request would break a rule: {v}",
+                front.kind()
+            )
+        })?;
+        Ok((plan, rebuilt))
+    }));
+    result.unwrap_or_else(|_| {
+        *slot = None;
+        Err("the engine panicked; the session starts over".to_owned())
+    })
+}
+
+/// `POST /v1/messages/count_tokens`: counted by the upstream on the
+/// request the session would send now (its managed history and the
+/// client's messages past it), without running the engine or recording
+/// anything; the client's own request when the session has not seen its
+/// history.
+pub(crate) async fn count_tokens(
+    state: AppState,
+    consumed: bool,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let out_headers = state.upstream().headers(&headers, consumed, false);
+    let url = upstream_url(&state, &uri);
+    let Some(front) = std::str::from_utf8(&body)
+        .ok()
+        .and_then(|t| FrontRequest::parse(FrontKind::Anthropic, t).ok())
+    else {
+        return forward(&state, &url, out_headers, body).await;
+    };
+    let (key, _) = front_session_key(&headers, &front);
+    let mut fields = Vec::new();
+    if let Some(slot) = state.sessions().get(&key) {
+        let guard = slot.state.lock().await;
+        if let (Some(m), Ok(raws)) = (guard.as_ref(), chat_raws(&front)) {
+            let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
+            if let Some(view) = m.peek(&refs) {
+                match front.rebuild(&view) {
+                    Ok(r) => fields = r.fields,
+                    Err(v) => {
+                        tracing::debug!(violation = %v, "count_tokens on the client's request")
+                    }
+                }
+            }
+        }
+    }
+    let upstream_body = match ChatBody::parse_object(&body) {
+        Ok(parsed) if !fields.is_empty() => {
+            let borrowed: Vec<(&str, &str)> =
+                fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            Bytes::from(parsed.write(&borrowed))
+        }
+        _ => body,
+    };
+    forward(&state, &url, out_headers, upstream_body).await
+}
+
+/// The client's body as it came (or as given), the answer streamed back as
+/// it comes.
+async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -> Response {
+    passthrough::forward(state, Method::POST, url, headers, body).await
+}
+
+/// A streamed call: an error status comes back whole; a stream is relayed
+/// chunk by chunk unchanged, holding the session until its last event (the
+/// usage is fed to the engine then). A client that goes away drops the
+/// relay, which drops the upstream call.
+async fn relay(
+    state: AppState,
+    call: Call,
+    headers: HeaderMap,
+    url: &str,
+    body: Bytes,
+    guard: Guard,
+    started: Instant,
+) -> Response {
+    let up_started = Instant::now();
+    let resp = match state
+        .upstream()
+        .send(Method::POST, url, headers, body, true)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let status = resp.status();
+    let resp_headers = response_headers(resp.headers());
+    if !status.is_success() {
+        let bytes = resp.bytes().await.unwrap_or_default();
+        return respond(status, resp_headers, Body::from(bytes));
+    }
+    struct Relaying {
+        upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+        reader: WireRelay,
+        guard: Option<Guard>,
+        state: AppState,
+        route: &'static str,
+        kind: FrontKind,
+        started: Instant,
+        up_started: Instant,
+        ended: bool,
+    }
+    impl Relaying {
+        fn end(&mut self) {
+            if self.ended {
+                return;
+            }
+            self.ended = true;
+            if let Some(usage) = self.reader.usage() {
+                settle(
+                    &self.state,
+                    self.guard.as_mut().and_then(|g| g.as_mut()),
+                    &usage,
+                );
+            }
+            self.guard = None;
+            let up = self.up_started.elapsed();
+            let total = self.started.elapsed();
+            self.state.metrics().latency(
+                self.route,
+                up.as_secs_f64(),
+                total.saturating_sub(up).as_secs_f64(),
+            );
+        }
+    }
+    let relaying = Relaying {
+        upstream: resp.bytes_stream().boxed(),
+        reader: WireRelay::new(call.kind),
+        guard: Some(guard),
+        state,
+        route: call.route,
+        kind: call.kind,
+        started,
+        up_started,
+        ended: false,
+    };
+    let body = futures_util::stream::unfold(relaying, |mut r| async move {
+        match r.upstream.next().await {
+            Some(Ok(chunk)) => {
+                r.reader.push(&chunk);
+                if r.reader.done() {
+                    // Usage and the session are settled before the client
+                    // sees the last event.
+                    r.end();
+                }
+                Some((Ok::<Bytes, std::io::Error>(chunk), r))
+            }
+            Some(Err(e)) => {
+                if r.ended {
+                    return None;
+                }
+                let err = ServeError::from_reqwest(&e);
+                tracing::warn!(error = %err, "upstream stream broke off");
+                r.end();
+                Some((Ok(error_event(r.kind, &err.to_string())), r))
+            }
+            None => {
+                r.reader.finish();
+                r.end();
+                None
+            }
+        }
+    });
+    respond(status, resp_headers, Body::from_stream(body))
+}

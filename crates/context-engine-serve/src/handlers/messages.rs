@@ -1,0 +1,42 @@
+//! `POST /v1/messages` (Anthropic Messages, Claude Code) and
+//! `POST /v1/messages/count_tokens`, managed through the shared front path
+//! ([`front`](super::front)).
+
+use axum::body::Bytes;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use context_engine::front::FrontKind;
+
+use crate::AppState;
+use crate::handlers::front::{self, Call};
+use crate::router::AuthorizationConsumed;
+use crate::routes::MESSAGES;
+
+/// `POST /v1/messages`: forwarded to `{upstream}/messages`, streamed as
+/// Anthropic events or not, as the client asked.
+pub async fn messages(
+    State(state): State<AppState>,
+    consumed: Option<Extension<AuthorizationConsumed>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let call = Call {
+        kind: FrontKind::Anthropic,
+        route: MESSAGES,
+    };
+    front::handle(state, call, consumed.is_some(), uri, headers, body).await
+}
+
+/// `POST /v1/messages/count_tokens`: counted upstream on the managed
+/// request.
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    consumed: Option<Extension<AuthorizationConsumed>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    front::count_tokens(state, consumed.is_some(), uri, headers, body).await
+}

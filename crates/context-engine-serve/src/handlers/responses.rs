@@ -1,0 +1,30 @@
+//! `POST /v1/responses` (OpenAI Responses, Codex), managed through the
+//! shared front path ([`front`](super::front)); a request on server-side
+//! state (`previous_response_id`) passes through unmanaged.
+
+use axum::body::Bytes;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use context_engine::front::FrontKind;
+
+use crate::AppState;
+use crate::handlers::front::{self, Call};
+use crate::router::AuthorizationConsumed;
+use crate::routes::RESPONSES;
+
+/// `POST /v1/responses`: forwarded to `{upstream}/responses`, streamed as
+/// Responses events or not, as the client asked.
+pub async fn responses(
+    State(state): State<AppState>,
+    consumed: Option<Extension<AuthorizationConsumed>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let call = Call {
+        kind: FrontKind::Responses,
+        route: RESPONSES,
+    };
+    front::handle(state, call, consumed.is_some(), uri, headers, body).await
+}

@@ -1,0 +1,401 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Anthropic Messages and Responses fronts against a scripted upstream:
+//! bytes, headers and paths forwarded as they came, usage from JSON answers
+//! and from both event formats, compaction in the client's own format
+//! (valid, unknown blocks kept, breakpoints within the limit),
+//! `count_tokens` on the managed request, `previous_response_id` passed
+//! through and counted, an unreadable body forwarded unchanged.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use axum::routing::post as route_post;
+use context_engine::compressor::SUMMARY_PREFIX;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use common::{compressor_context, counter, options, start_proxy};
+
+#[derive(Clone, Debug)]
+struct Seen {
+    uri: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+#[derive(Default)]
+struct Upstream {
+    seen: Mutex<Vec<Seen>>,
+}
+
+const ANTHROPIC_SSE: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":40,\"cache_read_input_tokens\":900,\"cache_creation_input_tokens\":60,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":12}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+const RESPONSES_SSE: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r1\",\"usage\":null}}\n\n\
+event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r1\",\"output\":[],\"usage\":{\"input_tokens\":700,\"input_tokens_details\":{\"cached_tokens\":512},\"output_tokens\":9,\"total_tokens\":709}}}\n\n";
+
+async fn answer(
+    State(up): State<Arc<Upstream>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    up.seen.lock().unwrap().push(Seen {
+        uri: uri.to_string(),
+        headers,
+        body,
+    });
+    let stream = request["stream"] == json!(true);
+    let (content_type, text) = if uri.path().ends_with("count_tokens") {
+        ("application/json", json!({"input_tokens": 123}).to_string())
+    } else if uri.path().ends_with("/messages") {
+        if stream {
+            ("text/event-stream", ANTHROPIC_SSE.to_owned())
+        } else {
+            (
+                "application/json",
+                json!({"id": "m1", "type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 40, "cache_read_input_tokens": 900,
+                          "cache_creation_input_tokens": 60, "output_tokens": 12}})
+                .to_string(),
+            )
+        }
+    } else if stream {
+        ("text/event-stream", RESPONSES_SSE.to_owned())
+    } else {
+        (
+            "application/json",
+            json!({"id": "r1", "object": "response", "output": [],
+            "usage": {"input_tokens": 700, "input_tokens_details": {"cached_tokens": 512},
+                      "output_tokens": 9, "total_tokens": 709}})
+            .to_string(),
+        )
+    };
+    Response::builder()
+        .header("content-type", content_type)
+        .body(Body::from(text))
+        .unwrap()
+}
+
+async fn start_upstream(up: Arc<Upstream>) -> String {
+    let app = Router::new()
+        .route("/v1/messages", route_post(answer))
+        .route("/v1/messages/count_tokens", route_post(answer))
+        .route("/v1/responses", route_post(answer))
+        .with_state(up);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+async fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap())
+}
+
+async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) -> Value {
+    let mut req = reqwest::Client::new().get(format!("http://{addr}/ctx/sessions/{id}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    serde_json::from_slice(&req.send().await.unwrap().bytes().await.unwrap()).unwrap()
+}
+
+async fn metrics(addr: std::net::SocketAddr) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// A Claude Code-like request: system blocks with a breakpoint, a
+/// `system` entry, thinking, tool use, a result, a block type nobody knows
+/// next to it, the breakpoint on the newest message.
+fn claude_request(turns: usize, stream: bool) -> String {
+    let mut messages = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": "Find the bug in the parser."}]})];
+    for t in 0..turns {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": format!("step {t}"), "signature": format!("sig{t}")},
+            {"type": "tool_use", "id": format!("toolu_{t:03}"), "name": "Bash",
+             "input": {"command": format!("cat src/part_{t}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{t:03}"),
+             "content": format!("// part {t}\n{}", "fn parse() { let x = 1; }\n".repeat(60))},
+            {"type": "future_block", "payload": {"n": t}}]}));
+    }
+    if let Some(last) = messages.last_mut()
+        && let Some(blocks) = last["content"].as_array_mut()
+    {
+        blocks[0]["cache_control"] = json!({"type": "ephemeral"});
+    }
+    json!({"model": "claude-x", "max_tokens": 1024,
+           "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+           "messages": messages, "stream": stream,
+           "metadata": {"user_id": "{\"session_id\":\"cc-1\"}"}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn anthropic_unchanged_request_goes_upstream_byte_for_byte_with_its_headers() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let body = claude_request(2, false);
+    let headers = [
+        ("x-api-key", "sk-ant-test"),
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "interleaved-thinking-2025-05-14"),
+        ("x-claude-code-session-id", "cc-1"),
+    ];
+    let (code, text) = post(addr, "/v1/messages?beta=true", &body, &headers).await;
+    assert_eq!(code, 200, "{text}");
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].uri, "/v1/messages?beta=true");
+    assert_eq!(
+        seen[0].body,
+        body.as_bytes(),
+        "nothing to change: the same bytes"
+    );
+    for (k, v) in headers {
+        assert_eq!(seen[0].headers[k], v, "{k} goes upstream as it came");
+    }
+    let s = status(addr, "cc-1", &[("x-api-key", "sk-ant-test")]).await;
+    assert_eq!(s["stats"]["managed"], 1);
+    // Anthropic's input excludes the cached part: 40 + 900 + 60.
+    assert_eq!(s["stats"]["prompt_tokens"], 1000);
+    let m = metrics(addr).await;
+    assert!(m.contains("ctx_cache_read_tokens_total 900"), "{m}");
+    assert!(m.contains("ctx_cache_write_tokens_total 60"), "{m}");
+}
+
+#[tokio::test]
+async fn anthropic_stream_is_relayed_unchanged_and_its_usage_read() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let body = claude_request(1, true);
+    let (code, text) = post(addr, "/v1/messages", &body, &[("x-api-key", "k")]).await;
+    assert_eq!(code, 200);
+    assert_eq!(text, ANTHROPIC_SSE);
+    // The session is keyed by metadata.user_id's session_id.
+    let s = status(addr, "cc-1", &[("x-api-key", "k")]).await;
+    assert_eq!(s["stats"]["prompt_tokens"], 1000);
+    assert_eq!(s["stats"]["completion_tokens"], 12);
+}
+
+#[tokio::test]
+async fn anthropic_compaction_is_valid_keeps_unknown_blocks_and_breakpoints() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 6_000)).await;
+    let headers = [("x-api-key", "k"), ("x-claude-code-session-id", "big")];
+    let mut compacted = None;
+    for turns in 1..=30 {
+        let body = claude_request(turns, false);
+        let (code, _) = post(addr, "/v1/messages", &body, &headers).await;
+        assert_eq!(code, 200);
+        let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+        let sent: Value = serde_json::from_slice(&seen.body).unwrap();
+        let request = context_engine::anthropic::Request::from_value(sent.clone()).unwrap();
+        assert!(
+            context_engine::validate::anthropic::validate(&request).is_empty(),
+            "turn {turns}: {:?}",
+            context_engine::validate::anthropic::validate(&request)
+        );
+        assert!(context_engine::anthropic::cache::breakpoints(&request) <= 4);
+        let text = sent.to_string();
+        if text.contains(SUMMARY_PREFIX) {
+            compacted.get_or_insert(turns);
+            // Every tool result still has its unknown neighbour.
+            for m in sent["messages"].as_array().unwrap() {
+                let blocks = m["content"].as_array().cloned().unwrap_or_default();
+                if blocks.iter().any(|b| b["type"] == "tool_result") {
+                    assert!(blocks.iter().any(|b| b["type"] == "future_block"), "{m}");
+                }
+            }
+            // The client's breakpoint on the newest message stays; the
+            // system prompt keeps its own.
+            let last = sent["messages"].as_array().unwrap().last().unwrap();
+            assert_eq!(last["content"][0]["cache_control"]["type"], "ephemeral");
+            assert_eq!(sent["system"][0]["cache_control"]["type"], "ephemeral");
+            assert!(
+                text.contains("Find the bug in the parser."),
+                "the task stays"
+            );
+        }
+    }
+    let turns = compacted.expect("the proxy compacted at a 6000-token window");
+
+    // count_tokens for the history seen plus nothing new: counted on the
+    // managed request (the summary), not the client's whole history.
+    let body = claude_request(30, false);
+    let (code, text) = post(addr, "/v1/messages/count_tokens", &body, &headers).await;
+    assert_eq!((code, text.as_str()), (200, r#"{"input_tokens":123}"#));
+    let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+    assert!(seen.uri.ends_with("/messages/count_tokens"));
+    let counted = String::from_utf8(seen.body.to_vec()).unwrap();
+    assert!(
+        counted.contains(SUMMARY_PREFIX),
+        "compacted after turn {turns}"
+    );
+    assert!(counted.len() < body.len());
+}
+
+/// A Codex-like request: instructions, messages, reasoning with encrypted
+/// content, function calls and their outputs, an item type nobody knows.
+fn codex_request(turns: usize, extra: &str) -> String {
+    let mut input = vec![json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Fix the failing test."}]})];
+    for t in 0..turns {
+        input.push(
+            json!({"type": "reasoning", "id": format!("rs_{t}"), "summary": [],
+                          "encrypted_content": format!("gAAAA{t}")}),
+        );
+        input.push(json!({"type": "function_call", "id": format!("fc_{t}"), "call_id": format!("call_{t}"),
+                          "name": "exec_command", "arguments": format!("{{\"cmd\":\"cat t{t}.py\"}}")}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("call_{t}"),
+                          "output": format!("# t{t}\n{}", "assert parse('x') == 1\n".repeat(60))}),
+        );
+        input.push(json!({"type": "future_item", "n": t}));
+    }
+    let mut v = json!({"model": "gpt-x", "instructions": "You are Codex.", "input": input,
+                       "stream": false, "store": false, "prompt_cache_key": "codex-1"});
+    if !extra.is_empty() {
+        v[extra] = json!("resp_prev");
+    }
+    v.to_string()
+}
+
+#[tokio::test]
+async fn responses_compaction_is_valid_and_the_prefix_stays_byte_identical() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 6_000)).await;
+    let headers = [
+        ("authorization", "Bearer sk-test"),
+        ("session-id", "codex-1"),
+    ];
+    let mut sent_inputs: Vec<String> = Vec::new();
+    let mut compacted = false;
+    for turns in 1..=30 {
+        let body = codex_request(turns, "");
+        let (code, _) = post(addr, "/v1/responses", &body, &headers).await;
+        assert_eq!(code, 200);
+        let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(seen.headers["authorization"], "Bearer sk-test");
+        let sent: Value = serde_json::from_slice(&seen.body).unwrap();
+        let request = context_engine::responses::Request::from_value(sent.clone()).unwrap();
+        assert!(context_engine::validate::responses::validate(&request).is_empty());
+        let text = String::from_utf8(seen.body.to_vec()).unwrap();
+        compacted |= text.contains(SUMMARY_PREFIX);
+        // Encrypted reasoning is never rewritten.
+        for item in sent["input"].as_array().unwrap() {
+            if item["type"] == "reasoning" {
+                assert!(
+                    item["encrypted_content"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("gAAAA")
+                );
+            }
+        }
+        sent_inputs.push(text);
+    }
+    assert!(compacted, "the proxy compacted at a 6000-token window");
+    let s = status(addr, "codex-1", &[("authorization", "Bearer sk-test")]).await;
+    // Between compactions each input starts with the previous one's items,
+    // byte for byte.
+    let raw_inputs: Vec<Vec<String>> = sent_inputs
+        .iter()
+        .map(|t| {
+            #[derive(serde::Deserialize)]
+            struct Input<'a> {
+                #[serde(borrow)]
+                input: Vec<&'a serde_json::value::RawValue>,
+            }
+            let i: Input<'_> = serde_json::from_str(t).unwrap();
+            i.input.iter().map(|r| r.get().to_owned()).collect()
+        })
+        .collect();
+    let breaks = raw_inputs
+        .windows(2)
+        .filter(|w| w[1].len() < w[0].len() || w[1][..w[0].len()] != w[0][..])
+        .count();
+    let compactions = s["stats"]["compactions"].as_u64().unwrap();
+    assert!(compactions > 0);
+    assert!(
+        breaks as u64 <= compactions,
+        "{breaks} breaks, {compactions} compactions"
+    );
+    assert_eq!(s["stats"]["prompt_tokens"], 700 * 30);
+    assert_eq!(s["stats"]["new_lineages"], 0, "append-only: one lineage");
+}
+
+#[tokio::test]
+async fn responses_on_server_state_pass_through_and_are_counted() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let body = codex_request(2, "previous_response_id");
+    let (code, _) = post(addr, "/v1/responses", &body, &[("session-id", "s")]).await;
+    assert_eq!(code, 200);
+    assert_eq!(up.seen.lock().unwrap()[0].body, body.as_bytes());
+    let m = metrics(addr).await;
+    assert!(
+        m.contains(r#"ctx_unmanaged_total{route="/v1/responses",reason="previous_response_id"} 1"#),
+        "{m}"
+    );
+    // Streamed: relayed unchanged, usage from response.completed.
+    let body = codex_request(1, "").replace("\"stream\":false", "\"stream\":true");
+    let (code, text) = post(addr, "/v1/responses", &body, &[("session-id", "t")]).await;
+    assert_eq!((code, text.as_str()), (200, RESPONSES_SSE));
+    let s = status(addr, "t", &[]).await;
+    assert_eq!(s["stats"]["prompt_tokens"], 700);
+}
+
+#[tokio::test]
+async fn an_unreadable_body_goes_upstream_unchanged() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    for (path, body) in [
+        ("/v1/messages", r#"{"model":"m","messages":3}"#),
+        ("/v1/responses", r#"{"model":"m","input":[1]}"#),
+    ] {
+        let (code, _) = post(addr, path, body, &[]).await;
+        assert_eq!(code, 200);
+        let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(seen.body, body.as_bytes());
+    }
+    assert!(metrics(addr).await.contains("ctx_fallbacks_total 2"));
+}
