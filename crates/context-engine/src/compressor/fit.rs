@@ -129,6 +129,15 @@ pub struct Fitted {
     pub tokens_before: u64,
     /// Tokens after (at most the budget).
     pub tokens_after: u64,
+    /// Indexes of the input messages that are not in the request as they
+    /// were (left out, clipped or digested), in order. A host with a
+    /// session store archives their originals under
+    /// [`archive_handle`](Self::archive_handle).
+    pub left_out: Vec<usize>,
+    /// The span handle of the originals of [`left_out`](Self::left_out)
+    /// that the request names in its left-out note (see [`fit_noted`]);
+    /// `None` when nothing was left out or the note did not fit.
+    pub archive_handle: Option<String>,
 }
 
 /// `messages` brought to at most `budget` tokens by the ladder (see the
@@ -140,6 +149,153 @@ pub fn fit(
     profile: Profile,
 ) -> Result<Fitted, Unfittable> {
     fit_impl(messages, budget, counter, profile, false)
+}
+
+/// [`fit`], and when the ladder left anything out of the request (or cut
+/// it without a handle of its own), the request names what it lost: a
+/// note appended to the system prompt (else to the latest ask) gives the
+/// [span handle](crate::store::span_handle) of the originals of every
+/// such message and repeats the user's asks among them (from a left-out
+/// summary's state record too), so the asks stay in the request and the
+/// rest stays reachable. `originals[i]` is the stored original of
+/// `messages[i]` (the request may be a digested view); the handle is
+/// computed over them, so a host archives exactly
+/// `left_out.map(|i| originals[i])` under it. The ladder runs again with
+/// room for the note; when even that cannot fit, the request goes without
+/// it (`archive_handle` is `None`).
+pub fn fit_noted(
+    messages: &[Message],
+    originals: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+) -> Result<Fitted, Unfittable> {
+    let first = fit_impl(messages, budget, counter, profile, false)?;
+    if first.left_out.is_empty() || originals.len() != messages.len() {
+        return Ok(first);
+    }
+    // Room for the note, sized on the first fit's (a second fit leaves out
+    // at least as much, so its note may be longer: it is counted again).
+    for with_asks in [true, false] {
+        let Some((_, note)) = left_out_note(&first, originals, with_asks) else {
+            break;
+        };
+        let reserve = counter.count_message(&Message::system(note)) as u64;
+        let Ok(mut second) = fit_impl(
+            messages,
+            budget.saturating_sub(reserve),
+            counter,
+            profile,
+            false,
+        ) else {
+            continue;
+        };
+        let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
+            continue;
+        };
+        let Some(at) = note_target(&second.messages) else {
+            break;
+        };
+        let noted = with_appended(&second.messages[at], &note);
+        let tokens = second.tokens_after - counter.count_message(&second.messages[at]) as u64
+            + counter.count_message(&noted) as u64;
+        if tokens <= budget {
+            second.messages[at] = noted;
+            second.tokens_after = tokens;
+            second.archive_handle = Some(handle);
+            return Ok(second);
+        }
+    }
+    Ok(first)
+}
+
+/// The longest ask a left-out note repeats, in bytes.
+const NOTE_ASK_MAX: usize = 400;
+
+/// The handle of what `fitted` left out (over the originals) and the note
+/// naming it, with the user's asks among them unless `with_asks` is false
+/// (asks still in the request verbatim are not repeated).
+fn left_out_note(
+    fitted: &Fitted,
+    originals: &[Message],
+    with_asks: bool,
+) -> Option<(String, String)> {
+    let gone: Vec<Message> = fitted
+        .left_out
+        .iter()
+        .filter_map(|&i| originals.get(i).cloned())
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let handle = crate::store::span_handle(&gone);
+    let arg = serde_json::json!({ "handle": handle });
+    let mut note = format!(
+        "[{n} earlier message{s} left out of this request to fit the window, archived (handle {handle}): \
+         context_expand {arg} shows them; context_search finds words in them.]",
+        n = gone.len(),
+        s = if gone.len() == 1 { "" } else { "s" },
+    );
+    if with_asks {
+        let kept: String = fitted
+            .messages
+            .iter()
+            .map(|m| crate::retention::normalise(&m.text()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut record = crate::summarize::state::StateRecord::build(&gone);
+        for m in gone.iter().filter(|m| is_summary(m)) {
+            record.carry_over(&m.text());
+        }
+        let asks: Vec<String> = record
+            .asks
+            .iter()
+            .filter(|a| {
+                let head = crate::retention::clip_normalised(a, 150);
+                !head.is_empty() && !kept.contains(&head)
+            })
+            .map(|a| crate::summarize::state::clip_middle(a.trim(), NOTE_ASK_MAX))
+            .collect();
+        if !asks.is_empty() {
+            note.push_str("\nThe user's asks among them:");
+            for a in asks {
+                note.push_str("\n- ");
+                note.push_str(&a.replace('\n', "\n  "));
+            }
+        }
+    }
+    Some((handle, note))
+}
+
+/// Where a left-out note goes: the last leading instruction message, else
+/// the latest real user message.
+fn note_target(messages: &[Message]) -> Option<usize> {
+    let lead = messages
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    if lead > 0 {
+        return Some(lead - 1);
+    }
+    (0..messages.len())
+        .rev()
+        .find(|&i| is_real_user_turn(messages, i))
+}
+
+/// `message` with `note` appended to its text (a new text part when it has
+/// parts).
+fn with_appended(message: &Message, note: &str) -> Message {
+    let mut out = message.clone();
+    out.content = match &message.content {
+        Content::Text(t) if !t.is_empty() => Content::Text(format!("{t}\n\n{note}")),
+        Content::Parts(parts) => {
+            let mut parts = parts.clone();
+            parts.push(crate::message::ContentPart::new_text(note.to_owned()));
+            Content::Parts(parts)
+        }
+        _ => Content::Text(note.to_owned()),
+    };
+    out
 }
 
 /// [`fit`] for a stored history (a compaction's result): no turn is left
@@ -208,11 +364,16 @@ fn fit_impl(
             window: budget,
         });
     }
+    let left_out = (0..messages.len())
+        .filter(|&i| work.dropped[i] || work.messages[i] != messages[i])
+        .collect();
     Ok(Fitted {
         messages: work.into_messages(),
         steps,
         tokens_before,
         tokens_after,
+        left_out,
+        archive_handle: None,
     })
 }
 

@@ -45,7 +45,7 @@ use crate::tokens::TokenCounter;
 use crate::validate::{Profile, Rule, Violation, introduced_adjacency, introduced_violation};
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit};
+pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit, fit_noted};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
     without_summary, wrap_summary,

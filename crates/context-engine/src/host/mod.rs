@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::compressor::fit::{FitStep, Unfittable, fit};
+use crate::compressor::fit::{FitStep, Fitted, Unfittable, fit_noted};
 use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
     EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
@@ -481,9 +481,11 @@ impl Session {
         let (mut steps, mut unfittable) = (Vec::new(), None);
         let window = self.engine.state().context_length;
         if window > 0 && request_tokens > window {
-            match self.fit_request(&request, window) {
+            let originals = originals_of(&request, base);
+            match self.fit_request(&request, &originals, window) {
                 Ok(fitted) => match self.check_output(base, &fitted.messages) {
                     Ok(()) => {
+                        self.archive_left_out(&fitted, &originals, &mut update.notices);
                         request = fitted.messages;
                         request_tokens = fitted.tokens_after;
                         steps = fitted.steps;
@@ -517,18 +519,56 @@ impl Session {
     fn fit_request(
         &self,
         request: &[Message],
+        originals: &[Message],
         window: u64,
-    ) -> Result<crate::compressor::fit::Fitted, Unfittable> {
+    ) -> Result<Fitted, Unfittable> {
         let threshold = self.engine.state().threshold_tokens;
         let counter = self.counter.as_ref();
         let profile = self.options.profile;
-        if threshold > 0
-            && threshold < window
-            && let Ok(fitted) = fit(request, threshold, counter, profile)
-        {
-            return Ok(fitted);
+        // Without a store, no note: its handle would name nothing.
+        let fit_noted = |request: &[Message], originals: &[Message], budget: u64| match self.store {
+            Some(_) => fit_noted(request, originals, budget, counter, profile),
+            None => crate::compressor::fit::fit(request, budget, counter, profile),
+        };
+        // Under the threshold when the request can name what it left out
+        // there; else under the window (where the note has more room).
+        let under_threshold = (threshold > 0 && threshold < window)
+            .then(|| fit_noted(request, originals, threshold).ok())
+            .flatten();
+        match under_threshold {
+            Some(f) if f.left_out.is_empty() || f.archive_handle.is_some() => Ok(f),
+            Some(f) => match fit_noted(request, originals, window) {
+                Ok(w) if w.archive_handle.is_some() => Ok(w),
+                _ => Ok(f),
+            },
+            None => fit_noted(request, originals, window),
         }
-        fit(request, window, counter, profile)
+    }
+
+    /// With a store, archives the originals of what the fitted request left
+    /// out or cut, under the handle its note names, so nothing that leaves
+    /// a request is lost (the history keeps them too; the archive is what
+    /// the handle reaches after a later compaction). A store that cannot
+    /// commit leaves the request as fitted, with a warning.
+    fn archive_left_out(&self, fitted: &Fitted, originals: &[Message], notices: &mut Vec<Notice>) {
+        if self.store.is_none() || fitted.left_out.is_empty() {
+            return;
+        }
+        let gone: Vec<Message> = fitted
+            .left_out
+            .iter()
+            .filter_map(|&i| originals.get(i).cloned())
+            .collect();
+        let (Some(&first), Some(&last)) = (fitted.left_out.first(), fitted.left_out.last()) else {
+            return;
+        };
+        let mut batch = Batch::new();
+        batch.archive_span(&gone, first, last + 1);
+        if let Err(e) = self.commit(batch) {
+            notices.push(Notice::warning(format!(
+                "session store: cannot archive what the request left out to fit the window: {e}"
+            )));
+        }
     }
 
     /// Tokens of the request `history` would be sent as (after selection).
@@ -951,4 +991,25 @@ fn error_notice(err: &EngineError, trigger: Trigger) -> Notice {
         },
         _ => Notice::warning(format!("compaction failed, history unchanged: {err}")),
     }
+}
+
+/// The stored original of each message of `request` (a view of `history`):
+/// a digested tool result's original is the history's result with the same
+/// call id; any other message is its own.
+fn originals_of(request: &[Message], history: &[Message]) -> Vec<Message> {
+    let by_id: std::collections::HashMap<&str, &Message> = history
+        .iter()
+        .filter(|m| m.is_tool_result())
+        .filter_map(|m| Some((m.tool_call_id.as_deref()?, m)))
+        .collect();
+    request
+        .iter()
+        .map(|m| {
+            m.tool_call_id
+                .as_deref()
+                .filter(|_| m.is_tool_result())
+                .and_then(|id| by_id.get(id))
+                .map_or_else(|| m.clone(), |&o| o.clone())
+        })
+        .collect()
 }
