@@ -161,14 +161,16 @@ pub fn fit(
 /// `messages[i]` (the request may be a digested view); the handle is
 /// computed over them, so a host archives exactly
 /// `left_out.map(|i| originals[i])` under it. The ladder runs again with
-/// room for the note; when even that cannot fit, the request goes without
-/// it (`archive_handle` is `None`).
+/// room for the note; when the asks do not fit the note names the handle
+/// alone, unless `require_asks`; when even that cannot fit, the request
+/// goes without it (`archive_handle` is `None`).
 pub fn fit_noted(
     messages: &[Message],
     originals: &[Message],
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    require_asks: bool,
 ) -> Result<Fitted, Unfittable> {
     let first = fit_impl(messages, budget, counter, profile, false)?;
     if first.left_out.is_empty() || originals.len() != messages.len() {
@@ -176,34 +178,44 @@ pub fn fit_noted(
     }
     // Room for the note, sized on the first fit's (a second fit leaves out
     // at least as much, so its note may be longer: it is counted again).
-    for with_asks in [true, false] {
+    let modes: &[bool] = if require_asks {
+        &[true]
+    } else {
+        &[true, false]
+    };
+    for &with_asks in modes {
         let Some((_, note)) = left_out_note(&first, originals, with_asks) else {
             break;
         };
-        let reserve = counter.count_message(&Message::system(note)) as u64;
-        let Ok(mut second) = fit_impl(
-            messages,
-            budget.saturating_sub(reserve),
-            counter,
-            profile,
-            false,
-        ) else {
-            continue;
-        };
-        let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
-            continue;
-        };
-        let Some(at) = note_target(&second.messages) else {
-            break;
-        };
-        let noted = with_appended(&second.messages[at], &note);
-        let tokens = second.tokens_after - counter.count_message(&second.messages[at]) as u64
-            + counter.count_message(&noted) as u64;
-        if tokens <= budget {
-            second.messages[at] = noted;
-            second.tokens_after = tokens;
-            second.archive_handle = Some(handle);
-            return Ok(second);
+        let mut reserve = counter.count_message(&Message::system(note)) as u64;
+        // A fit with less room may leave more out (a longer note): the
+        // reserve grows by what the last try was over, a few times.
+        for _ in 0..3 {
+            let Ok(mut second) = fit_impl(
+                messages,
+                budget.saturating_sub(reserve),
+                counter,
+                profile,
+                false,
+            ) else {
+                break;
+            };
+            let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
+                break;
+            };
+            let Some(at) = note_target(&second.messages) else {
+                return Ok(first);
+            };
+            let noted = with_appended(&second.messages[at], &note);
+            let tokens = second.tokens_after - counter.count_message(&second.messages[at]) as u64
+                + counter.count_message(&noted) as u64;
+            if tokens <= budget {
+                second.messages[at] = noted;
+                second.tokens_after = tokens;
+                second.archive_handle = Some(handle);
+                return Ok(second);
+            }
+            reserve += tokens - budget;
         }
     }
     Ok(first)
@@ -643,17 +655,46 @@ impl<'c> Work<'c> {
             .find(SUMMARY_END)
             .map_or(text.len(), |e| start + e);
         let body = &text[start..end];
-        // Halve the body until the request fits or nothing is left of it.
-        let mut keep = body.len() / 2;
-        loop {
-            let cut = clip_middle(body, keep / 2, None);
-            let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
-            self.set(s, with_text(&original, new));
-            if self.total() <= budget || keep == 0 {
-                return 1;
+        // What must stay of it: the note naming the span it replaced (the
+        // way back to everything it summarized) and the user's asks of its
+        // state record; then the note alone.
+        let note = crate::store::parse_archive_note(body).and_then(|(s, e, h)| {
+            let note = crate::store::archive_note(s, e, &h);
+            body.contains(&note).then_some(note)
+        });
+        let rest = match &note {
+            Some(n) => body.replacen(n.as_str(), "", 1),
+            None => body.to_owned(),
+        };
+        let asks = asks_section(body);
+        let full = [note.as_deref(), asks]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let essentials = [full, note.clone().unwrap_or_default(), String::new()];
+        // Halve the rest until the request fits or nothing is left of it.
+        for essential in &essentials {
+            let mut keep = rest.len() / 2;
+            loop {
+                let cut = clip_middle(rest.trim(), keep / 2, None);
+                let cut = match (essential.is_empty(), cut.trim().is_empty()) {
+                    (true, _) => cut,
+                    (false, true) => essential.clone(),
+                    (false, false) => format!("{essential}\n\n{cut}"),
+                };
+                let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
+                self.set(s, with_text(&original, new));
+                if self.total() <= budget {
+                    return 1;
+                }
+                if keep == 0 {
+                    break;
+                }
+                keep /= 2;
             }
-            keep /= 2;
         }
+        1
     }
 
     /// Step 5: only the system prompt, the latest ask (its own words) and
@@ -693,6 +734,15 @@ impl<'c> Work<'c> {
             if self.total() <= budget {
                 break;
             }
+            // A summary keeps the note naming what it replaced: the way
+            // back to everything before it.
+            if is_summary(&self.messages[i]) {
+                if let Some(out) = summary_note_only(&self.messages[i]) {
+                    self.set(i, out);
+                    changed += 1;
+                }
+                continue;
+            }
             if Some(i) != ask
                 && let Some(out) = clipped(
                     &self.messages[i],
@@ -728,6 +778,31 @@ impl<'c> Work<'c> {
         introduced_violation(input, &kept, profile).is_none()
             && introduced_adjacency(input, &kept, profile).is_none()
     }
+}
+
+/// A summary message cut down to its opening, the note naming the span it
+/// replaced and its closing; `None` when it has no note or is no longer.
+fn summary_note_only(message: &Message) -> Option<Message> {
+    let text = message.text();
+    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
+    let end = text[start..]
+        .find(SUMMARY_END)
+        .map_or(text.len(), |e| start + e);
+    let (s, e, h) = crate::store::parse_archive_note(&text[start..end])?;
+    let note = crate::store::archive_note(s, e, &h);
+    let new = format!("{}\n{note}\n{}", &text[..start], &text[end..]);
+    (new.len() < text.len()).then(|| with_text(message, new))
+}
+
+/// The `### User asks` section of the state record in a summary body.
+fn asks_section(body: &str) -> Option<&str> {
+    const HEADING: &str = "### User asks";
+    let at = body.find(HEADING)?;
+    let after = at + HEADING.len();
+    let end = body[after..]
+        .find("\n### ")
+        .map_or(body.len(), |e| after + e);
+    Some(body[at..end].trim_end())
 }
 
 /// `message` with its content replaced by `text`.
@@ -833,6 +908,32 @@ mod tests {
         assert_eq!(thousands(7019), "7,019");
         assert_eq!(thousands(6944), "6,944");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_noted_fit_stays_under_each_budget_and_names_the_originals() {
+        let c = counter();
+        let m = session(6, 6000);
+        let total = c.count_messages(&m) as u64;
+        let core = c.count_messages(&m[..2]) as u64;
+        for budget in [core + 64, core + 300, total / 4, total / 2, total - 1] {
+            let fitted = fit_noted(&m, &m, budget, &c, Profile::Strict, false).unwrap();
+            assert!(fitted.tokens_after <= budget, "{budget}");
+            assert_eq!(
+                fitted.tokens_after,
+                c.count_messages(&fitted.messages) as u64
+            );
+            assert!(validate(&fitted.messages, Profile::Strict).is_empty());
+            assert!(!fitted.left_out.is_empty());
+            if let Some(h) = &fitted.archive_handle {
+                let gone: Vec<Message> = fitted.left_out.iter().map(|&i| m[i].clone()).collect();
+                assert_eq!(*h, crate::store::span_handle(&gone));
+                assert!(fitted.messages[0].text().contains(h.as_str()));
+            }
+        }
+        // With room, the note is there.
+        let roomy = fit_noted(&m, &m, total / 2, &c, Profile::Strict, true).unwrap();
+        assert!(roomy.archive_handle.is_some());
     }
 
     #[test]

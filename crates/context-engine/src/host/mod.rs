@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::compressor::fit::{FitStep, Fitted, Unfittable, fit_noted};
+use crate::compressor::fit::{FitStep, Fitted, Unfittable, fit, fit_noted};
 use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
     EngineError, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
@@ -526,23 +526,33 @@ impl Session {
         let counter = self.counter.as_ref();
         let profile = self.options.profile;
         // Without a store, no note: its handle would name nothing.
-        let fit_noted = |request: &[Message], originals: &[Message], budget: u64| match self.store {
-            Some(_) => fit_noted(request, originals, budget, counter, profile),
-            None => crate::compressor::fit::fit(request, budget, counter, profile),
+        let Some(_) = &self.store else {
+            return match (threshold > 0 && threshold < window)
+                .then(|| fit(request, threshold, counter, profile).ok())
+                .flatten()
+            {
+                Some(f) => Ok(f),
+                None => fit(request, window, counter, profile),
+            };
         };
-        // Under the threshold when the request can name what it left out
-        // there; else under the window (where the note has more room).
-        let under_threshold = (threshold > 0 && threshold < window)
-            .then(|| fit_noted(request, originals, threshold).ok())
-            .flatten();
-        match under_threshold {
-            Some(f) if f.left_out.is_empty() || f.archive_handle.is_some() => Ok(f),
-            Some(f) => match fit_noted(request, originals, window) {
-                Ok(w) if w.archive_handle.is_some() => Ok(w),
-                _ => Ok(f),
-            },
-            None => fit_noted(request, originals, window),
+        // The first that names what it left out with the asks among them,
+        // else the handle alone: under the threshold (room for the next
+        // turns), then under the window.
+        let mut budgets = vec![window];
+        if threshold > 0 && threshold < window {
+            budgets.insert(0, threshold);
         }
+        let mut fallback = None;
+        for require_asks in [true, false] {
+            for &budget in &budgets {
+                match fit_noted(request, originals, budget, counter, profile, require_asks) {
+                    Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
+                    Ok(f) => fallback = fallback.or(Some(Ok(f))),
+                    Err(e) => fallback = fallback.or(Some(Err(e))),
+                }
+            }
+        }
+        fallback.unwrap_or_else(|| fit(request, window, counter, profile))
     }
 
     /// With a store, archives the originals of what the fitted request left
