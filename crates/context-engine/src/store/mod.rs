@@ -41,6 +41,7 @@
 mod batch;
 pub mod handle;
 mod memory;
+mod pack;
 mod reach;
 mod sqlite;
 pub(crate) mod text;

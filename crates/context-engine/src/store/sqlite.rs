@@ -17,6 +17,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 use serde_json::Value;
 
 use super::memory::hit_handle;
+use super::pack::{pack, unpack};
 use super::text::{fts_query, index_text, query_words, snippet};
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, MEMORY_PATH, SearchHit, SessionStore, StoreError,
@@ -25,13 +26,19 @@ use super::{
 use crate::message::Message;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of a context-engine store ("CTXS").
 const APPLICATION_ID: i64 = 0x4354_5853;
 
 /// The migrations, in order: schema version reached, SQL.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/sqlite/0001_init.sql")),
+    (
+        2,
+        include_str!("migrations/sqlite/0002_deflated_messages.sql"),
+    ),
+];
 
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -179,8 +186,10 @@ impl SqliteStore {
         }
     }
 
-    fn parse_message(&self, json: &str) -> Result<Message, StoreError> {
-        serde_json::from_str(json).map_err(|e| self.corrupt(format!("archived message: {e}")))
+    /// The message a stored value holds (JSON, or deflated JSON).
+    fn parse_message(&self, stored: rusqlite::types::Value) -> Result<Message, StoreError> {
+        let json = unpack(stored).map_err(|e| self.corrupt(format!("archived message: {e}")))?;
+        serde_json::from_str(&json).map_err(|e| self.corrupt(format!("archived message: {e}")))
     }
 
     fn spans_of(
@@ -250,7 +259,7 @@ impl SessionStore for SqliteStore {
                     None => {
                         let json = super::handle::message_json(message);
                         insert
-                            .execute(params![hash, message.role.as_str(), json])
+                            .execute(params![hash, message.role.as_str(), pack(&json)])
                             .map_err(err)?;
                         let id = tx.last_insert_rowid();
                         index
@@ -401,12 +410,14 @@ impl SessionStore for SqliteStore {
             )
             .map_err(|e| self.err(e))?;
         let jsons = stmt
-            .query_map(params![owner, handle], |r| r.get::<_, String>(0))
+            .query_map(params![owner, handle], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         let messages = jsons
-            .iter()
+            .into_iter()
             .map(|j| self.parse_message(j))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Entry {
@@ -468,12 +479,12 @@ impl SessionStore for SqliteStore {
                     if !archived {
                         continue;
                     }
-                    let (hash, json): (String, String) = conn
+                    let (hash, json): (String, rusqlite::types::Value) = conn
                         .prepare_cached("SELECT hash, json FROM messages WHERE id = ?1")
                         .map_err(|e| self.err(e))?
                         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
                         .map_err(|e| self.err(e))?;
-                    let message = self.parse_message(&json)?;
+                    let message = self.parse_message(json)?;
                     hits.push(SearchHit {
                         handle: hit_handle(&message, &hash),
                         spans: self.spans_of(&conn, session, id)?,
