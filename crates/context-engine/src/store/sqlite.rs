@@ -40,6 +40,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
 ];
 
+/// How many of the newest matches a search ranks at a time.
+const SEARCH_WINDOW: usize = 200;
+
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -446,10 +449,12 @@ impl SessionStore for SqliteStore {
         } else {
             &[true, false]
         };
-        // The plain FTS5 query (best first, a page at a time) is what its
-        // planner serves fast; the session and the message are point
-        // lookups by key afterwards.
-        let page = (limit * 4).max(32);
+        // Ranking every match costs as much as there are matches (a common
+        // word in a large archive: thousands), so the newest matches come
+        // first, a window at a time (FTS5 walks its index by rowid and stops
+        // at the LIMIT), and each window is ranked best first; the session
+        // and the message are point lookups by key afterwards.
+        let page = (limit * 4).max(SEARCH_WINDOW);
         for &all in modes {
             let expr = fts_query(&words, all);
             let mut hits = Vec::with_capacity(limit);
@@ -457,8 +462,9 @@ impl SessionStore for SqliteStore {
             loop {
                 let ids = conn
                     .prepare_cached(
-                        "SELECT rowid FROM message_fts WHERE message_fts MATCH ?1 \
-                         ORDER BY rank LIMIT ?2 OFFSET ?3",
+                        "SELECT rowid FROM (SELECT rowid, rank FROM message_fts \
+                         WHERE message_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2 OFFSET ?3) \
+                         ORDER BY rank",
                     )
                     .map_err(|e| self.err(e))?
                     .query_map(params![expr, page as i64, offset as i64], |r| {

@@ -4,3 +4,4 @@
 -- shrinks). A TEXT value is still the JSON itself, so schema 1 rows read
 -- unchanged; a program that knows only schema 1 must not read BLOBs, which
 -- is what the version number tells it.
+INSERT INTO message_fts (message_fts, rank) VALUES ('automerge', 0);
