@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::memory::hit_handle;
 use super::pack::{pack, unpack};
-use super::text::{fts_query, index_text, query_words, snippet};
+use super::text::{fts_query, index_text, matches, query_words, snippet};
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, MEMORY_PATH, SearchHit, SessionStore, StoreError,
     now_ms,
@@ -41,7 +41,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
 ];
 
 /// How many of the newest matches a search ranks at a time.
-const SEARCH_WINDOW: usize = 200;
+const SEARCH_WINDOW: usize = 64;
 
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -491,12 +491,18 @@ impl SessionStore for SqliteStore {
                         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
                         .map_err(|e| self.err(e))?;
                     let message = self.parse_message(json)?;
+                    // The index matched the words' tokens; the text must
+                    // hold the words themselves.
+                    let text = index_text(&message);
+                    if !matches(&text, &words, all) {
+                        continue;
+                    }
                     hits.push(SearchHit {
                         handle: hit_handle(&message, &hash),
                         spans: self.spans_of(&conn, session, id)?,
                         role: message.role.as_str().to_owned(),
                         source: "archive",
-                        snippet: snippet(&index_text(&message), &words),
+                        snippet: snippet(&text, &words),
                     });
                     if hits.len() == limit {
                         break;
