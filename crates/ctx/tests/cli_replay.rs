@@ -158,6 +158,36 @@ fn every_corpus_transcript_replays_at_half_its_peak() {
         let sum =
             u(&ret["verbatim"]) + u(&ret["in_summary"]) + u(&ret["recallable"]) + u(&ret["lost"]);
         assert_eq!(sum, u(&ret["probes"]), "{file}: {ret}");
+        assert_nothing_lost(&file, &r);
+    }
+}
+
+/// With the (default, in-memory) store nothing is lost: every fact is in
+/// the last request, in a summary, or reachable through a handle it names;
+/// and every user ask is present (verbatim or in a summary).
+fn assert_nothing_lost(file: &str, r: &Value) {
+    let ret = &r["retention"];
+    assert_eq!(u(&ret["lost"]), 0, "{file}: lost {}", ret["lost_probes"]);
+    let asks = &ret["asks"];
+    assert!(u(&asks["probes"]) > 0, "{file}: no ask");
+    assert_eq!(
+        u(&asks["verbatim"]) + u(&asks["in_summary"]),
+        u(&asks["probes"]),
+        "{file}: asks not present: {}",
+        asks["not_present"]
+    );
+}
+
+#[test]
+fn the_examples_lose_nothing_at_half_their_peak_and_below() {
+    for file in [EXAMPLE, "examples/bugfix-session.json"] {
+        let full = replay_json(file, "10000000");
+        let peak = u(&full["totals"]["largest_request_without_engine"]);
+        for window in [peak / 2, peak / 4] {
+            let r = replay_json(file, &window.to_string());
+            assert_consistent(&r);
+            assert_nothing_lost(&format!("{file} at {window}"), &r);
+        }
     }
 }
 

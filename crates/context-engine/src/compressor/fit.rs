@@ -129,6 +129,15 @@ pub struct Fitted {
     pub tokens_before: u64,
     /// Tokens after (at most the budget).
     pub tokens_after: u64,
+    /// Indexes of the input messages that are not in the request as they
+    /// were (left out, clipped or digested), in order. A host with a
+    /// session store archives their originals under
+    /// [`archive_handle`](Self::archive_handle).
+    pub left_out: Vec<usize>,
+    /// The span handle of the originals of [`left_out`](Self::left_out)
+    /// that the request names in its left-out note (see [`fit_noted`]);
+    /// `None` when nothing was left out or the note did not fit.
+    pub archive_handle: Option<String>,
 }
 
 /// `messages` brought to at most `budget` tokens by the ladder (see the
@@ -140,6 +149,165 @@ pub fn fit(
     profile: Profile,
 ) -> Result<Fitted, Unfittable> {
     fit_impl(messages, budget, counter, profile, false)
+}
+
+/// [`fit`], and when the ladder left anything out of the request (or cut
+/// it without a handle of its own), the request names what it lost: a
+/// note appended to the system prompt (else to the latest ask) gives the
+/// [span handle](crate::store::span_handle) of the originals of every
+/// such message and repeats the user's asks among them (from a left-out
+/// summary's state record too), so the asks stay in the request and the
+/// rest stays reachable. `originals[i]` is the stored original of
+/// `messages[i]` (the request may be a digested view); the handle is
+/// computed over them, so a host archives exactly
+/// `left_out.map(|i| originals[i])` under it. The ladder runs again with
+/// room for the note; when the asks do not fit the note names the handle
+/// alone, unless `require_asks`; when even that cannot fit, the request
+/// goes without it (`archive_handle` is `None`).
+pub fn fit_noted(
+    messages: &[Message],
+    originals: &[Message],
+    budget: u64,
+    counter: &dyn TokenCounter,
+    profile: Profile,
+    require_asks: bool,
+) -> Result<Fitted, Unfittable> {
+    let first = fit_impl(messages, budget, counter, profile, false)?;
+    if first.left_out.is_empty() || originals.len() != messages.len() {
+        return Ok(first);
+    }
+    // Room for the note, sized on the first fit's (a second fit leaves out
+    // at least as much, so its note may be longer: it is counted again).
+    let modes: &[bool] = if require_asks {
+        &[true]
+    } else {
+        &[true, false]
+    };
+    for &with_asks in modes {
+        let Some((_, note)) = left_out_note(&first, originals, with_asks) else {
+            break;
+        };
+        let mut reserve = counter.count_message(&Message::system(note)) as u64;
+        // A fit with less room may leave more out (a longer note): the
+        // reserve grows by what the last try was over, a few times.
+        for _ in 0..3 {
+            let Ok(mut second) = fit_impl(
+                messages,
+                budget.saturating_sub(reserve),
+                counter,
+                profile,
+                false,
+            ) else {
+                break;
+            };
+            let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
+                break;
+            };
+            let Some(at) = note_target(&second.messages) else {
+                return Ok(first);
+            };
+            let noted = with_appended(&second.messages[at], &note);
+            let tokens = second.tokens_after - counter.count_message(&second.messages[at]) as u64
+                + counter.count_message(&noted) as u64;
+            if tokens <= budget {
+                second.messages[at] = noted;
+                second.tokens_after = tokens;
+                second.archive_handle = Some(handle);
+                return Ok(second);
+            }
+            reserve += tokens - budget;
+        }
+    }
+    Ok(first)
+}
+
+/// The longest ask a left-out note repeats, in bytes.
+const NOTE_ASK_MAX: usize = 400;
+
+/// The handle of what `fitted` left out (over the originals) and the note
+/// naming it, with the user's asks among them unless `with_asks` is false
+/// (asks still in the request verbatim are not repeated).
+fn left_out_note(
+    fitted: &Fitted,
+    originals: &[Message],
+    with_asks: bool,
+) -> Option<(String, String)> {
+    let gone: Vec<Message> = fitted
+        .left_out
+        .iter()
+        .filter_map(|&i| originals.get(i).cloned())
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let handle = crate::store::span_handle(&gone);
+    let arg = serde_json::json!({ "handle": handle });
+    let mut note = format!(
+        "[{n} earlier message{s} left out of this request to fit the window, archived (handle {handle}): \
+         context_expand {arg} shows them; context_search finds words in them.]",
+        n = gone.len(),
+        s = if gone.len() == 1 { "" } else { "s" },
+    );
+    if with_asks {
+        let kept: String = fitted
+            .messages
+            .iter()
+            .map(|m| crate::retention::normalise(&m.text()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut record = crate::summarize::state::StateRecord::build(&gone);
+        for m in gone.iter().filter(|m| is_summary(m)) {
+            record.carry_over(&m.text());
+        }
+        let asks: Vec<String> = record
+            .asks
+            .iter()
+            .filter(|a| {
+                let head = crate::retention::clip_normalised(a, 150);
+                !head.is_empty() && !kept.contains(&head)
+            })
+            .map(|a| crate::summarize::state::clip_middle(a.trim(), NOTE_ASK_MAX))
+            .collect();
+        if !asks.is_empty() {
+            note.push_str("\nThe user's asks among them:");
+            for a in asks {
+                note.push_str("\n- ");
+                note.push_str(&a.replace('\n', "\n  "));
+            }
+        }
+    }
+    Some((handle, note))
+}
+
+/// Where a left-out note goes: the last leading instruction message, else
+/// the latest real user message.
+fn note_target(messages: &[Message]) -> Option<usize> {
+    let lead = messages
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    if lead > 0 {
+        return Some(lead - 1);
+    }
+    (0..messages.len())
+        .rev()
+        .find(|&i| is_real_user_turn(messages, i))
+}
+
+/// `message` with `note` appended to its text (a new text part when it has
+/// parts).
+fn with_appended(message: &Message, note: &str) -> Message {
+    let mut out = message.clone();
+    out.content = match &message.content {
+        Content::Text(t) if !t.is_empty() => Content::Text(format!("{t}\n\n{note}")),
+        Content::Parts(parts) => {
+            let mut parts = parts.clone();
+            parts.push(crate::message::ContentPart::new_text(note.to_owned()));
+            Content::Parts(parts)
+        }
+        _ => Content::Text(note.to_owned()),
+    };
+    out
 }
 
 /// [`fit`] for a stored history (a compaction's result): no turn is left
@@ -208,11 +376,16 @@ fn fit_impl(
             window: budget,
         });
     }
+    let left_out = (0..messages.len())
+        .filter(|&i| work.dropped[i] || work.messages[i] != messages[i])
+        .collect();
     Ok(Fitted {
         messages: work.into_messages(),
         steps,
         tokens_before,
         tokens_after,
+        left_out,
+        archive_handle: None,
     })
 }
 
@@ -482,17 +655,46 @@ impl<'c> Work<'c> {
             .find(SUMMARY_END)
             .map_or(text.len(), |e| start + e);
         let body = &text[start..end];
-        // Halve the body until the request fits or nothing is left of it.
-        let mut keep = body.len() / 2;
-        loop {
-            let cut = clip_middle(body, keep / 2, None);
-            let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
-            self.set(s, with_text(&original, new));
-            if self.total() <= budget || keep == 0 {
-                return 1;
+        // What must stay of it: the note naming the span it replaced (the
+        // way back to everything it summarized) and the user's asks of its
+        // state record; then the note alone.
+        let note = crate::store::parse_archive_note(body).and_then(|(s, e, h)| {
+            let note = crate::store::archive_note(s, e, &h);
+            body.contains(&note).then_some(note)
+        });
+        let rest = match &note {
+            Some(n) => body.replacen(n.as_str(), "", 1),
+            None => body.to_owned(),
+        };
+        let asks = asks_section(body);
+        let full = [note.as_deref(), asks]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let essentials = [full, note.clone().unwrap_or_default(), String::new()];
+        // Halve the rest until the request fits or nothing is left of it.
+        for essential in &essentials {
+            let mut keep = rest.len() / 2;
+            loop {
+                let cut = clip_middle(rest.trim(), keep / 2, None);
+                let cut = match (essential.is_empty(), cut.trim().is_empty()) {
+                    (true, _) => cut,
+                    (false, true) => essential.clone(),
+                    (false, false) => format!("{essential}\n\n{cut}"),
+                };
+                let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
+                self.set(s, with_text(&original, new));
+                if self.total() <= budget {
+                    return 1;
+                }
+                if keep == 0 {
+                    break;
+                }
+                keep /= 2;
             }
-            keep /= 2;
         }
+        1
     }
 
     /// Step 5: only the system prompt, the latest ask (its own words) and
@@ -532,6 +734,15 @@ impl<'c> Work<'c> {
             if self.total() <= budget {
                 break;
             }
+            // A summary keeps the note naming what it replaced: the way
+            // back to everything before it.
+            if is_summary(&self.messages[i]) {
+                if let Some(out) = summary_note_only(&self.messages[i]) {
+                    self.set(i, out);
+                    changed += 1;
+                }
+                continue;
+            }
             if Some(i) != ask
                 && let Some(out) = clipped(
                     &self.messages[i],
@@ -567,6 +778,31 @@ impl<'c> Work<'c> {
         introduced_violation(input, &kept, profile).is_none()
             && introduced_adjacency(input, &kept, profile).is_none()
     }
+}
+
+/// A summary message cut down to its opening, the note naming the span it
+/// replaced and its closing; `None` when it has no note or is no longer.
+fn summary_note_only(message: &Message) -> Option<Message> {
+    let text = message.text();
+    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
+    let end = text[start..]
+        .find(SUMMARY_END)
+        .map_or(text.len(), |e| start + e);
+    let (s, e, h) = crate::store::parse_archive_note(&text[start..end])?;
+    let note = crate::store::archive_note(s, e, &h);
+    let new = format!("{}\n{note}\n{}", &text[..start], &text[end..]);
+    (new.len() < text.len()).then(|| with_text(message, new))
+}
+
+/// The `### User asks` section of the state record in a summary body.
+fn asks_section(body: &str) -> Option<&str> {
+    const HEADING: &str = "### User asks";
+    let at = body.find(HEADING)?;
+    let after = at + HEADING.len();
+    let end = body[after..]
+        .find("\n### ")
+        .map_or(body.len(), |e| after + e);
+    Some(body[at..end].trim_end())
 }
 
 /// `message` with its content replaced by `text`.
@@ -672,6 +908,32 @@ mod tests {
         assert_eq!(thousands(7019), "7,019");
         assert_eq!(thousands(6944), "6,944");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_noted_fit_stays_under_each_budget_and_names_the_originals() {
+        let c = counter();
+        let m = session(6, 6000);
+        let total = c.count_messages(&m) as u64;
+        let core = c.count_messages(&m[..2]) as u64;
+        for budget in [core + 64, core + 300, total / 4, total / 2, total - 1] {
+            let fitted = fit_noted(&m, &m, budget, &c, Profile::Strict, false).unwrap();
+            assert!(fitted.tokens_after <= budget, "{budget}");
+            assert_eq!(
+                fitted.tokens_after,
+                c.count_messages(&fitted.messages) as u64
+            );
+            assert!(validate(&fitted.messages, Profile::Strict).is_empty());
+            assert!(!fitted.left_out.is_empty());
+            if let Some(h) = &fitted.archive_handle {
+                let gone: Vec<Message> = fitted.left_out.iter().map(|&i| m[i].clone()).collect();
+                assert_eq!(*h, crate::store::span_handle(&gone));
+                assert!(fitted.messages[0].text().contains(h.as_str()));
+            }
+        }
+        // With room, the note is there.
+        let roomy = fit_noted(&m, &m, total / 2, &c, Profile::Strict, true).unwrap();
+        assert!(roomy.archive_handle.is_some());
     }
 
     #[test]

@@ -47,7 +47,7 @@ use crate::validate::{
 };
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit};
+pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit, fit_noted};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
     without_summary, wrap_summary,

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::compressor::fit::{FitStep, Unfittable, fit};
+use crate::compressor::fit::{FitStep, Fitted, Unfittable, fit, fit_noted};
 use crate::engine::{
     CompactionPhase, CompactionReport, CompactionStatusContext, CompressRequest, ContextEngine,
     EngineError, EngineStatus, ModelInfo, PreparedSummary, SelectRequest, SessionInfo, SummaryJob,
@@ -552,9 +552,11 @@ impl Session {
         let (mut steps, mut unfittable) = (Vec::new(), None);
         let window = self.engine.state().context_length;
         if window > 0 && request_tokens > window {
-            match self.fit_request(&request, window) {
+            let originals = originals_of(&request, base);
+            match self.fit_request(&request, &originals, window) {
                 Ok(fitted) => match self.check_output(base, &fitted.messages) {
                     Ok(()) => {
+                        self.archive_left_out(&fitted, &originals, &mut update.notices);
                         request = fitted.messages;
                         request_tokens = fitted.tokens_after;
                         steps = fitted.steps;
@@ -589,18 +591,66 @@ impl Session {
     fn fit_request(
         &self,
         request: &[Message],
+        originals: &[Message],
         window: u64,
-    ) -> Result<crate::compressor::fit::Fitted, Unfittable> {
+    ) -> Result<Fitted, Unfittable> {
         let threshold = self.engine.state().threshold_tokens;
         let counter = self.counter.as_ref();
         let profile = self.options.profile;
-        if threshold > 0
-            && threshold < window
-            && let Ok(fitted) = fit(request, threshold, counter, profile)
-        {
-            return Ok(fitted);
+        // Without a store, no note: its handle would name nothing.
+        let Some(_) = &self.store else {
+            return match (threshold > 0 && threshold < window)
+                .then(|| fit(request, threshold, counter, profile).ok())
+                .flatten()
+            {
+                Some(f) => Ok(f),
+                None => fit(request, window, counter, profile),
+            };
+        };
+        // The first that names what it left out with the asks among them,
+        // else the handle alone: under the threshold (room for the next
+        // turns), then under the window.
+        let mut budgets = vec![window];
+        if threshold > 0 && threshold < window {
+            budgets.insert(0, threshold);
         }
-        fit(request, window, counter, profile)
+        let mut fallback = None;
+        for require_asks in [true, false] {
+            for &budget in &budgets {
+                match fit_noted(request, originals, budget, counter, profile, require_asks) {
+                    Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
+                    Ok(f) => fallback = fallback.or(Some(Ok(f))),
+                    Err(e) => fallback = fallback.or(Some(Err(e))),
+                }
+            }
+        }
+        fallback.unwrap_or_else(|| fit(request, window, counter, profile))
+    }
+
+    /// With a store, archives the originals of what the fitted request left
+    /// out or cut, under the handle its note names, so nothing that leaves
+    /// a request is lost (the history keeps them too; the archive is what
+    /// the handle reaches after a later compaction). A store that cannot
+    /// commit leaves the request as fitted, with a warning.
+    fn archive_left_out(&self, fitted: &Fitted, originals: &[Message], notices: &mut Vec<Notice>) {
+        if self.store.is_none() || fitted.left_out.is_empty() {
+            return;
+        }
+        let gone: Vec<Message> = fitted
+            .left_out
+            .iter()
+            .filter_map(|&i| originals.get(i).cloned())
+            .collect();
+        let (Some(&first), Some(&last)) = (fitted.left_out.first(), fitted.left_out.last()) else {
+            return;
+        };
+        let mut batch = Batch::new();
+        batch.archive_span(&gone, first, last + 1);
+        if let Err(e) = self.commit(batch) {
+            notices.push(Notice::warning(format!(
+                "session store: cannot archive what the request left out to fit the window: {e}"
+            )));
+        }
     }
 
     /// Tokens of the request `history` would be sent as (after selection).
@@ -1065,4 +1115,25 @@ fn error_notice(err: &EngineError, trigger: Trigger) -> Notice {
         },
         _ => Notice::warning(format!("compaction failed, history unchanged: {err}")),
     }
+}
+
+/// The stored original of each message of `request` (a view of `history`):
+/// a digested tool result's original is the history's result with the same
+/// call id; any other message is its own.
+fn originals_of(request: &[Message], history: &[Message]) -> Vec<Message> {
+    let by_id: std::collections::HashMap<&str, &Message> = history
+        .iter()
+        .filter(|m| m.is_tool_result())
+        .filter_map(|m| Some((m.tool_call_id.as_deref()?, m)))
+        .collect();
+    request
+        .iter()
+        .map(|m| {
+            m.tool_call_id
+                .as_deref()
+                .filter(|_| m.is_tool_result())
+                .and_then(|id| by_id.get(id))
+                .map_or_else(|| m.clone(), |&o| o.clone())
+        })
+        .collect()
 }

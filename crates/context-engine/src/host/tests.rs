@@ -728,3 +728,66 @@ fn a_stale_prepared_summary_is_dropped_and_an_overflow_gets_the_extractive_one()
     );
     assert!(crate::validate::validate(&p.request, Profile::OpenAi).is_empty());
 }
+
+/// A conversation over the 1,000-token window of [`Scripted`]: two older
+/// asks with long exchanges, then the latest ask.
+fn over_the_window() -> Vec<Message> {
+    let mut h = vec![Message::system("You are a coding agent.")];
+    for (k, ask) in [
+        "Rename the Backoff class to RetryPolicy everywhere.",
+        "Then add jitter to the retry delay, off by default.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        h.push(Message::user(*ask));
+        h.push(Message::assistant(format!(
+            "step {k}: {}",
+            "reasoning ".repeat(900)
+        )));
+    }
+    h.push(Message::user("Now update the docs."));
+    h
+}
+
+#[test]
+fn a_fitted_request_names_what_it_left_out_and_the_store_archives_it() {
+    let log = Arc::default();
+    let store = Arc::new(crate::store::MemoryStore::new());
+    let mut s = session(Scripted::new(&log))
+        .with_store(store.clone())
+        .unwrap();
+    let h = over_the_window();
+    let prepared = s.before_request(&h);
+    assert!(!prepared.fit.is_empty(), "the request was fitted");
+    assert!(prepared.request_tokens <= 1000);
+    let text: String = prepared.request.iter().map(|m| m.text()).collect();
+    // The note names a span handle the store resolves to the originals.
+    let handle = store
+        .handles("s1")
+        .unwrap()
+        .into_iter()
+        .find(|h| h.starts_with('s') && text.contains(&format!("(handle {h})")));
+    let handle = handle.expect("the request names an archived span");
+    let entry = store.resolve(Some("s1"), &handle).unwrap().unwrap();
+    assert!(
+        entry.messages.iter().any(|m| m == &h[2]),
+        "the original, uncut"
+    );
+    // The asks it left out are repeated in the request.
+    for ask in [&h[1], &h[3]] {
+        assert!(text.contains(&*ask.text()), "{}", ask.text());
+    }
+    assert!(crate::validate::validate(&prepared.request, s.options().profile).is_empty());
+
+    // Without a store there is no note: its handle would name nothing.
+    let mut bare = session(Scripted::new(&log));
+    let prepared = bare.before_request(&h);
+    assert!(!prepared.fit.is_empty());
+    assert!(
+        prepared
+            .request
+            .iter()
+            .all(|m| !m.text().contains("left out of this request"))
+    );
+}

@@ -614,10 +614,13 @@ pub fn replay(
     // With a store, what the request reaches through the handles it names
     // is recallable; the archive only grows, so the final one serves the
     // earlier checks too (a handle names the same content forever).
-    let archived = |view: &[Message]| -> Vec<Message> {
-        session
-            .store()
-            .and_then(|s| crate::store::reachable(s.as_ref(), session.id(), view).ok())
+    let mut reach = session
+        .store()
+        .and_then(|s| crate::store::Reach::new(s.as_ref(), session.id()).ok());
+    let mut archived = |view: &[Message]| -> Vec<Message> {
+        reach
+            .as_mut()
+            .and_then(|r| r.from(view).ok())
             .unwrap_or_default()
     };
     let retention = check_with_archive(

@@ -122,6 +122,26 @@ pub struct RetentionReport {
     pub lost: usize,
     /// The lost probes, in input order.
     pub lost_probes: Vec<Probe>,
+    /// The user asks among the probes, counted the same way.
+    pub asks: AskCounts,
+}
+
+/// Where the user asks ended (a part of a [`RetentionReport`]): every ask
+/// should stay present, verbatim or in a summary, not only recallable.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AskCounts {
+    /// User-ask probes.
+    pub probes: usize,
+    /// Verbatim in the view.
+    pub verbatim: usize,
+    /// In a summary.
+    pub in_summary: usize,
+    /// Only recallable.
+    pub recallable: usize,
+    /// Lost.
+    pub lost: usize,
+    /// The asks not present (only recallable or lost), in input order.
+    pub not_present: Vec<Probe>,
 }
 
 /// Longest user-ask probe, in bytes. An ask is identified by its start: a
@@ -159,13 +179,27 @@ pub fn check_with_archive(
         ..RetentionReport::default()
     };
     for probe in probes {
-        match index.status(&probe.text) {
+        let status = index.status(&probe.text);
+        match status {
             ProbeStatus::Verbatim => report.verbatim += 1,
             ProbeStatus::InSummary => report.in_summary += 1,
             ProbeStatus::Recallable => report.recallable += 1,
             ProbeStatus::Lost => {
                 report.lost += 1;
                 report.lost_probes.push(probe.clone());
+            }
+        }
+        if probe.kind == ProbeKind::UserAsk {
+            let asks = &mut report.asks;
+            asks.probes += 1;
+            match status {
+                ProbeStatus::Verbatim => asks.verbatim += 1,
+                ProbeStatus::InSummary => asks.in_summary += 1,
+                ProbeStatus::Recallable => asks.recallable += 1,
+                ProbeStatus::Lost => asks.lost += 1,
+            }
+            if matches!(status, ProbeStatus::Recallable | ProbeStatus::Lost) {
+                asks.not_present.push(probe.clone());
             }
         }
     }

@@ -41,6 +41,7 @@
 mod batch;
 pub mod handle;
 mod memory;
+mod pack;
 mod reach;
 mod sqlite;
 pub(crate) mod text;
@@ -63,7 +64,7 @@ pub use handle::{
     parse_archive_notes, span_handle,
 };
 pub use memory::MemoryStore;
-pub use reach::reachable;
+pub use reach::{Reach, reachable};
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
 /// What another crate's backend (Postgres) shares with the built-in ones so
@@ -285,7 +286,8 @@ pub trait SessionStore: Send + Sync {
     fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError>;
 
     /// Full-text search over the archived text of `session` (every session
-    /// when `None`): at most `limit` hits, best first. Every word of
+    /// when `None`): at most `limit` hits, the newest matches first (a
+    /// backend may rank a window of the newest matches best first). Every word of
     /// `query` must match (words are phrases: `test_io.py` matches those
     /// three tokens in order); when nothing matches all, any may.
     fn search(

@@ -17,7 +17,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 use serde_json::Value;
 
 use super::memory::hit_handle;
-use super::text::{fts_query, index_text, query_words, snippet};
+use super::pack::{pack, unpack};
+use super::text::{fts_query, index_text, matches, query_words, snippet};
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, MEMORY_PATH, SearchHit, SessionStore, StoreError,
     now_ms,
@@ -25,7 +26,7 @@ use super::{
 use crate::message::Message;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of a context-engine store ("CTXS").
 const APPLICATION_ID: i64 = 0x4354_5853;
@@ -33,8 +34,15 @@ const APPLICATION_ID: i64 = 0x4354_5853;
 /// The migrations, in order: schema version reached, SQL.
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/sqlite/0001_init.sql")),
-    (2, include_str!("migrations/sqlite/0002_claims.sql")),
+    (
+        2,
+        include_str!("migrations/sqlite/0002_deflated_messages.sql"),
+    ),
+    (3, include_str!("migrations/sqlite/0003_claims.sql")),
 ];
+
+/// How many of the newest matches a search ranks at a time.
+const SEARCH_WINDOW: usize = 64;
 
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -182,8 +190,10 @@ impl SqliteStore {
         }
     }
 
-    fn parse_message(&self, json: &str) -> Result<Message, StoreError> {
-        serde_json::from_str(json).map_err(|e| self.corrupt(format!("archived message: {e}")))
+    /// The message a stored value holds (JSON, or deflated JSON).
+    fn parse_message(&self, stored: rusqlite::types::Value) -> Result<Message, StoreError> {
+        let json = unpack(stored).map_err(|e| self.corrupt(format!("archived message: {e}")))?;
+        serde_json::from_str(&json).map_err(|e| self.corrupt(format!("archived message: {e}")))
     }
 
     fn spans_of(
@@ -253,7 +263,7 @@ impl SessionStore for SqliteStore {
                     None => {
                         let json = super::handle::message_json(message);
                         insert
-                            .execute(params![hash, message.role.as_str(), json])
+                            .execute(params![hash, message.role.as_str(), pack(&json)])
                             .map_err(err)?;
                         let id = tx.last_insert_rowid();
                         index
@@ -404,12 +414,14 @@ impl SessionStore for SqliteStore {
             )
             .map_err(|e| self.err(e))?;
         let jsons = stmt
-            .query_map(params![owner, handle], |r| r.get::<_, String>(0))
+            .query_map(params![owner, handle], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         let messages = jsons
-            .iter()
+            .into_iter()
             .map(|j| self.parse_message(j))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Entry {
@@ -438,10 +450,12 @@ impl SessionStore for SqliteStore {
         } else {
             &[true, false]
         };
-        // The plain FTS5 query (best first, a page at a time) is what its
-        // planner serves fast; the session and the message are point
-        // lookups by key afterwards.
-        let page = (limit * 4).max(32);
+        // Ranking every match costs as much as there are matches (a common
+        // word in a large archive: thousands), so the newest matches come
+        // first, a window at a time (FTS5 walks its index by rowid and stops
+        // at the LIMIT), and each window is ranked best first; the session
+        // and the message are point lookups by key afterwards.
+        let page = (limit * 4).max(SEARCH_WINDOW);
         for &all in modes {
             let expr = fts_query(&words, all);
             let mut hits = Vec::with_capacity(limit);
@@ -449,8 +463,9 @@ impl SessionStore for SqliteStore {
             loop {
                 let ids = conn
                     .prepare_cached(
-                        "SELECT rowid FROM message_fts WHERE message_fts MATCH ?1 \
-                         ORDER BY rank LIMIT ?2 OFFSET ?3",
+                        "SELECT rowid FROM (SELECT rowid, rank FROM message_fts \
+                         WHERE message_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2 OFFSET ?3) \
+                         ORDER BY rank",
                     )
                     .map_err(|e| self.err(e))?
                     .query_map(params![expr, page as i64, offset as i64], |r| {
@@ -471,18 +486,24 @@ impl SessionStore for SqliteStore {
                     if !archived {
                         continue;
                     }
-                    let (hash, json): (String, String) = conn
+                    let (hash, json): (String, rusqlite::types::Value) = conn
                         .prepare_cached("SELECT hash, json FROM messages WHERE id = ?1")
                         .map_err(|e| self.err(e))?
                         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
                         .map_err(|e| self.err(e))?;
-                    let message = self.parse_message(&json)?;
+                    let message = self.parse_message(json)?;
+                    // The index matched the words' tokens; the text must
+                    // hold the words themselves.
+                    let text = index_text(&message);
+                    if !matches(&text, &words, all) {
+                        continue;
+                    }
                     hits.push(SearchHit {
                         handle: hit_handle(&message, &hash),
                         spans: self.spans_of(&conn, session, id)?,
                         role: message.role.as_str().to_owned(),
                         source: "archive",
-                        snippet: snippet(&index_text(&message), &words),
+                        snippet: snippet(&text, &words),
                     });
                     if hits.len() == limit {
                         break;

@@ -326,3 +326,67 @@ fn reachable_follows_handles_transitively() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_schema_1_store_opens_migrated_and_its_plain_json_rows_still_read() {
+    let dir = std::env::temp_dir().join(format!("ctx-store-v1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("v1.db");
+    let _ = std::fs::remove_file(&path);
+    let long = Message::tool_result("c1", "line of output\n".repeat(100));
+    let hash = message_hash(&long);
+    {
+        // What schema 1 wrote: the JSON as TEXT.
+        let conn = Connection::open(&path).expect("open");
+        sqlite::migrate_for_test(
+            &conn,
+            &[(1, include_str!("migrations/sqlite/0001_init.sql"))],
+        )
+        .expect("v1");
+        conn.execute_batch(&format!("PRAGMA application_id = {}", 0x4354_5853_i64))
+            .expect("id");
+        conn.execute(
+            "INSERT INTO messages (id, hash, role, json) VALUES (1, ?1, 'tool', ?2)",
+            rusqlite::params![hash, crate::store::handle::message_json(&long)],
+        )
+        .expect("row");
+        conn.execute_batch(
+            "INSERT INTO archive VALUES ('s', 1, 1); \
+             INSERT INTO handles VALUES ('s', 'c1', 'message', NULL, NULL); \
+             INSERT INTO handle_members VALUES ('s', 'c1', 0, 1);",
+        )
+        .expect("rows");
+    }
+    let store = SqliteStore::open(&path).expect("migrated");
+    let entry = store
+        .resolve(Some("s"), "c1")
+        .expect("resolve")
+        .expect("there");
+    let json = crate::store::handle::message_json;
+    assert_eq!(entry.messages.len(), 1);
+    assert_eq!(json(&entry.messages[0]), json(&long));
+    // New rows are deflated, and read back byte for byte.
+    let other = Message::tool_result("c2", "another line\n".repeat(100));
+    let mut batch = Batch::new();
+    batch.archive(&other);
+    store.commit("s", &batch).expect("commit");
+    let entry = store
+        .resolve(Some("s"), "c2")
+        .expect("resolve")
+        .expect("there");
+    assert_eq!(entry.messages.len(), 1);
+    assert_eq!(json(&entry.messages[0]), json(&other));
+    let conn = Connection::open(&path).expect("open");
+    let (version, blobs): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+             (SELECT COUNT(*) FROM messages WHERE typeof(json) = 'blob')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("query");
+    assert_eq!((version, blobs), (SCHEMA_VERSION, 1));
+    drop(conn);
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -10,8 +10,9 @@ pub fn index_text(message: &Message) -> String {
 }
 
 /// The words of a query: its whitespace-separated chunks that hold a
-/// letter or digit (punctuation alone matches nothing in the index). Each is
-/// matched as a phrase (`test_io.py` is three tokens in a row for FTS5).
+/// letter or digit (punctuation alone matches nothing in the index). Each
+/// must appear as written (ASCII case aside): `test_io.py` is not found in
+/// a text that has `test`, `io` and `py` apart.
 pub fn query_words(query: &str) -> Vec<&str> {
     query
         .split_whitespace()
@@ -19,14 +20,28 @@ pub fn query_words(query: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The FTS5 expression for `words`: each a quoted phrase (quotes doubled,
-/// so no query can be a syntax error), joined by AND or OR.
+/// The FTS5 expression for `words`, joined by AND or OR: each word is the
+/// AND of its tokens (its runs of letters and digits, each a quoted
+/// string, so no query can be a syntax error). A phrase query would check
+/// token positions in every message that holds the tokens (`test_io.py`:
+/// three common tokens); the index narrows by tokens alone, cheaply, and
+/// the caller keeps a message only when its text [`matches`] the words.
 pub(crate) fn fts_query(words: &[&str], all: bool) -> String {
-    let phrases: Vec<String> = words
+    let terms: Vec<String> = words
         .iter()
-        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .map(|w| {
+            let tokens: Vec<String> = w
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|t| !t.is_empty())
+                .map(|t| format!("\"{t}\""))
+                .collect();
+            match tokens.len() {
+                1 => tokens.concat(),
+                _ => format!("({})", tokens.join(" AND ")),
+            }
+        })
         .collect();
-    phrases.join(if all { " AND " } else { " OR " })
+    terms.join(if all { " AND " } else { " OR " })
 }
 
 /// Whether `text` contains the words (ASCII case-insensitive), all or any.
@@ -75,8 +90,15 @@ mod tests {
 
     #[test]
     fn queries_cannot_be_syntax_errors() {
-        assert_eq!(fts_query(&["a\"b", "c:d"], true), "\"a\"\"b\" AND \"c:d\"");
+        assert_eq!(
+            fts_query(&["a\"b", "c:d"], true),
+            "(\"a\" AND \"b\") AND (\"c\" AND \"d\")"
+        );
         assert_eq!(fts_query(&["x", "y"], false), "\"x\" OR \"y\"");
+        assert_eq!(
+            fts_query(&["test_io.py"], true),
+            "(\"test\" AND \"io\" AND \"py\")"
+        );
     }
 
     #[test]

@@ -143,13 +143,18 @@ impl ExtractiveSummarizer {
             narrative * 30 / 100,
             false,
         );
-        let narrative_text = clip(out.trim_end(), narrative.max(budget / 3));
-        let room = budget.saturating_sub(narrative_text.len() + 2);
+        // The state record first (up to two thirds: the user's asks must
+        // stay), the narrative in what it leaves (at least a third).
         let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
         if let Some(previous) = request.previous_summary {
             record.carry_over(previous);
         }
-        let record = record.render(room, request.archive_handle);
+        let record = record.render(budget - budget / 3 - 2, request.archive_handle);
+        let room = budget
+            .saturating_sub(record.len() + 2)
+            .max(budget / 3)
+            .min(narrative.max(budget / 3));
+        let narrative_text = clip(out.trim_end(), room);
         clip(&format!("{narrative_text}\n\n{record}"), budget)
     }
 }

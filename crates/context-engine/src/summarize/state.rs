@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::compressor::is_summary;
+use crate::compressor::{is_summary, without_summary};
 use crate::message::{Message, Role};
 use crate::tool_output::{self, Flags, clip, one_line};
 use crate::validate::is_real_user_turn;
@@ -34,6 +34,9 @@ pub const STATE_RECORD_HEADING: &str =
 
 /// Longest ask kept, in bytes (the latest ask gets 4x).
 const ASK_MAX: usize = 600;
+/// An older ask's length when the record is short of room: its opening,
+/// which says what was asked.
+const ASK_SHORT: usize = 260;
 /// Longest command line.
 const COMMAND_MAX: usize = 160;
 /// Longest error line.
@@ -82,15 +85,16 @@ impl StateRecord {
     /// (lowercase) kept at the latest ask's larger size.
     pub fn build_focused(turns: &[Message], focus: Option<&str>) -> StateRecord {
         let mut record = StateRecord::default();
+        // A summary merged into an ask: the ask's own words.
+        let own = |m: &Message| match is_summary(m) {
+            true => without_summary(&m.text()),
+            false => m.text().into_owned(),
+        };
         let asks: Vec<usize> = (0..turns.len())
-            .filter(|&i| {
-                is_real_user_turn(turns, i)
-                    && !is_summary(&turns[i])
-                    && !turns[i].text().trim().is_empty()
-            })
+            .filter(|&i| is_real_user_turn(turns, i) && !own(&turns[i]).trim().is_empty())
             .collect();
         for (k, &i) in asks.iter().enumerate() {
-            let text = turns[i].text();
+            let text = own(&turns[i]);
             let focused = focus.is_some_and(|f| text.to_lowercase().contains(f));
             let max = if k + 1 == asks.len() || focused {
                 ASK_MAX * 4
@@ -193,25 +197,41 @@ impl StateRecord {
             self.failing_tests.len(),
             self.errors.len(),
         ];
+        // The asks give way last: first the other lists collapse (oldest
+        // entries of the longest first, down to their count), then
+        // the older asks are cut to their opening, then they collapse (the
+        // first, the task, and the latest stay).
+        let mut asks = self.asks.clone();
+        let mut shortened = false;
         loop {
-            let text = self.render_keeping(&keep, handle);
+            let text = self.render_keeping(&asks, &keep, handle);
             if text.len() <= budget {
                 return text;
             }
-            // Collapse the oldest entry of the longest list; the first ask
-            // (the task), the latest ask and the latest entry of each list
-            // stay.
-            let Some(k) = (0..keep.len())
-                .filter(|&k| keep[k] > if k == 0 { 2 } else { 1 })
+            if let Some(k) = (1..keep.len())
+                .filter(|&k| keep[k] > 0)
                 .max_by_key(|&k| (keep[k], usize::MAX - k))
-            else {
-                return clip(&text, budget.max(STATE_RECORD_HEADING.len() + 64));
-            };
-            keep[k] -= 1;
+            {
+                keep[k] -= 1;
+                continue;
+            }
+            let last = asks.len().saturating_sub(1);
+            if !shortened && last > 0 {
+                for ask in &mut asks[..last] {
+                    *ask = clip(ask, ASK_SHORT);
+                }
+                shortened = true;
+                continue;
+            }
+            if keep[0] > 2 {
+                keep[0] -= 1;
+                continue;
+            }
+            return clip(&text, budget.max(STATE_RECORD_HEADING.len() + 64));
         }
     }
 
-    fn render_keeping(&self, keep: &[usize; 5], handle: Option<&str>) -> String {
+    fn render_keeping(&self, asks: &[String], keep: &[usize; 5], handle: Option<&str>) -> String {
         let mut out = String::from(STATE_RECORD_HEADING);
         out.push('\n');
         let commands: Vec<String> = self
@@ -234,7 +254,7 @@ impl StateRecord {
             })
             .collect();
         let sections: [(&str, &str, &[String]); 5] = [
-            ("User asks", "asks", &self.asks),
+            ("User asks", "asks", asks),
             ("Files read or written", "files", &self.files),
             ("Commands (latest exit status)", "commands", &commands),
             ("Failing tests", "tests", &self.failing_tests),

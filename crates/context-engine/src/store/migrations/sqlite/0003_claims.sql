@@ -1,4 +1,4 @@
--- context-engine session store, schema 2: claims on background jobs.
+-- context-engine session store, schema 3: claims on background jobs.
 -- A claim is held by one owner (a server instance) until it expires, so two
 -- servers never compute the same job (a background summary) of a session.
 CREATE TABLE claims (
