@@ -236,7 +236,12 @@ fn run(
 /// Replays `messages` scheduled and with every-call digests, prints the
 /// bills and checks what holds on every session; returns the bills.
 fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> CostComparison {
-    let mut options = ScheduleOptions::default();
+    // Early compaction is opt-in; the bills below are with it on from half
+    // the threshold (CTX_SCHEDULE_EARLY_FROM=1 shows the figures without).
+    let mut options = ScheduleOptions {
+        early_compaction_from: 0.5,
+        ..ScheduleOptions::default()
+    };
     if let Some(from) = std::env::var("CTX_SCHEDULE_EARLY_FROM")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -234,6 +234,25 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
                 });
             }
             Origin::Items(list) => {
+                // Text the engine gave a turn that has no message item (a
+                // summary merged into a tool-calling turn) becomes an
+                // assistant message item before the turn's items, so the
+                // reasoning stays with the call it precedes.
+                if let Some(m) = now {
+                    let carries_text = list.iter().any(|&i| {
+                        source.get(i).is_some_and(|it| {
+                            matches!(
+                                it.kind(),
+                                ItemKind::Message { .. } | ItemKind::Output { .. }
+                            )
+                        })
+                    });
+                    let text = m.text();
+                    if !carries_text && bridged.messages[j].content != m.content && !text.is_empty()
+                    {
+                        items.push(Item::new_message(m.role.as_str(), text.into_owned()));
+                    }
+                }
                 for &i in list {
                     let Some(item) = source.get(i) else { continue };
                     match now {

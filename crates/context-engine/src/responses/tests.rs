@@ -220,6 +220,34 @@ fn long_codex(turns: usize) -> String {
 }
 
 #[test]
+fn text_given_to_a_tool_calling_turn_is_kept_as_a_message_item() {
+    // A summary merged into a turn of reasoning + call (no message item):
+    // its text must reach the request, before the turn's items.
+    let text = long_codex(3);
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    let j = bridged
+        .messages
+        .iter()
+        .position(|m| m.has_tool_calls())
+        .unwrap();
+    let mut out = bridged.messages.clone();
+    out[j].content = crate::message::Content::Text("SUMMARY of earlier turns".into());
+    let back = from_chat(&request, &bridged, &out);
+    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
+    let v = back.to_value();
+    let items = v["input"].as_array().unwrap();
+    let k = items
+        .iter()
+        .position(|i| i.to_string().contains("SUMMARY of earlier turns"))
+        .expect("the merged text is in the request");
+    assert_eq!(items[k]["type"], "message");
+    assert_eq!(items[k]["role"], "assistant");
+    assert_eq!(items[k + 1]["type"], "reasoning");
+    assert_eq!(items[k + 2]["type"], "function_call");
+}
+
+#[test]
 fn a_compaction_yields_a_valid_responses_request() {
     let text = long_codex(40);
     let request = Request::parse(&text).unwrap();

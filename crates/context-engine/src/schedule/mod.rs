@@ -63,8 +63,10 @@ pub struct ScheduleOptions {
     pub size_margin: f64,
     /// Compaction before the threshold, when the cost model says it pays
     /// ([`Scheduler::compaction_pays`]), once the request has reached this
-    /// fraction of the threshold; 1 (or more) compacts at the threshold
-    /// only.
+    /// fraction of the threshold; 1 (or more, the default) compacts at the
+    /// threshold only. Opt-in: each extra compaction summarizes the
+    /// previous summary again, and in a long real-client run (Codex through
+    /// `ctx serve`) the third one dropped a file name the task needed.
     pub early_compaction_from: f64,
 }
 
@@ -75,7 +77,7 @@ impl Default for ScheduleOptions {
             price: PriceModel::default(),
             max_horizon_calls: 24,
             size_margin: 0.9,
-            early_compaction_from: 0.5,
+            early_compaction_from: 1.0,
         }
     }
 }
@@ -344,8 +346,12 @@ pub fn now() -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// A scheduler with early compaction on from half the threshold.
     fn scheduler(last: u64, growth: u64) -> Scheduler {
-        let mut s = Scheduler::new(ScheduleOptions::default());
+        let mut s = Scheduler::new(ScheduleOptions {
+            early_compaction_from: 0.5,
+            ..ScheduleOptions::default()
+        });
         s.state.last_request_tokens = last;
         s.state.growth_per_call = growth;
         s.state.last_request_at = Some(1000.0);
@@ -411,6 +417,10 @@ mod tests {
         let s = scheduler(8_000, 500);
         assert!(!s.compaction_pays(&estimate(8_300), 16_000));
         assert!(s.compaction_pays(&estimate(8_400), 16_000));
+        // Off by default: compaction at the threshold only.
+        let mut default = Scheduler::new(ScheduleOptions::default());
+        default.state = s.state.clone();
+        assert!(!default.compaction_pays(&estimate(15_000), 16_000));
         // Never under the floor (half the threshold), with the schedule
         // off, or before the growth is known.
         assert!(!s.compaction_pays(&estimate(8_400), 40_000));
