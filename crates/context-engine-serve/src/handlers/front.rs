@@ -35,7 +35,7 @@ use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
 use crate::handlers::{passthrough, respond};
 use crate::session::key::front_session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
+use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
 use crate::upstream::response_headers;
 
@@ -89,7 +89,7 @@ pub(crate) async fn handle(
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
     let store = state.sessions().store().cloned();
-    let (mut guard, outcome) = if ctx.blocking || store.is_some() {
+    let (mut guard, mut outcome) = if ctx.blocking || store.is_some() {
         // An engine that may block on I/O, or a session store, runs on the
         // blocking pool.
         let key = key.clone();
@@ -111,6 +111,12 @@ pub(crate) async fn handle(
         (guard, outcome)
     };
 
+    // A summary due in the background starts now, off the request path.
+    if let (Ok((p, _)), Some(m)) = (outcome.as_mut(), guard.as_mut())
+        && let Some(job) = p.summary_job.take()
+    {
+        background::spawn(m, &key.id, job, state.sessions().summary_claims());
+    }
     let mut fields: Vec<(&'static str, String)> = Vec::new();
     match outcome {
         Ok((plan, rebuilt)) => {
