@@ -399,3 +399,68 @@ async fn an_unreadable_body_goes_upstream_unchanged() {
     }
     assert!(metrics(addr).await.contains("ctx_fallbacks_total 2"));
 }
+
+/// The Codex requests of a 30-turn session sent through `instances`
+/// proxies in turn, all sharing `store`; what the upstream received.
+async fn codex_through(
+    instances: usize,
+    store: Arc<dyn context_engine::store::SessionStore>,
+) -> Vec<Bytes> {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let mut proxies = Vec::new();
+    for _ in 0..instances {
+        let opts = options(&url).with_store(Some(Arc::clone(&store)));
+        proxies.push(
+            start_proxy(opts, compressor_context(counter(), 6_000))
+                .await
+                .0,
+        );
+    }
+    for turns in 1..=30 {
+        let addr = proxies[turns % instances];
+        let (code, _) = post(
+            addr,
+            "/v1/responses",
+            &codex_request(turns, ""),
+            &[("session-id", "codex-fleet")],
+        )
+        .await;
+        assert_eq!(code, 200);
+    }
+    let seen = up.seen.lock().unwrap();
+    seen.iter().map(|s| s.body.clone()).collect()
+}
+
+#[tokio::test]
+async fn responses_sessions_kept_in_a_store_move_between_instances() {
+    use context_engine::store::{MemoryStore, SessionStore};
+    let alone: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let reference = codex_through(1, Arc::clone(&alone)).await;
+    let shared: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let fleet = codex_through(2, Arc::clone(&shared)).await;
+    assert_eq!(reference.len(), fleet.len());
+    for (i, (a, b)) in reference.iter().zip(&fleet).enumerate() {
+        assert!(a == b, "request {i} differs between one instance and two");
+    }
+    // Compacted once per compaction, archived in the shared store.
+    let records = shared.compactions("-:codex-fleet").unwrap();
+    assert!(!records.is_empty(), "the session compacted at 6000 tokens");
+    let handles = |rs: &[context_engine::store::CompactionRecord]| {
+        rs.iter().map(|r| r.handle.clone()).collect::<Vec<_>>()
+    };
+    let single = alone.compactions("-:codex-fleet").unwrap();
+    assert_eq!(
+        handles(&records),
+        handles(&single),
+        "the same compactions, once each"
+    );
+    for r in &records {
+        assert!(
+            shared
+                .resolve(Some("-:codex-fleet"), &r.handle)
+                .unwrap()
+                .is_some()
+        );
+    }
+}

@@ -35,7 +35,7 @@ use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
 use crate::handlers::{passthrough, respond};
 use crate::session::key::front_session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey};
+use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
 use crate::upstream::response_headers;
 
@@ -88,11 +88,14 @@ pub(crate) async fn handle(
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
-    let (mut guard, outcome) = if ctx.blocking {
+    let store = state.sessions().store().cloned();
+    let (mut guard, mut outcome) = if ctx.blocking || store.is_some() {
+        // An engine that may block on I/O, or a session store, runs on the
+        // blocking pool.
         let key = key.clone();
         let job = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
-            let outcome = prepare(&mut guard, &ctx, &key, &front);
+            let outcome = prepare(&mut guard, &ctx, &key, &front, store.as_ref());
             (guard, outcome)
         });
         match job.await {
@@ -104,10 +107,16 @@ pub(crate) async fn handle(
         }
     } else {
         let mut guard = guard;
-        let outcome = prepare(&mut guard, &ctx, &key, &front);
+        let outcome = prepare(&mut guard, &ctx, &key, &front, None);
         (guard, outcome)
     };
 
+    // A summary due in the background starts now, off the request path.
+    if let (Ok((p, _)), Some(m)) = (outcome.as_mut(), guard.as_mut())
+        && let Some(job) = p.summary_job.take()
+    {
+        background::spawn(m, &key.id, job, state.sessions().summary_claims());
+    }
     let mut fields: Vec<(&'static str, String)> = Vec::new();
     match outcome {
         Ok((plan, rebuilt)) => {
@@ -182,7 +191,7 @@ pub(crate) async fn handle(
     if status.is_success()
         && let Some(usage) = usage_of(&bytes)
     {
-        settle(&state, guard.as_mut(), &usage);
+        guard = settle_stored(&state, guard, usage).await;
     }
     drop(guard);
     let total = started.elapsed();
@@ -192,6 +201,24 @@ pub(crate) async fn handle(
         total.saturating_sub(up).as_secs_f64(),
     );
     respond(status, resp_headers, Body::from(bytes))
+}
+
+/// [`settle`], writing the session's state back on the blocking pool when
+/// sessions are kept in a store (the session stays locked until it is).
+async fn settle_stored(state: &AppState, mut guard: Guard, usage: Usage) -> Guard {
+    let Some(store) = state.sessions().store().cloned() else {
+        settle(state, guard.as_mut(), &usage);
+        return guard;
+    };
+    settle(state, None, &usage);
+    let job = tokio::task::spawn_blocking(move || {
+        persist::after_response_stored(&mut guard, &usage, &store);
+        guard
+    });
+    match job.await {
+        Ok(guard) => guard,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// Feeds a call's usage to the metrics and the session.
@@ -230,16 +257,21 @@ fn prepare(
     ctx: &Arc<SessionContext>,
     key: &SessionKey,
     front: &FrontRequest,
+    store: Option<&SharedStore>,
 ) -> Result<(Plan, Rebuilt), String> {
     let raws = chat_raws(front)?;
     let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        if slot.is_none() {
-            *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
-        }
-        let plan = match slot.as_mut() {
-            Some(m) => m.prepare(&refs)?,
-            None => return Err("no session".to_owned()),
+        let plan = if let Some(store) = store {
+            persist::prepare_stored(slot, ctx, key, &refs, store)?
+        } else {
+            if slot.is_none() {
+                *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
+            }
+            match slot.as_mut() {
+                Some(m) => m.prepare(&refs)?,
+                None => return Err("no session".to_owned()),
+            }
         };
         let rebuilt = front.rebuild(&plan.request).map_err(|v| {
             format!(
@@ -354,11 +386,19 @@ async fn relay(
             }
             self.ended = true;
             if let Some(usage) = self.reader.usage() {
-                settle(
-                    &self.state,
-                    self.guard.as_mut().and_then(|g| g.as_mut()),
-                    &usage,
-                );
+                match (self.state.sessions().store().cloned(), self.guard.take()) {
+                    // The state is written on the blocking pool; the
+                    // session stays locked until it is.
+                    (Some(store), Some(mut guard)) => {
+                        settle(&self.state, None, &usage);
+                        tokio::task::spawn_blocking(move || {
+                            persist::after_response_stored(&mut guard, &usage, &store);
+                        });
+                    }
+                    (_, mut guard) => {
+                        settle(&self.state, guard.as_mut().and_then(|g| g.as_mut()), &usage);
+                    }
+                }
             }
             self.guard = None;
             let up = self.up_started.elapsed();
