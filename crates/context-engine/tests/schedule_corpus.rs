@@ -238,10 +238,8 @@ fn run(
 fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> CostComparison {
     // Early compaction is opt-in; the bills below are with it on from half
     // the threshold (CTX_SCHEDULE_EARLY_FROM=1 shows the figures without).
-    let mut options = ScheduleOptions {
-        early_compaction_from: 0.5,
-        ..ScheduleOptions::default()
-    };
+    let mut options = ScheduleOptions::default();
+    options.early_compaction_from = 0.5;
     if let Some(from) = std::env::var("CTX_SCHEDULE_EARLY_FROM")
         .ok()
         .and_then(|v| v.parse().ok())
