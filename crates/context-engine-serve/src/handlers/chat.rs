@@ -19,12 +19,11 @@ use axum::response::{IntoResponse, Response};
 use context_engine::engine::Usage;
 use futures_util::StreamExt;
 use serde::Deserialize;
-use tokio::sync::OwnedMutexGuard;
 
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
-use crate::handlers::respond;
+use crate::handlers::{Guard, release_with_usage, respond};
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
@@ -32,8 +31,6 @@ use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, bac
 use crate::sse::{Relay, error_event};
 use crate::tools;
 use crate::upstream::response_headers;
-
-type Guard = OwnedMutexGuard<Option<Managed>>;
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
@@ -400,21 +397,7 @@ async fn stream_response(
                 self.state
                     .metrics()
                     .tokens(usage.prompt_tokens, usage.completion_tokens);
-                match (self.state.sessions().store().cloned(), self.guard.take()) {
-                    // The state is written on the blocking pool; the
-                    // session stays locked until it is.
-                    (Some(store), Some(mut guard)) => {
-                        tokio::task::spawn_blocking(move || {
-                            persist::after_response_stored(&mut guard, &usage, &store);
-                        });
-                    }
-                    (None, Some(mut guard)) => {
-                        if let Some(m) = guard.as_mut() {
-                            m.after_response(&usage);
-                        }
-                    }
-                    _ => {}
-                }
+                release_with_usage(&self.state, self.guard.take(), usage);
             }
             self.guard = None;
             let up = self.up_started.elapsed();

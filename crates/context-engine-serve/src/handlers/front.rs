@@ -27,19 +27,16 @@ use context_engine::engine::Usage;
 use context_engine::front::{FrontKind, FrontRequest, Rebuilt};
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
-use tokio::sync::OwnedMutexGuard;
 
 use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
-use crate::handlers::{passthrough, respond};
+use crate::handlers::{Guard, passthrough, release_with_usage, respond};
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
 use crate::upstream::response_headers;
-
-type Guard = OwnedMutexGuard<Option<Managed>>;
 
 /// What one request of a front needs to know about itself.
 pub(crate) struct Call {
@@ -386,19 +383,8 @@ async fn relay(
             }
             self.ended = true;
             if let Some(usage) = self.reader.usage() {
-                match (self.state.sessions().store().cloned(), self.guard.take()) {
-                    // The state is written on the blocking pool; the
-                    // session stays locked until it is.
-                    (Some(store), Some(mut guard)) => {
-                        settle(&self.state, None, &usage);
-                        tokio::task::spawn_blocking(move || {
-                            persist::after_response_stored(&mut guard, &usage, &store);
-                        });
-                    }
-                    (_, mut guard) => {
-                        settle(&self.state, guard.as_mut().and_then(|g| g.as_mut()), &usage);
-                    }
-                }
+                settle(&self.state, None, &usage);
+                release_with_usage(&self.state, self.guard.take(), usage);
             }
             self.guard = None;
             let up = self.up_started.elapsed();

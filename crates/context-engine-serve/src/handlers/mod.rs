@@ -11,6 +11,33 @@ pub mod responses;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
+use context_engine::engine::Usage;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::AppState;
+use crate::session::{Managed, persist};
+
+/// A session, locked for the whole of one request.
+pub(crate) type Guard = OwnedMutexGuard<Option<Managed>>;
+
+/// Feeds the usage of a finished stream to its session and releases it:
+/// with a session store the state is written on the blocking pool (the
+/// session stays locked until it is), else in place.
+pub(crate) fn release_with_usage(state: &AppState, guard: Option<Guard>, usage: Usage) {
+    let Some(mut guard) = guard else { return };
+    match state.sessions().store().cloned() {
+        Some(store) => {
+            tokio::task::spawn_blocking(move || {
+                persist::after_response_stored(&mut guard, &usage, &store);
+            });
+        }
+        None => {
+            if let Some(m) = guard.as_mut() {
+                m.after_response(&usage);
+            }
+        }
+    }
+}
 
 /// A response from parts (status, upstream headers already filtered).
 pub(crate) fn respond(status: StatusCode, headers: axum::http::HeaderMap, body: Body) -> Response {
