@@ -23,7 +23,7 @@ use serde::Deserialize;
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
-use crate::handlers::{Guard, release_with_usage, respond};
+use crate::handlers::{Guard, open_stream, release_with_usage, respond};
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
@@ -318,20 +318,10 @@ async fn stream_response(
 ) -> Response {
     let resend_headers = tools.as_ref().map(|_| headers.clone());
     let up_started = Instant::now();
-    let resp = match state
-        .upstream()
-        .send(Method::POST, url, headers, body, true)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
+    let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
+        Ok(opened) => opened,
+        Err(answer) => return answer,
     };
-    let status = resp.status();
-    let resp_headers = response_headers(resp.headers());
-    if !status.is_success() {
-        let bytes = resp.bytes().await.unwrap_or_default();
-        return respond(status, resp_headers, Body::from(bytes));
-    }
     struct Relaying {
         upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
         relay: Relay,

@@ -32,11 +32,10 @@ use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
-use crate::handlers::{Guard, passthrough, release_with_usage, respond};
+use crate::handlers::{Guard, open_stream, passthrough, release_with_usage, respond};
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
-use crate::upstream::response_headers;
 
 /// What one request of a front needs to know about itself.
 pub(crate) struct Call {
@@ -351,20 +350,10 @@ async fn relay(
     started: Instant,
 ) -> Response {
     let up_started = Instant::now();
-    let resp = match state
-        .upstream()
-        .send(Method::POST, url, headers, body, true)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
+    let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
+        Ok(opened) => opened,
+        Err(answer) => return answer,
     };
-    let status = resp.status();
-    let resp_headers = response_headers(resp.headers());
-    if !status.is_success() {
-        let bytes = resp.bytes().await.unwrap_or_default();
-        return respond(status, resp_headers, Body::from(bytes));
-    }
     struct Relaying {
         upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
         reader: WireRelay,

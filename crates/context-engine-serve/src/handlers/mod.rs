@@ -8,14 +8,15 @@ pub mod ops;
 pub mod passthrough;
 pub mod responses;
 
-use axum::body::Body;
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use context_engine::engine::Usage;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::AppState;
 use crate::session::{Managed, persist};
+use crate::upstream::response_headers;
 
 /// A session, locked for the whole of one request.
 pub(crate) type Guard = OwnedMutexGuard<Option<Managed>>;
@@ -45,4 +46,27 @@ pub(crate) fn respond(status: StatusCode, headers: axum::http::HeaderMap, body: 
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+/// Opens a streamed upstream call: its status, filtered headers and the
+/// response to relay when it succeeded; otherwise the answer the client
+/// gets (a transport error, or the error status with its body, whole).
+pub(crate) async fn open_stream(
+    state: &AppState,
+    url: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, HeaderMap, reqwest::Response), Response> {
+    let resp = state
+        .upstream()
+        .send(Method::POST, url, headers, body, true)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let status = resp.status();
+    let resp_headers = response_headers(resp.headers());
+    if !status.is_success() {
+        let bytes = resp.bytes().await.unwrap_or_default();
+        return Err(respond(status, resp_headers, Body::from(bytes)));
+    }
+    Ok((status, resp_headers, resp))
 }
