@@ -37,7 +37,7 @@ use crate::prune::clip_arguments;
 use crate::tokens::{TokenCounter, thousands};
 use crate::validate::{
     CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
-    is_reentry_at, may_join, reentries,
+    is_reentry_at, may_join, may_place, reentries,
 };
 
 /// Tool results of at least this many bytes are digested by step 1.
@@ -153,7 +153,10 @@ pub fn fit(
 
 /// [`fit`], and when the ladder left anything out of the request (or cut
 /// it without a handle of its own), the request names what it lost: a
-/// note appended to the system prompt (else to the latest ask) gives the
+/// note (a user message of its own where the request first departs from
+/// its input, so the cached prefix before it is untouched; where no such
+/// message may stand, appended to the system prompt, else to the latest
+/// ask) gives the
 /// [span handle](crate::store::span_handle) of the originals of every
 /// such message and repeats the user's asks among them (from a left-out
 /// summary's state record too), so the asks stay in the request and the
@@ -203,6 +206,21 @@ pub fn fit_noted(
             let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
                 break;
             };
+            // Where the request first departs from its input: the note
+            // stands there as a message of its own, so the prefix before it
+            // (the part a provider has cached) stays byte for byte.
+            if let Some(at) = note_gap(&second.messages, messages, profile) {
+                let noted = Message::user(note.clone());
+                let tokens = second.tokens_after + counter.count_message(&noted) as u64;
+                if tokens <= budget {
+                    second.messages.insert(at, noted);
+                    second.tokens_after = tokens;
+                    second.archive_handle = Some(handle);
+                    return Ok(second);
+                }
+                reserve += tokens - budget;
+                continue;
+            }
             let Some(at) = note_target(&second.messages) else {
                 return Ok(first);
             };
@@ -279,8 +297,42 @@ fn left_out_note(
     Some((handle, note))
 }
 
-/// Where a left-out note goes: the last leading instruction message, else
-/// the latest real user message.
+/// Where a left-out note may stand as a message of its own: the first
+/// place, from where `fitted` first departs from its `input` on, at which
+/// a user message breaks no rule the fitted request kept and does not come
+/// between an action and its observation. Everything from that departure
+/// on is sent anew anyway, so the note costs the provider's prompt cache
+/// nothing there, and the prefix before it (instructions, summary, turns
+/// kept) stays byte for byte whether or not a request carries a note.
+fn note_gap(fitted: &[Message], input: &[Message], profile: Profile) -> Option<usize> {
+    let lead = fitted
+        .iter()
+        .take_while(|m| m.role.is_instruction())
+        .count();
+    let departs = fitted
+        .iter()
+        .zip(input)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .max(lead)
+        .max(1);
+    // Never after the last message: the request still ends as the agent
+    // left it.
+    (departs..fitted.len()).find(|&at| {
+        if is_reentry_at(fitted, at)
+            || !may_place(&fitted[..at], &Role::User, &fitted[at..], profile)
+        {
+            return false;
+        }
+        let mut placed = fitted.to_vec();
+        placed.insert(at, Message::user(String::new()));
+        introduced_violation(fitted, &placed, profile).is_none()
+            && introduced_adjacency(fitted, &placed, profile).is_none()
+    })
+}
+
+/// Where a left-out note goes when it cannot stand on its own: the last
+/// leading instruction message, else the latest real user message.
 fn note_target(messages: &[Message]) -> Option<usize> {
     let lead = messages
         .iter()
@@ -928,12 +980,51 @@ mod tests {
             if let Some(h) = &fitted.archive_handle {
                 let gone: Vec<Message> = fitted.left_out.iter().map(|&i| m[i].clone()).collect();
                 assert_eq!(*h, crate::store::span_handle(&gone));
-                assert!(fitted.messages[0].text().contains(h.as_str()));
+                let noted: Vec<usize> = (0..fitted.messages.len())
+                    .filter(|&i| fitted.messages[i].text().contains(h.as_str()))
+                    .collect();
+                assert_eq!(noted.len(), 1, "one note");
+                // Strict alternation leaves no place of its own for a
+                // user note after tool results: the system prompt has it.
+                assert_eq!(noted[0], 0);
             }
         }
         // With room, the note is there.
         let roomy = fit_noted(&m, &m, total / 2, &c, Profile::Strict, true).unwrap();
         assert!(roomy.archive_handle.is_some());
+    }
+
+    #[test]
+    fn a_note_stands_after_the_unchanged_prefix_so_the_cached_part_stays() {
+        let c = counter();
+        let mut m = session(6, 6000);
+        // A summary after the ask, as after an earlier compaction.
+        m.insert(
+            2,
+            Message::user(format!("{SUMMARY_PREFIX}\nearlier work{SUMMARY_END}")),
+        );
+        m.insert(3, Message::assistant("Going on."));
+        let total = c.count_messages(&m) as u64;
+        for budget in [total / 2, total * 3 / 4] {
+            let fitted = fit_noted(&m, &m, budget, &c, Profile::OpenAi, false).unwrap();
+            let h = fitted.archive_handle.clone().expect("a note fits");
+            assert!(fitted.tokens_after <= budget);
+            assert_eq!(
+                fitted.tokens_after,
+                c.count_messages(&fitted.messages) as u64
+            );
+            assert!(validate(&fitted.messages, Profile::OpenAi).is_empty());
+            let at = (0..fitted.messages.len())
+                .find(|&i| fitted.messages[i].text().contains(h.as_str()))
+                .unwrap();
+            // Its own user message; the instructions, the ask and the
+            // summary before it unchanged; the request still ends as the
+            // agent left it.
+            assert_eq!(fitted.messages[at].role, Role::User);
+            assert!(at >= 4, "{at}");
+            assert_eq!(fitted.messages[..4], m[..4]);
+            assert_eq!(fitted.messages.last(), m.last());
+        }
     }
 
     #[test]
