@@ -399,7 +399,7 @@ fn front_phases(front: Front) {
             .unwrap_or_else(|e| panic!("{e}"));
         let fields = split.fields();
         let items = split_items(kind, &fields);
-        let req = FrontRequest::parse_parts(kind, &fields, items.as_deref(), &mut cache)
+        let mut req = FrontRequest::parse_parts(kind, &fields, items.as_deref(), &mut cache)
             .unwrap_or_else(|e| panic!("{e}"));
         let t1 = Instant::now();
         let refs: Vec<&serde_json::value::RawValue> =

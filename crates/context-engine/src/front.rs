@@ -114,6 +114,17 @@ pub struct FrontRequest {
     /// each message's (item's) hash, as the client wrote them; `None` when
     /// read whole ([`FrontRequest::parse`]): not reusable.
     hashes: Option<(u128, Vec<u128>)>,
+    /// The rewritten messages (items) of the last rebuild, by source:
+    /// what the engine made of them and the JSON they became.
+    memo: HashMap<u128, Memo>,
+}
+
+/// One source message (Anthropic) or chat message's items (Responses)
+/// the engine rewrote: the chat messages it came back as and the JSON the
+/// rebuild wrote for it.
+struct Memo {
+    output: Vec<Message>,
+    json: Box<str>,
 }
 
 /// The last request of one session, kept so that the next one parses and
@@ -197,6 +208,7 @@ impl FrontRequest {
             inner,
             chat_json: Vec::new(),
             hashes: None,
+            memo: HashMap::new(),
         };
         front.extend_chat_json(0)?;
         Ok(front)
@@ -256,12 +268,16 @@ impl FrontRequest {
             h.iter().zip(&hashes).take_while(|(a, b)| a == b).count()
         });
         let FrontRequest {
-            inner, chat_json, ..
+            inner,
+            chat_json,
+            memo,
+            ..
         } = prev;
         let mut front = FrontRequest {
             inner,
             chat_json,
             hashes: Some((head, hashes)),
+            memo,
         };
         let kept = match &mut front.inner {
             Inner::Anthropic { request, bridged } => {
@@ -337,6 +353,7 @@ impl FrontRequest {
             inner,
             chat_json: Vec::new(),
             hashes: hashes.map(|(head, h, _)| (head, h)),
+            memo: HashMap::new(),
         };
         front.extend_chat_json(0)?;
         Ok(front)
@@ -407,14 +424,206 @@ impl FrontRequest {
     /// view unchanged (the body goes upstream as it came). `Err` when the
     /// rebuilt request would add a violation of its API's rules.
     pub fn rebuild(&self, output: &[Message]) -> Result<Rebuilt, Violation> {
-        self.rebuild_with(output, None)
+        self.rebuild_whole(output, None)
     }
 
     /// [`rebuild`](Self::rebuild), writing each message (item) the engine
     /// left unchanged as its text in `raw`: the conversation this request
     /// was read from, one entry per message (item), as the client wrote
     /// it (ignored when its length differs).
+    ///
+    /// When the engine rewrote messages in place (each chat message came
+    /// back at its position, changed or not: a digest, a clip), a request
+    /// read by [`parse_parts`](Self::parse_parts) is rebuilt message by
+    /// message: a rewritten message the previous rebuild saw come back the
+    /// same way reuses the JSON it became then, the others are patched
+    /// alone; the API's rules are judged by shape (a rewrite that keeps
+    /// every message's role, blocks, tool ids and thinking keeps the
+    /// client's request's violations), and anything else takes the whole
+    /// rebuild.
     pub fn rebuild_with(
+        &mut self,
+        output: &[Message],
+        raw: Option<&[&RawValue]>,
+    ) -> Result<Rebuilt, Violation> {
+        if output == self.chat() {
+            return Ok(Rebuilt::default());
+        }
+        if let Some(raw) = raw
+            && let Some(rebuilt) = self.rebuild_in_place(output, raw)
+        {
+            return Ok(rebuilt);
+        }
+        self.memo.clear();
+        self.rebuild_whole(output, raw)
+    }
+
+    /// The in-place rebuild of [`rebuild_with`](Self::rebuild_with);
+    /// `None` when it does not apply.
+    fn rebuild_in_place(&mut self, output: &[Message], raw: &[&RawValue]) -> Option<Rebuilt> {
+        let hashes = &self.hashes.as_ref()?.1;
+        if hashes.len() != raw.len() || output.len() != self.chat().len() {
+            return None;
+        }
+        let steps = crate::bridge::align(self.chat(), output);
+        let in_place = steps.iter().enumerate().all(|(k, s)| s.source() == Some(k));
+        if !in_place || steps.len() != output.len() {
+            return None;
+        }
+        let mut memo = std::mem::take(&mut self.memo);
+        let mut next = HashMap::new();
+        let mut json =
+            String::with_capacity(raw.iter().map(|r| r.get().len() + 1).sum::<usize>() + 2);
+        json.push('[');
+        let field = match &self.inner {
+            Inner::Anthropic { request, bridged } => {
+                // The system prompt comes first and must come back as it was.
+                let system = usize::from(matches!(
+                    bridged.origins.first(),
+                    Some(anthropic::bridge::Origin::System)
+                ));
+                if system == 1 && steps[0] != crate::bridge::Step::Same(0) {
+                    return None;
+                }
+                let mut k = system;
+                for (i, source) in request.messages.iter().enumerate() {
+                    let start = k;
+                    while matches!(bridged.origins.get(k), Some(anthropic::bridge::Origin::Message { index, .. }) if *index == i)
+                    {
+                        k += 1;
+                    }
+                    if start == k {
+                        return None;
+                    }
+                    if i > 0 {
+                        json.push(',');
+                    }
+                    let changes: Vec<(usize, &Message)> = steps[start..k]
+                        .iter()
+                        .filter_map(|s| match *s {
+                            crate::bridge::Step::Changed(j, m) => Some((j, m)),
+                            _ => None,
+                        })
+                        .collect();
+                    if changes.is_empty() {
+                        json.push_str(raw[i].get());
+                        continue;
+                    }
+                    let now = &output[start..k];
+                    let entry = match memo.remove(&hashes[i]) {
+                        Some(m) if m.output == now => m,
+                        _ => {
+                            let m =
+                                anthropic::bridge::patch_message(request, bridged, i, &changes)?;
+                            if !validate::anthropic::same_shape(source, &m) {
+                                return None;
+                            }
+                            Memo {
+                                output: now.to_vec(),
+                                json: to_json(&m).into(),
+                            }
+                        }
+                    };
+                    json.push_str(&entry.json);
+                    next.insert(hashes[i], entry);
+                }
+                if k != bridged.origins.len() {
+                    return None;
+                }
+                "messages"
+            }
+            Inner::Responses { request, bridged } => {
+                let source = request.items();
+                let mut first = true;
+                let mut count = 0;
+                for (j, step) in steps.iter().enumerate() {
+                    let list = match &bridged.origins[j] {
+                        responses::bridge::Origin::Items(list) => list,
+                        responses::bridge::Origin::Instructions
+                            if *step == crate::bridge::Step::Same(j) =>
+                        {
+                            continue;
+                        }
+                        _ => return None,
+                    };
+                    count += list.len();
+                    let mut push = |json: &mut String, text: &str| {
+                        if !first {
+                            json.push(',');
+                        }
+                        first = false;
+                        json.push_str(text);
+                    };
+                    let crate::bridge::Step::Changed(_, now) = *step else {
+                        for &i in list {
+                            push(&mut json, raw.get(i)?.get());
+                        }
+                        continue;
+                    };
+                    let was = &bridged.messages[j];
+                    // Text for a turn with no message item adds an item.
+                    let carries_text = list.iter().any(|&i| {
+                        source.get(i).is_some_and(|it| {
+                            matches!(
+                                it.kind(),
+                                responses::ItemKind::Message { .. }
+                                    | responses::ItemKind::Output { .. }
+                            )
+                        })
+                    });
+                    if !carries_text && was.content != now.content && !now.text().is_empty() {
+                        return None;
+                    }
+                    let mut key = Xxh3Default::new();
+                    for &i in list {
+                        key.update(&hashes.get(i)?.to_le_bytes());
+                    }
+                    let key = key.digest128();
+                    let entry = match memo.remove(&key) {
+                        Some(m) if m.output.len() == 1 && m.output[0] == *now => m,
+                        _ => {
+                            let mut text = String::new();
+                            for (n, &i) in list.iter().enumerate() {
+                                if n > 0 {
+                                    text.push(',');
+                                }
+                                let item = source.get(i)?;
+                                match responses::bridge::patch(item, was, now) {
+                                    Some(p) => {
+                                        if !validate::responses::same_shape(item, &p) {
+                                            return None;
+                                        }
+                                        text.push_str(&to_json(&p));
+                                    }
+                                    None => text.push_str(raw.get(i)?.get()),
+                                }
+                            }
+                            Memo {
+                                output: vec![now.clone()],
+                                json: text.into(),
+                            }
+                        }
+                    };
+                    push(&mut json, &entry.json);
+                    next.insert(key, entry);
+                }
+                if count != source.len() {
+                    return None;
+                }
+                "input"
+            }
+        };
+        json.push(']');
+        self.memo = next;
+        Some(Rebuilt {
+            fields: vec![(field, json)],
+            marked_prefix: false,
+        })
+    }
+
+    /// The whole rebuild: the engine's output through the bridge, the
+    /// API's rules on the result.
+    fn rebuild_whole(
         &self,
         output: &[Message],
         raw: Option<&[&RawValue]>,
@@ -764,7 +973,8 @@ mod tests {
             let f = fields(text);
             let f = borrowed(&f);
             let items = split_items(kind, &f);
-            let front = FrontRequest::parse_parts(kind, &f, items.as_deref(), &mut cache).unwrap();
+            let mut front =
+                FrontRequest::parse_parts(kind, &f, items.as_deref(), &mut cache).unwrap();
             let whole = FrontRequest::parse(kind, text).unwrap();
             assert_eq!(front.chat(), whole.chat(), "body {n}: chat view");
             assert_eq!(
@@ -778,7 +988,7 @@ mod tests {
                 .map(|m| {
                     let mut m = m.clone();
                     if m.is_tool_result() {
-                        m.content = crate::message::Content::Text(format!("[digest {n}]"));
+                        m.content = crate::message::Content::Text("[digest]".into());
                     }
                     m
                 })
@@ -786,6 +996,9 @@ mod tests {
             for output in [whole.chat().to_vec(), digested] {
                 let expected = whole.rebuild(&output).unwrap();
                 let spliced = front.rebuild_with(&output, items.as_deref()).unwrap();
+                if items.is_some() && !expected.fields.is_empty() {
+                    assert!(!front.memo.is_empty(), "body {n}: rebuilt in place");
+                }
                 assert_eq!(spliced.fields.len(), expected.fields.len(), "body {n}");
                 for ((k1, v1), (k2, v2)) in spliced.fields.iter().zip(&expected.fields) {
                     assert_eq!(k1, k2);
@@ -908,7 +1121,7 @@ mod tests {
         let f = fields(&text);
         let f = borrowed(&f);
         let raw = split_items(FrontKind::Anthropic, &f).unwrap();
-        let front = FrontRequest::parse_parts(
+        let mut front = FrontRequest::parse_parts(
             FrontKind::Anthropic,
             &f,
             Some(&raw),

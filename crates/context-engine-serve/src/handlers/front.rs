@@ -272,10 +272,10 @@ fn prepare(
     let fields = split.fields();
     let items = lib::split_items(step.kind, &fields);
     let mut kept = std::mem::take(&mut *cache.lock().unwrap_or_else(PoisonError::into_inner));
-    let front = FrontRequest::parse_parts(step.kind, &fields, items.as_deref(), &mut kept)
+    let mut front = FrontRequest::parse_parts(step.kind, &fields, items.as_deref(), &mut kept)
         .map_err(|e| format!("unreadable {} request: {e}", step.kind))?;
-    let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
         let plan = if let Some(store) = step.store {
             persist::prepare_stored(slot, step.ctx, step.key, &refs, store)?
         } else {
@@ -290,6 +290,7 @@ fn prepare(
                 None => return Err("no session".to_owned()),
             }
         };
+        drop(refs);
         let rebuilt = front
             .rebuild_with(&plan.request, items.as_deref())
             .map_err(|v| {
@@ -300,7 +301,6 @@ fn prepare(
             })?;
         Ok((plan, rebuilt))
     }));
-    drop(refs);
     match result {
         Ok(outcome) => {
             kept.keep(front);
@@ -334,7 +334,7 @@ pub(crate) async fn count_tokens(
     };
     let fields = split.fields();
     let items = lib::split_items(kind, &fields);
-    let Ok(front) =
+    let Ok(mut front) =
         FrontRequest::parse_parts(kind, &fields, items.as_deref(), &mut FrontCache::default())
     else {
         return forward(&state, &url, out_headers, body).await;

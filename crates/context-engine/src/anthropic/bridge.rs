@@ -346,6 +346,28 @@ pub fn from_chat_traced(
     (request, sources)
 }
 
+/// Source message `index` of `original` with the engine's rewrites
+/// `changes` (a chat message's index in `bridged` and its new form)
+/// applied, as [`from_chat`] rebuilds a message none of whose chat
+/// messages was left out; `None` when nothing of it remains.
+pub fn patch_message(
+    original: &Request,
+    bridged: &Bridged,
+    index: usize,
+    changes: &[(usize, &chat::Message)],
+) -> Option<Message> {
+    original.messages.get(index)?;
+    let mut r = start(index);
+    for &(j, now) in changes {
+        if let (Some(Origin::Message { blocks, .. }), Some(was)) =
+            (bridged.origins.get(j), bridged.messages.get(j))
+        {
+            patch(original, &mut r, blocks, was, now);
+        }
+    }
+    build(original, r).map(|(m, _)| m)
+}
+
 fn start(index: usize) -> Rebuild {
     Rebuild {
         index,
@@ -379,7 +401,6 @@ fn finish(
     mut r: Rebuild,
     seen: &[bool],
 ) -> Option<(Message, bool)> {
-    let source = &original.messages[r.index];
     for &j in members.get(r.index).map_or(&[][..], Vec::as_slice) {
         if let Origin::Message { blocks, .. } = &bridged.origins[j]
             && !seen[j]
@@ -392,6 +413,13 @@ fn finish(
             }
         }
     }
+    build(original, r)
+}
+
+/// The message `r` rebuilds: the source itself (`true`) when unchanged;
+/// `None` when nothing of it remains.
+fn build(original: &Request, r: Rebuild) -> Option<(Message, bool)> {
+    let source = &original.messages[r.index];
     if !r.changed {
         return Some((source.clone(), true));
     }

@@ -357,7 +357,7 @@ pub fn from_chat_traced(
 
 /// One item of a changed chat message with the engine's rewrite applied;
 /// `None` when the rewrite leaves this item as it was.
-fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Option<Item> {
+pub fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Option<Item> {
     match item.kind() {
         ItemKind::Message { content, .. } => {
             if was.content != now.content {
