@@ -361,14 +361,18 @@ impl FrontRequest {
 
     /// Serializes the chat messages from `from` on into `chat_json`.
     fn extend_chat_json(&mut self, from: usize) -> Result<(), FormatError> {
-        let messages = match &self.inner {
-            Inner::Anthropic { bridged, .. } => &bridged.messages,
-            Inner::Responses { bridged, .. } => &bridged.messages,
+        let messages = match &mut self.inner {
+            Inner::Anthropic { bridged, .. } => &mut bridged.messages,
+            Inner::Responses { bridged, .. } => &mut bridged.messages,
         };
         self.chat_json.reserve(messages.len().saturating_sub(from));
-        for m in messages.iter().skip(from) {
+        for m in messages.iter_mut().skip(from) {
             let raw =
                 serde_json::value::to_raw_value(m).map_err(|e| FormatError::Json(e.to_string()))?;
+            // The message as a session reads it back from that text (its
+            // key order recorded): what the engine returns for a message
+            // it leaves alone, so equal compares equal.
+            *m = serde_json::from_str(raw.get()).map_err(|e| FormatError::Json(e.to_string()))?;
             self.chat_json.push(raw);
         }
         Ok(())
