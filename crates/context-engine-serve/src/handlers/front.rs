@@ -8,7 +8,7 @@
 //! the last call are parsed and bridged), hand the chat view of the
 //! client's full history to the same session driver as chat completions
 //! ([`Managed::prepare`]: lineage, frozen prefix, digest, prune,
-//! compaction, guaranteed fit, the window of the request's `model`),
+//! compaction, guaranteed fit),
 //! rebuild the managed request in the client's format (every message the
 //! engine did not change as the client's own bytes), send it to
 //! `{upstream}{path}` with every other field and header as it came, and
@@ -82,7 +82,6 @@ pub(crate) async fn handle(
         return forward(&state, &url, out_headers, body).await;
     }
     let stream = split.stream();
-    let model = split.model();
     let (key, source) = front_session_key(&headers, call.kind, &split);
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
@@ -104,7 +103,6 @@ pub(crate) async fn handle(
                         ctx: &ctx,
                         key: &key,
                         kind,
-                        model,
                         store: store.as_ref(),
                     };
                     prepare(&mut guard, &slot.front, &step, &split)
@@ -124,7 +122,6 @@ pub(crate) async fn handle(
             ctx: &ctx,
             key: &key,
             kind,
-            model,
             store: None,
         };
         let outcome = prepare(&mut guard, &slot.front, &step, &split);
@@ -253,9 +250,6 @@ struct Step<'a> {
     ctx: &'a Arc<SessionContext>,
     key: &'a SessionKey,
     kind: FrontKind,
-    /// The request's `model` (its window, when `context.model_windows`
-    /// knows it).
-    model: Option<String>,
     store: Option<&'a SharedStore>,
 }
 
@@ -283,10 +277,7 @@ fn prepare(
                 *slot = Some(Managed::new(Arc::clone(step.ctx), &step.key.id)?);
             }
             match slot.as_mut() {
-                Some(m) => {
-                    m.use_model(step.model.clone());
-                    m.prepare(&refs)?
-                }
+                Some(m) => m.prepare(&refs)?,
                 None => return Err("no session".to_owned()),
             }
         };
