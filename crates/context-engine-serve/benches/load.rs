@@ -451,9 +451,14 @@ async fn fronts() {
         );
     }
     for line in state.metrics().encode().lines() {
-        if ["ctx_fallbacks_total", "ctx_lineages_total"]
-            .iter()
-            .any(|m| line.starts_with(m))
+        if [
+            "ctx_fallbacks_total",
+            "ctx_lineages_total",
+            "ctx_overhead_seconds_sum",
+            "ctx_overhead_seconds_count",
+        ]
+        .iter()
+        .any(|m| line.starts_with(m))
         {
             println!("  proxy metric: {line}");
         }

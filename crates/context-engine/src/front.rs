@@ -453,7 +453,10 @@ impl FrontRequest {
         if output == self.chat() {
             return Ok(Rebuilt::default());
         }
+        // A summary the engine added marks the end of the managed
+        // prefix: the whole rebuild places its breakpoint.
         if let Some(raw) = raw
+            && last_new(self.chat(), output).is_none()
             && let Some(rebuilt) = self.rebuild_in_place(output, raw)
         {
             return Ok(rebuilt);
