@@ -46,6 +46,11 @@ impl<'a> ChatBody<'a> {
         })
     }
 
+    /// The top-level fields, in order, each as the client wrote it.
+    pub fn fields(&self) -> Vec<(&str, &'a RawValue)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), *v)).collect()
+    }
+
     /// The messages, each as the client wrote it.
     pub fn messages(&self) -> &[&'a RawValue] {
         &self.messages

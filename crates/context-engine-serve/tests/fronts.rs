@@ -270,6 +270,88 @@ async fn anthropic_compaction_is_valid_keeps_unknown_blocks_and_breakpoints() {
     assert!(counted.len() < body.len());
 }
 
+/// The session's cache of the previous request (only new messages are
+/// parsed) never serves other bytes: a client that re-encodes an old
+/// message, edits one or cuts its history back gets the same managed
+/// request upstream as a proxy that reads every request whole (a top-level
+/// field that changes on every call defeats its cache), compacted or not.
+#[tokio::test]
+async fn a_client_rewriting_its_history_gets_what_a_whole_read_gives() {
+    let with = |turns: usize, edit: &dyn Fn(&mut Value)| {
+        let mut v: Value = serde_json::from_str(&claude_request(turns, false)).unwrap();
+        edit(&mut v);
+        serde_json::to_string(&v).unwrap()
+    };
+    // An old message re-encoded (indented, keys reordered) by the client.
+    let mut reencoded = claude_request(4, false);
+    let v: Value = serde_json::from_str(&reencoded).unwrap();
+    let compact = serde_json::to_string(&v["messages"][1]).unwrap();
+    let mut reordered = serde_json::Map::new();
+    reordered.insert("content".into(), v["messages"][1]["content"].clone());
+    reordered.insert("role".into(), v["messages"][1]["role"].clone());
+    let indented = serde_json::to_string_pretty(&Value::Object(reordered)).unwrap();
+    reencoded = reencoded.replacen(&compact, &indented, 1);
+    let bodies = [
+        claude_request(3, false),
+        claude_request(4, false),
+        reencoded,
+        with(4, &|v| {
+            v["messages"][2]["content"][0]["content"] = json!("edited result of part 0");
+        }),
+        with(5, &|v| {
+            v["messages"][2]["content"][0]["content"] = json!("edited result of part 0");
+        }),
+        claude_request(2, false),
+        claude_request(5, false),
+        claude_request(6, false),
+    ];
+    for window in [200_000, 2_500] {
+        let ups = [Arc::new(Upstream::default()), Arc::new(Upstream::default())];
+        let mut addrs = Vec::new();
+        for up in &ups {
+            let url = start_upstream(Arc::clone(up)).await;
+            let ctx = compressor_context(counter(), window);
+            addrs.push(start_proxy(options(&url), ctx).await.0);
+        }
+        let headers = [("x-api-key", "k"), ("x-claude-code-session-id", "edits")];
+        for (n, body) in bodies.iter().enumerate() {
+            let whole = body.replacen('{', &format!(r#"{{"n":{n},"#), 1);
+            assert_eq!(post(addrs[0], "/v1/messages", body, &headers).await.0, 200);
+            assert_eq!(
+                post(addrs[1], "/v1/messages", &whole, &headers).await.0,
+                200
+            );
+            let sent = |up: &Upstream| -> Value {
+                let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+                serde_json::from_slice(&seen.body).expect("valid JSON upstream")
+            };
+            let (cached, read_whole) = (sent(&ups[0]), sent(&ups[1]));
+            assert_eq!(
+                cached["messages"], read_whole["messages"],
+                "window {window}, body {n}"
+            );
+            assert_eq!(
+                cached["system"], read_whole["system"],
+                "window {window}, body {n}"
+            );
+            let request = context_engine::anthropic::Request::from_value(cached).unwrap();
+            assert!(context_engine::validate::anthropic::validate(&request).is_empty());
+            let raw = String::from_utf8(ups[0].seen.lock().unwrap().last().unwrap().body.to_vec())
+                .unwrap();
+            if n == 3 {
+                assert!(
+                    !raw.contains("// part 0"),
+                    "window {window}: no stale message"
+                );
+            }
+            if window == 200_000 {
+                // Nothing due: the client's own bytes.
+                assert_eq!(raw, *body, "body {n}");
+            }
+        }
+    }
+}
+
 /// A Codex-like request: instructions, messages, reasoning with encrypted
 /// content, function calls and their outputs, an item type nobody knows.
 fn codex_request(turns: usize, extra: &str) -> String {

@@ -67,6 +67,30 @@ pub fn align<'a>(input: &[Message], output: &'a [Message]) -> Vec<Step<'a>> {
     if same == output.len() {
         return steps;
     }
+    // Second fast path: the same number of messages, each past the prefix
+    // equal to its input or a rewrite of the tool turn at its position (a
+    // digested result, clipped arguments: what a request view does on most
+    // calls), lined up by position without serializing.
+    if input.len() == output.len()
+        && input[same..].iter().zip(&output[same..]).all(|(a, b)| {
+            a == b || (a.role == b.role && identity(a).is_some() && identity(a) == identity(b))
+        })
+    {
+        steps.extend(
+            input[same..]
+                .iter()
+                .zip(&output[same..])
+                .enumerate()
+                .map(|(k, (a, b))| {
+                    if a == b {
+                        Step::Same(same + k)
+                    } else {
+                        Step::Changed(same + k, b)
+                    }
+                }),
+        );
+        return steps;
+    }
     steps.extend(
         align_rest(&input[same..], &output[same..])
             .into_iter()

@@ -1,14 +1,18 @@
 //! The managed path shared by the Anthropic Messages and Responses fronts
 //! ([`messages`](super::messages), [`responses`](super::responses)).
 //!
-//! Per request: read the body in its own format
-//! ([`FrontRequest`], the library's lossless model and bridge), find and
-//! lock the session, hand the chat view of the client's full history to
-//! the same session driver as chat completions ([`Managed::prepare`]:
-//! lineage, frozen prefix, digest, prune, compaction, guaranteed fit),
-//! rebuild the managed request in the client's format (every part the
-//! engine did not change byte-identical), send it to `{upstream}{path}`
-//! with every other field and header as it came, and feed the usage back.
+//! Per request: split the body into its top-level fields as raw text
+//! ([`ChatBody`]), find and lock the session, read the request in its own
+//! format ([`FrontRequest::parse_parts`], the library's lossless model and
+//! bridge, reusing the session's [`FrontCache`] so only messages new since
+//! the last call are parsed and bridged), hand the chat view of the
+//! client's full history to the same session driver as chat completions
+//! ([`Managed::prepare`]: lineage, frozen prefix, digest, prune,
+//! compaction, guaranteed fit),
+//! rebuild the managed request in the client's format (every message the
+//! engine did not change as the client's own bytes), send it to
+//! `{upstream}{path}` with every other field and header as it came, and
+//! feed the usage back.
 //! A request the proxy cannot read, one on server-side state
 //! (`previous_response_id`), an engine failure or a rebuilt request that
 //! would break its API's rules goes upstream as the client sent it (fail
@@ -17,14 +21,14 @@
 //! client's own event format.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use context_engine::engine::Usage;
-use context_engine::front::{FrontKind, FrontRequest, Rebuilt};
+use context_engine::front::{self as lib, FrontCache, FrontKind, FrontRequest, Rebuilt};
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
 
@@ -62,11 +66,8 @@ pub(crate) async fn handle(
     let started = Instant::now();
     let out_headers = state.upstream().headers(&headers, consumed, true);
     let url = upstream_url(&state, &uri);
-    let front = match std::str::from_utf8(&body)
-        .map_err(|e| e.to_string())
-        .and_then(|t| FrontRequest::parse(call.kind, t).map_err(|e| e.to_string()))
-    {
-        Ok(front) => front,
+    let split = match ChatBody::parse_object(&body) {
+        Ok(split) => split,
         Err(why) => {
             // Not ours to judge: the provider answers it with its own error.
             tracing::warn!(front = %call.kind, reason = %why, "unreadable request forwarded unmanaged");
@@ -74,24 +75,38 @@ pub(crate) async fn handle(
             return forward(&state, &url, out_headers, body).await;
         }
     };
-    if let Some(reason) = front.unmanaged() {
+    let field = |name: &str| serde_json::from_str(split.field(name)?.get()).ok();
+    if let Some(reason) = lib::unmanaged(call.kind, field) {
         tracing::debug!(front = %call.kind, reason = reason.name(), "request passed through unmanaged");
         state.metrics().unmanaged(call.route, reason.name());
         return forward(&state, &url, out_headers, body).await;
     }
-    let stream = front.stream();
-    let (key, source) = front_session_key(&headers, &front);
+    let stream = split.stream();
+    let (key, source) = front_session_key(&headers, call.kind, &split);
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
     let store = state.sessions().store().cloned();
+    let kind = call.kind;
     let (mut guard, mut outcome) = if ctx.blocking || store.is_some() {
         // An engine that may block on I/O, or a session store, runs on the
         // blocking pool.
         let key = key.clone();
+        let slot = Arc::clone(&slot);
+        let body = body.clone();
         let job = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
-            let outcome = prepare(&mut guard, &ctx, &key, &front, store.as_ref());
+            let outcome = ChatBody::parse_object(&body)
+                .map_err(|e| e.to_string())
+                .and_then(|split| {
+                    let step = Step {
+                        ctx: &ctx,
+                        key: &key,
+                        kind,
+                        store: store.as_ref(),
+                    };
+                    prepare(&mut guard, &slot.front, &step, &split)
+                });
             (guard, outcome)
         });
         match job.await {
@@ -103,7 +118,13 @@ pub(crate) async fn handle(
         }
     } else {
         let mut guard = guard;
-        let outcome = prepare(&mut guard, &ctx, &key, &front, None);
+        let step = Step {
+            ctx: &ctx,
+            key: &key,
+            kind,
+            store: None,
+        };
+        let outcome = prepare(&mut guard, &slot.front, &step, &split);
         (guard, outcome)
     };
 
@@ -153,14 +174,8 @@ pub(crate) async fn handle(
     let upstream_body = if fields.is_empty() {
         body.clone()
     } else {
-        match ChatBody::parse_object(&body) {
-            Ok(parsed) => {
-                let borrowed: Vec<(&str, &str)> =
-                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                Bytes::from(parsed.write(&borrowed))
-            }
-            Err(_) => body.clone(),
-        }
+        let borrowed: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Bytes::from(split.write(&borrowed))
     };
     if stream {
         state
@@ -230,57 +245,64 @@ fn settle(state: &AppState, session: Option<&mut Managed>, usage: &Usage) {
     }
 }
 
-/// The chat view of `front` as the raw messages the session hashes and
-/// freezes (each serialized once, deterministically).
-fn chat_raws(front: &FrontRequest) -> Result<Vec<Box<RawValue>>, String> {
-    front
-        .chat()
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            serde_json::to_string(m)
-                .and_then(RawValue::from_string)
-                .map_err(|e| format!("message {i} cannot be serialized: {e}"))
-        })
-        .collect()
+/// What one engine step of a front needs besides the session and body.
+struct Step<'a> {
+    ctx: &'a Arc<SessionContext>,
+    key: &'a SessionKey,
+    kind: FrontKind,
+    store: Option<&'a SharedStore>,
 }
 
-/// Builds the session on first use, prepares the managed request and
+/// Reads the request (reusing the session's `cache` of its previous one),
+/// builds the session on first use, prepares the managed request and
 /// rebuilds it in the client's format; a panic in the engine resets the
-/// session and fails open like an error.
+/// session and its cache and fails open like an error.
 fn prepare(
     slot: &mut Option<Managed>,
-    ctx: &Arc<SessionContext>,
-    key: &SessionKey,
-    front: &FrontRequest,
-    store: Option<&SharedStore>,
+    cache: &Mutex<FrontCache>,
+    step: &Step<'_>,
+    split: &ChatBody<'_>,
 ) -> Result<(Plan, Rebuilt), String> {
-    let raws = chat_raws(front)?;
-    let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
+    let fields = split.fields();
+    let items = lib::split_items(step.kind, &fields);
+    let mut kept = std::mem::take(&mut *cache.lock().unwrap_or_else(PoisonError::into_inner));
+    let mut front = FrontRequest::parse_parts(step.kind, &fields, items.as_deref(), &mut kept)
+        .map_err(|e| format!("unreadable {} request: {e}", step.kind))?;
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let plan = if let Some(store) = store {
-            persist::prepare_stored(slot, ctx, key, &refs, store)?
+        let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
+        let plan = if let Some(store) = step.store {
+            persist::prepare_stored(slot, step.ctx, step.key, &refs, store)?
         } else {
             if slot.is_none() {
-                *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);
+                *slot = Some(Managed::new(Arc::clone(step.ctx), &step.key.id)?);
             }
             match slot.as_mut() {
                 Some(m) => m.prepare(&refs)?,
                 None => return Err("no session".to_owned()),
             }
         };
-        let rebuilt = front.rebuild(&plan.request).map_err(|v| {
-            format!(
-                "the managed {} request would break a rule: {v}",
-                front.kind()
-            )
-        })?;
+        drop(refs);
+        let rebuilt = front
+            .rebuild_with(&plan.request, items.as_deref())
+            .map_err(|v| {
+                format!(
+                    "the managed {} request would break a rule: {v}",
+                    front.kind()
+                )
+            })?;
         Ok((plan, rebuilt))
     }));
-    result.unwrap_or_else(|_| {
-        *slot = None;
-        Err("the engine panicked; the session starts over".to_owned())
-    })
+    match result {
+        Ok(outcome) => {
+            kept.keep(front);
+            *cache.lock().unwrap_or_else(PoisonError::into_inner) = kept;
+            outcome
+        }
+        Err(_) => {
+            *slot = None;
+            Err("the engine panicked; the session starts over".to_owned())
+        }
+    }
 }
 
 /// `POST /v1/messages/count_tokens`: counted by the upstream on the
@@ -297,21 +319,26 @@ pub(crate) async fn count_tokens(
 ) -> Response {
     let out_headers = state.upstream().headers(&headers, consumed, false);
     let url = upstream_url(&state, &uri);
-    let Some(front) = std::str::from_utf8(&body)
-        .ok()
-        .and_then(|t| FrontRequest::parse(FrontKind::Anthropic, t).ok())
+    let kind = FrontKind::Anthropic;
+    let Ok(split) = ChatBody::parse_object(&body) else {
+        return forward(&state, &url, out_headers, body).await;
+    };
+    let fields = split.fields();
+    let items = lib::split_items(kind, &fields);
+    let Ok(mut front) =
+        FrontRequest::parse_parts(kind, &fields, items.as_deref(), &mut FrontCache::default())
     else {
         return forward(&state, &url, out_headers, body).await;
     };
-    let (key, _) = front_session_key(&headers, &front);
-    let mut fields = Vec::new();
+    let (key, _) = front_session_key(&headers, kind, &split);
+    let mut replace = Vec::new();
     if let Some(slot) = state.sessions().get(&key) {
         let guard = slot.state.lock().await;
-        if let (Some(m), Ok(raws)) = (guard.as_ref(), chat_raws(&front)) {
-            let refs: Vec<&RawValue> = raws.iter().map(AsRef::as_ref).collect();
+        if let Some(m) = guard.as_ref() {
+            let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
             if let Some(view) = m.peek(&refs) {
-                match front.rebuild(&view) {
-                    Ok(r) => fields = r.fields,
+                match front.rebuild_with(&view, items.as_deref()) {
+                    Ok(r) => replace = r.fields,
                     Err(v) => {
                         tracing::debug!(violation = %v, "count_tokens on the client's request")
                     }
@@ -319,13 +346,11 @@ pub(crate) async fn count_tokens(
             }
         }
     }
-    let upstream_body = match ChatBody::parse_object(&body) {
-        Ok(parsed) if !fields.is_empty() => {
-            let borrowed: Vec<(&str, &str)> =
-                fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            Bytes::from(parsed.write(&borrowed))
-        }
-        _ => body,
+    let upstream_body = if replace.is_empty() {
+        body.clone()
+    } else {
+        let borrowed: Vec<(&str, &str)> = replace.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Bytes::from(split.write(&borrowed))
     };
     forward(&state, &url, out_headers, upstream_body).await
 }

@@ -172,17 +172,26 @@ const FRONT_SESSION_HEADERS: &[&str] = &[
 /// the body's `metadata.user_id` (Claude Code writes a JSON object with its
 /// `session_id` there) or `prompt_cache_key` (Codex); else a hash of the
 /// conversation's start, as for chat.
+///
+/// Only the fields named are read from `body` (a request of format
+/// `kind`); the conversation is read whole only for the fallback.
 pub fn front_session_key(
     headers: &HeaderMap,
-    request: &context_engine::front::FrontRequest,
+    kind: context_engine::front::FrontKind,
+    body: &ChatBody<'_>,
 ) -> (SessionKey, KeySource) {
+    use context_engine::front::{FrontCache, FrontRequest};
     let scope = scope(headers);
     if let Some(id) = header_str(headers, SESSION_HEADER) {
         return (SessionKey { scope, id }, KeySource::Header);
     }
+    let field = |name: &str| -> Option<serde_json::Value> {
+        serde_json::from_str(body.field(name)?.get()).ok()
+    };
     let from_body = || {
-        let user_id = request
-            .field("metadata")
+        let metadata = field("metadata");
+        let user_id = metadata
+            .as_ref()
             .and_then(|m| m.get("user_id"))
             .and_then(serde_json::Value::as_str);
         let id = match user_id {
@@ -190,7 +199,7 @@ pub fn front_session_key(
                 .ok()
                 .and_then(|v| v.get("session_id")?.as_str().map(str::to_owned))
                 .unwrap_or_else(|| u.to_owned()),
-            None => request.field("prompt_cache_key")?.as_str()?.to_owned(),
+            None => field("prompt_cache_key")?.as_str()?.to_owned(),
         };
         let id = id.trim();
         (!id.is_empty() && id.len() <= 256).then(|| id.to_owned())
@@ -203,8 +212,9 @@ pub fn front_session_key(
         return (SessionKey { scope, id }, KeySource::Client);
     }
     let mut hasher = Sha256::new();
-    hasher.update(request.kind().name().as_bytes());
-    let chat = request.chat();
+    hasher.update(kind.name().as_bytes());
+    let request = FrontRequest::parse_fields(kind, &body.fields(), &mut FrontCache::default());
+    let chat = request.as_ref().map(FrontRequest::chat).unwrap_or_default();
     let system = chat.iter().find(|m| {
         matches!(
             m.role,
@@ -220,7 +230,7 @@ pub fn front_session_key(
             hasher.update(m.content.text().as_bytes());
         }
     }
-    if let Some(serde_json::Value::Array(tools)) = request.field("tools") {
+    if let Some(serde_json::Value::Array(tools)) = field("tools") {
         for t in tools {
             if let Some(name) = t.get("name").and_then(serde_json::Value::as_str) {
                 hasher.update(b"\0");

@@ -50,6 +50,11 @@ where
 pub struct Slot {
     /// The session, locked for the whole of each request.
     pub state: Arc<AsyncMutex<Option<Managed>>>,
+    /// An Anthropic or Responses session's last request, parsed and
+    /// bridged, so the next one reads only its new messages (used under
+    /// `state`'s lock; content addressed, so it stays valid whatever
+    /// happens to the session).
+    pub front: Mutex<context_engine::front::FrontCache>,
     last_used: AtomicU64,
 }
 
@@ -133,6 +138,7 @@ impl Sessions {
         }
         let slot = Arc::new(Slot {
             state: Arc::new(AsyncMutex::new(None)),
+            front: Mutex::default(),
             last_used: AtomicU64::new(now),
         });
         map.insert(key.clone(), Arc::clone(&slot));

@@ -127,6 +127,25 @@ pub fn to_chat(request: &Request) -> Bridged {
     out
 }
 
+/// [`to_chat`] of `request` reusing `prev`, the conversion of a request
+/// with the same system prompt whose first `from` messages were the same:
+/// their chat messages are kept (each message converts on its own) and
+/// only `request.messages[from..]` are converted. Returns the conversion
+/// and how many of `prev`'s chat messages it kept.
+pub fn to_chat_from(request: &Request, mut prev: Bridged, from: usize) -> (Bridged, usize) {
+    let kept = prev
+        .origins
+        .iter()
+        .position(|o| matches!(o, Origin::Message { index, .. } if *index >= from))
+        .unwrap_or(prev.origins.len());
+    prev.messages.truncate(kept);
+    prev.origins.truncate(kept);
+    for (index, m) in request.messages.iter().enumerate().skip(from) {
+        convert_message(index, m, &mut prev);
+    }
+    (prev, kept)
+}
+
 fn convert_message(index: usize, m: &Message, out: &mut Bridged) {
     let mut push = |message: chat::Message, blocks: Vec<usize>| {
         out.messages.push(message);
@@ -221,7 +240,7 @@ fn convert_message(index: usize, m: &Message, out: &mut Bridged) {
 /// removed.
 struct Rebuild {
     index: usize,
-    /// `None`: removed.
+    /// `None`: removed. Filled from the source on the first change.
     blocks: Vec<Option<Block>>,
     /// String content replaced (string-content messages).
     text: Option<Option<String>>,
@@ -231,6 +250,17 @@ struct Rebuild {
 /// Rebuilds a request in Anthropic form from the engine's `output` (see the
 /// module docs). `bridged` must be `to_chat(original)`.
 pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]) -> Request {
+    from_chat_traced(original, bridged, output).0
+}
+
+/// [`from_chat`], also answering for each rebuilt message the index of the
+/// source message it is unchanged from (`None`: patched, merged or new),
+/// so a caller may send that message as the client's own bytes.
+pub fn from_chat_traced(
+    original: &Request,
+    bridged: &Bridged,
+    output: &[chat::Message],
+) -> (Request, Vec<Option<usize>>) {
     let steps = align(&bridged.messages, output);
     let mut request = Request {
         system: original.system.clone(),
@@ -238,7 +268,7 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
         extra: original.extra.clone(),
         layout: original.layout.clone(),
     };
-    let mut messages: Vec<(Message, Option<usize>)> = Vec::new();
+    let mut messages: Vec<(Message, Option<usize>, bool)> = Vec::new();
     let mut current: Option<Rebuild> = None;
     let mut seen = vec![false; bridged.messages.len()];
     let mut system_seen = false;
@@ -253,12 +283,12 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
     let mut new_system: Vec<String> = Vec::new();
 
     let flush = |current: &mut Option<Rebuild>,
-                 messages: &mut Vec<(Message, Option<usize>)>,
+                 messages: &mut Vec<(Message, Option<usize>, bool)>,
                  seen: &[bool]| {
         if let Some(r) = current.take() {
             let index = r.index;
-            if let Some(m) = finish(original, bridged, &members, r, seen) {
-                messages.push((m, Some(index)));
+            if let Some((m, unchanged)) = finish(original, bridged, &members, r, seen) {
+                messages.push((m, Some(index), unchanged));
             }
         }
     };
@@ -272,7 +302,7 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
                     new_system.push(m.text().into_owned());
                 } else {
                     flush(&mut current, &mut messages, &seen);
-                    messages.push((new_message(m), None));
+                    messages.push((new_message(m), None, false));
                 }
                 continue;
             }
@@ -288,7 +318,7 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
             Origin::Message { index, blocks } => {
                 if current.as_ref().is_none_or(|r| r.index != *index) {
                     flush(&mut current, &mut messages, &seen);
-                    current = Some(start(original, *index));
+                    current = Some(start(*index));
                 }
                 if let (Some(r), Some(m)) = (current.as_mut(), changed) {
                     patch(original, r, blocks, &bridged.messages[j], m);
@@ -311,17 +341,54 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
             }
         });
     }
-    request.messages = merge_same_role(messages);
-    request
+    let (merged, sources) = merge_same_role(messages);
+    request.messages = merged;
+    (request, sources)
 }
 
-fn start(original: &Request, index: usize) -> Rebuild {
-    let source = &original.messages[index];
+/// Source message `index` of `original` with the engine's rewrites
+/// `changes` (a chat message's index in `bridged` and its new form)
+/// applied, as [`from_chat`] rebuilds a message none of whose chat
+/// messages was left out; `None` when nothing of it remains.
+pub fn patch_message(
+    original: &Request,
+    bridged: &Bridged,
+    index: usize,
+    changes: &[(usize, &chat::Message)],
+) -> Option<Message> {
+    original.messages.get(index)?;
+    let mut r = start(index);
+    for &(j, now) in changes {
+        if let (Some(Origin::Message { blocks, .. }), Some(was)) =
+            (bridged.origins.get(j), bridged.messages.get(j))
+        {
+            patch(original, &mut r, blocks, was, now);
+        }
+    }
+    build(original, r).map(|(m, _)| m)
+}
+
+fn start(index: usize) -> Rebuild {
     Rebuild {
         index,
-        blocks: source.blocks().iter().cloned().map(Some).collect(),
+        blocks: Vec::new(),
         text: None,
         changed: false,
+    }
+}
+
+impl Rebuild {
+    /// Marks the message changed, copying its blocks on the first change.
+    fn change(&mut self, original: &Request) {
+        if !self.changed {
+            self.changed = true;
+            self.blocks = original.messages[self.index]
+                .blocks()
+                .iter()
+                .cloned()
+                .map(Some)
+                .collect();
+        }
     }
 }
 
@@ -333,13 +400,12 @@ fn finish(
     members: &[Vec<usize>],
     mut r: Rebuild,
     seen: &[bool],
-) -> Option<Message> {
-    let source = &original.messages[r.index];
+) -> Option<(Message, bool)> {
     for &j in members.get(r.index).map_or(&[][..], Vec::as_slice) {
         if let Origin::Message { blocks, .. } = &bridged.origins[j]
             && !seen[j]
         {
-            r.changed = true;
+            r.change(original);
             for &i in blocks {
                 if let Some(slot) = r.blocks.get_mut(i) {
                     *slot = None;
@@ -347,22 +413,36 @@ fn finish(
             }
         }
     }
+    build(original, r)
+}
+
+/// The message `r` rebuilds: the source itself (`true`) when unchanged;
+/// `None` when nothing of it remains.
+fn build(original: &Request, r: Rebuild) -> Option<(Message, bool)> {
+    let source = &original.messages[r.index];
     if !r.changed {
-        return Some(source.clone());
+        return Some((source.clone(), true));
     }
-    let mut m = source.clone();
-    match r.text {
-        Some(Some(t)) => m.content = Some(Content::Text(t)),
+    let content = match r.text {
+        Some(Some(t)) => Content::Text(t),
         Some(None) => return None,
         None => {
             let blocks: Vec<Block> = r.blocks.into_iter().flatten().collect();
             if blocks.is_empty() {
                 return None;
             }
-            m.content = Some(Content::Blocks(blocks));
+            Content::Blocks(blocks)
         }
-    }
-    Some(m)
+    };
+    Some((
+        Message {
+            role: source.role.clone(),
+            content: Some(content),
+            extra: source.extra.clone(),
+            layout: source.layout.clone(),
+        },
+        false,
+    ))
 }
 
 /// Applies the engine's rewrite `now` of chat message `was` (carrying
@@ -374,7 +454,7 @@ fn patch(
     was: &chat::Message,
     now: &chat::Message,
 ) {
-    r.changed = true;
+    r.change(original);
     let source = &original.messages[r.index];
     if let Some(Content::Text(_)) = &source.content {
         r.text = Some(Some(now.text().into_owned()));
@@ -615,21 +695,32 @@ fn new_message(m: &chat::Message) -> Message {
 /// were not adjacent), tool results first in a user message. Pairs that were
 /// adjacent in the source stay as they were: repairing the client's own
 /// request is not the bridge's job.
-fn merge_same_role(messages: Vec<(Message, Option<usize>)>) -> Vec<Message> {
+fn merge_same_role(
+    messages: Vec<(Message, Option<usize>, bool)>,
+) -> (Vec<Message>, Vec<Option<usize>>) {
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    let mut sources: Vec<Option<usize>> = Vec::with_capacity(messages.len());
     let mut last_source: Option<usize> = None;
-    for (m, source) in messages {
+    for (m, source, unchanged) in messages {
         let adjacent = matches!((last_source, source), (Some(a), Some(b)) if b == a + 1);
         last_source = source;
         let mergeable = |a: &Message| {
             !adjacent && a.role == m.role && matches!(m.role.as_str(), "user" | "assistant")
         };
         match out.last_mut() {
-            Some(prev) if mergeable(prev) => append_blocks(prev, m),
-            _ => out.push(m),
+            Some(prev) if mergeable(prev) => {
+                append_blocks(prev, m);
+                if let Some(s) = sources.last_mut() {
+                    *s = None;
+                }
+            }
+            _ => {
+                out.push(m);
+                sources.push(source.filter(|_| unchanged));
+            }
         }
     }
-    out
+    (out, sources)
 }
 
 /// Appends `next`'s content to `prev` as blocks, tool results first in a

@@ -54,10 +54,15 @@ pub fn breakpoints(request: &Request) -> usize {
 /// fewer than [`MAX_BREAKPOINTS`] and that block has none. Returns whether
 /// it did.
 pub fn mark_prefix_end(request: &mut Request, prefix_end: &str) -> bool {
+    mark_prefix_end_at(request, prefix_end).is_some()
+}
+
+/// [`mark_prefix_end`], answering which message it marked.
+pub fn mark_prefix_end_at(request: &mut Request, prefix_end: &str) -> Option<usize> {
     if breakpoints(request) >= MAX_BREAKPOINTS {
-        return false;
+        return None;
     }
-    for m in request.messages.iter_mut().rev() {
+    for (i, m) in request.messages.iter_mut().enumerate().rev() {
         // A new message may be plain text: it becomes one text block.
         if let Some(Content::Text(text)) = m.content.as_ref()
             && text == prefix_end
@@ -73,17 +78,17 @@ pub fn mark_prefix_end(request: &mut Request, prefix_end: &str) -> bool {
             .find(|b| b.text() == Some(prefix_end))
         {
             if marked(block.as_map()) > 0 {
-                return false;
+                return None;
             }
             let mut control = Map::new();
             control.insert("type".to_owned(), Value::String("ephemeral".to_owned()));
             block
                 .as_map_mut()
                 .insert("cache_control".to_owned(), Value::Object(control));
-            return true;
+            return Some(i);
         }
     }
-    false
+    None
 }
 
 #[cfg(test)]

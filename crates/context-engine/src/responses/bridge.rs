@@ -104,10 +104,59 @@ pub fn to_chat(request: &Request) -> Bridged {
         }
         Input::Items(items) => items,
     };
+    convert_items(items, 0, &mut out);
+    out
+}
+
+/// [`to_chat`] of `request` reusing `prev`, the conversion of a request
+/// with the same top-level fields whose first `from` input items were the
+/// same. A chat message's items can depend on the items after it (a
+/// trailing reasoning or server item joins the message before it, a run
+/// of calls grows), so the last chat message made only of those items is
+/// converted again too, with everything after it; the ones before are
+/// final. Returns the conversion and how many of `prev`'s chat messages it
+/// kept.
+pub fn to_chat_from(request: &Request, mut prev: Bridged, from: usize) -> (Bridged, usize) {
+    let items = match &request.input {
+        Input::Items(items) if !prev.origins.contains(&Origin::InputText) => items,
+        _ => return (to_chat(request), 0),
+    };
+    // Chat messages made only of the first `from` items, less the last.
+    let covered = prev
+        .origins
+        .iter()
+        .position(|o| match o {
+            Origin::Items(list) => list.iter().any(|&i| i >= from),
+            _ => false,
+        })
+        .unwrap_or(prev.origins.len());
+    let first_items = prev
+        .origins
+        .iter()
+        .position(|o| matches!(o, Origin::Items(_)))
+        .unwrap_or(prev.origins.len());
+    let kept = covered.saturating_sub(1).max(first_items).min(covered);
+    let restart = prev.origins[..kept]
+        .iter()
+        .filter_map(|o| match o {
+            Origin::Items(list) => list.iter().max().map(|&i| i + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    prev.messages.truncate(kept);
+    prev.origins.truncate(kept);
+    convert_items(items, restart, &mut prev);
+    (prev, kept)
+}
+
+/// Converts `items[start..]`, appending to `out` (which holds the chat
+/// messages of the items before `start`).
+fn convert_items(items: &[Item], start: usize, out: &mut Bridged) {
     // Items waiting for the chat message they belong to.
     let mut pending: Vec<usize> = Vec::new();
     let mut reasoning: Vec<String> = Vec::new();
-    let mut i = 0;
+    let mut i = start;
     while i < items.len() {
         let item = &items[i];
         match item.kind() {
@@ -190,12 +239,22 @@ pub fn to_chat(request: &Request) -> Bridged {
             }
         }
     }
-    out
 }
 
 /// Rebuilds the request from the engine's `output` (see the module docs).
 /// `bridged` must be `to_chat(original)`.
 pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]) -> Request {
+    from_chat_traced(original, bridged, output).0
+}
+
+/// [`from_chat`], also answering for each item of the rebuilt input the
+/// index of the source item it is unchanged from (`None`: patched or new),
+/// so a caller may send that item as the client's own bytes.
+pub fn from_chat_traced(
+    original: &Request,
+    bridged: &Bridged,
+    output: &[chat::Message],
+) -> (Request, Vec<Option<usize>>) {
     let steps = align(&bridged.messages, output);
     let mut request = Request {
         input: Input::Items(Vec::new()),
@@ -204,6 +263,7 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
     };
     let source = original.items();
     let mut items: Vec<Item> = Vec::with_capacity(source.len());
+    let mut sources: Vec<Option<usize>> = Vec::with_capacity(source.len());
     let mut instructions_seen = false;
     let mut input_text: Option<String> = None;
     for step in &steps {
@@ -211,7 +271,10 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
             Step::Same(j) => (j, None),
             Step::Changed(j, m) => (j, Some(m)),
             Step::New(m) => {
-                items.extend(new_items(m));
+                for item in new_items(m) {
+                    items.push(item);
+                    sources.push(None);
+                }
                 continue;
             }
         };
@@ -251,13 +314,26 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
                     if !carries_text && bridged.messages[j].content != m.content && !text.is_empty()
                     {
                         items.push(Item::new_message(m.role.as_str(), text.into_owned()));
+                        sources.push(None);
                     }
                 }
                 for &i in list {
                     let Some(item) = source.get(i) else { continue };
                     match now {
-                        None => items.push(item.clone()),
-                        Some(m) => items.push(patch(item, &bridged.messages[j], m)),
+                        None => {
+                            items.push(item.clone());
+                            sources.push(Some(i));
+                        }
+                        Some(m) => match patch(item, &bridged.messages[j], m) {
+                            Some(patched) => {
+                                items.push(patched);
+                                sources.push(None);
+                            }
+                            None => {
+                                items.push(item.clone());
+                                sources.push(Some(i));
+                            }
+                        },
                     }
                 }
             }
@@ -271,21 +347,24 @@ pub fn from_chat(original: &Request, bridged: &Bridged, output: &[chat::Message]
         (Input::Text(_), Some(t)) => {
             let mut all = vec![Item::new_message("user", t)];
             all.extend(items);
+            sources.insert(0, None);
             Input::Items(all)
         }
         _ => Input::Items(items),
     };
-    request
+    (request, sources)
 }
 
-/// One item of a changed chat message, with the engine's rewrite applied.
-fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Item {
-    let mut item = item.clone();
+/// One item of a changed chat message with the engine's rewrite applied;
+/// `None` when the rewrite leaves this item as it was.
+pub fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Option<Item> {
     match item.kind() {
         ItemKind::Message { content, .. } => {
             if was.content != now.content {
                 let new = rewrite_content(content, &now.content);
+                let mut item = item.clone();
                 item.as_map_mut().insert("content".into(), new);
+                return Some(item);
             }
         }
         ItemKind::Output { output, .. } => {
@@ -294,7 +373,9 @@ fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Item {
                     Some(v) => rewrite_content(v, &now.content),
                     None => Value::String(now.text().into_owned()),
                 };
+                let mut item = item.clone();
                 item.as_map_mut().insert("output".into(), new);
+                return Some(item);
             }
         }
         ItemKind::Call { call_id, .. } => {
@@ -305,7 +386,7 @@ fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Item {
                 .and_then(|c| c.function.as_ref())
                 .map(|f| f.arguments.clone());
             if let Some(args) = new
-                && args != call_arguments(&item)
+                && args != call_arguments(item)
             {
                 let key = if item.as_map().contains_key("arguments") {
                     "arguments"
@@ -313,13 +394,15 @@ fn patch(item: &Item, was: &chat::Message, now: &chat::Message) -> Item {
                     "input"
                 };
                 if item.as_map().get(key).is_some_and(Value::is_string) {
+                    let mut item = item.clone();
                     item.as_map_mut().insert(key.into(), Value::String(args));
+                    return Some(item);
                 }
             }
         }
         ItemKind::Reasoning { .. } | ItemKind::Other(_) => {}
     }
-    item
+    None
 }
 
 /// New content in the shape of the old: a string stays a string; a list of

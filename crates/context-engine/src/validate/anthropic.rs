@@ -165,6 +165,32 @@ pub fn validate(request: &Request) -> Vec<Violation> {
 }
 
 /// The thinking blocks of `m`, in order.
+/// Whether `b`, a rewrite of message `a`, is the same to every rule of
+/// this module: the role, the blocks in the same order and of the same
+/// kinds with the same tool ids, the thinking blocks equal. A request whose
+/// messages are each the same shape as the original's has exactly the
+/// original's violations, and no changed thinking.
+pub fn same_shape(a: &Message, b: &Message) -> bool {
+    let kinds_match = |x: &Block, y: &Block| match (x.kind(), y.kind()) {
+        (BlockKind::ToolUse { id: i, .. }, BlockKind::ToolUse { id: j, .. }) => i == j,
+        (
+            BlockKind::ToolResult { tool_use_id: i, .. },
+            BlockKind::ToolResult { tool_use_id: j, .. },
+        ) => i == j,
+        (BlockKind::ToolUse { .. } | BlockKind::ToolResult { .. }, _)
+        | (_, BlockKind::ToolUse { .. } | BlockKind::ToolResult { .. }) => false,
+        _ if x.is_thinking() || y.is_thinking() => x == y,
+        _ => true,
+    };
+    a.role == b.role
+        && a.content.is_some() == b.content.is_some()
+        && a.blocks().len() == b.blocks().len()
+        && a.blocks()
+            .iter()
+            .zip(b.blocks())
+            .all(|(x, y)| kinds_match(x, y))
+}
+
 fn thinking(m: &Message) -> Vec<&Block> {
     m.blocks().iter().filter(|b| b.is_thinking()).collect()
 }

@@ -21,9 +21,25 @@ use std::collections::{HashMap, HashSet};
 
 use super::cut::CutPoints;
 use super::{Rule, Violation};
-use crate::responses::{ItemKind, Request};
+use crate::responses::{Item, ItemKind, Request};
 
 /// Every violation of the Responses rules in `request`'s input.
+/// Whether item `b`, a rewrite of `a`, is the same to every rule of this
+/// module: the same type and kind, role or `call_id`. An input whose items
+/// are each the same shape as the original's, in the same order, has
+/// exactly the original's violations.
+pub fn same_shape(a: &Item, b: &Item) -> bool {
+    a.item_type() == b.item_type()
+        && match (a.kind(), b.kind()) {
+            (ItemKind::Message { role: x, .. }, ItemKind::Message { role: y, .. }) => x == y,
+            (ItemKind::Call { call_id: x, .. }, ItemKind::Call { call_id: y, .. })
+            | (ItemKind::Output { call_id: x, .. }, ItemKind::Output { call_id: y, .. }) => x == y,
+            (ItemKind::Reasoning { .. }, ItemKind::Reasoning { .. })
+            | (ItemKind::Other(_), ItemKind::Other(_)) => a == b,
+            _ => false,
+        }
+}
+
 pub fn validate(request: &Request) -> Vec<Violation> {
     let items = request.items();
     let mut out = Vec::new();
