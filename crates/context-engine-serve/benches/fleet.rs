@@ -11,11 +11,22 @@
 //! call) in a 12k window, so they compact; after the run every compaction
 //! the proxies counted must be in the store with every archived message
 //! (no lost archive row). Prints client latency p50/p99, added latency
-//! (through the proxy minus direct, same percentile), throughput, and the
-//! store's own time per call.
+//! (through the proxy minus direct, same percentile), throughput, errors
+//! by kind, the store's own time per call, and CPU time per request: this
+//! process (generator, upstream and both proxies; minus `direct`'s, the
+//! proxies' own) and the Postgres server's processes (from `/proc`).
+//!
+//! `FLEET_THINK_MS` (default 0) is each session's pause between its
+//! calls. At 0 the load is closed-loop: 200 sessions keep the machine
+//! saturated and latency is mostly queueing (Little's law: 200 in flight /
+//! throughput), which a 2-core machine shows as hundreds of milliseconds
+//! whatever the store. An agent waits for its model between calls, so a
+//! pause (e.g. 500 ms: 400 requests/s from 200 sessions) measures what
+//! a request costs at a rate the machine sustains.
 //!
 //! `cargo bench -p context-engine-serve --bench fleet` (`FLEET_SECONDS`,
-//! `FLEET_SESSIONS`, `FLEET_MODES=direct,none,sqlite,postgres`).
+//! `FLEET_SESSIONS`, `FLEET_THINK_MS`,
+//! `FLEET_MODES=direct,none,sqlite,postgres`). Run it on a quiet machine.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,7 +39,8 @@ use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
 use context_engine::store::{
-    Batch, CompactionRecord, Entry, SearchHit, SessionStore, SqliteStore, StoreError, Versioned,
+    Batch, CompactionRecord, Entry, HistoryWrite, SearchHit, SessionStore, Since, SqliteStore,
+    StoreError, Versioned,
 };
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine_postgres::{PgOptions, PgStore};
@@ -94,9 +106,12 @@ impl SessionStore for Timed {
         v: u64,
         b: &[Batch],
         st: &Value,
-        h: Option<&str>,
+        h: Option<HistoryWrite<'_>>,
     ) -> Result<u64, StoreError> {
         self.time(|| self.inner.commit_versioned(s, v, b, st, h))
+    }
+    fn load_versioned_since(&self, s: &str, known: u64) -> Result<Since, StoreError> {
+        self.time(|| self.inner.load_versioned_since(s, known))
     }
 }
 
@@ -170,9 +185,40 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Runs the load against `urls` (sessions alternate between them):
-/// sorted latencies (ms), requests per second, errors.
-async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f64>, f64, usize) {
+/// What went wrong with one request, as a kind to count (a status and
+/// the start of its body, or the transport error's class and cause).
+fn error_kind(e: &reqwest::Error) -> String {
+    let class = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else if e.is_body() || e.is_decode() {
+        "body"
+    } else if e.is_request() {
+        "request"
+    } else {
+        "other"
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = s.to_string();
+        source = s.source();
+    }
+    format!("{class}: {cause}")
+}
+
+/// One mode's load: sorted latencies (ms), requests per second, errors by
+/// kind.
+struct Outcome {
+    latencies: Vec<f64>,
+    rps: f64,
+    errors: std::collections::BTreeMap<String, usize>,
+}
+
+/// Runs the load against `urls` (sessions alternate between them), each
+/// session pausing `think` between its calls.
+async fn load(urls: &[String], sessions: usize, secs: u64, think: Duration, tag: &str) -> Outcome {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(sessions)
         .build()
@@ -183,11 +229,14 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
     for s in 0..sessions {
         let (client, urls, tag) = (client.clone(), urls.to_vec(), tag.to_owned());
         tasks.push(tokio::spawn(async move {
+            // Spread the sessions' first calls over one pause.
+            tokio::time::sleep(think.mul_f64(s as f64 / sessions as f64)).await;
             let mut h = vec![
                 json!({"role": "system", "content": "You are a careful coding agent."}),
                 json!({"role": "user", "content": format!("Session {s}: fix the failing test in tests/test_parser.py")}),
             ];
-            let (mut lat, mut errors) = (Vec::new(), 0);
+            let mut lat = Vec::new();
+            let mut errors: Vec<String> = Vec::new();
             let mut i = 0;
             while Instant::now() < end {
                 let url = &urls[i % urls.len()];
@@ -203,36 +252,80 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
                 {
                     Ok(r) if r.status().is_success() => match r.bytes().await {
                         Ok(_) => None,
-                        Err(e) => Some(format!("body: {e}")),
+                        Err(e) => Some(error_kind(&e)),
                     },
                     Ok(r) => {
                         let status = r.status();
-                        Some(format!("{status}: {}", r.text().await.unwrap_or_default()))
+                        let text = r.text().await.unwrap_or_default();
+                        Some(format!("status {status}: {}", text.chars().take(120).collect::<String>()))
                     }
-                    Err(e) => Some(format!("send: {e:?}")),
+                    Err(e) => Some(error_kind(&e)),
                 };
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
                 if let Some(why) = outcome {
-                    if errors < 3 {
-                        eprintln!("error ({tag} session {s}): {why}");
-                    }
-                    errors += 1;
+                    errors.push(format!("{why} (request {i})"));
                 }
                 grow(&mut h, i, s);
                 i += 1;
+                if !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
             }
             (lat, errors)
         }));
     }
-    let (mut all, mut errors) = (Vec::new(), 0);
+    let mut all = Vec::new();
+    let mut errors = std::collections::BTreeMap::new();
     for t in tasks {
         let (lat, e) = t.await.unwrap_or_default();
         all.extend(lat);
-        errors += e;
+        for why in e {
+            // The kind without the request number.
+            let kind = why
+                .rsplit_once(" (request")
+                .map_or(why.as_str(), |(k, _)| k)
+                .to_owned();
+            *errors.entry(kind).or_insert(0) += 1;
+        }
     }
     let rps = all.len() as f64 / started.elapsed().as_secs_f64();
     all.sort_by(f64::total_cmp);
-    (all, rps, errors)
+    Outcome {
+        latencies: all,
+        rps,
+        errors,
+    }
+}
+
+/// CPU time (user + system) of the processes `/proc` lists whose command
+/// is `comm` (`None`: this process), in seconds (clock ticks of 10 ms).
+fn cpu_seconds(comm: Option<&str>) -> f64 {
+    let ticks = |stat: &str| -> f64 {
+        // Fields after the command's closing parenthesis: state is the
+        // first, utime the 12th, stime the 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (n(11) + n(12)) / 100.0
+    };
+    match comm {
+        None => std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| ticks(&s)),
+        Some(name) => std::fs::read_dir("/proc")
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                    })
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+                    .filter(|s| s.contains(&format!("({name})")))
+                    .map(|s| ticks(&s))
+                    .sum()
+            })
+            .unwrap_or(0.0),
+    }
 }
 
 fn metric(text: &str, name: &str) -> u64 {
@@ -251,6 +344,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let think = Duration::from_millis(
+        std::env::var("FLEET_THINK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let modes =
         std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
     // The clients use reqwest's rustls without a built-in provider.
@@ -262,8 +361,11 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async move {
         let up = upstream().await;
-        let mut direct: Option<Vec<f64>> = None;
-        println!("{sessions} sessions, {secs} s per mode, two instances per store");
+        let mut direct: Option<(Vec<f64>, f64)> = None;
+        println!(
+            "{sessions} sessions, {secs} s per mode, pause {} ms between a session's calls, two instances per store",
+            think.as_millis()
+        );
         for mode in modes.split(',').map(str::to_owned) {
             let mode = mode.as_str();
             let dir = std::env::temp_dir().join(format!("ctx-fleet-bench-{}", std::process::id()));
@@ -307,18 +409,34 @@ fn main() {
             // With no shared store the instances cannot share sessions:
             // each session stays on one.
             let urls_for = if mode == "none" { vec![urls[0].clone()] } else { urls.clone() };
-            let (lat, rps, errors) = load(&urls_for, sessions, secs, mode).await;
+            let (cpu0, pg0) = (cpu_seconds(None), cpu_seconds(Some("postgres")));
+            let Outcome { latencies: lat, rps, errors } = load(&urls_for, sessions, secs, think, mode).await;
+            let (cpu, pg) = (cpu_seconds(None) - cpu0, cpu_seconds(Some("postgres")) - pg0);
+            let n = lat.len().max(1) as f64;
             let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
             let added = direct
                 .as_ref()
-                .map(|d| format!("added p50 {:.2} ms, p99 {:.2} ms", p50 - pct(d, 0.5), p99 - pct(d, 0.99)))
+                .map(|(d, _)| format!("added p50 {:.2} ms, p99 {:.2} ms", p50 - pct(d, 0.5), p99 - pct(d, 0.99)))
                 .unwrap_or_default();
+            let error_count: usize = errors.values().sum();
             println!(
-                "{mode:>9}: {} requests, {rps:.0} req/s, errors {errors}, p50 {p50:.2} ms, p99 {p99:.2} ms {added}",
+                "{mode:>9}: {} requests, {rps:.0} req/s, errors {error_count}, p50 {p50:.2} ms, p99 {p99:.2} ms {added}",
                 lat.len()
             );
+            for (kind, count) in &errors {
+                println!("           error x{count}: {kind}");
+            }
+            let own = direct
+                .as_ref()
+                .map(|(_, d)| format!(" (proxies' own ~{:.0} µs)", (cpu / n - d) * 1e6))
+                .unwrap_or_default();
+            println!(
+                "           cpu per request: this process {:.0} µs{own}, postgres server {:.0} µs",
+                cpu / n * 1e6,
+                pg / n * 1e6
+            );
             if mode == "direct" {
-                direct = Some(lat);
+                direct = Some((lat, cpu / n));
                 continue;
             }
             let (mut compactions, mut fallbacks) = (0, 0);
@@ -348,8 +466,10 @@ fn main() {
                         let sid = format!("-:{tag}-{s}");
                         for r in store.compactions(&sid).unwrap_or_default() {
                             records += 1;
+                            // Every message of the span, counted against
+                            // the span the compaction recorded.
                             match store.resolve(Some(&sid), &r.handle) {
-                                Ok(Some(e)) if !e.messages.is_empty() => {}
+                                Ok(Some(e)) if e.messages.len() == r.end - r.start => {}
                                 _ => missing += 1,
                             }
                         }
@@ -358,10 +478,10 @@ fn main() {
                 })
                 .await
                 .unwrap_or_default();
-                println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing");
+                println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing or short");
                 assert_eq!(records, compactions, "a compaction was lost");
                 assert_eq!(missing, 0, "an archived span was lost");
-                assert_eq!(errors, 0, "errors");
+                assert_eq!(error_count, 0, "errors");
             }
             drop(states);
             if let Some((client, name)) = pg_db {
