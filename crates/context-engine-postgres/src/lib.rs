@@ -120,6 +120,13 @@ pub struct PgOptions {
     /// Connecting, waiting for a pooled connection, and each call as a
     /// whole are bounded by this.
     pub timeout: Duration,
+    /// Whether a session record's write waits for the disk flush
+    /// (`synchronous_commit`). Off (the default): the store's connections
+    /// commit asynchronously, a write is still atomic and visible at once
+    /// and survives a crash of the caller, and only a crash of the database
+    /// server may lose its last fraction of a second of writes. A
+    /// transaction that archives (a batch) always waits for the flush.
+    pub durable_records: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -129,6 +136,7 @@ impl std::fmt::Debug for PgOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("pool_size", &self.pool_size)
             .field("timeout", &self.timeout)
+            .field("durable_records", &self.durable_records)
             .finish()
     }
 }
@@ -141,7 +149,14 @@ impl PgOptions {
             password: None,
             pool_size: 16,
             timeout: Duration::from_secs(5),
+            durable_records: false,
         }
+    }
+
+    /// Sets [`durable_records`](Self::durable_records).
+    pub fn with_durable_records(mut self, durable: bool) -> PgOptions {
+        self.durable_records = durable;
+        self
     }
 
     /// Sets [`password`](Self::password).
@@ -253,6 +268,16 @@ impl PgStore {
         }
         config.connect_timeout(options.timeout);
         config.application_name("context-engine");
+        if !options.durable_records {
+            // Commits wait for the disk flush (milliseconds) only when
+            // asked (see `PgOptions::durable_records`); archives ask.
+            let mut startup = config.get_options().unwrap_or("").to_owned();
+            if !startup.is_empty() {
+                startup.push(' ');
+            }
+            startup.push_str("-c synchronous_commit=off");
+            config.options(&startup);
+        }
         let location = describe(&config, &location);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -698,6 +723,12 @@ fn ts_query(words: &[&str], all: bool) -> Option<String> {
     (!phrases.is_empty()).then(|| phrases.join(if all { " & " } else { " | " }))
 }
 
+/// An archive is never lost: its transaction waits for the disk flush
+/// whatever the connection's default.
+async fn durable(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute("SET LOCAL synchronous_commit = on").await
+}
+
 fn usize_of(v: Option<i64>) -> Option<usize> {
     v.and_then(|n| usize::try_from(n).ok())
 }
@@ -715,6 +746,7 @@ impl SessionStore for PgStore {
         self.call(|inner| async move {
             let mut client = inner.client().await?;
             let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
+            durable(&tx).await.map_err(|e| inner.err(&e))?;
             inner.apply(&tx, &session, &batch, true).await?;
             tx.commit().await.map_err(|e| inner.err(&e))
         })
@@ -805,6 +837,7 @@ impl SessionStore for PgStore {
                 return if swapped == 1 { Ok(version) } else { Err(conflict()) };
             }
             let tx = client.transaction().await.map_err(err)?;
+            durable(&tx).await.map_err(err)?;
             let swapped: i64 = tx.query_one(&stmt, &params).await.map_err(err)?.get(0);
             if swapped != 1 {
                 return Err(conflict());

@@ -14,7 +14,8 @@
 //! (through the proxy minus direct, same percentile), throughput, errors
 //! by kind, the store's own time per call, and CPU time per request: this
 //! process (generator, upstream and both proxies; minus `direct`'s, the
-//! proxies' own) and the Postgres server's processes (from `/proc`).
+//! proxies' own) and the Postgres backends serving the bench's database
+//! (from `/proc`, by process title).
 //!
 //! `FLEET_THINK_MS` (default 0) is each session's pause between its
 //! calls. At 0 the load is closed-loop: 200 sessions keep the machine
@@ -24,8 +25,21 @@
 //! pause (e.g. 500 ms: 400 requests/s from 200 sessions) measures what
 //! a request costs at a rate the machine sustains.
 //!
+//! `FLEET_STICKY=1` keeps each session on one instance (a load balancer
+//! with affinity: the cached copy stays current, no reload) instead of
+//! alternating on every call.
+//!
+//! `FLEET_CALLS=N` first profiles each store's calls one at a time, N of
+//! each, without load (a request's store calls by themselves; for
+//! Postgres also the same read on a plain client, no pool and no hop to
+//! the store's runtime, and the backends' CPU per call).
+//!
+//! `FLEET_DURABLE=1` makes Postgres record writes wait for the disk flush
+//! (`store.durable_records`; off by default).
+//!
 //! `cargo bench -p context-engine-serve --bench fleet` (`FLEET_SECONDS`,
-//! `FLEET_SESSIONS`, `FLEET_THINK_MS`,
+//! `FLEET_SESSIONS`, `FLEET_THINK_MS`, `FLEET_STICKY`, `FLEET_CALLS`,
+//! `FLEET_DURABLE`,
 //! `FLEET_MODES=direct,none,sqlite,postgres`). Run it on a quiet machine.
 
 use std::sync::{Arc, Mutex};
@@ -218,7 +232,14 @@ struct Outcome {
 
 /// Runs the load against `urls` (sessions alternate between them), each
 /// session pausing `think` between its calls.
-async fn load(urls: &[String], sessions: usize, secs: u64, think: Duration, tag: &str) -> Outcome {
+async fn load(
+    urls: &[String],
+    sessions: usize,
+    secs: u64,
+    think: Duration,
+    sticky: bool,
+    tag: &str,
+) -> Outcome {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(sessions)
         .build()
@@ -239,7 +260,9 @@ async fn load(urls: &[String], sessions: usize, secs: u64, think: Duration, tag:
             let mut errors: Vec<String> = Vec::new();
             let mut i = 0;
             while Instant::now() < end {
-                let url = &urls[i % urls.len()];
+                // Alternating instances on every call (the worst case:
+                // every call reloads), or a session per instance.
+                let url = if sticky { &urls[s % urls.len()] } else { &urls[i % urls.len()] };
                 let body = serde_json::to_vec(&json!({"model": "m", "messages": &h})).unwrap_or_default();
                 let t = Instant::now();
                 let outcome = match client
@@ -297,35 +320,171 @@ async fn load(urls: &[String], sessions: usize, secs: u64, think: Duration, tag:
     }
 }
 
-/// CPU time (user + system) of the processes `/proc` lists whose command
-/// is `comm` (`None`: this process), in seconds (clock ticks of 10 ms).
-fn cpu_seconds(comm: Option<&str>) -> f64 {
-    let ticks = |stat: &str| -> f64 {
-        // Fields after the command's closing parenthesis: state is the
-        // first, utime the 12th, stime the 13th.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (n(11) + n(12)) / 100.0
+/// CPU seconds (user + system, clock ticks of 10 ms) in a `/proc/<pid>/stat`.
+fn stat_seconds(stat: &str) -> f64 {
+    // Fields after the command's closing parenthesis: state is the first,
+    // utime the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (n(11) + n(12)) / 100.0
+}
+
+/// CPU seconds of this process.
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| stat_seconds(&s))
+}
+
+/// CPU seconds per process of the Postgres backends serving database `db`
+/// (their process title names it), by pid.
+fn backend_seconds(db: &str) -> std::collections::HashMap<String, f64> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Default::default();
     };
-    match comm {
-        None => std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| ticks(&s)),
-        Some(name) => std::fs::read_dir("/proc")
-            .map(|dir| {
-                dir.flatten()
-                    .filter(|e| {
-                        e.file_name()
-                            .to_string_lossy()
-                            .bytes()
-                            .all(|b| b.is_ascii_digit())
-                    })
-                    .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-                    .filter(|s| s.contains(&format!("({name})")))
-                    .map(|s| ticks(&s))
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(db))
+        })
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                stat_seconds(&stat),
+            ))
+        })
+        .collect()
+}
+
+/// Per-call profile of a store, one call at a time (no load): what a
+/// request's store calls cost by themselves. p50 in µs of each kind, and
+/// the backends' CPU per call when `db` names a Postgres database.
+fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
+    let sid = "profile";
+    let segment = format!("{{\"keep\":{{}},\"pad\":\"{}\"}}", "x".repeat(600));
+    let mut version = store
+        .commit_versioned(
+            sid,
+            0,
+            &[],
+            &json!({"n": 0}),
+            Some(HistoryWrite::replace(&[segment.clone()])),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut segments = 1;
+    type Step<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+    let version_cell = std::cell::Cell::new(version);
+    let segments_cell = std::cell::Cell::new(segments);
+    let append = [segment];
+    let mut steps: Vec<Step<'_>> = vec![
+        (
+            "version",
+            Box::new(|| {
+                let _ = store.version(sid);
+            }),
+        ),
+        (
+            "load_versioned_since (unchanged)",
+            Box::new(|| {
+                let _ = store.load_versioned_since(sid, version_cell.get());
+            }),
+        ),
+        (
+            "commit_versioned + 1 segment",
+            Box::new(|| {
+                let keep = segments_cell.get();
+                // Keep the history bounded as the server does.
+                let write = if keep >= 64 {
+                    HistoryWrite::replace(&append)
+                } else {
+                    HistoryWrite {
+                        keep,
+                        append: &append,
+                    }
+                };
+                let v = store
+                    .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 1}), Some(write))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                version_cell.set(v);
+                segments_cell.set(if keep >= 64 { 1 } else { keep + 1 });
+            }),
+        ),
+        (
+            "commit_versioned, no history (usage)",
+            Box::new(|| {
+                let v = store
+                    .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 2}), None)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                version_cell.set(v);
+            }),
+        ),
+    ];
+    for (name, step) in &mut steps {
+        let pg0 = db.map(backend_seconds).unwrap_or_default();
+        let mut times: Vec<f64> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                step();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        let pg: f64 = db
+            .map(|d| {
+                backend_seconds(d)
+                    .iter()
+                    .map(|(pid, t)| t - pg0.get(pid).copied().unwrap_or(0.0))
                     .sum()
             })
-            .unwrap_or(0.0),
+            .unwrap_or(0.0);
+        times.sort_by(f64::total_cmp);
+        println!(
+            "           call {name}: p50 {:.0} µs, p99 {:.0} µs{}",
+            pct(&times, 0.5),
+            pct(&times, 0.99),
+            if db.is_some() {
+                format!(", backend cpu {:.0} µs", pg / n as f64 * 1e6)
+            } else {
+                String::new()
+            }
+        );
     }
+    version = version_cell.get();
+    segments = segments_cell.get();
+    let _ = (version, segments);
+    let _ = store.delete_session(sid);
+}
+
+/// The same one-row read as `version`, on a plain client of this runtime
+/// (no pool, no hop to the store's runtime): the round trip alone.
+async fn raw_round_trip(url: &str, n: usize) {
+    let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(conn);
+    let Ok(stmt) = client
+        .prepare("SELECT version FROM ctx_state WHERE session = $1")
+        .await
+    else {
+        return;
+    };
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _ = client.query_opt(&stmt, &[&"profile"]).await;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "           call raw round trip (same read, plain client, no pool or runtime hop): p50 {:.0} µs, p99 {:.0} µs",
+        pct(&times, 0.5),
+        pct(&times, 0.99)
+    );
 }
 
 fn metric(text: &str, name: &str) -> u64 {
@@ -350,6 +509,11 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
     );
+    let sticky = std::env::var("FLEET_STICKY").is_ok_and(|v| v == "1");
+    let calls: usize = std::env::var("FLEET_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let modes =
         std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
     // The clients use reqwest's rustls without a built-in provider.
@@ -363,8 +527,9 @@ fn main() {
         let up = upstream().await;
         let mut direct: Option<(Vec<f64>, f64)> = None;
         println!(
-            "{sessions} sessions, {secs} s per mode, pause {} ms between a session's calls, two instances per store",
-            think.as_millis()
+            "{sessions} sessions, {secs} s per mode, pause {} ms between a session's calls, two instances per store, {}",
+            think.as_millis(),
+            if sticky { "each session on one instance" } else { "each session alternating between them" }
         );
         for mode in modes.split(',').map(str::to_owned) {
             let mode = mode.as_str();
@@ -388,7 +553,9 @@ fn main() {
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await;
                     client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap_or_else(|e| panic!("{e}"));
                     pg_db = Some((client, name.clone()));
-                    let opts = PgOptions::new(format!("{base}/{name}")).with_pool_size(32);
+                    let opts = PgOptions::new(format!("{base}/{name}"))
+                        .with_pool_size(32)
+                        .with_durable_records(std::env::var("FLEET_DURABLE").is_ok_and(|v| v == "1"));
                     let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts))
                         .await
                         .unwrap_or_else(|e| panic!("{e}"))
@@ -397,6 +564,22 @@ fn main() {
                 }
                 other => panic!("unknown mode {other}"),
             };
+            if calls > 0
+                && let Some(store) = store.clone()
+            {
+                println!("{mode:>9}: store calls one at a time ({calls} each, no load)");
+                let db = pg_db.as_ref().map(|(_, n)| n.clone());
+                let d = db.clone();
+                tokio::task::spawn_blocking(move || profile(store.as_ref(), calls, d.as_deref()))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                if let Some(name) = db {
+                    let admin = std::env::var("CTX_TEST_POSTGRES")
+                        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+                    let base = admin.rsplit_once('/').map_or(admin.clone(), |(b, _)| b.to_owned());
+                    raw_round_trip(&format!("{base}/{name}"), calls).await;
+                }
+            }
             let timed = store.map(|s| Arc::new(Timed { inner: s, times: Mutex::new(Vec::new()) }));
             let (urls, states) = if mode == "direct" {
                 (vec![up.clone()], Vec::new())
@@ -409,9 +592,18 @@ fn main() {
             // With no shared store the instances cannot share sessions:
             // each session stays on one.
             let urls_for = if mode == "none" { vec![urls[0].clone()] } else { urls.clone() };
-            let (cpu0, pg0) = (cpu_seconds(None), cpu_seconds(Some("postgres")));
-            let Outcome { latencies: lat, rps, errors } = load(&urls_for, sessions, secs, think, mode).await;
-            let (cpu, pg) = (cpu_seconds(None) - cpu0, cpu_seconds(Some("postgres")) - pg0);
+            let db_name = pg_db.as_ref().map(|(_, n): &(tokio_postgres::Client, String)| n.clone()).unwrap_or_else(|| "-".into());
+            let (cpu0, pg0) = (cpu_seconds(), backend_seconds(&db_name));
+            let Outcome { latencies: lat, rps, errors } = load(&urls_for, sessions, secs, think, sticky, mode).await;
+            let cpu = cpu_seconds() - cpu0;
+            let pg: f64 = if pg_db.is_some() {
+                backend_seconds(&db_name)
+                    .iter()
+                    .map(|(pid, t)| t - pg0.get(pid).copied().unwrap_or(0.0))
+                    .sum()
+            } else {
+                0.0
+            };
             let n = lat.len().max(1) as f64;
             let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
             let added = direct
@@ -431,7 +623,7 @@ fn main() {
                 .map(|(_, d)| format!(" (proxies' own ~{:.0} µs)", (cpu / n - d) * 1e6))
                 .unwrap_or_default();
             println!(
-                "           cpu per request: this process {:.0} µs{own}, postgres server {:.0} µs",
+                "           cpu per request: this process {:.0} µs{own}, postgres backends {:.0} µs",
                 cpu / n * 1e6,
                 pg / n * 1e6
             );
@@ -460,24 +652,40 @@ fn main() {
                 // and every record's messages are there.
                 let store = Arc::clone(&t.inner);
                 let tag = mode.to_owned();
-                let (records, missing) = tokio::task::spawn_blocking(move || {
+                let (records, missing, sizes) = tokio::task::spawn_blocking(move || {
                     let (mut records, mut missing) = (0u64, 0u64);
+                    // State bytes, history bytes, segments, summed.
+                    let mut sizes = (0usize, 0usize, 0usize);
                     for s in 0..sessions {
                         let sid = format!("-:{tag}-{s}");
+                        if let Ok(Some(v)) = store.load_versioned(&sid) {
+                            sizes.0 += v.state.to_string().len();
+                            sizes.1 += v.history.iter().map(String::len).sum::<usize>();
+                            sizes.2 += v.history.len();
+                        }
                         for r in store.compactions(&sid).unwrap_or_default() {
                             records += 1;
                             // Every message of the span, counted against
-                            // the span the compaction recorded.
+                            // the span the compaction recorded (less the
+                            // pinned ask the summary kept, if in it).
+                            let span = r.end - r.start;
                             match store.resolve(Some(&sid), &r.handle) {
-                                Ok(Some(e)) if e.messages.len() == r.end - r.start => {}
+                                Ok(Some(e)) if e.messages.len() == span || e.messages.len() + 1 == span => {}
                                 _ => missing += 1,
                             }
                         }
                     }
-                    (records, missing)
+                    (records, missing, sizes)
                 })
                 .await
                 .unwrap_or_default();
+                let per = |n: usize| n / sessions.max(1);
+                println!(
+                    "           record per session at the end: state {} B, history {} B in {} segments",
+                    per(sizes.0),
+                    per(sizes.1),
+                    per(sizes.2)
+                );
                 println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing or short");
                 assert_eq!(records, compactions, "a compaction was lost");
                 assert_eq!(missing, 0, "an archived span was lost");
