@@ -39,7 +39,8 @@ use context_engine::message::Message;
 use context_engine::store::backend::{hit_handle, index_text, now_ms, query_words, snippet};
 use context_engine::store::handle::message_json;
 use context_engine::store::{
-    Batch, CompactionRecord, Entry, EntryKind, SearchHit, SessionStore, StoreError, Versioned,
+    Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, SearchHit, SessionStore, Since,
+    StoreError, Versioned,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
@@ -47,9 +48,55 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (2, include_str!("migrations/0002_history_segments.sql")),
+];
+
+/// The compare-and-swap of a session's record and its history in one
+/// statement (one round trip, atomic): `$1` session, `$2` new version,
+/// `$3` state, `$4` time, `$5` expected version, `$6` segments kept, `$7`
+/// segments appended, `$8` whether the history is written. The history is
+/// touched only when the swap took (`swap` joined); rows replaced in place
+/// and rows past the new end deleted are disjoint, so no row is touched
+/// twice. Answers 1 when the swap took.
+const SWAP_TAIL: &str = "\
+    cut AS (DELETE FROM ctx_history h USING swap \
+            WHERE $8 AND h.session = swap.session AND h.seq >= $6::INTEGER + cardinality($7::TEXT[])), \
+    put AS (INSERT INTO ctx_history (session, seq, segment) \
+            SELECT swap.session, $6::INTEGER + t.o::INTEGER - 1, t.s \
+            FROM swap, unnest($7::TEXT[]) WITH ORDINALITY AS t(s, o) WHERE $8 \
+            ON CONFLICT (session, seq) DO UPDATE SET segment = excluded.segment) \
+    SELECT count(*) FROM swap";
+
+/// [`SWAP_TAIL`] for a record that exists (`version = $5`).
+fn swap_update() -> String {
+    format!(
+        "WITH swap AS (UPDATE ctx_state SET version = $2, state = $3, updated_ms = $4 \
+           WHERE session = $1 AND version = $5 RETURNING session), {SWAP_TAIL}"
+    )
+}
+
+/// [`SWAP_TAIL`] for a new record (or one at version 0).
+fn swap_insert() -> String {
+    format!(
+        "WITH swap AS (INSERT INTO ctx_state (session, version, state, updated_ms) \
+           VALUES ($1, $2, $3, $4) \
+           ON CONFLICT (session) DO UPDATE SET version = excluded.version, state = excluded.state, \
+             updated_ms = excluded.updated_ms \
+           WHERE ctx_state.version = $5 RETURNING session), {SWAP_TAIL}"
+    )
+}
+
+/// A session's record with its history segments, in one read; with
+/// `$2`, the state and history only when the version is not `$2`.
+const LOAD_SINCE: &str = "SELECT version, \
+       CASE WHEN version <> $2 THEN state END, \
+       CASE WHEN version <> $2 THEN \
+         ARRAY(SELECT segment FROM ctx_history h WHERE h.session = s.session ORDER BY seq) END \
+     FROM ctx_state s WHERE session = $1";
 
 /// Key of the advisory lock migrations run under ("ctxs").
 const MIGRATION_LOCK: i64 = 0x6374_7873;
@@ -73,6 +120,13 @@ pub struct PgOptions {
     /// Connecting, waiting for a pooled connection, and each call as a
     /// whole are bounded by this.
     pub timeout: Duration,
+    /// Whether a session record's write waits for the disk flush
+    /// (`synchronous_commit`). Off (the default): the store's connections
+    /// commit asynchronously, a write is still atomic and visible at once
+    /// and survives a crash of the caller, and only a crash of the database
+    /// server may lose its last fraction of a second of writes. A
+    /// transaction that archives (a batch) always waits for the flush.
+    pub durable_records: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -82,6 +136,7 @@ impl std::fmt::Debug for PgOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("pool_size", &self.pool_size)
             .field("timeout", &self.timeout)
+            .field("durable_records", &self.durable_records)
             .finish()
     }
 }
@@ -94,7 +149,14 @@ impl PgOptions {
             password: None,
             pool_size: 16,
             timeout: Duration::from_secs(5),
+            durable_records: false,
         }
+    }
+
+    /// Sets [`durable_records`](Self::durable_records).
+    pub fn with_durable_records(mut self, durable: bool) -> PgOptions {
+        self.durable_records = durable;
+        self
     }
 
     /// Sets [`password`](Self::password).
@@ -206,6 +268,16 @@ impl PgStore {
         }
         config.connect_timeout(options.timeout);
         config.application_name("context-engine");
+        if !options.durable_records {
+            // Commits wait for the disk flush (milliseconds) only when
+            // asked (see `PgOptions::durable_records`); archives ask.
+            let mut startup = config.get_options().unwrap_or("").to_owned();
+            if !startup.is_empty() {
+                startup.push(' ');
+            }
+            startup.push_str("-c synchronous_commit=off");
+            config.options(&startup);
+        }
         let location = describe(&config, &location);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -264,6 +336,42 @@ impl PgStore {
     pub fn pool_status(&self) -> (usize, usize) {
         let s = self.inner.pool.status();
         (s.size, s.available)
+    }
+
+    /// The record of `session` unless it is at version `known` (-1:
+    /// whatever it is), in one round trip.
+    fn since(&self, session: &str, known: i64) -> Result<Since, StoreError> {
+        let session = session.to_owned();
+        self.call(move |inner| async move {
+            let client = inner.client().await?;
+            let stmt = client
+                .prepare_cached(LOAD_SINCE)
+                .await
+                .map_err(|e| inner.err(&e))?;
+            let row = client
+                .query_opt(&stmt, &[&session, &known])
+                .await
+                .map_err(|e| inner.err(&e))?;
+            let Some(row) = row else {
+                return Ok(if known == 0 {
+                    Since::Unchanged
+                } else {
+                    Since::Changed(None)
+                });
+            };
+            let version: i64 = row.get(0);
+            if version == known {
+                return Ok(Since::Unchanged);
+            }
+            let state: Option<String> = row.get(1);
+            let state = serde_json::from_str(state.as_deref().unwrap_or("null"))
+                .map_err(|e| inner.corrupt(format!("state of `{session}`: {e}")))?;
+            Ok(Since::Changed(Some(Versioned {
+                version: version.max(0) as u64,
+                state,
+                history: row.get::<_, Option<Vec<String>>>(2).unwrap_or_default(),
+            })))
+        })
     }
 
     /// Runs `job` on the store's runtime and waits for it, at most the
@@ -615,6 +723,12 @@ fn ts_query(words: &[&str], all: bool) -> Option<String> {
     (!phrases.is_empty()).then(|| phrases.join(if all { " & " } else { " | " }))
 }
 
+/// An archive is never lost: its transaction waits for the disk flush
+/// whatever the connection's default.
+async fn durable(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute("SET LOCAL synchronous_commit = on").await
+}
+
 fn usize_of(v: Option<i64>) -> Option<usize> {
     v.and_then(|n| usize::try_from(n).ok())
 }
@@ -632,6 +746,7 @@ impl SessionStore for PgStore {
         self.call(|inner| async move {
             let mut client = inner.client().await?;
             let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
+            durable(&tx).await.map_err(|e| inner.err(&e))?;
             inner.apply(&tx, &session, &batch, true).await?;
             tx.commit().await.map_err(|e| inner.err(&e))
         })
@@ -658,89 +773,74 @@ impl SessionStore for PgStore {
     }
 
     fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
-        let session = session.to_owned();
-        self.call(|inner| async move {
-            let client = inner.client().await?;
-            let stmt = client
-                .prepare_cached("SELECT version, state, history FROM ctx_state WHERE session = $1")
-                .await
-                .map_err(|e| inner.err(&e))?;
-            let Some(row) = client
-                .query_opt(&stmt, &[&session])
-                .await
-                .map_err(|e| inner.err(&e))?
-            else {
-                return Ok(None);
-            };
-            let state: String = row.get(1);
-            let state = serde_json::from_str(&state)
-                .map_err(|e| inner.corrupt(format!("state of `{session}`: {e}")))?;
-            Ok(Some(Versioned {
-                version: row.get::<_, i64>(0).max(0) as u64,
-                state,
-                history: row.get(2),
-            }))
-        })
+        // -1 is no version: the whole record comes back.
+        match self.since(session, -1)? {
+            Since::Changed(record) => Ok(record),
+            Since::Unchanged => Ok(None),
+        }
     }
 
+    fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
+        self.since(session, i64::try_from(known).unwrap_or(i64::MAX))
+    }
+
+    /// One statement (see [`SWAP_TAIL`]), prepared once per connection;
+    /// in a transaction with the batches when there are any (a
+    /// compaction's archive), the swap first so that it row-locks the
+    /// session before anything else is written.
     fn commit_versioned(
         &self,
         session: &str,
         expected: u64,
         batches: &[Batch],
         state: &Value,
-        history: Option<&str>,
+        history: Option<HistoryWrite<'_>>,
     ) -> Result<u64, StoreError> {
         let session = session.to_owned();
         let batches: Vec<Batch> = batches.iter().filter(|b| !b.is_empty()).cloned().collect();
         let state = state.to_string();
-        let history = history.map(str::to_owned);
+        let (write, keep, append) = match history {
+            Some(h) => (
+                true,
+                i32::try_from(h.keep).unwrap_or(i32::MAX),
+                h.append.to_vec(),
+            ),
+            None => (false, 0, Vec::new()),
+        };
         self.call(|inner| async move {
             let mut client = inner.client().await?;
             let err = |e: tokio_postgres::Error| inner.err(&e);
-            let tx = client.transaction().await.map_err(err)?;
             let version = expected + 1;
-            // The swap first: it locks the row, so a competing writer waits
-            // here and then finds the version moved.
-            let swapped = if expected == 0 {
-                tx.execute(
-                    "INSERT INTO ctx_state (session, version, state, history, updated_ms) \
-                     VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (session) DO UPDATE SET version = excluded.version, \
-                       state = excluded.state, history = COALESCE(excluded.history, ctx_state.history), \
-                       updated_ms = excluded.updated_ms \
-                     WHERE ctx_state.version = 0",
-                    &[&session, &(version as i64), &state, &history, &(now_ms() as i64)],
-                )
-                .await
-                .map_err(err)?
+            let sql = if expected == 0 {
+                swap_insert()
             } else {
-                let stmt = tx
-                    .prepare_cached(
-                        "UPDATE ctx_state SET version = $2, state = $3, \
-                         history = COALESCE($4, history), updated_ms = $5 \
-                         WHERE session = $1 AND version = $6",
-                    )
-                    .await
-                    .map_err(err)?;
-                tx.execute(
-                    &stmt,
-                    &[
-                        &session,
-                        &(version as i64),
-                        &state,
-                        &history,
-                        &(now_ms() as i64),
-                        &(expected as i64),
-                    ],
-                )
-                .await
-                .map_err(err)?
+                swap_update()
             };
-            if swapped != 1 {
-                return Err(inner.conflict(format!(
+            let stmt = client.prepare_cached(&sql).await.map_err(err)?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                &session,
+                &(version as i64),
+                &state,
+                &(now_ms() as i64),
+                &(expected as i64),
+                &keep,
+                &append,
+                &write,
+            ];
+            let conflict = || {
+                inner.conflict(format!(
                     "session `{session}` is no longer at version {expected}: another writer changed it"
-                )));
+                ))
+            };
+            if batches.is_empty() {
+                let swapped: i64 = client.query_one(&stmt, &params).await.map_err(err)?.get(0);
+                return if swapped == 1 { Ok(version) } else { Err(conflict()) };
+            }
+            let tx = client.transaction().await.map_err(err)?;
+            durable(&tx).await.map_err(err)?;
+            let swapped: i64 = tx.query_one(&stmt, &params).await.map_err(err)?.get(0);
+            if swapped != 1 {
+                return Err(conflict());
             }
             for batch in &batches {
                 // The record above is the state; a batch's own snapshot
@@ -929,6 +1029,7 @@ impl SessionStore for PgStore {
                 "ctx_handles",
                 "ctx_compactions",
                 "ctx_state",
+                "ctx_history",
                 "ctx_archive",
                 "ctx_claims",
             ] {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::TestDb;
-use context_engine::store::{SessionStore, StoreError};
+use context_engine::store::{HistoryWrite, SessionStore, StoreError};
 use context_engine_postgres::{PgOptions, PgStore, SCHEMA_VERSION};
 use serde_json::json;
 
@@ -122,4 +122,39 @@ fn an_unreachable_database_is_a_clear_error_without_the_password() {
     assert!(!text.contains("hunter2"), "{text}");
     assert!(!format!("{err:?}").contains("hunter2"));
     assert!(!store.location().contains("hunter2"));
+}
+
+#[test]
+fn a_schema_1_database_opens_migrated_with_its_history_as_one_segment() {
+    let Some(db) = TestDb::create() else { return };
+    // What schema 1 wrote: the history as one text in the record's row.
+    db.execute(include_str!("../src/migrations/0001_init.sql"));
+    db.execute(
+        "CREATE TABLE ctx_schema (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL, \
+           application TEXT NOT NULL DEFAULT 'context-engine'); \
+         INSERT INTO ctx_schema (id, version) VALUES (1, 1); \
+         INSERT INTO ctx_state (session, version, state, history, updated_ms) \
+           VALUES ('s', 5, '{\"n\": 1}', '{\"chain\":[],\"messages\":[],\"sent\":[]}', 1)",
+    );
+    let store = store(&db);
+    let rec = store.load_versioned("s").expect("load").expect("record");
+    assert_eq!((rec.version, rec.state.clone()), (5, json!({"n": 1})));
+    assert_eq!(rec.history, ["{\"chain\":[],\"messages\":[],\"sent\":[]}"]);
+    let next = vec!["next".to_owned()];
+    store
+        .commit_versioned(
+            "s",
+            5,
+            &[],
+            &json!({"n": 2}),
+            Some(HistoryWrite {
+                keep: 1,
+                append: &next,
+            }),
+        )
+        .expect("append");
+    let rec = store.load_versioned("s").expect("load").expect("record");
+    assert_eq!(rec.version, 6);
+    assert_eq!(rec.history.len(), 2);
+    assert_eq!(rec.history[1], "next");
 }

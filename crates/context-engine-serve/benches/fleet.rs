@@ -11,11 +11,36 @@
 //! call) in a 12k window, so they compact; after the run every compaction
 //! the proxies counted must be in the store with every archived message
 //! (no lost archive row). Prints client latency p50/p99, added latency
-//! (through the proxy minus direct, same percentile), throughput, and the
-//! store's own time per call.
+//! (through the proxy minus direct, same percentile), throughput, errors
+//! by kind, the store's own time per call, and CPU time per request: this
+//! process (generator, upstream and both proxies; minus `direct`'s, the
+//! proxies' own) and the Postgres backends serving the bench's database
+//! (from `/proc`, by process title).
+//!
+//! `FLEET_THINK_MS` (default 0) is each session's pause between its
+//! calls. At 0 the load is closed-loop: 200 sessions keep the machine
+//! saturated and latency is mostly queueing (Little's law: 200 in flight /
+//! throughput), which a 2-core machine shows as hundreds of milliseconds
+//! whatever the store. An agent waits for its model between calls, so a
+//! pause (e.g. 500 ms: 400 requests/s from 200 sessions) measures what
+//! a request costs at a rate the machine sustains.
+//!
+//! `FLEET_STICKY=1` keeps each session on one instance (a load balancer
+//! with affinity: the cached copy stays current, no reload) instead of
+//! alternating on every call.
+//!
+//! `FLEET_CALLS=N` first profiles each store's calls one at a time, N of
+//! each, without load (a request's store calls by themselves; for
+//! Postgres also the same read on a plain client, no pool and no hop to
+//! the store's runtime, and the backends' CPU per call).
+//!
+//! `FLEET_DURABLE=1` makes Postgres record writes wait for the disk flush
+//! (`store.durable_records`; off by default).
 //!
 //! `cargo bench -p context-engine-serve --bench fleet` (`FLEET_SECONDS`,
-//! `FLEET_SESSIONS`, `FLEET_MODES=direct,none,sqlite,postgres`).
+//! `FLEET_SESSIONS`, `FLEET_THINK_MS`, `FLEET_STICKY`, `FLEET_CALLS`,
+//! `FLEET_DURABLE`,
+//! `FLEET_MODES=direct,none,sqlite,postgres`). Run it on a quiet machine.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,7 +53,8 @@ use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
 use context_engine::store::{
-    Batch, CompactionRecord, Entry, SearchHit, SessionStore, SqliteStore, StoreError, Versioned,
+    Batch, CompactionRecord, Entry, HistoryWrite, SearchHit, SessionStore, Since, SqliteStore,
+    StoreError, Versioned,
 };
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine_postgres::{PgOptions, PgStore};
@@ -94,16 +120,25 @@ impl SessionStore for Timed {
         v: u64,
         b: &[Batch],
         st: &Value,
-        h: Option<&str>,
+        h: Option<HistoryWrite<'_>>,
     ) -> Result<u64, StoreError> {
         self.time(|| self.inner.commit_versioned(s, v, b, st, h))
+    }
+    fn load_versioned_since(&self, s: &str, known: u64) -> Result<Since, StoreError> {
+        self.time(|| self.inner.load_versioned_since(s, known))
     }
 }
 
 async fn upstream() -> String {
     let app = Router::new().route(
         "/v1/chat/completions",
-        post(|| async {
+        // The body is read to the end before answering, as a real
+        // provider does: a server that answers first closes the connection
+        // while the client still sends, and the client sees a broken pipe
+        // or a connection closed before the answer (the "unexplained"
+        // errors of earlier runs).
+        post(|body: Bytes| async move {
+            drop(body);
             Response::builder()
                 .header("content-type", "application/json")
                 .body(Body::from(REPLY))
@@ -170,9 +205,47 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Runs the load against `urls` (sessions alternate between them):
-/// sorted latencies (ms), requests per second, errors.
-async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f64>, f64, usize) {
+/// What went wrong with one request, as a kind to count (a status and
+/// the start of its body, or the transport error's class and cause).
+fn error_kind(e: &reqwest::Error) -> String {
+    let class = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else if e.is_body() || e.is_decode() {
+        "body"
+    } else if e.is_request() {
+        "request"
+    } else {
+        "other"
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = s.to_string();
+        source = s.source();
+    }
+    format!("{class}: {cause}")
+}
+
+/// One mode's load: sorted latencies (ms), requests per second, errors by
+/// kind.
+struct Outcome {
+    latencies: Vec<f64>,
+    rps: f64,
+    errors: std::collections::BTreeMap<String, usize>,
+}
+
+/// Runs the load against `urls` (sessions alternate between them), each
+/// session pausing `think` between its calls.
+async fn load(
+    urls: &[String],
+    sessions: usize,
+    secs: u64,
+    think: Duration,
+    sticky: bool,
+    tag: &str,
+) -> Outcome {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(sessions)
         .build()
@@ -183,14 +256,19 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
     for s in 0..sessions {
         let (client, urls, tag) = (client.clone(), urls.to_vec(), tag.to_owned());
         tasks.push(tokio::spawn(async move {
+            // Spread the sessions' first calls over one pause.
+            tokio::time::sleep(think.mul_f64(s as f64 / sessions as f64)).await;
             let mut h = vec![
                 json!({"role": "system", "content": "You are a careful coding agent."}),
                 json!({"role": "user", "content": format!("Session {s}: fix the failing test in tests/test_parser.py")}),
             ];
-            let (mut lat, mut errors) = (Vec::new(), 0);
+            let mut lat = Vec::new();
+            let mut errors: Vec<String> = Vec::new();
             let mut i = 0;
             while Instant::now() < end {
-                let url = &urls[i % urls.len()];
+                // Alternating instances on every call (the worst case:
+                // every call reloads), or a session per instance.
+                let url = if sticky { &urls[s % urls.len()] } else { &urls[i % urls.len()] };
                 let body = serde_json::to_vec(&json!({"model": "m", "messages": &h})).unwrap_or_default();
                 let t = Instant::now();
                 let outcome = match client
@@ -203,36 +281,213 @@ async fn load(urls: &[String], sessions: usize, secs: u64, tag: &str) -> (Vec<f6
                 {
                     Ok(r) if r.status().is_success() => match r.bytes().await {
                         Ok(_) => None,
-                        Err(e) => Some(format!("body: {e}")),
+                        Err(e) => Some(error_kind(&e)),
                     },
                     Ok(r) => {
                         let status = r.status();
-                        Some(format!("{status}: {}", r.text().await.unwrap_or_default()))
+                        let text = r.text().await.unwrap_or_default();
+                        Some(format!("status {status}: {}", text.chars().take(120).collect::<String>()))
                     }
-                    Err(e) => Some(format!("send: {e:?}")),
+                    Err(e) => Some(error_kind(&e)),
                 };
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
                 if let Some(why) = outcome {
-                    if errors < 3 {
-                        eprintln!("error ({tag} session {s}): {why}");
-                    }
-                    errors += 1;
+                    errors.push(format!("{why} (request {i})"));
                 }
                 grow(&mut h, i, s);
                 i += 1;
+                if !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
             }
             (lat, errors)
         }));
     }
-    let (mut all, mut errors) = (Vec::new(), 0);
+    let mut all = Vec::new();
+    let mut errors = std::collections::BTreeMap::new();
     for t in tasks {
         let (lat, e) = t.await.unwrap_or_default();
         all.extend(lat);
-        errors += e;
+        for why in e {
+            // The kind without the request number.
+            let kind = why
+                .rsplit_once(" (request")
+                .map_or(why.as_str(), |(k, _)| k)
+                .to_owned();
+            *errors.entry(kind).or_insert(0) += 1;
+        }
     }
     let rps = all.len() as f64 / started.elapsed().as_secs_f64();
     all.sort_by(f64::total_cmp);
-    (all, rps, errors)
+    Outcome {
+        latencies: all,
+        rps,
+        errors,
+    }
+}
+
+/// CPU seconds (user + system, clock ticks of 10 ms) in a `/proc/<pid>/stat`.
+fn stat_seconds(stat: &str) -> f64 {
+    // Fields after the command's closing parenthesis: state is the first,
+    // utime the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (n(11) + n(12)) / 100.0
+}
+
+/// CPU seconds of this process.
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat").map_or(0.0, |s| stat_seconds(&s))
+}
+
+/// CPU seconds per process of the Postgres backends serving database `db`
+/// (their process title names it), by pid.
+fn backend_seconds(db: &str) -> std::collections::HashMap<String, f64> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Default::default();
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(db))
+        })
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                stat_seconds(&stat),
+            ))
+        })
+        .collect()
+}
+
+/// Per-call profile of a store, one call at a time (no load): what a
+/// request's store calls cost by themselves. p50 in µs of each kind, and
+/// the backends' CPU per call when `db` names a Postgres database.
+fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
+    let sid = "profile";
+    let segment = format!("{{\"keep\":{{}},\"pad\":\"{}\"}}", "x".repeat(600));
+    let version = store
+        .commit_versioned(
+            sid,
+            0,
+            &[],
+            &json!({"n": 0}),
+            Some(HistoryWrite::replace(std::slice::from_ref(&segment))),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let segments = 1usize;
+    type Step<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+    let version_cell = std::cell::Cell::new(version);
+    let segments_cell = std::cell::Cell::new(segments);
+    let append = [segment];
+    let mut steps: Vec<Step<'_>> = vec![
+        (
+            "version",
+            Box::new(|| {
+                let _ = store.version(sid);
+            }),
+        ),
+        (
+            "load_versioned_since (unchanged)",
+            Box::new(|| {
+                let _ = store.load_versioned_since(sid, version_cell.get());
+            }),
+        ),
+        (
+            "commit_versioned + 1 segment",
+            Box::new(|| {
+                let keep = segments_cell.get();
+                // Keep the history bounded as the server does.
+                let write = if keep >= 64 {
+                    HistoryWrite::replace(&append)
+                } else {
+                    HistoryWrite {
+                        keep,
+                        append: &append,
+                    }
+                };
+                let v = store
+                    .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 1}), Some(write))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                version_cell.set(v);
+                segments_cell.set(if keep >= 64 { 1 } else { keep + 1 });
+            }),
+        ),
+        (
+            "commit_versioned, no history (usage)",
+            Box::new(|| {
+                let v = store
+                    .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 2}), None)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                version_cell.set(v);
+            }),
+        ),
+    ];
+    for (name, step) in &mut steps {
+        let pg0 = db.map(backend_seconds).unwrap_or_default();
+        let mut times: Vec<f64> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                step();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        let pg: f64 = db
+            .map(|d| {
+                backend_seconds(d)
+                    .iter()
+                    .map(|(pid, t)| t - pg0.get(pid).copied().unwrap_or(0.0))
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        times.sort_by(f64::total_cmp);
+        println!(
+            "           call {name}: p50 {:.0} µs, p99 {:.0} µs{}",
+            pct(&times, 0.5),
+            pct(&times, 0.99),
+            if db.is_some() {
+                format!(", backend cpu {:.0} µs", pg / n as f64 * 1e6)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let _ = store.delete_session(sid);
+}
+
+/// The same one-row read as `version`, on a plain client of this runtime
+/// (no pool, no hop to the store's runtime): the round trip alone.
+async fn raw_round_trip(url: &str, n: usize) {
+    let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(conn);
+    let Ok(stmt) = client
+        .prepare("SELECT version FROM ctx_state WHERE session = $1")
+        .await
+    else {
+        return;
+    };
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _ = client.query_opt(&stmt, &[&"profile"]).await;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "           call raw round trip (same read, plain client, no pool or runtime hop): p50 {:.0} µs, p99 {:.0} µs",
+        pct(&times, 0.5),
+        pct(&times, 0.99)
+    );
 }
 
 fn metric(text: &str, name: &str) -> u64 {
@@ -251,6 +506,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let think = Duration::from_millis(
+        std::env::var("FLEET_THINK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
+    let sticky = std::env::var("FLEET_STICKY").is_ok_and(|v| v == "1");
+    let calls: usize = std::env::var("FLEET_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let modes =
         std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
     // The clients use reqwest's rustls without a built-in provider.
@@ -262,8 +528,12 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async move {
         let up = upstream().await;
-        let mut direct: Option<Vec<f64>> = None;
-        println!("{sessions} sessions, {secs} s per mode, two instances per store");
+        let mut direct: Option<(Vec<f64>, f64)> = None;
+        println!(
+            "{sessions} sessions, {secs} s per mode, pause {} ms between a session's calls, two instances per store, {}",
+            think.as_millis(),
+            if sticky { "each session on one instance" } else { "each session alternating between them" }
+        );
         for mode in modes.split(',').map(str::to_owned) {
             let mode = mode.as_str();
             let dir = std::env::temp_dir().join(format!("ctx-fleet-bench-{}", std::process::id()));
@@ -286,7 +556,9 @@ fn main() {
                     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await;
                     client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap_or_else(|e| panic!("{e}"));
                     pg_db = Some((client, name.clone()));
-                    let opts = PgOptions::new(format!("{base}/{name}")).with_pool_size(32);
+                    let opts = PgOptions::new(format!("{base}/{name}"))
+                        .with_pool_size(32)
+                        .with_durable_records(std::env::var("FLEET_DURABLE").is_ok_and(|v| v == "1"));
                     let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts))
                         .await
                         .unwrap_or_else(|e| panic!("{e}"))
@@ -295,6 +567,22 @@ fn main() {
                 }
                 other => panic!("unknown mode {other}"),
             };
+            if calls > 0
+                && let Some(store) = store.clone()
+            {
+                println!("{mode:>9}: store calls one at a time ({calls} each, no load)");
+                let db = pg_db.as_ref().map(|(_, n)| n.clone());
+                let d = db.clone();
+                tokio::task::spawn_blocking(move || profile(store.as_ref(), calls, d.as_deref()))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                if let Some(name) = db {
+                    let admin = std::env::var("CTX_TEST_POSTGRES")
+                        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+                    let base = admin.rsplit_once('/').map_or(admin.clone(), |(b, _)| b.to_owned());
+                    raw_round_trip(&format!("{base}/{name}"), calls).await;
+                }
+            }
             let timed = store.map(|s| Arc::new(Timed { inner: s, times: Mutex::new(Vec::new()) }));
             let (urls, states) = if mode == "direct" {
                 (vec![up.clone()], Vec::new())
@@ -307,18 +595,43 @@ fn main() {
             // With no shared store the instances cannot share sessions:
             // each session stays on one.
             let urls_for = if mode == "none" { vec![urls[0].clone()] } else { urls.clone() };
-            let (lat, rps, errors) = load(&urls_for, sessions, secs, mode).await;
+            let db_name = pg_db.as_ref().map(|(_, n): &(tokio_postgres::Client, String)| n.clone()).unwrap_or_else(|| "-".into());
+            let (cpu0, pg0) = (cpu_seconds(), backend_seconds(&db_name));
+            let Outcome { latencies: lat, rps, errors } = load(&urls_for, sessions, secs, think, sticky, mode).await;
+            let cpu = cpu_seconds() - cpu0;
+            let pg: f64 = if pg_db.is_some() {
+                backend_seconds(&db_name)
+                    .iter()
+                    .map(|(pid, t)| t - pg0.get(pid).copied().unwrap_or(0.0))
+                    .sum()
+            } else {
+                0.0
+            };
+            let n = lat.len().max(1) as f64;
             let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
             let added = direct
                 .as_ref()
-                .map(|d| format!("added p50 {:.2} ms, p99 {:.2} ms", p50 - pct(d, 0.5), p99 - pct(d, 0.99)))
+                .map(|(d, _)| format!("added p50 {:.2} ms, p99 {:.2} ms", p50 - pct(d, 0.5), p99 - pct(d, 0.99)))
                 .unwrap_or_default();
+            let error_count: usize = errors.values().sum();
             println!(
-                "{mode:>9}: {} requests, {rps:.0} req/s, errors {errors}, p50 {p50:.2} ms, p99 {p99:.2} ms {added}",
+                "{mode:>9}: {} requests, {rps:.0} req/s, errors {error_count}, p50 {p50:.2} ms, p99 {p99:.2} ms {added}",
                 lat.len()
             );
+            for (kind, count) in &errors {
+                println!("           error x{count}: {kind}");
+            }
+            let own = direct
+                .as_ref()
+                .map(|(_, d)| format!(" (proxies' own ~{:.0} µs)", (cpu / n - d) * 1e6))
+                .unwrap_or_default();
+            println!(
+                "           cpu per request: this process {:.0} µs{own}, postgres backends {:.0} µs",
+                cpu / n * 1e6,
+                pg / n * 1e6
+            );
             if mode == "direct" {
-                direct = Some(lat);
+                direct = Some((lat, cpu / n));
                 continue;
             }
             let (mut compactions, mut fallbacks) = (0, 0);
@@ -342,26 +655,44 @@ fn main() {
                 // and every record's messages are there.
                 let store = Arc::clone(&t.inner);
                 let tag = mode.to_owned();
-                let (records, missing) = tokio::task::spawn_blocking(move || {
+                let (records, missing, sizes) = tokio::task::spawn_blocking(move || {
                     let (mut records, mut missing) = (0u64, 0u64);
+                    // State bytes, history bytes, segments, summed.
+                    let mut sizes = (0usize, 0usize, 0usize);
                     for s in 0..sessions {
                         let sid = format!("-:{tag}-{s}");
+                        if let Ok(Some(v)) = store.load_versioned(&sid) {
+                            sizes.0 += v.state.to_string().len();
+                            sizes.1 += v.history.iter().map(String::len).sum::<usize>();
+                            sizes.2 += v.history.len();
+                        }
                         for r in store.compactions(&sid).unwrap_or_default() {
                             records += 1;
+                            // Every message of the span, counted against
+                            // the span the compaction recorded (less the
+                            // pinned ask the summary kept, if in it).
+                            let span = r.end - r.start;
                             match store.resolve(Some(&sid), &r.handle) {
-                                Ok(Some(e)) if !e.messages.is_empty() => {}
+                                Ok(Some(e)) if e.messages.len() == span || e.messages.len() + 1 == span => {}
                                 _ => missing += 1,
                             }
                         }
                     }
-                    (records, missing)
+                    (records, missing, sizes)
                 })
                 .await
                 .unwrap_or_default();
-                println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing");
+                let per = |n: usize| n / sessions.max(1);
+                println!(
+                    "           record per session at the end: state {} B, history {} B in {} segments",
+                    per(sizes.0),
+                    per(sizes.1),
+                    per(sizes.2)
+                );
+                println!("           archive: {records} compaction records for {compactions} compactions, {missing} spans missing or short");
                 assert_eq!(records, compactions, "a compaction was lost");
                 assert_eq!(missing, 0, "an archived span was lost");
-                assert_eq!(errors, 0, "errors");
+                assert_eq!(error_count, 0, "errors");
             }
             drop(states);
             if let Some((client, name)) = pg_db {

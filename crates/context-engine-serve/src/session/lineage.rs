@@ -235,8 +235,16 @@ impl Lineage {
 /// A lineage as a session store keeps it (see `persist`): each managed
 /// message's frozen text embedded as raw JSON (byte for byte), its
 /// `depends` and origin, the client chain, the last request's hashes.
+///
+/// The store keeps it as segments: each one keeps the first `keep` items
+/// of each part that the segments before it built, then appends its own.
+/// A whole lineage is one segment keeping nothing (which is also what a
+/// store written before segments holds), and a step appends one with what
+/// it changed.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Record {
+    #[serde(default, skip_serializing_if = "RecordKeep::is_nothing")]
+    keep: RecordKeep,
     chain: Vec<String>,
     messages: Vec<RecordMessage>,
     sent: Vec<u64>,
@@ -249,12 +257,59 @@ struct RecordMessage {
     engine_made: bool,
 }
 
+/// How many items of each part of a lineage a record segment keeps from
+/// the segments before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordKeep {
+    /// Client chain entries.
+    pub chain: usize,
+    /// Managed messages.
+    pub messages: usize,
+    /// Hashes of the last request's messages.
+    pub sent: usize,
+}
+
+impl RecordKeep {
+    fn is_nothing(&self) -> bool {
+        *self == RecordKeep::default()
+    }
+}
+
+/// Fingerprints of a lineage's parts: what a store holds, compared with
+/// the lineage now, tells what a step changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordPrints {
+    /// Client chain length and its last entry (a hash chain: equal last
+    /// entries mean equal chains).
+    chain: (usize, u128),
+    /// Per managed message: its text's hash with its `depends` and origin.
+    messages: Vec<u64>,
+    /// The last request's per-message hashes.
+    sent: Vec<u64>,
+    /// About the bytes of the whole lineage as one segment.
+    pub bytes: usize,
+}
+
+impl RecordPrints {
+    /// Whether the two lineages' parts are the same: nothing to write.
+    pub fn same_parts(&self, other: &RecordPrints) -> bool {
+        self.chain == other.chain && self.messages == other.messages && self.sent == other.sent
+    }
+}
+
 impl Lineage {
-    /// The lineage as JSON text, for a session store.
+    /// The lineage as JSON text, for a session store (one segment that
+    /// keeps nothing).
     pub fn to_record(&self) -> Result<String, String> {
+        self.to_segment(RecordKeep::default())
+    }
+
+    /// A record segment: the items of each part past what `keep` keeps.
+    pub fn to_segment(&self, keep: RecordKeep) -> Result<String, String> {
         let messages = self
             .meta
             .iter()
+            .skip(keep.messages)
             .map(|m| {
                 Ok(RecordMessage {
                     json: RawValue::from_string(m.text.to_string())
@@ -265,41 +320,101 @@ impl Lineage {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let record = Record {
-            chain: self.chain.iter().map(|h| format!("{h:032x}")).collect(),
+            keep,
+            chain: self
+                .chain
+                .iter()
+                .skip(keep.chain)
+                .map(|h| format!("{h:032x}"))
+                .collect(),
             messages,
-            sent: self.last_sent.clone(),
+            sent: self.last_sent.iter().skip(keep.sent).copied().collect(),
         };
         serde_json::to_string(&record).map_err(|e| e.to_string())
+    }
+
+    /// What of the lineage (whose prints are `now`) a store that holds
+    /// `stored` keeps: the common start of each part.
+    pub fn record_kept(&self, now: &RecordPrints, stored: &RecordPrints) -> RecordKeep {
+        let common = |a: &[u64], b: &[u64]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let (n, last) = stored.chain;
+        RecordKeep {
+            chain: if n > 0 && self.chain.get(n - 1) == Some(&last) {
+                n
+            } else {
+                0
+            },
+            messages: common(&now.messages, &stored.messages),
+            sent: common(&now.sent, &stored.sent),
+        }
+    }
+
+    /// Fingerprints of the lineage's parts (see [`RecordPrints`]).
+    pub fn record_prints(&self) -> RecordPrints {
+        let mut bytes = 64 + self.chain.len() * 35 + self.last_sent.len() * 21;
+        let messages = self
+            .meta
+            .iter()
+            .map(|m| {
+                bytes += m.text.len() + 40;
+                let text = xxhash_rust::xxh3::xxh3_64(m.text.as_bytes());
+                let origin = (m.depends as u64) << 1 | u64::from(m.engine_made);
+                xxhash_rust::xxh3::xxh3_64_with_seed(&text.to_le_bytes(), origin)
+            })
+            .collect();
+        RecordPrints {
+            chain: (self.chain.len(), self.chain.last().copied().unwrap_or(0)),
+            messages,
+            sent: self.last_sent.clone(),
+            bytes,
+        }
     }
 
     /// The lineage [`to_record`](Self::to_record) wrote; each message is
     /// parsed from its frozen text.
     pub fn from_record(text: &str) -> Result<Lineage, String> {
-        let record: Record =
-            serde_json::from_str(text).map_err(|e| format!("stored lineage: {e}"))?;
-        let chain = record
-            .chain
-            .iter()
-            .map(|h| u128::from_str_radix(h, 16).map_err(|e| format!("stored chain: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut messages = Vec::with_capacity(record.messages.len());
-        let mut meta = Vec::with_capacity(record.messages.len());
-        for (i, m) in record.messages.into_iter().enumerate() {
-            let message: Message = serde_json::from_str(m.json.get())
-                .map_err(|e| format!("stored managed message {i}: {e}"))?;
-            messages.push(message);
-            meta.push(Meta {
-                text: m.json.get().into(),
-                depends: m.depends,
-                engine_made: m.engine_made,
-            });
+        Lineage::from_segments(&[text])
+    }
+
+    /// The lineage a store's record segments build, oldest first.
+    pub fn from_segments<S: AsRef<str>>(segments: &[S]) -> Result<Lineage, String> {
+        let mut l = Lineage::default();
+        for (k, text) in segments.iter().enumerate() {
+            let record: Record = serde_json::from_str(text.as_ref())
+                .map_err(|e| format!("stored lineage, segment {k}: {e}"))?;
+            let keep = record.keep;
+            if keep.chain > l.chain.len()
+                || keep.messages > l.messages.len()
+                || keep.sent > l.last_sent.len()
+            {
+                return Err(format!(
+                    "stored lineage, segment {k}: keeps {keep:?} of {} chain entries, {} messages, {} hashes",
+                    l.chain.len(),
+                    l.messages.len(),
+                    l.last_sent.len()
+                ));
+            }
+            l.chain.truncate(keep.chain);
+            for h in &record.chain {
+                l.chain
+                    .push(u128::from_str_radix(h, 16).map_err(|e| format!("stored chain: {e}"))?);
+            }
+            l.messages.truncate(keep.messages);
+            l.meta.truncate(keep.messages);
+            for (i, m) in record.messages.into_iter().enumerate() {
+                let message: Message = serde_json::from_str(m.json.get())
+                    .map_err(|e| format!("stored managed message {}: {e}", keep.messages + i))?;
+                l.messages.push(message);
+                l.meta.push(Meta {
+                    text: m.json.get().into(),
+                    depends: m.depends,
+                    engine_made: m.engine_made,
+                });
+            }
+            l.last_sent.truncate(keep.sent);
+            l.last_sent.extend(record.sent);
         }
-        Ok(Lineage {
-            chain,
-            messages,
-            meta,
-            last_sent: record.sent,
-        })
+        Ok(l)
     }
 }
 

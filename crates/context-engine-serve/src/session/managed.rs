@@ -390,7 +390,7 @@ impl Managed {
     ) -> Result<Managed, String> {
         let (version, state, history) = match record {
             Some(r) => (r.version, Some(r.state), r.history),
-            None => (0, None, None),
+            None => (0, None, Vec::new()),
         };
         let serve: Option<ServeState> = state
             .as_ref()
@@ -398,11 +398,9 @@ impl Managed {
             .map(|v| serde_json::from_value(v.clone()))
             .transpose()
             .map_err(|e| format!("stored session `{store_id}`: {e}"))?;
-        let lineage = match &history {
-            Some(h) => Lineage::from_record(h)?,
-            None => Lineage::default(),
-        };
+        let lineage = Lineage::from_segments(&history)?;
         let staging = Arc::new(Staged::new(Arc::clone(staged.inner()), state));
+        staging.set_mark(super::persist::HistoryMark::loaded(&lineage, &history));
         let engine = ctx
             .factory
             .create(store_id)
@@ -451,8 +449,8 @@ impl Managed {
     }
 
     /// What to write: the batches the step collected, the state (host
-    /// snapshot plus the proxy's figures) and, when `with_history`, the
-    /// lineage.
+    /// snapshot plus the proxy's figures) and, when `with_history`, what
+    /// changed in the lineage since the stored version.
     pub(crate) fn record(
         &self,
         with_history: bool,
@@ -460,7 +458,7 @@ impl Managed {
         (
             Vec<context_engine::store::Batch>,
             serde_json::Value,
-            Option<String>,
+            Option<super::persist::HistoryDelta>,
         ),
         String,
     > {
@@ -479,7 +477,7 @@ impl Managed {
             );
         }
         let history = if with_history {
-            Some(self.lineage.to_record()?)
+            staged.history_delta(&self.lineage)?
         } else {
             None
         };
@@ -495,10 +493,18 @@ impl Managed {
         Ok((batches, state, history))
     }
 
-    /// The record was written as `version`.
-    pub(crate) fn set_stored_version(&mut self, version: u64) {
-        if let Some((_, v)) = &mut self.stored {
+    /// The record was written as `version`, with the history `mark`
+    /// says when it was written (`None`: unchanged).
+    pub(crate) fn set_stored_version(
+        &mut self,
+        version: u64,
+        mark: Option<super::persist::HistoryMark>,
+    ) {
+        if let Some((staged, v)) = &mut self.stored {
             *v = version;
+            if mark.is_some() {
+                staged.set_mark(mark);
+            }
         }
     }
 }

@@ -7,14 +7,15 @@
 //! message's frozen JSON text, so the byte-for-byte prefix survives a move
 //! to another instance). Per request:
 //!
-//! 1. `version(session)`: one indexed read. When it equals the version of
-//!    the copy this instance holds, the copy is current; else the record is
-//!    loaded and the session rebuilt from it.
+//! 1. `load_versioned_since(session, version held)`: one read. Nothing
+//!    when the copy this instance holds is current; else the record, and
+//!    the session is rebuilt from it.
 //! 2. The engine step runs with the host attached to a [`Staged`] store:
 //!    what a compaction archives is collected, not written.
 //! 3. `commit_versioned`: the collected batches and the new record, in one
 //!    transaction, only if the version is still the one read
-//!    (compare-and-swap). A writer that lost reloads and runs the step
+//!    (compare-and-swap); the lineage as a segment with what the step
+//!    changed (see [`history_delta`]), not whole. A writer that lost reloads and runs the step
 //!    again (at most [`RETRIES`] times): a compaction is committed once,
 //!    by one instance, and two instances never interleave a session's
 //!    writes.
@@ -29,8 +30,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use context_engine::store::{
-    Batch, CompactionRecord, Entry, SearchHit, SessionStore, StoreError, Versioned,
+    Batch, CompactionRecord, Entry, HistoryWrite, SearchHit, SessionStore, Since, StoreError,
+    Versioned,
 };
+
+use super::lineage::{Lineage, RecordPrints};
 use serde_json::Value;
 
 /// Compare-and-swap attempts per step before the request fails open.
@@ -178,6 +182,9 @@ pub struct Staged {
     inner: Arc<dyn SessionStore>,
     batches: Mutex<Vec<Batch>>,
     restore: Mutex<Option<Value>>,
+    /// What of the lineage the store holds at the version the session's
+    /// copy matches (`None`: nothing yet).
+    mark: Mutex<Option<HistoryMark>>,
 }
 
 impl Staged {
@@ -187,7 +194,20 @@ impl Staged {
             inner,
             batches: Mutex::new(Vec::new()),
             restore: Mutex::new(restore),
+            mark: Mutex::new(None),
         }
+    }
+
+    /// The lineage the store holds is now `mark`'s.
+    pub(crate) fn set_mark(&self, mark: Option<HistoryMark>) {
+        *self.mark.lock().unwrap_or_else(PoisonError::into_inner) = mark;
+    }
+
+    /// What a write of `lineage` must add to the stored history (`None`:
+    /// nothing changed).
+    pub(crate) fn history_delta(&self, lineage: &Lineage) -> Result<Option<HistoryDelta>, String> {
+        let mark = self.mark.lock().unwrap_or_else(PoisonError::into_inner);
+        history_delta(lineage, mark.as_ref())
     }
 
     /// The batches collected since the last call.
@@ -257,7 +277,7 @@ impl SessionStore for Staged {
 pub(crate) struct Loaded {
     pub version: u64,
     pub state: Value,
-    pub history: Option<String>,
+    pub history: Vec<String>,
 }
 
 impl From<Versioned> for Loaded {
@@ -268,6 +288,97 @@ impl From<Versioned> for Loaded {
             history: v.history,
         }
     }
+}
+
+/// The history is rewritten whole (one segment) once it would hold more
+/// segments than this: a reload reads a bounded number of rows.
+pub const MAX_SEGMENTS: usize = 64;
+
+/// ... or once its segments would hold more than twice the lineage's
+/// bytes plus this (what compactions and divergences left behind).
+const REWRITE_SLACK: usize = 64 * 1024;
+
+/// What of a session's lineage the store holds: the lineage's
+/// fingerprints when written, how many segments and bytes hold it.
+#[derive(Clone, Debug)]
+pub(crate) struct HistoryMark {
+    prints: RecordPrints,
+    segments: usize,
+    bytes: usize,
+}
+
+impl HistoryMark {
+    /// The mark of `lineage`, built from the stored `segments`.
+    pub(crate) fn loaded(lineage: &Lineage, segments: &[String]) -> Option<HistoryMark> {
+        (!segments.is_empty()).then(|| HistoryMark {
+            prints: lineage.record_prints(),
+            segments: segments.len(),
+            bytes: segments.iter().map(String::len).sum(),
+        })
+    }
+}
+
+/// A history write: segments kept and appended, and the mark once written.
+pub(crate) struct HistoryDelta {
+    pub keep: usize,
+    pub append: Vec<String>,
+    pub mark: HistoryMark,
+}
+
+impl HistoryDelta {
+    /// The write as the store takes it.
+    pub fn write(&self) -> HistoryWrite<'_> {
+        HistoryWrite {
+            keep: self.keep,
+            append: &self.append,
+        }
+    }
+}
+
+/// What to write of `lineage` over a stored history `mark`: one segment
+/// with what changed since (the common start of each part kept), or the
+/// whole lineage as one segment when nothing is stored or the segments
+/// grew past [`MAX_SEGMENTS`] or twice the lineage's size. `None` when
+/// nothing changed. The write costs what the step changed, not the
+/// session's length (the fingerprints are a hash per message, in memory).
+pub(crate) fn history_delta(
+    lineage: &Lineage,
+    mark: Option<&HistoryMark>,
+) -> Result<Option<HistoryDelta>, String> {
+    let prints = lineage.record_prints();
+    let whole = |prints: RecordPrints| -> Result<Option<HistoryDelta>, String> {
+        let segment = lineage.to_record()?;
+        Ok(Some(HistoryDelta {
+            keep: 0,
+            mark: HistoryMark {
+                prints,
+                segments: 1,
+                bytes: segment.len(),
+            },
+            append: vec![segment],
+        }))
+    };
+    let Some(mark) = mark else {
+        return whole(prints);
+    };
+    if prints.same_parts(&mark.prints) {
+        return Ok(None);
+    }
+    let keep = lineage.record_kept(&prints, &mark.prints);
+    let segment = lineage.to_segment(keep)?;
+    let bytes = mark.bytes + segment.len();
+    if mark.segments + 1 > MAX_SEGMENTS || bytes > 2 * prints.bytes + REWRITE_SLACK {
+        return whole(prints);
+    }
+    Ok(Some(HistoryDelta {
+        keep: mark.segments,
+        mark: HistoryMark {
+            prints,
+            segments: mark.segments + 1,
+            bytes,
+        },
+        append: vec![segment],
+    }))
 }
 
 /// The name of `key`'s session in the store: credential scope and id, so
@@ -294,35 +405,33 @@ pub(crate) fn prepare_stored(
 ) -> Result<super::Plan, String> {
     let sid = store_id(key);
     for _ in 0..RETRIES {
+        // One read: nothing when the copy held is current, else the
+        // record (or none: a new session).
         let t = Instant::now();
-        let current = match store.observe(t, store.store.version(&sid)) {
-            Ok(v) => v.unwrap_or(0),
+        let found = match slot.as_ref().and_then(super::Managed::stored_version) {
+            Some(known) => store.observe(t, store.store.load_versioned_since(&sid, known)),
+            None => store
+                .observe(t, store.store.load_versioned(&sid))
+                .map(Since::Changed),
+        };
+        match found {
+            Ok(Since::Unchanged) => {}
+            Ok(Since::Changed(record)) => {
+                // A plain state (version 0) is not a server's record.
+                let record = record.filter(|r| r.version > 0).map(Loaded::from);
+                let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
+                *slot = None;
+                *slot = Some(super::Managed::stored(
+                    Arc::clone(ctx),
+                    &sid,
+                    staged,
+                    record,
+                )?);
+            }
             Err(e) => {
                 *slot = None;
                 return Err(unavailable(&e));
             }
-        };
-        if slot.as_ref().and_then(super::Managed::stored_version) != Some(current) {
-            let record = if current == 0 {
-                None
-            } else {
-                let t = Instant::now();
-                match store.observe(t, store.store.load_versioned(&sid)) {
-                    Ok(r) => r.map(Loaded::from),
-                    Err(e) => {
-                        *slot = None;
-                        return Err(unavailable(&e));
-                    }
-                }
-            };
-            let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
-            *slot = None;
-            *slot = Some(super::Managed::stored(
-                Arc::clone(ctx),
-                &sid,
-                staged,
-                record,
-            )?);
         }
         let Some(m) = slot.as_mut() else {
             return Err("no session".into());
@@ -341,13 +450,17 @@ pub(crate) fn prepare_stored(
         let t = Instant::now();
         let written = store.observe(
             t,
-            store
-                .store
-                .commit_versioned(&sid, expected, &batches, &state, history.as_deref()),
+            store.store.commit_versioned(
+                &sid,
+                expected,
+                &batches,
+                &state,
+                history.as_ref().map(HistoryDelta::write),
+            ),
         );
         match written {
             Ok(version) => {
-                m.set_stored_version(version);
+                m.set_stored_version(version, history.map(|h| h.mark));
                 return Ok(plan);
             }
             Err(StoreError::Conflict { .. }) => {
@@ -390,7 +503,7 @@ pub(crate) fn after_response_stored(
                 .map_err(|e| e.to_string())
         });
     match written {
-        Ok(version) => m.set_stored_version(version),
+        Ok(version) => m.set_stored_version(version, None),
         Err(e) => {
             tracing::warn!(session = %sid, error = %e, "usage not stored: the next request reloads the session");
             *slot = None;
@@ -402,6 +515,107 @@ pub(crate) fn after_response_stored(
 mod tests {
     use super::*;
     use context_engine::store::MemoryStore;
+
+    /// Feeds the client's history `raws` to `l` as the proxy does.
+    fn feed(l: &mut Lineage, raws: &[Box<serde_json::value::RawValue>]) {
+        let refs: Vec<&serde_json::value::RawValue> = raws.iter().map(AsRef::as_ref).collect();
+        let chain = super::super::lineage::chain(&refs);
+        let from = match l.reconcile(&chain) {
+            super::super::lineage::Reconcile::Extends { new_from }
+            | super::super::lineage::Reconcile::Diverged { new_from, .. } => new_from,
+        };
+        for (i, raw) in refs.iter().enumerate().skip(from) {
+            l.push_client(serde_json::from_str(raw.get()).unwrap(), raw, i);
+        }
+        l.set_chain(&chain);
+        let messages = l.messages().to_vec();
+        l.render(&messages);
+    }
+
+    fn user(text: &str) -> Box<serde_json::value::RawValue> {
+        serde_json::value::RawValue::from_string(
+            serde_json::json!({"role": "user", "content": text}).to_string(),
+        )
+        .unwrap()
+    }
+
+    /// Writes what changed into `segments` (as a store would): the bytes
+    /// written, `None` when nothing.
+    fn write(
+        l: &Lineage,
+        segments: &mut Vec<String>,
+        mark: &mut Option<HistoryMark>,
+    ) -> Option<usize> {
+        let delta = history_delta(l, mark.as_ref()).unwrap()?;
+        delta.write().apply(segments);
+        *mark = Some(delta.mark);
+        Some(delta.append.iter().map(String::len).sum())
+    }
+
+    fn same(a: &Lineage, b: &Lineage) {
+        assert_eq!(a.to_record().unwrap(), b.to_record().unwrap());
+    }
+
+    #[test]
+    fn the_history_is_written_as_segments_of_what_changed() {
+        let mut raws: Vec<_> = (0..10)
+            .map(|i| user(&format!("message {i} {}", "x".repeat(200))))
+            .collect();
+        let mut l = Lineage::default();
+        let (mut segments, mut mark) = (Vec::new(), None);
+        feed(&mut l, &raws);
+        let first = write(&l, &mut segments, &mut mark).expect("first write");
+        assert_eq!(segments.len(), 1);
+        assert!(
+            write(&l, &mut segments, &mut mark).is_none(),
+            "nothing changed"
+        );
+        // Each step appends one message: a small segment, not the lineage.
+        for i in 10..40 {
+            raws.push(user(&format!("message {i} {}", "x".repeat(200))));
+            feed(&mut l, &raws);
+            let n = write(&l, &mut segments, &mut mark).expect("step");
+            assert!(n < 500, "step {i} wrote {n} bytes");
+            same(&Lineage::from_segments(&segments).unwrap(), &l);
+        }
+        assert_eq!(segments.len(), 31);
+        assert!(first > 2000);
+        // A compaction replaces the middle: the segment keeps the start.
+        let messages = l.messages().to_vec();
+        let summary: context_engine::message::Message =
+            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
+        l.replace(vec![messages[0].clone(), summary, messages[39].clone()]);
+        write(&l, &mut segments, &mut mark).expect("compaction");
+        same(&Lineage::from_segments(&segments).unwrap(), &l);
+        // The client diverges: cut and rebuilt, still one segment more (or
+        // a rewrite), and the stored lineage is the one in memory.
+        raws.truncate(5);
+        raws.push(user("a new branch"));
+        feed(&mut l, &raws);
+        write(&l, &mut segments, &mut mark).expect("divergence");
+        same(&Lineage::from_segments(&segments).unwrap(), &l);
+        // The client truncates: what is stored past the cut goes too.
+        raws.push(user("one more"));
+        feed(&mut l, &raws);
+        write(&l, &mut segments, &mut mark).expect("step");
+        raws.pop();
+        feed(&mut l, &raws);
+        write(&l, &mut segments, &mut mark).expect("truncation");
+        same(&Lineage::from_segments(&segments).unwrap(), &l);
+        // Segments never pile up past the bound: the history is rewritten.
+        for i in 0..2 * MAX_SEGMENTS {
+            raws.push(user(&format!("more {i}")));
+            feed(&mut l, &raws);
+            write(&l, &mut segments, &mut mark).expect("step");
+            assert!(segments.len() <= MAX_SEGMENTS);
+        }
+        same(&Lineage::from_segments(&segments).unwrap(), &l);
+        // A lineage written whole before segments reads as one.
+        same(
+            &Lineage::from_segments(&[l.to_record().unwrap()]).unwrap(),
+            &l,
+        );
+    }
 
     #[test]
     fn one_instance_computes_a_background_job() {

@@ -350,6 +350,15 @@ pub struct StoreConfig {
     /// Seconds a database call (connect, wait for a connection, query) may
     /// take before it fails (and the request goes unmanaged).
     pub timeout_seconds: u64,
+    /// Whether a session record's write (a step's state and lineage, and
+    /// the usage after it) waits for the database to flush it to disk
+    /// (Postgres `synchronous_commit`). Off by default: the write is atomic
+    /// and visible at once either way, a `ctx serve` crash loses nothing
+    /// acknowledged, and only a crash of the database server itself may
+    /// lose the last fraction of a second of records (a session then
+    /// resumes from an older version). Archive writes (a compaction's)
+    /// always wait.
+    pub durable_records: bool,
 }
 
 impl Default for StoreConfig {
@@ -360,6 +369,7 @@ impl Default for StoreConfig {
             password_env: None,
             pool_size: 16,
             timeout_seconds: 5,
+            durable_records: false,
         }
     }
 }

@@ -270,4 +270,13 @@ impl Batch {
     pub fn state(&self) -> Option<&Value> {
         self.state.as_ref()
     }
+
+    /// The batch without its state snapshot (a versioned record written
+    /// with it supersedes the snapshot).
+    pub(super) fn without_state(&self) -> Batch {
+        Batch {
+            state: None,
+            ..self.clone()
+        }
+    }
 }

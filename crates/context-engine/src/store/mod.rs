@@ -75,6 +75,7 @@ pub mod backend {
     pub use super::memory::hit_handle;
     pub use super::now_ms;
     pub use super::text::{index_text, query_words, snippet};
+    pub use super::version_conflict;
 }
 
 /// The path that selects an in-memory store (replays, tests).
@@ -315,7 +316,7 @@ pub trait SessionStore: Send + Sync {
     }
 
     /// `session`'s versioned record: the state a server keeps per session
-    /// (engine and host state, and an opaque `history` text, the server's
+    /// (engine and host state, and the `history` segments, the server's
     /// managed history), with the version that
     /// [`commit_versioned`](Self::commit_versioned) last wrote.
     fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
@@ -325,45 +326,50 @@ pub trait SessionStore: Send + Sync {
         Versioned::unwrap(&self.location(), session, saved).map(Some)
     }
 
-    /// Applies `batches` and writes the record (`state`, and `history`
-    /// when given, else the stored one is kept) as version `expected + 1`,
+    /// `session`'s record unless its version is `known` (0: no record),
+    /// in one read where the backend can: [`Since::Unchanged`] lets a
+    /// server keep the copy it holds, else the record (or its absence).
+    fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
+        if self.version(session)?.unwrap_or(0) == known {
+            return Ok(Since::Unchanged);
+        }
+        Ok(Since::Changed(self.load_versioned(session)?))
+    }
+
+    /// Applies `batches` and writes the record (`state`, and the history
+    /// as `history` says: `None` keeps it) as version `expected + 1`,
     /// only when the stored version is `expected` (0: no record yet):
     /// compare-and-swap. [`StoreError::Conflict`] when another writer got
     /// there first; nothing is written then. Returns the new version.
     ///
-    /// The default (used by [`MemoryStore`] and [`SqliteStore`]) checks
-    /// and writes in separate steps: it serializes writers of one process
-    /// that hold the session's lock (`ctx serve` does), not processes.
-    /// A store shared by several processes (Postgres) checks and writes in
-    /// one transaction.
+    /// The default (used by [`MemoryStore`]) checks and writes in separate
+    /// steps: it serializes writers of one process that hold the session's
+    /// lock (`ctx serve` does), not processes. [`SqliteStore`] checks again
+    /// in the transaction that writes the record; a store shared by
+    /// several processes (Postgres) checks and writes in one transaction.
     fn commit_versioned(
         &self,
         session: &str,
         expected: u64,
         batches: &[Batch],
         state: &Value,
-        history: Option<&str>,
+        history: Option<HistoryWrite<'_>>,
     ) -> Result<u64, StoreError> {
         let current = self.load_versioned(session)?;
         let found = current.as_ref().map_or(0, |v| v.version);
         if found != expected {
-            return Err(StoreError::Conflict {
-                location: self.location(),
-                detail: format!(
-                    "session `{session}` is at version {found}, not {expected}: another writer changed it"
-                ),
-            });
+            return Err(version_conflict(&self.location(), session, found, expected));
         }
         for batch in batches {
             self.commit(session, batch)?;
         }
-        let history = match history {
-            Some(h) => Some(h.to_owned()),
-            None => current.and_then(|v| v.history),
-        };
+        let mut segments = current.map(|v| v.history).unwrap_or_default();
+        if let Some(h) = history {
+            h.apply(&mut segments);
+        }
         let version = expected + 1;
         let mut batch = Batch::new();
-        batch.set_state(Versioned::wrap(version, state, history.as_deref()));
+        batch.set_state(Versioned::wrap(version, state, &segments));
         self.commit(session, &batch)?;
         Ok(version)
     }
@@ -407,8 +413,61 @@ pub struct Versioned {
     /// The engine and host state (what [`host::Session`](crate::host::Session)
     /// restores from) and whatever the server adds.
     pub state: Value,
-    /// The server's managed history, opaque to the store.
-    pub history: Option<String>,
+    /// The server's managed history as text segments, oldest first,
+    /// opaque to the store (see [`HistoryWrite`]); empty when none was
+    /// written.
+    pub history: Vec<String>,
+}
+
+/// What [`SessionStore::load_versioned_since`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Since {
+    /// The stored version is the one the caller knows.
+    Unchanged,
+    /// Another version (or none): the record as stored.
+    Changed(Option<Versioned>),
+}
+
+/// How [`SessionStore::commit_versioned`] changes a record's history: the
+/// first `keep` stored segments stay, the others are dropped, `append`
+/// follows them. A server appends a segment with what changed since the
+/// version it read and rewrites the whole history only now and then, so a
+/// step writes what is new, not the whole session. `keep` is at most the
+/// number of stored segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryWrite<'a> {
+    /// Stored segments kept, from the first.
+    pub keep: usize,
+    /// Segments written after them.
+    pub append: &'a [String],
+}
+
+impl HistoryWrite<'_> {
+    /// The whole history replaced by `segments`.
+    pub fn replace(segments: &[String]) -> HistoryWrite<'_> {
+        HistoryWrite {
+            keep: 0,
+            append: segments,
+        }
+    }
+
+    /// Applies the write to `segments` (a backend that keeps them in one
+    /// value).
+    pub fn apply(&self, segments: &mut Vec<String>) {
+        segments.truncate(self.keep);
+        segments.extend(self.append.iter().cloned());
+    }
+}
+
+/// The conflict of a compare-and-swap that found `found`, not `expected`.
+#[doc(hidden)]
+pub fn version_conflict(location: &str, session: &str, found: u64, expected: u64) -> StoreError {
+    StoreError::Conflict {
+        location: location.to_owned(),
+        detail: format!(
+            "session `{session}` is at version {found}, not {expected}: another writer changed it"
+        ),
+    }
 }
 
 /// The key under which the default [`SessionStore::commit_versioned`]
@@ -416,7 +475,9 @@ pub struct Versioned {
 const VERSIONED_KEY: &str = "versioned";
 
 impl Versioned {
-    fn wrap(version: u64, state: &Value, history: Option<&str>) -> Value {
+    /// The record as one JSON value (the state slot of a store without a
+    /// place of its own for it). The history is an array of segments.
+    pub(super) fn wrap(version: u64, state: &Value, history: &[String]) -> Value {
         serde_json::json!({
             VERSIONED_KEY: version,
             "state": state,
@@ -424,7 +485,14 @@ impl Versioned {
         })
     }
 
-    fn unwrap(location: &str, session: &str, saved: Value) -> Result<Versioned, StoreError> {
+    /// The record [`wrap`](Self::wrap) made. A plain state (`ctx
+    /// replay`, `ctx compact`) is version 0; a history written as one
+    /// text (before segments) is one segment.
+    pub(super) fn unwrap(
+        location: &str,
+        session: &str,
+        saved: Value,
+    ) -> Result<Versioned, StoreError> {
         let Value::Object(mut map) = saved else {
             return Err(StoreError::Corrupt {
                 location: location.to_owned(),
@@ -432,18 +500,26 @@ impl Versioned {
             });
         };
         let Some(version) = map.get(VERSIONED_KEY).and_then(Value::as_u64) else {
-            // A plain state (`ctx replay`, `ctx compact`): version 0 with
-            // the state as it is.
             return Ok(Versioned {
                 version: 0,
                 state: Value::Object(map),
-                history: None,
+                history: Vec::new(),
             });
         };
-        let history = map
-            .get("history")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let history = match map.remove("history") {
+            Some(Value::String(text)) => vec![text],
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(text) => Ok(text),
+                    _ => Err(StoreError::Corrupt {
+                        location: location.to_owned(),
+                        detail: format!("history of session `{session}` holds a non-text segment"),
+                    }),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
         let state = map.remove("state").unwrap_or(Value::Null);
         Ok(Versioned {
             version,

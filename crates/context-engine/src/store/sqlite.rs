@@ -20,13 +20,13 @@ use super::memory::hit_handle;
 use super::pack::{pack, unpack};
 use super::text::{fts_query, index_text, matches, query_words, snippet};
 use super::{
-    Batch, CompactionRecord, Entry, EntryKind, MEMORY_PATH, SearchHit, SessionStore, StoreError,
-    now_ms,
+    Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, MEMORY_PATH, SearchHit, SessionStore,
+    Since, StoreError, Versioned, now_ms, version_conflict,
 };
 use crate::message::Message;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of a context-engine store ("CTXS").
 const APPLICATION_ID: i64 = 0x4354_5853;
@@ -39,6 +39,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/sqlite/0002_deflated_messages.sql"),
     ),
     (3, include_str!("migrations/sqlite/0003_claims.sql")),
+    (
+        4,
+        include_str!("migrations/sqlite/0004_history_segments.sql"),
+    ),
 ];
 
 /// How many of the newest matches a search ranks at a time.
@@ -194,6 +198,39 @@ impl SqliteStore {
     fn parse_message(&self, stored: rusqlite::types::Value) -> Result<Message, StoreError> {
         let json = unpack(stored).map_err(|e| self.corrupt(format!("archived message: {e}")))?;
         serde_json::from_str(&json).map_err(|e| self.corrupt(format!("archived message: {e}")))
+    }
+
+    /// A session's versioned record: the state slot and the history
+    /// segments (a history an older schema left in the slot when there
+    /// are none).
+    fn read_versioned(
+        &self,
+        conn: &Connection,
+        session: &str,
+    ) -> Result<Option<Versioned>, StoreError> {
+        let json: Option<String> = conn
+            .prepare_cached("SELECT json FROM state WHERE session = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([session], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some(json) = json else {
+            return Ok(None);
+        };
+        let saved: Value = serde_json::from_str(&json)
+            .map_err(|e| self.corrupt(format!("state of `{session}`: {e}")))?;
+        let segments = conn
+            .prepare_cached("SELECT segment FROM history WHERE session = ?1 ORDER BY seq")
+            .map_err(|e| self.err(e))?
+            .query_map([session], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut record = Versioned::unwrap(&self.location(), session, saved)?;
+        if !segments.is_empty() {
+            record.history = segments;
+        }
+        Ok(Some(record))
     }
 
     fn spans_of(
@@ -360,7 +397,8 @@ impl SessionStore for SqliteStore {
             if let Some(state) = batch.state() {
                 tx.prepare_cached(
                     "INSERT INTO state (session, json, updated_ms) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (session) DO UPDATE SET json = excluded.json, updated_ms = excluded.updated_ms",
+                     ON CONFLICT (session) DO UPDATE SET json = excluded.json, updated_ms = excluded.updated_ms, \
+                     version = 0",
                 )
                 .map_err(err)?
                 .execute(params![session, state.to_string(), now_ms() as i64])
@@ -574,6 +612,112 @@ impl SessionStore for SqliteStore {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
+    fn version(&self, session: &str) -> Result<Option<u64>, StoreError> {
+        let conn = self.lock();
+        let version: Option<i64> = conn
+            .prepare_cached("SELECT version FROM state WHERE session = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([session], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(version.map(|v| v.max(0) as u64))
+    }
+
+    fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
+        let conn = self.lock();
+        self.read_versioned(&conn, session)
+    }
+
+    fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
+        let conn = self.lock();
+        let version: Option<i64> = conn
+            .prepare_cached("SELECT version FROM state WHERE session = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([session], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if version.unwrap_or(0).max(0) as u64 == known {
+            return Ok(Since::Unchanged);
+        }
+        self.read_versioned(&conn, session).map(Since::Changed)
+    }
+
+    /// The version check, the batches (each in its transaction, as
+    /// [`commit`](SessionStore::commit)), then the record and its history
+    /// in one transaction that checks the version again: two processes
+    /// sharing the file never both write a version. Only the history
+    /// segments the write names are touched.
+    fn commit_versioned(
+        &self,
+        session: &str,
+        expected: u64,
+        batches: &[Batch],
+        state: &Value,
+        history: Option<HistoryWrite<'_>>,
+    ) -> Result<u64, StoreError> {
+        let found = self.version(session)?.unwrap_or(0);
+        if found != expected {
+            return Err(version_conflict(&self.location(), session, found, expected));
+        }
+        for batch in batches {
+            // The record below is the state: a batch's own snapshot is not
+            // written (it would stand alone if the record's write failed).
+            let batch = batch.without_state();
+            if !batch.is_empty() {
+                self.commit(session, &batch)?;
+            }
+        }
+        let version = expected + 1;
+        let json = Versioned::wrap(version, state, &[]).to_string();
+        let mut conn = self.lock();
+        let err = |e| map_err(&self.path, e);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let swapped = tx
+            .prepare_cached(
+                "INSERT INTO state (session, json, updated_ms, version) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (session) DO UPDATE SET json = excluded.json, \
+                   updated_ms = excluded.updated_ms, version = excluded.version \
+                 WHERE state.version = ?5",
+            )
+            .map_err(err)?
+            .execute(params![
+                session,
+                json,
+                now_ms() as i64,
+                version as i64,
+                expected as i64
+            ])
+            .map_err(err)?;
+        if swapped != 1 {
+            // Another process wrote it since the check: nothing is written
+            // (the transaction rolls back when dropped).
+            return Err(version_conflict(
+                &self.location(),
+                session,
+                expected + 1,
+                expected,
+            ));
+        }
+        if let Some(h) = history {
+            tx.prepare_cached("DELETE FROM history WHERE session = ?1 AND seq >= ?2")
+                .map_err(err)?
+                .execute(params![session, h.keep as i64])
+                .map_err(err)?;
+            let mut insert = tx
+                .prepare_cached("INSERT INTO history (session, seq, segment) VALUES (?1, ?2, ?3)")
+                .map_err(err)?;
+            for (i, segment) in h.append.iter().enumerate() {
+                insert
+                    .execute(params![session, (h.keep + i) as i64, segment])
+                    .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)?;
+        Ok(version)
+    }
+
     fn try_claim(
         &self,
         session: &str,
@@ -617,6 +761,7 @@ impl SessionStore for SqliteStore {
             "handles",
             "compactions",
             "state",
+            "history",
             "archive",
             "claims",
         ] {
@@ -744,3 +889,6 @@ pub(super) fn migrate_for_test(
 ) -> Result<(), StoreError> {
     migrate(conn, Path::new(MEMORY_PATH), migrations)
 }
+
+#[cfg(test)]
+pub(super) const MIGRATIONS_FOR_TEST: &[(i64, &str)] = MIGRATIONS;

@@ -390,3 +390,56 @@ fn a_schema_1_store_opens_migrated_and_its_plain_json_rows_still_read() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_schema_3_record_opens_migrated_with_its_history_as_one_segment() {
+    let dir = std::env::temp_dir().join(format!("ctx-store-v3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("v3.db");
+    let _ = std::fs::remove_file(&path);
+    {
+        // What schema 3 wrote for a server's session: the record wrapped in
+        // the state slot, the history one text.
+        let conn = Connection::open(&path).expect("open");
+        let upto3: Vec<(i64, &str)> = sqlite::MIGRATIONS_FOR_TEST[..3].to_vec();
+        sqlite::migrate_for_test(&conn, &upto3).expect("v3");
+        conn.execute_batch(&format!("PRAGMA application_id = {}", 0x4354_5853_i64))
+            .expect("id");
+        let wrapped =
+            serde_json::json!({"versioned": 7, "state": {"n": 1}, "history": "{\"chain\":[]}"});
+        conn.execute(
+            "INSERT INTO state (session, json, updated_ms) VALUES ('s', ?1, 1), ('plain', '{\"x\":1}', 1)",
+            [wrapped.to_string()],
+        )
+        .expect("row");
+    }
+    let store = SqliteStore::open(&path).expect("migrated");
+    assert_eq!(store.version("s").expect("version"), Some(7));
+    assert_eq!(store.version("plain").expect("version"), Some(0));
+    let rec = store.load_versioned("s").expect("load").expect("record");
+    assert_eq!(rec.version, 7);
+    assert_eq!(rec.state, serde_json::json!({"n": 1}));
+    assert_eq!(rec.history, vec!["{\"chain\":[]}".to_owned()]);
+    // The next write appends to it.
+    let next = vec!["second".to_owned()];
+    let v = store
+        .commit_versioned(
+            "s",
+            7,
+            &[],
+            &serde_json::json!({"n": 2}),
+            Some(HistoryWrite {
+                keep: 1,
+                append: &next,
+            }),
+        )
+        .expect("append");
+    assert_eq!(v, 8);
+    let rec = store.load_versioned("s").expect("load").expect("record");
+    assert_eq!(
+        rec.history,
+        vec!["{\"chain\":[]}".to_owned(), "second".to_owned()]
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use context_engine::store::{
-    Batch, CompactionInfo, EntryKind, SessionStore, StoreError, archive_note, span_handle,
+    Batch, CompactionInfo, EntryKind, HistoryWrite, SessionStore, Since, StoreError, archive_note,
+    span_handle,
 };
 use context_engine::{Message, ToolCall};
 use serde_json::json;
@@ -157,40 +158,79 @@ pub fn archive(store: &dyn SessionStore) {
     assert!(store.handles("s1").expect("handles").contains(&handle));
 }
 
-/// The versioned record: compare-and-swap, history kept when not given,
-/// archives committed with the record.
+/// The versioned record: compare-and-swap, history segments kept when not
+/// given, appended and cut as written, archives committed with the record.
 pub fn versioned(store: &dyn SessionStore) {
     assert_eq!(store.version("v1").expect("version"), None);
     assert!(store.load_versioned("v1").expect("load").is_none());
+    assert_eq!(
+        store.load_versioned_since("v1", 0).expect("since"),
+        Since::Unchanged
+    );
+    let first = vec!["h1".to_owned()];
     let v = store
-        .commit_versioned("v1", 0, &[], &json!({"n": 1}), Some("[\"h1\"]"))
+        .commit_versioned(
+            "v1",
+            0,
+            &[],
+            &json!({"n": 1}),
+            Some(HistoryWrite::replace(&first)),
+        )
         .expect("first");
     assert_eq!(v, 1);
     let rec = store.load_versioned("v1").expect("load").expect("record");
     assert_eq!((rec.version, rec.state.clone()), (1, json!({"n": 1})));
-    assert_eq!(rec.history.as_deref(), Some("[\"h1\"]"));
+    assert_eq!(rec.history, first);
     assert_eq!(store.version("v1").expect("version"), Some(1));
+    assert_eq!(
+        store.load_versioned_since("v1", 1).expect("since"),
+        Since::Unchanged
+    );
+    assert_eq!(
+        store.load_versioned_since("v1", 0).expect("since"),
+        Since::Changed(Some(rec))
+    );
 
-    // A stale writer loses and writes nothing, archive included.
+    // A stale writer loses and writes nothing, archive and history
+    // included.
     let mut batch = Batch::new();
     batch.archive(&Message::user("stale writer's archived message zebra"));
+    let stale = vec!["stale".to_owned()];
     let err = store
-        .commit_versioned("v1", 0, &[batch], &json!({"n": 99}), None)
+        .commit_versioned(
+            "v1",
+            0,
+            &[batch],
+            &json!({"n": 99}),
+            Some(HistoryWrite {
+                keep: 1,
+                append: &stale,
+            }),
+        )
         .expect_err("stale");
     assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
     assert!(err.to_string().contains("v1"), "{err}");
     assert_eq!(store.version("v1").expect("version"), Some(1));
+    assert!(
+        store
+            .search(Some("v1"), "zebra", 5)
+            .expect("search")
+            .is_empty()
+    );
 
-    // The current writer wins; history kept when not given.
+    // The current writer wins; history kept when not given; a batch's own
+    // state snapshot is superseded by the record.
     let mut batch = Batch::new();
     batch.archive(&Message::user("current writer's archived message giraffe"));
+    batch.set_state(json!({"plain": true}));
     let v = store
         .commit_versioned("v1", 1, &[batch], &json!({"n": 2}), None)
         .expect("second");
     assert_eq!(v, 2);
     let rec = store.load_versioned("v1").expect("load").expect("record");
-    assert_eq!(rec.state, json!({"n": 2}));
-    assert_eq!(rec.history.as_deref(), Some("[\"h1\"]"));
+    assert_eq!((rec.version, rec.state.clone()), (2, json!({"n": 2})));
+    assert_eq!(store.version("v1").expect("version"), Some(2));
+    assert_eq!(rec.history, first);
     assert_eq!(
         store
             .search(Some("v1"), "giraffe", 5)
@@ -198,8 +238,64 @@ pub fn versioned(store: &dyn SessionStore) {
             .len(),
         1
     );
+
+    // Segments append, and a write that keeps fewer drops the rest.
+    let more = vec!["h2".to_owned(), "h3".to_owned()];
+    store
+        .commit_versioned(
+            "v1",
+            2,
+            &[],
+            &json!({"n": 3}),
+            Some(HistoryWrite {
+                keep: 1,
+                append: &more,
+            }),
+        )
+        .expect("append");
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert_eq!(rec.history, ["h1", "h2", "h3"]);
+    let cut = vec!["h2'".to_owned()];
+    store
+        .commit_versioned(
+            "v1",
+            3,
+            &[],
+            &json!({"n": 4}),
+            Some(HistoryWrite {
+                keep: 1,
+                append: &cut,
+            }),
+        )
+        .expect("cut");
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert_eq!(
+        (rec.version, rec.history.clone()),
+        (4, vec!["h1".to_owned(), "h2'".to_owned()])
+    );
+    let whole = vec!["all".to_owned()];
+    store
+        .commit_versioned(
+            "v1",
+            4,
+            &[],
+            &json!({"n": 5}),
+            Some(HistoryWrite::replace(&whole)),
+        )
+        .expect("rewrite");
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert_eq!(rec.history, whole);
+
     store.delete_session("v1").expect("delete");
     assert_eq!(store.version("v1").expect("version"), None);
+    assert!(store.load_versioned("v1").expect("load").is_none());
+    // A new record under the same name starts with no history.
+    store
+        .commit_versioned("v1", 0, &[], &json!({"n": 1}), None)
+        .expect("again");
+    let rec = store.load_versioned("v1").expect("load").expect("record");
+    assert!(rec.history.is_empty(), "{:?}", rec.history);
+    store.delete_session("v1").expect("delete");
 }
 
 /// Claims: one owner at a time, renewable, released, expiring.

@@ -161,7 +161,8 @@ fn open_store(
     let options = PgOptions::new(spec)
         .with_password(password)
         .with_pool_size(config.pool_size)
-        .with_timeout(Duration::from_secs(config.timeout_seconds.max(1)));
+        .with_timeout(Duration::from_secs(config.timeout_seconds.max(1)))
+        .with_durable_records(config.durable_records);
     let store = PgStore::new(&options)?;
     match store.check() {
         Ok(()) => eprintln!("ctx serve: sessions kept in {}", store.location()),
