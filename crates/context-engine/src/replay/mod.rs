@@ -183,8 +183,20 @@ pub struct Totals {
     /// The engine's cache-hit share over the calls that do not follow a
     /// compaction (a compaction rewrites the request by design).
     pub cache_hit_share_between_compactions: f64,
+    /// The engine's cache-hit share over the calls between compactions
+    /// proper: neither the call a compaction rewrote nor the one right
+    /// after it (the goal's measure; those calls miss by design).
+    pub cache_hit_share_steady: f64,
+    /// The unmanaged agent's cache-hit share over the same calls as
+    /// [`cache_hit_share_steady`](Self::cache_hit_share_steady), so the two
+    /// compare like with like.
+    pub cache_hit_share_steady_without_engine: f64,
     /// Calls whose request broke the engine's cache.
     pub cache_breaks: usize,
+    /// Calls that broke it neither at a compaction nor right after one, nor
+    /// after an idle gap that expired the cache: the breaks the schedule's
+    /// edits (digest steps, prunes, fitting) caused.
+    pub cache_breaks_between_compactions: usize,
     /// Of the tokens an earlier request had too, the share the cache
     /// served, over the calls that do not follow a compaction: what the
     /// engine's edits and the cache's rounding kept of the reusable prefix
@@ -307,11 +319,17 @@ pub struct CostLine {
     pub cache_hit_share: f64,
     /// The same over calls not preceded by a compaction.
     pub cache_hit_share_between_compactions: f64,
+    /// The same over the calls neither at a compaction nor right after one
+    /// (for the unmanaged agent: over the scheduled engine's such calls).
+    pub cache_hit_share_steady: f64,
     /// Of the tokens an earlier request had too, the share read from the
     /// cache, over calls not preceded by a compaction.
     pub cache_reuse_share_between_compactions: f64,
     /// Calls that broke the cache.
     pub cache_breaks: usize,
+    /// Of those, the ones neither at or right after a compaction nor after
+    /// the cache expired.
+    pub cache_breaks_between_compactions: usize,
     /// Tokens sent again uncached after a break.
     pub resent_tokens: u64,
     /// The same, on the calls right after a compaction.
@@ -343,8 +361,10 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens,
             cache_hit_share: t.cache_hit_share,
             cache_hit_share_between_compactions: t.cache_hit_share_between_compactions,
+            cache_hit_share_steady: t.cache_hit_share_steady,
             cache_reuse_share_between_compactions: t.cache_reuse_share_between_compactions,
             cache_breaks: t.cache_breaks,
+            cache_breaks_between_compactions: t.cache_breaks_between_compactions,
             resent_tokens: t.resent_tokens,
             resent_tokens_at_compactions: t.resent_tokens_at_compactions,
             parts: t.cost_parts_with_engine,
@@ -359,8 +379,10 @@ impl CostLine {
             cache_hit_tokens: t.cache_hit_tokens_without_engine,
             cache_hit_share: t.cache_hit_share_without_engine,
             cache_hit_share_between_compactions: t.cache_hit_share_without_engine,
+            cache_hit_share_steady: t.cache_hit_share_steady_without_engine,
             cache_reuse_share_between_compactions: t.cache_reuse_share_without_engine,
             cache_breaks: 0,
+            cache_breaks_between_compactions: 0,
             resent_tokens: 0,
             resent_tokens_at_compactions: 0,
             parts: t.cost_parts_without_engine,
@@ -778,15 +800,32 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
     );
     let (mut hits, mut sent, mut reusable) = (0, 0, 0);
     let mut unmanaged_reusable = 0;
+    // The steady calls: neither at a compaction nor right after one.
+    let (mut steady_hits, mut steady_sent) = (0, 0);
+    let (mut steady_unmanaged_hits, mut steady_unmanaged_sent) = (0, 0);
+    let mut after_compaction = false;
     for c in calls {
         if c.compaction.is_none() {
             hits += c.cache_hit_tokens;
             sent += c.tokens_with_engine;
             reusable += c.cache_reusable_tokens;
         }
+        let steady = c.compaction.is_none() && !after_compaction;
+        if steady {
+            steady_hits += c.cache_hit_tokens;
+            steady_sent += c.tokens_with_engine;
+            steady_unmanaged_hits += c.cache_hit_tokens_without_engine;
+            steady_unmanaged_sent += c.tokens_without_engine;
+            // An expired cache misses for the unmanaged agent too and
+            // re-sends nothing (every entry is gone): only edits count.
+            t.cache_breaks_between_compactions += usize::from(c.cache_resent_tokens > 0);
+        }
+        after_compaction = c.compaction.is_some();
         unmanaged_reusable += c.cache_reusable_tokens_without_engine;
         t.cache_breaks += usize::from(c.cache_broke);
     }
+    t.cache_hit_share_steady = ratio(steady_hits, steady_sent);
+    t.cache_hit_share_steady_without_engine = ratio(steady_unmanaged_hits, steady_unmanaged_sent);
     t.cache_hit_share_between_compactions = ratio(hits, sent);
     t.cache_reuse_share_between_compactions = ratio(hits, reusable);
     t.cache_reuse_share_without_engine =

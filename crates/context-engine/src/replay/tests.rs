@@ -79,6 +79,38 @@ fn assert_consistent(r: &ReplayReport) {
     }
     assert!(r.totals.engine_time.median_ms <= r.totals.engine_time.p99_ms);
     assert!(r.totals.engine_time.p99_ms <= r.totals.engine_time.max_ms);
+    assert_steady(r);
+}
+
+/// The steady hit share is over the calls neither at a compaction nor
+/// right after one, for both sides on the same calls.
+fn assert_steady(r: &ReplayReport) {
+    let steady: Vec<&CallRecord> = r
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| c.compaction.is_none() && !(*i > 0 && r.calls[i - 1].compaction.is_some()))
+        .map(|(_, c)| c)
+        .collect();
+    let share = |hit: fn(&CallRecord) -> u64, sent: fn(&CallRecord) -> u64| {
+        let total: u64 = steady.iter().map(|c| sent(c)).sum();
+        let hits: u64 = steady.iter().map(|c| hit(c)).sum();
+        if total == 0 {
+            0.0
+        } else {
+            hits as f64 / total as f64
+        }
+    };
+    let engine = share(|c| c.cache_hit_tokens, |c| c.tokens_with_engine);
+    let unmanaged = share(
+        |c| c.cache_hit_tokens_without_engine,
+        |c| c.tokens_without_engine,
+    );
+    assert!((r.totals.cache_hit_share_steady - engine).abs() < 1e-12);
+    assert!((r.totals.cache_hit_share_steady_without_engine - unmanaged).abs() < 1e-12);
+    let breaks = steady.iter().filter(|c| c.cache_resent_tokens > 0).count();
+    assert_eq!(r.totals.cache_breaks_between_compactions, breaks);
+    assert!(breaks <= r.totals.cache_breaks);
 }
 
 fn session_messages(rounds: usize, output_lines: usize) -> Vec<Message> {
@@ -140,6 +172,10 @@ fn a_small_window_compacts_and_the_figures_hold_together() {
     assert!(r.final_history.len() < messages.len());
     // The last recorded answer is the end of the stored history.
     assert_eq!(r.final_history.last(), messages.last());
+    // The calls a compaction rewrote are left out of the steady share:
+    // what remains misses only the new content, as the unmanaged agent's.
+    assert!(r.totals.cache_hit_share_steady >= r.totals.cache_hit_share);
+    assert_eq!(r.totals.cache_breaks_between_compactions, 0);
 }
 
 #[test]

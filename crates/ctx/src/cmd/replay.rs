@@ -491,6 +491,7 @@ fn render_costs(c: &CostComparison) -> String {
         "estimated cost",
         "cache hits",
         "between compactions",
+        "steady calls",
         "cache breaks",
     ]);
     let lines = [
@@ -508,6 +509,7 @@ fn render_costs(c: &CostComparison) -> String {
             ),
             percent(l.cache_hit_share),
             percent(l.cache_hit_share_between_compactions),
+            percent(l.cache_hit_share_steady),
             l.cache_breaks.to_string(),
         ]);
     }
