@@ -468,11 +468,15 @@ fn main() {
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async {
-        fronts().await;
+        let only = std::env::var("LOAD_ONLY").unwrap_or_default();
+        let phase = |name: &str| only.is_empty() || only.split(',').any(|p| p == name);
+        if phase("fronts") {
+            fronts().await;
+        }
         if std::env::var_os("LOAD_FRONTS_ONLY").is_some() {
             return;
         }
-        {
+        if phase("step") {
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let t = Instant::now();
             for _ in 0..50 {
@@ -498,7 +502,7 @@ fn main() {
             let v = context_engine::validate::validate(&h, context_engine::validate::Profile::OpenAi);
             println!("validate 100 messages: {:.3} ms ({} violations)", t.elapsed().as_secs_f64() * 1e3, v.len());
         }
-        {
+        if phase("step") {
             // The engine step alone, warm: one session, +2 messages a call.
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let c = Arc::clone(&counter);
@@ -534,6 +538,7 @@ fn main() {
         // Warm up both paths (connections, token cache of the history).
         sequential(&client, &direct, "warm", 50).await;
         sequential(&client, &via, "warm", 50).await;
+        if phase("sequential") {
         let d = sequential(&client, &direct, "seq", 400).await;
         let p = sequential(&client, &via, "seq", 400).await;
         println!("one client, 100-message session, no compaction due ({} requests):", d.len());
@@ -544,7 +549,9 @@ fn main() {
             pct(&p, 0.5) - pct(&d, 0.5),
             pct(&p, 0.99) - pct(&d, 0.99)
         );
+        }
 
+        if phase("concurrent") {
         let c0 = cpu_ns();
         let (d, drps) = concurrent(&direct, 200, per).await;
         let c1 = cpu_ns();
@@ -582,6 +589,8 @@ fn main() {
                 println!("  proxy metric: {line}");
             }
         }
+        }
+        if phase("ttfb") {
         let h = history(100, 7);
         let mut td = Vec::new();
         let mut tp = Vec::new();
@@ -600,6 +609,8 @@ fn main() {
             pct(&tp, 0.99) - pct(&td, 0.99)
         );
 
+        }
+        if phase("idle") {
         // Idle sessions, one request each: 10,000 of 20 messages, then
         // 1,000 of the benchmark's size (100 messages).
         for (n, len, salt) in [(10_000, 20, 10_000), (1000, 100, 30_000)] {
@@ -616,6 +627,7 @@ fn main() {
                 "idle sessions: {created} sessions of {len} messages ({history_bytes} bytes of JSON each): RSS +{:.1} KB per session",
                 (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
             );
+        }
         }
     });
 }

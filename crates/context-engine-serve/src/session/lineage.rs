@@ -56,6 +56,12 @@ pub enum Reconcile {
 }
 
 /// A session's managed history and the client chain it follows.
+///
+/// Awake, each managed message is held twice: parsed (what the engine
+/// reads) and as its frozen text (what goes out). Asleep
+/// ([`sleep`](Self::sleep), an idle session), only the texts are kept,
+/// deflated into one buffer; [`wake`](Self::wake) inflates them and parses
+/// the messages again, so the texts that go out are the same bytes.
 #[derive(Debug, Default)]
 pub struct Lineage {
     chain: Vec<u128>,
@@ -64,6 +70,18 @@ pub struct Lineage {
     /// Per-message hashes of the last request sent, for the cacheable
     /// prefix estimate.
     last_sent: Vec<u64>,
+    /// While asleep: every message's text, deflated (the texts in `meta`
+    /// are empty and `messages` is empty then).
+    asleep: Option<Asleep>,
+}
+
+/// The frozen texts of a sleeping lineage.
+#[derive(Debug)]
+struct Asleep {
+    /// The texts one after another, deflated.
+    packed: Box<[u8]>,
+    /// Each text's length in bytes.
+    lengths: Box<[u32]>,
 }
 
 /// The hash chain of `messages`: entry `i` covers messages `0..=i`.
@@ -104,14 +122,130 @@ impl Lineage {
         &self.chain
     }
 
-    /// The managed history.
+    /// The managed history (empty while asleep: [`wake`](Self::wake)
+    /// first).
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// Managed messages, asleep or awake.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Whether the managed history is empty.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Whether the lineage sleeps (texts only, deflated).
+    pub fn is_asleep(&self) -> bool {
+        self.asleep.is_some()
+    }
+
+    /// Keeps only the frozen texts, deflated, and drops the parsed
+    /// messages: an idle session's memory. The chain, origins and the last
+    /// request's hashes stay as they are.
+    pub fn sleep(&mut self) {
+        if self.asleep.is_some() {
+            return;
+        }
+        let total: usize = self.meta.iter().map(|m| m.text.len()).sum();
+        let mut lengths = Vec::with_capacity(self.meta.len());
+        let mut deflater = flate2::write::DeflateEncoder::new(
+            Vec::with_capacity(total / 3 + 64),
+            flate2::Compression::fast(),
+        );
+        for m in &mut self.meta {
+            let Ok(n) = u32::try_from(m.text.len()) else {
+                // A single message over 4 GiB: stay awake.
+                return;
+            };
+            lengths.push(n);
+            // Writing into a Vec cannot fail.
+            let _ = std::io::Write::write_all(&mut deflater, m.text.as_bytes());
+        }
+        let Ok(mut packed) = deflater.finish() else {
+            return;
+        };
+        packed.shrink_to_fit();
+        for m in &mut self.meta {
+            m.text = Box::default();
+        }
+        self.meta.shrink_to_fit();
+        self.chain.shrink_to_fit();
+        self.last_sent.shrink_to_fit();
+        self.messages = Vec::new();
+        self.asleep = Some(Asleep {
+            packed: packed.into_boxed_slice(),
+            lengths: lengths.into_boxed_slice(),
+        });
+    }
+
+    /// Inflates the texts of a sleeping lineage and parses its messages
+    /// again (nothing to do when awake). On `Err` the lineage is unchanged
+    /// (still asleep).
+    pub fn wake(&mut self) -> Result<(), String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(());
+        };
+        let texts = unpack(asleep)?;
+        let messages = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                serde_json::from_str::<Message>(t)
+                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (m, t) in self.meta.iter_mut().zip(texts) {
+            m.text = t;
+        }
+        self.messages = messages;
+        self.asleep = None;
+        Ok(())
+    }
+
+    /// The managed history, parsed from the texts when asleep (which
+    /// stays asleep).
+    pub fn parsed(&self) -> Result<std::borrow::Cow<'_, [Message]>, String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(std::borrow::Cow::Borrowed(&self.messages));
+        };
+        unpack(asleep)?
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                serde_json::from_str::<Message>(t)
+                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(std::borrow::Cow::Owned)
+    }
+
+    /// Each managed message's frozen text, asleep or awake.
+    fn texts(&self) -> Result<std::borrow::Cow<'_, [Meta]>, String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(std::borrow::Cow::Borrowed(&self.meta));
+        };
+        let texts = unpack(asleep)?;
+        Ok(std::borrow::Cow::Owned(
+            self.meta
+                .iter()
+                .zip(texts)
+                .map(|(m, text)| Meta {
+                    text,
+                    depends: m.depends,
+                    engine_made: m.engine_made,
+                })
+                .collect(),
+        ))
     }
 
     /// Compares the client's chain with the one seen and cuts the managed
     /// history back at a divergence.
     pub fn reconcile(&mut self, incoming: &[u128]) -> Reconcile {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         let seen = self.chain.len();
         let common = incoming
             .iter()
@@ -140,6 +274,7 @@ impl Lineage {
 
     /// Appends client message `index` (parsed, and as the client wrote it).
     pub fn push_client(&mut self, message: Message, raw: &RawValue, index: usize) {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         self.messages.push(message);
         self.meta.push(Meta {
             text: raw.get().into(),
@@ -160,6 +295,7 @@ impl Lineage {
     /// text and lineage; any other is engine-made, serialized once now, and
     /// depends on every client message seen.
     pub fn replace(&mut self, new: Vec<Message>) {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         let seen = self.chain.len();
         let mut meta = Vec::with_capacity(new.len());
         let mut j = 0;
@@ -185,6 +321,7 @@ impl Lineage {
     /// one's text; others (digested views) are serialized, which is
     /// deterministic, so they too repeat byte for byte while unchanged.
     pub fn render(&mut self, request: &[Message]) -> Rendered {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         let mut json =
             String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
         let mut sent = Vec::with_capacity(request.len());
@@ -219,7 +356,8 @@ impl Lineage {
         }
     }
 
-    /// Approximate heap bytes held (texts and messages' text content).
+    /// Approximate heap bytes held (texts, or the deflated texts while
+    /// asleep, bookkeeping and the parsed messages' slots).
     pub fn heap_bytes(&self) -> usize {
         self.chain.capacity() * 16
             + self.last_sent.capacity() * 8
@@ -229,7 +367,38 @@ impl Lineage {
                 .map(|m| m.text.len() + std::mem::size_of::<Meta>())
                 .sum::<usize>()
             + self.messages.capacity() * std::mem::size_of::<Message>()
+            + self
+                .asleep
+                .as_ref()
+                .map_or(0, |a| a.packed.len() + a.lengths.len() * 4)
     }
+}
+
+/// The texts of a sleeping lineage, inflated.
+fn unpack(asleep: &Asleep) -> Result<Vec<Box<str>>, String> {
+    let total: usize = asleep.lengths.iter().map(|&n| n as usize).sum();
+    let mut bytes = Vec::with_capacity(total);
+    std::io::Read::read_to_end(
+        &mut flate2::read::DeflateDecoder::new(&asleep.packed[..]),
+        &mut bytes,
+    )
+    .map_err(|e| format!("sleeping lineage: {e}"))?;
+    if bytes.len() != total {
+        return Err(format!(
+            "sleeping lineage: {} bytes of text, {total} expected",
+            bytes.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(asleep.lengths.len());
+    let mut at = 0;
+    for &n in &asleep.lengths {
+        let end = at + n as usize;
+        let text =
+            std::str::from_utf8(&bytes[at..end]).map_err(|e| format!("sleeping lineage: {e}"))?;
+        out.push(Box::from(text));
+        at = end;
+    }
+    Ok(out)
 }
 
 /// A lineage as a session store keeps it (see `persist`): each managed
@@ -252,8 +421,8 @@ struct RecordMessage {
 impl Lineage {
     /// The lineage as JSON text, for a session store.
     pub fn to_record(&self) -> Result<String, String> {
-        let messages = self
-            .meta
+        let meta = self.texts()?;
+        let messages = meta
             .iter()
             .map(|m| {
                 Ok(RecordMessage {
@@ -299,6 +468,7 @@ impl Lineage {
             messages,
             meta,
             last_sent: record.sent,
+            asleep: None,
         })
     }
 }
@@ -405,6 +575,39 @@ mod tests {
         );
         let msgs = l.messages().to_vec();
         assert_eq!(l.render(&msgs).json, format!("[{S},{U1},{A1},{U3}]"));
+    }
+
+    #[test]
+    fn a_sleeping_lineage_keeps_its_texts_and_wakes_the_same() {
+        let mut l = Lineage::default();
+        feed(&mut l, &raws(&[S, U1, A1, U2]));
+        let summary: Message =
+            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
+        l.replace(vec![
+            l.messages()[0].clone(),
+            summary,
+            l.messages()[3].clone(),
+        ]);
+        let msgs = l.messages().to_vec();
+        let first = l.render(&msgs).json;
+        let record = l.to_record().unwrap();
+        l.sleep();
+        assert!(l.is_asleep() && l.messages().is_empty());
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.to_record().unwrap(), record, "the record while asleep");
+        assert_eq!(l.parsed().unwrap().as_ref(), &msgs[..]);
+        assert!(l.is_asleep(), "parsing for a look does not wake it");
+        l.wake().unwrap();
+        assert!(!l.is_asleep());
+        assert_eq!(l.messages(), &msgs[..]);
+        let again = l.render(&msgs);
+        assert_eq!(again.json, first, "byte for byte");
+        assert_eq!(again.reused_messages, 3, "the prefix estimate survives");
+        // It goes on as if it never slept.
+        assert_eq!(
+            feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3])),
+            Reconcile::Extends { new_from: 4 }
+        );
     }
 
     #[test]

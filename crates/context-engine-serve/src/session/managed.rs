@@ -68,6 +68,8 @@ pub struct SessionStats {
     pub last_client_messages: usize,
     /// Messages in the last managed request.
     pub last_managed_messages: usize,
+    /// Times the session went to sleep idle ([`Managed::hibernate`]).
+    pub sleeps: u64,
 }
 
 /// What [`Managed::prepare`] produced for one request.
@@ -145,9 +147,15 @@ impl Managed {
         &mut self.host
     }
 
-    /// The managed history.
+    /// The managed history (empty while the session sleeps: see
+    /// [`managed_messages`](Self::managed_messages)).
     pub fn history(&self) -> &[Message] {
         self.lineage.messages()
+    }
+
+    /// Messages in the managed history, asleep or awake.
+    pub fn managed_messages(&self) -> usize {
+        self.lineage.len()
     }
 
     /// Approximate heap bytes of the managed history and bookkeeping.
@@ -155,10 +163,51 @@ impl Managed {
         self.lineage.heap_bytes()
     }
 
+    /// Whether the session sleeps ([`hibernate`](Self::hibernate)).
+    pub fn is_asleep(&self) -> bool {
+        self.lineage.is_asleep()
+    }
+
+    /// Puts an idle session to sleep: the managed history keeps only its
+    /// frozen texts, deflated, and drops the parsed messages; the engine
+    /// and the driver stay as they are, so the next request (which wakes
+    /// it) gets the same decisions and the same bytes as if it never
+    /// slept. A background summary that arrived is adopted first; one
+    /// still on its way keeps the session awake (`false`).
+    pub fn hibernate(&mut self) -> bool {
+        if self.lineage.is_asleep() {
+            return true;
+        }
+        self.take_summary();
+        if self.pending.is_some() {
+            return false;
+        }
+        self.lineage.sleep();
+        if self.lineage.is_asleep() {
+            self.stats.sleeps += 1;
+        }
+        self.lineage.is_asleep()
+    }
+
+    /// Wakes a sleeping session (parses its managed history again). Texts
+    /// that cannot be read back (never expected) start the session over
+    /// from the client's history, as a dropped session would.
+    fn wake(&mut self) -> Result<(), String> {
+        if let Err(why) = self.lineage.wake() {
+            tracing::warn!(session = %self.id, reason = %why, "sleeping session unreadable: it starts over");
+            self.lineage = Lineage::default();
+            self.host = self.fresh_host()?;
+            self.calls = 0;
+            self.pending = None;
+        }
+        Ok(())
+    }
+
     /// Takes the client's full history (`raw`, each message as the client
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
     pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.wake()?;
         self.stats.requests += 1;
         self.take_summary();
         self.stats.last_client_messages = raw.len();
@@ -334,7 +383,7 @@ impl Managed {
         if seen == 0 || chain.len() < seen || chain[..seen] != self.lineage.chain()[..] {
             return None;
         }
-        let mut out = self.lineage.messages().to_vec();
+        let mut out = self.lineage.parsed().ok()?.into_owned();
         for (i, m) in raw.iter().enumerate().skip(seen) {
             out.push(parse(m, i).ok()?);
         }
@@ -366,6 +415,8 @@ impl Managed {
     /// Runs engine tool `name` on the managed history; `None` when it is
     /// not an engine tool.
     pub fn handle_tool_call(&mut self, name: &str, args: &str) -> Option<String> {
+        // Awake already (a tool call answers the request being served).
+        self.wake().ok()?;
         self.host
             .handle_tool_call(name, args, self.lineage.messages())
     }
