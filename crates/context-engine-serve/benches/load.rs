@@ -76,6 +76,11 @@ async fn upstream() -> String {
 }
 
 async fn proxy(url: &str) -> (String, AppState) {
+    proxy_with(url, None).await
+}
+
+/// A proxy whose sessions sleep after `hibernate` idle, when set.
+async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState) {
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
@@ -91,7 +96,8 @@ async fn proxy(url: &str) -> (String, AppState) {
         blocking: false,
     };
     let options = ServeOptions::new(UpstreamOptions::new(url))
-        .with_sessions(100_000, Duration::from_secs(3600));
+        .with_sessions(100_000, Duration::from_secs(3600))
+        .with_hibernation(hibernate);
     let state = AppState::new(options, ctx).unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -361,6 +367,80 @@ fn rss_bytes() -> usize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// One memory figure (`LOAD_MEMORY=awake|asleep,n,len`, run in a fresh
+/// process by the `idle` phase): `n` sessions of `len` messages, one
+/// request each; asleep, every session is put to sleep once idle (the
+/// sweep runs after every 20 sessions), as `serve.hibernate_seconds` does.
+async fn memory(spec: &str) {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (asleep, n, len) = match parts[..] {
+        [mode, n, len] => (
+            mode == "asleep",
+            n.parse::<usize>().unwrap_or(1000),
+            len.parse::<usize>().unwrap_or(100),
+        ),
+        _ => panic!("LOAD_MEMORY=awake|asleep,n,len"),
+    };
+    let direct = upstream().await;
+    let (via, state) = proxy_with(&direct, asleep.then_some(Duration::from_secs(3600))).await;
+    let client = reqwest::Client::new();
+    // Warm: connections, the runtime's buffers.
+    for s in 0..50 {
+        one(
+            &client,
+            &via,
+            &format!("warm-{s}"),
+            body(&history(len, 900_000 + s), false),
+        )
+        .await;
+    }
+    state.sessions().hibernate_idle(Duration::ZERO);
+    let rss0 = rss_bytes();
+    let mut heap = 0;
+    for s in 0..n {
+        let b = body(&history(len, 100_000 + s), false);
+        one(&client, &via, &format!("idle{len}-{s}"), b).await;
+        if s == 0 {
+            heap = heap_bytes(&via, format!("idle{len}-0")).await;
+        }
+        if asleep && s % 20 == 19 {
+            state.sessions().hibernate_idle(Duration::ZERO);
+        }
+    }
+    if asleep {
+        state.sessions().hibernate_idle(Duration::ZERO);
+        heap = heap_bytes(&via, format!("idle{len}-0")).await;
+    }
+    let rss1 = rss_bytes();
+    let history_bytes = serde_json::to_vec(&history(len, 100_000)).map_or(0, |v| v.len());
+    let per = rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0;
+    println!(
+        "  {n} sessions of {len} messages ({:.1} KB of JSON each), {}: RSS +{per:.1} KB per session ({:+.1} KB beyond its JSON); one session's managed history holds {:.1} KB",
+        history_bytes as f64 / 1024.0,
+        if asleep {
+            "asleep"
+        } else {
+            "awake (just served)"
+        },
+        per - history_bytes as f64 / 1024.0,
+        heap as f64 / 1024.0,
+    );
+}
+
+/// A session's `heap_bytes` as `/ctx/sessions/{id}` reports it.
+async fn heap_bytes(url: &str, session: String) -> usize {
+    let base = url.trim_end_matches("/v1");
+    let v: Value = reqwest::get(format!("{base}/ctx/sessions/{session}"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    v["heap_bytes"].as_u64().unwrap_or(0) as usize
+}
+
 /// The phases of a front's engine step, in ms (p50 over 200 calls).
 fn front_phases(front: Front) {
     use context_engine::front::{FrontKind, FrontRequest};
@@ -467,6 +547,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
+    if let Ok(spec) = std::env::var("LOAD_MEMORY") {
+        rt.block_on(memory(&spec));
+        return;
+    }
     rt.block_on(async {
         let only = std::env::var("LOAD_ONLY").unwrap_or_default();
         let phase = |name: &str| only.is_empty() || only.split(',').any(|p| p == name);
@@ -611,23 +695,21 @@ fn main() {
 
         }
         if phase("idle") {
-        // Idle sessions, one request each: 10,000 of 20 messages, then
-        // 1,000 of the benchmark's size (100 messages).
-        for (n, len, salt) in [(10_000, 20, 10_000), (1000, 100, 30_000)] {
-            let before_sessions = state.sessions().len();
-            let rss0 = rss_bytes();
-            for s in 0..n {
-                let b = body(&history(len, salt + s), false);
-                one(&client, &via, &format!("idle{len}-{s}"), b).await;
+            // Memory per session, each figure in a fresh process (freed
+            // memory a process keeps would flatter a later figure): one
+            // request each, then either left awake or put to sleep as it
+            // goes idle (what `serve.hibernate_seconds` does).
+            println!("memory per session (RSS growth over the sessions, each line a fresh process):");
+            for (n, len) in [(10_000, 20), (1000, 100)] {
+                for mode in ["awake", "asleep"] {
+                    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+                    let out = std::process::Command::new(exe)
+                        .env("LOAD_MEMORY", format!("{mode},{n},{len}"))
+                        .output()
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    print!("{}", String::from_utf8_lossy(&out.stdout));
+                }
             }
-            let rss1 = rss_bytes();
-            let created = state.sessions().len() - before_sessions;
-            let history_bytes = serde_json::to_vec(&history(len, salt)).map_or(0, |v| v.len());
-            println!(
-                "idle sessions: {created} sessions of {len} messages ({history_bytes} bytes of JSON each): RSS +{:.1} KB per session",
-                (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
-            );
-        }
         }
     });
 }
