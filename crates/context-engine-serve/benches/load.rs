@@ -277,6 +277,60 @@ async fn sequential_at(
     out
 }
 
+/// `sessions` concurrent sessions sending `per` requests each at `rate`
+/// requests per second in all (open loop, below saturation: each session
+/// sends its next call when due, or as soon as its previous one came back
+/// if that was late); latencies in ms. Unlike [`concurrent`], whose
+/// clients always wait on a saturated machine (so latency there is queueing
+/// behind 200 others), this measures what the proxy adds to each call.
+async fn paced(url: &str, sessions: usize, per: usize, rate: f64) -> (Vec<f64>, f64) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bodies: Vec<Vec<Bytes>> = (0..sessions)
+        .map(|s| {
+            let mut h = history(100, 50_000 + s);
+            (0..per)
+                .map(|i| {
+                    if i > 0 {
+                        h.push(json!({"role": "assistant", "content": "ok"}));
+                        h.push(json!({"role": "user", "content": format!("next step {i}")}));
+                    }
+                    body(&h, false)
+                })
+                .collect()
+        })
+        .collect();
+    let every = Duration::from_secs_f64(sessions as f64 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let mut tasks = Vec::new();
+    for (s, bodies) in bodies.into_iter().enumerate() {
+        let (client, url) = (client.clone(), url.to_owned());
+        let offset = every.mul_f64(s as f64 / sessions as f64);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            let session = format!("paced-{s}");
+            for (i, b) in bodies.into_iter().enumerate() {
+                tokio::time::sleep_until(start + offset + every.mul_f64(i as f64)).await;
+                let ms = one(&client, &url, &session, b).await;
+                // The first call of a session counts its history cold.
+                if i > 0 {
+                    lat.push(ms);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    let achieved = (sessions * per) as f64 / start.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    (all, achieved)
+}
+
 /// `sessions` concurrent sessions, `per` requests each; latencies (ms) and
 /// requests per second.
 async fn concurrent(url: &str, sessions: usize, per: usize) -> (Vec<f64>, f64) {
@@ -663,6 +717,21 @@ fn main() {
             "  throughput if the proxy alone had 2 cores: {:.0} req/s; proxy + generator + upstream on 2 idle cores: {:.0} req/s",
             2e6 / (pcpu - dcpu).max(1.0),
             2e6 / pcpu.max(1.0)
+        );
+        let rate: f64 = std::env::var("LOAD_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(600.0);
+        let paced_per = per.max(10);
+        let (d, d_rate) = paced(&direct, 200, paced_per, rate).await;
+        let (p, p_rate) = paced(&via, 200, paced_per, rate).await;
+        println!("200 concurrent sessions paced at {rate:.0} req/s in all (open loop; LOAD_RATE), {} calls each after the first:", paced_per - 1);
+        if d_rate.min(p_rate) < rate * 0.95 {
+            println!("  (the machine could not keep the pace: {d_rate:.0} req/s direct, {p_rate:.0} through the proxy; the latencies below include queueing for a CPU)");
+        }
+        println!("  direct  p50 {:.3} ms  p99 {:.3} ms", pct(&d, 0.5), pct(&d, 0.99));
+        println!("  proxy   p50 {:.3} ms  p99 {:.3} ms", pct(&p, 0.5), pct(&p, 0.99));
+        println!(
+            "  added   p50 {:.3} ms  p99 {:.3} ms",
+            pct(&p, 0.5) - pct(&d, 0.5),
+            pct(&p, 0.99) - pct(&d, 0.99)
         );
 
         for line in state.metrics().encode().lines() {
