@@ -322,21 +322,56 @@ impl Lineage {
     /// deterministic, so they too repeat byte for byte while unchanged.
     pub fn render(&mut self, request: &[Message]) -> Rendered {
         debug_assert!(self.asleep.is_none(), "wake the lineage first");
+        self.render_each(request.len(), |l, i| match l.messages.get(i) {
+            Some(managed) if managed == &request[i] => None,
+            _ => Some(to_json(&request[i])),
+        })
+    }
+
+    /// The managed messages, for the host to apply a request view to in
+    /// place ([`host::Session::before_request_in_place`]); they must be
+    /// restored before anything else reads the lineage.
+    ///
+    /// [`host::Session::before_request_in_place`]: context_engine::host::Session::before_request_in_place
+    pub(crate) fn view_in_place(&mut self) -> &mut [Message] {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
+        &mut self.messages
+    }
+
+    /// [`render`](Self::render) while a request view is applied in place:
+    /// the managed messages are the request, `originals` the ones the view
+    /// replaced (by ascending index). A replaced message goes out
+    /// serialized, unless it equals its original (then as its text).
+    pub(crate) fn render_applied(&mut self, originals: &[(usize, Message)]) -> Rendered {
+        self.render_each(self.messages.len(), |l, i| {
+            let k = originals.binary_search_by_key(&i, |(j, _)| *j).ok()?;
+            (originals[k].1 != l.messages[i]).then(|| to_json(&l.messages[i]))
+        })
+    }
+
+    /// The JSON array of `n` messages: message `i` as `text_of(i)`, or as
+    /// the managed text at `i` when that is `None`; records the hashes for
+    /// the next request's reuse estimate.
+    fn render_each(
+        &mut self,
+        n: usize,
+        text_of: impl Fn(&Lineage, usize) -> Option<String>,
+    ) -> Rendered {
         let mut json =
             String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
-        let mut sent = Vec::with_capacity(request.len());
+        let mut sent = Vec::with_capacity(n);
         let mut reused_bytes = 0;
         let mut reused_messages = 0;
         let mut same = true;
         json.push('[');
-        for (i, m) in request.iter().enumerate() {
+        for i in 0..n {
             if i > 0 {
                 json.push(',');
             }
             let start = json.len();
-            match self.messages.get(i) {
-                Some(managed) if managed == m => json.push_str(&self.meta[i].text),
-                _ => json.push_str(&to_json(m)),
+            match text_of(self, i) {
+                Some(text) => json.push_str(&text),
+                None => json.push_str(self.meta.get(i).map_or("", |m| &m.text)),
             }
             let h = xxhash_rust::xxh3::xxh3_64(&json.as_bytes()[start..]);
             if same && self.last_sent.get(i) == Some(&h) {

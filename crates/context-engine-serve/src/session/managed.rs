@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use context_engine::engine::{PreparedSummary, SessionInfo, SummaryJob, Usage};
-use context_engine::host::{self, Compaction, HostOptions, Notice};
+use context_engine::host::{self, Compaction, HostOptions, InPlace, Notice};
 use context_engine::message::{Message, Role};
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
@@ -89,7 +89,8 @@ pub struct Plan {
     /// summary watermark); the caller runs it off the request path and
     /// hands the receiver to [`Managed::await_summary`].
     pub summary_job: Option<SummaryJob>,
-    /// The managed request's messages (what `messages_json` holds).
+    /// The managed request's messages (what `messages_json` holds); empty
+    /// from [`Managed::prepare_json`] when the view was applied in place.
     pub request: Vec<Message>,
 }
 
@@ -207,6 +208,18 @@ impl Managed {
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
     pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.prepare_as(raw, true)
+    }
+
+    /// [`prepare`](Self::prepare) for a caller that sends
+    /// [`Plan::messages_json`] only (chat completions): [`Plan::request`]
+    /// is left empty when the engine's view could be applied in place, so
+    /// the managed history is not copied for the request.
+    pub fn prepare_json(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.prepare_as(raw, false)
+    }
+
+    fn prepare_as(&mut self, raw: &[&RawValue], keep_request: bool) -> Result<Plan, String> {
         self.wake()?;
         self.stats.requests += 1;
         self.take_summary();
@@ -291,36 +304,59 @@ impl Managed {
             self.host.use_model(model);
         }
 
-        let prepared = self.host.before_request(self.lineage.messages());
-        notices.extend(prepared.update.notices);
-        if let Some(h) = prepared.update.new_history {
-            self.lineage.replace(h);
-        }
-        if prepared.update.compaction.is_some() {
-            compaction = prepared.update.compaction;
-        }
-        self.calls += 1;
-        // Never send a request that breaks a provider rule the client's own
-        // request kept.
-        let profile = self.ctx.host.profile;
-        if !validate(&prepared.request, profile).is_empty() {
-            let unmanaged: Vec<Message> = raw
-                .iter()
-                .enumerate()
-                .map(|(i, m)| parse(m, i))
-                .collect::<Result<_, _>>()?;
-            if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
-                return Err(format!(
-                    "the managed request would break a provider rule: {v}"
-                ));
+        let (rendered, request) = match self
+            .host
+            .before_request_in_place(self.lineage.view_in_place())
+        {
+            InPlace::Applied(mut applied) => {
+                // The managed history is the request now (the engine's
+                // view swapped in, validated by the driver); rendered
+                // without a copy, then restored.
+                notices.append(&mut applied.update.notices);
+                self.calls += 1;
+                self.stats.last_request_tokens = applied.request_tokens;
+                self.stats.last_managed_messages = self.lineage.len();
+                let rendered = self.lineage.render_applied(&applied.originals);
+                let request = if keep_request {
+                    self.lineage.messages().to_vec()
+                } else {
+                    Vec::new()
+                };
+                applied.restore(self.lineage.view_in_place());
+                (rendered, request)
             }
-        }
+            InPlace::Prepared(prepared) => {
+                notices.extend(prepared.update.notices);
+                if let Some(h) = prepared.update.new_history {
+                    self.lineage.replace(h);
+                }
+                if prepared.update.compaction.is_some() {
+                    compaction = prepared.update.compaction;
+                }
+                self.calls += 1;
+                // Never send a request that breaks a provider rule the
+                // client's own request kept.
+                let profile = self.ctx.host.profile;
+                if !validate(&prepared.request, profile).is_empty() {
+                    let unmanaged: Vec<Message> = raw
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| parse(m, i))
+                        .collect::<Result<_, _>>()?;
+                    if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
+                        return Err(format!(
+                            "the managed request would break a provider rule: {v}"
+                        ));
+                    }
+                }
+                self.stats.last_request_tokens = prepared.request_tokens;
+                self.stats.last_managed_messages = prepared.request.len();
+                (self.lineage.render(&prepared.request), prepared.request)
+            }
+        };
         if compaction.is_some() {
             self.stats.compactions += 1;
         }
-        self.stats.last_request_tokens = prepared.request_tokens;
-        self.stats.last_managed_messages = prepared.request.len();
-        let rendered = self.lineage.render(&prepared.request);
         let summary_job = match self.pending {
             Some(_) => None,
             None => self.host.summary_job(self.lineage.messages()),
@@ -332,7 +368,7 @@ impl Managed {
             diverged,
             notices,
             summary_job,
-            request: prepared.request,
+            request,
         })
     }
 
