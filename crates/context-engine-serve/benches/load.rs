@@ -660,13 +660,28 @@ fn main() {
                 let b = body(&h, false);
                 let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
                 let t = Instant::now();
-                let plan = m.prepare(parsed.messages());
+                let plan = m.prepare_json(parsed.messages());
                 let out = parsed.write(&[("messages", plan.map(|p| p.messages_json).unwrap_or_default().as_str())]);
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 std::hint::black_box(out);
             }
             times.sort_by(f64::total_cmp);
             println!("engine step (prepare + body), ~100 messages: p50 {:.3} ms  p99 {:.3} ms", pct(&times, 0.5), pct(&times, 0.99));
+            // The same step on a session that slept: inflate and parse first.
+            let mut woken = Vec::new();
+            for i in 0..50 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("after a pause {i}")}));
+                let b = body(&h, false);
+                let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
+                m.hibernate();
+                let t = Instant::now();
+                let plan = m.prepare_json(parsed.messages());
+                woken.push(t.elapsed().as_secs_f64() * 1e3);
+                std::hint::black_box(plan.ok());
+            }
+            woken.sort_by(f64::total_cmp);
+            println!("engine step after a sleep (wake: inflate + parse, then the step), {} messages: p50 {:.3} ms", h.len(), pct(&woken, 0.5));
         }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
         let direct = upstream().await;
