@@ -314,6 +314,25 @@ impl Managed {
                 // without a copy, then restored.
                 notices.append(&mut applied.update.notices);
                 self.calls += 1;
+                // A view the driver swapped in is valid; the history as it
+                // stands (no view) is checked as any request is: never one
+                // that breaks a provider rule the client's own request kept.
+                let profile = self.ctx.host.profile;
+                // (Without a view nothing was swapped in: nothing to restore.)
+                if !applied.selected && !validate(self.lineage.messages(), profile).is_empty() {
+                    let unmanaged: Vec<Message> = raw
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| parse(m, i))
+                        .collect::<Result<_, _>>()?;
+                    if let Some(v) =
+                        introduced_violation(&unmanaged, self.lineage.messages(), profile)
+                    {
+                        return Err(format!(
+                            "the managed request would break a provider rule: {v}"
+                        ));
+                    }
+                }
                 self.stats.last_request_tokens = applied.request_tokens;
                 self.stats.last_managed_messages = self.lineage.len();
                 let rendered = self.lineage.render_applied(&applied.originals);
