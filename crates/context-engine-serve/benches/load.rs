@@ -76,6 +76,11 @@ async fn upstream() -> String {
 }
 
 async fn proxy(url: &str) -> (String, AppState) {
+    proxy_with(url, None).await
+}
+
+/// A proxy whose sessions sleep after `hibernate` idle, when set.
+async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState) {
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
@@ -91,7 +96,8 @@ async fn proxy(url: &str) -> (String, AppState) {
         blocking: false,
     };
     let options = ServeOptions::new(UpstreamOptions::new(url))
-        .with_sessions(100_000, Duration::from_secs(3600));
+        .with_sessions(100_000, Duration::from_secs(3600))
+        .with_hibernation(hibernate);
     let state = AppState::new(options, ctx).unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -271,6 +277,60 @@ async fn sequential_at(
     out
 }
 
+/// `sessions` concurrent sessions sending `per` requests each at `rate`
+/// requests per second in all (open loop, below saturation: each session
+/// sends its next call when due, or as soon as its previous one came back
+/// if that was late); latencies in ms. Unlike [`concurrent`], whose
+/// clients always wait on a saturated machine (so latency there is queueing
+/// behind 200 others), this measures what the proxy adds to each call.
+async fn paced(url: &str, sessions: usize, per: usize, rate: f64) -> (Vec<f64>, f64) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bodies: Vec<Vec<Bytes>> = (0..sessions)
+        .map(|s| {
+            let mut h = history(100, 50_000 + s);
+            (0..per)
+                .map(|i| {
+                    if i > 0 {
+                        h.push(json!({"role": "assistant", "content": "ok"}));
+                        h.push(json!({"role": "user", "content": format!("next step {i}")}));
+                    }
+                    body(&h, false)
+                })
+                .collect()
+        })
+        .collect();
+    let every = Duration::from_secs_f64(sessions as f64 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let mut tasks = Vec::new();
+    for (s, bodies) in bodies.into_iter().enumerate() {
+        let (client, url) = (client.clone(), url.to_owned());
+        let offset = every.mul_f64(s as f64 / sessions as f64);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            let session = format!("paced-{s}");
+            for (i, b) in bodies.into_iter().enumerate() {
+                tokio::time::sleep_until(start + offset + every.mul_f64(i as f64)).await;
+                let ms = one(&client, &url, &session, b).await;
+                // The first call of a session counts its history cold.
+                if i > 0 {
+                    lat.push(ms);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    let achieved = (sessions * per) as f64 / start.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    (all, achieved)
+}
+
 /// `sessions` concurrent sessions, `per` requests each; latencies (ms) and
 /// requests per second.
 async fn concurrent(url: &str, sessions: usize, per: usize) -> (Vec<f64>, f64) {
@@ -359,6 +419,80 @@ fn rss_bytes() -> usize {
                 .and_then(|p| p.parse::<usize>().ok())
         })
         .map_or(0, |pages| pages * 4096)
+}
+
+/// One memory figure (`LOAD_MEMORY=awake|asleep,n,len`, run in a fresh
+/// process by the `idle` phase): `n` sessions of `len` messages, one
+/// request each; asleep, every session is put to sleep once idle (the
+/// sweep runs after every 20 sessions), as `serve.hibernate_seconds` does.
+async fn memory(spec: &str) {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (asleep, n, len) = match parts[..] {
+        [mode, n, len] => (
+            mode == "asleep",
+            n.parse::<usize>().unwrap_or(1000),
+            len.parse::<usize>().unwrap_or(100),
+        ),
+        _ => panic!("LOAD_MEMORY=awake|asleep,n,len"),
+    };
+    let direct = upstream().await;
+    let (via, state) = proxy_with(&direct, asleep.then_some(Duration::from_secs(3600))).await;
+    let client = reqwest::Client::new();
+    // Warm: connections, the runtime's buffers.
+    for s in 0..50 {
+        one(
+            &client,
+            &via,
+            &format!("warm-{s}"),
+            body(&history(len, 900_000 + s), false),
+        )
+        .await;
+    }
+    state.sessions().hibernate_idle(Duration::ZERO);
+    let rss0 = rss_bytes();
+    let mut heap = 0;
+    for s in 0..n {
+        let b = body(&history(len, 100_000 + s), false);
+        one(&client, &via, &format!("idle{len}-{s}"), b).await;
+        if s == 0 {
+            heap = heap_bytes(&via, format!("idle{len}-0")).await;
+        }
+        if asleep && s % 20 == 19 {
+            state.sessions().hibernate_idle(Duration::ZERO);
+        }
+    }
+    if asleep {
+        state.sessions().hibernate_idle(Duration::ZERO);
+        heap = heap_bytes(&via, format!("idle{len}-0")).await;
+    }
+    let rss1 = rss_bytes();
+    let history_bytes = serde_json::to_vec(&history(len, 100_000)).map_or(0, |v| v.len());
+    let per = rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0;
+    println!(
+        "  {n} sessions of {len} messages ({:.1} KB of JSON each), {}: RSS +{per:.1} KB per session ({:+.1} KB beyond its JSON); one session's managed history holds {:.1} KB",
+        history_bytes as f64 / 1024.0,
+        if asleep {
+            "asleep"
+        } else {
+            "awake (just served)"
+        },
+        per - history_bytes as f64 / 1024.0,
+        heap as f64 / 1024.0,
+    );
+}
+
+/// A session's `heap_bytes` as `/ctx/sessions/{id}` reports it.
+async fn heap_bytes(url: &str, session: String) -> usize {
+    let base = url.trim_end_matches("/v1");
+    let v: Value = reqwest::get(format!("{base}/ctx/sessions/{session}"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    v["heap_bytes"].as_u64().unwrap_or(0) as usize
 }
 
 /// The phases of a front's engine step, in ms (p50 over 200 calls).
@@ -470,12 +604,20 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
+    if let Ok(spec) = std::env::var("LOAD_MEMORY") {
+        rt.block_on(memory(&spec));
+        return;
+    }
     rt.block_on(async {
-        fronts().await;
+        let only = std::env::var("LOAD_ONLY").unwrap_or_default();
+        let phase = |name: &str| only.is_empty() || only.split(',').any(|p| p == name);
+        if phase("fronts") {
+            fronts().await;
+        }
         if std::env::var_os("LOAD_FRONTS_ONLY").is_some() {
             return;
         }
-        {
+        if phase("step") {
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let t = Instant::now();
             for _ in 0..50 {
@@ -501,7 +643,7 @@ fn main() {
             let v = context_engine::validate::validate(&h, context_engine::validate::Profile::OpenAi);
             println!("validate 100 messages: {:.3} ms ({} violations)", t.elapsed().as_secs_f64() * 1e3, v.len());
         }
-        {
+        if phase("step") {
             // The engine step alone, warm: one session, +2 messages a call.
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let c = Arc::clone(&counter);
@@ -521,13 +663,28 @@ fn main() {
                 let b = body(&h, false);
                 let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
                 let t = Instant::now();
-                let plan = m.prepare(parsed.messages());
+                let plan = m.prepare_json(parsed.messages());
                 let out = parsed.write(&[("messages", plan.map(|p| p.messages_json).unwrap_or_default().as_str())]);
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 std::hint::black_box(out);
             }
             times.sort_by(f64::total_cmp);
             println!("engine step (prepare + body), ~100 messages: p50 {:.3} ms  p99 {:.3} ms", pct(&times, 0.5), pct(&times, 0.99));
+            // The same step on a session that slept: inflate and parse first.
+            let mut woken = Vec::new();
+            for i in 0..50 {
+                h.push(json!({"role": "assistant", "content": "ok"}));
+                h.push(json!({"role": "user", "content": format!("after a pause {i}")}));
+                let b = body(&h, false);
+                let parsed = context_engine_serve::body::ChatBody::parse(&b).unwrap_or_else(|e| panic!("{e}"));
+                m.hibernate();
+                let t = Instant::now();
+                let plan = m.prepare_json(parsed.messages());
+                woken.push(t.elapsed().as_secs_f64() * 1e3);
+                std::hint::black_box(plan.ok());
+            }
+            woken.sort_by(f64::total_cmp);
+            println!("engine step after a sleep (wake: inflate + parse, then the step), {} messages: p50 {:.3} ms", h.len(), pct(&woken, 0.5));
         }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
         let direct = upstream().await;
@@ -537,6 +694,7 @@ fn main() {
         // Warm up both paths (connections, token cache of the history).
         sequential(&client, &direct, "warm", 50).await;
         sequential(&client, &via, "warm", 50).await;
+        if phase("sequential") {
         let d = sequential(&client, &direct, "seq", 400).await;
         let p = sequential(&client, &via, "seq", 400).await;
         println!("one client, 100-message session, no compaction due ({} requests):", d.len());
@@ -547,7 +705,9 @@ fn main() {
             pct(&p, 0.5) - pct(&d, 0.5),
             pct(&p, 0.99) - pct(&d, 0.99)
         );
+        }
 
+        if phase("concurrent") {
         let c0 = cpu_ns();
         let (d, drps) = concurrent(&direct, 200, per).await;
         let c1 = cpu_ns();
@@ -576,6 +736,21 @@ fn main() {
             2e6 / (pcpu - dcpu).max(1.0),
             2e6 / pcpu.max(1.0)
         );
+        let rate: f64 = std::env::var("LOAD_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(600.0);
+        let paced_per = per.max(10);
+        let (d, d_rate) = paced(&direct, 200, paced_per, rate).await;
+        let (p, p_rate) = paced(&via, 200, paced_per, rate).await;
+        println!("200 concurrent sessions paced at {rate:.0} req/s in all (open loop; LOAD_RATE), {} calls each after the first:", paced_per - 1);
+        if d_rate.min(p_rate) < rate * 0.95 {
+            println!("  (the machine could not keep the pace: {d_rate:.0} req/s direct, {p_rate:.0} through the proxy; the latencies below include queueing for a CPU)");
+        }
+        println!("  direct  p50 {:.3} ms  p99 {:.3} ms", pct(&d, 0.5), pct(&d, 0.99));
+        println!("  proxy   p50 {:.3} ms  p99 {:.3} ms", pct(&p, 0.5), pct(&p, 0.99));
+        println!(
+            "  added   p50 {:.3} ms  p99 {:.3} ms",
+            pct(&p, 0.5) - pct(&d, 0.5),
+            pct(&p, 0.99) - pct(&d, 0.99)
+        );
 
         for line in state.metrics().encode().lines() {
             if ["ctx_fallbacks_total", "ctx_compactions_total", "ctx_lineages_total", "ctx_overhead_seconds_sum", "ctx_overhead_seconds_count", "ctx_upstream_latency_seconds_sum", "ctx_upstream_latency_seconds_count", "ctx_cache_hit_share_estimate "]
@@ -585,6 +760,8 @@ fn main() {
                 println!("  proxy metric: {line}");
             }
         }
+        }
+        if phase("ttfb") {
         let h = history(100, 7);
         let mut td = Vec::new();
         let mut tp = Vec::new();
@@ -603,22 +780,23 @@ fn main() {
             pct(&tp, 0.99) - pct(&td, 0.99)
         );
 
-        // Idle sessions, one request each: 10,000 of 20 messages, then
-        // 1,000 of the benchmark's size (100 messages).
-        for (n, len, salt) in [(10_000, 20, 10_000), (1000, 100, 30_000)] {
-            let before_sessions = state.sessions().len();
-            let rss0 = rss_bytes();
-            for s in 0..n {
-                let b = body(&history(len, salt + s), false);
-                one(&client, &via, &format!("idle{len}-{s}"), b).await;
+        }
+        if phase("idle") {
+            // Memory per session, each figure in a fresh process (freed
+            // memory a process keeps would flatter a later figure): one
+            // request each, then either left awake or put to sleep as it
+            // goes idle (what `serve.hibernate_seconds` does).
+            println!("memory per session (RSS growth over the sessions, each line a fresh process):");
+            for (n, len) in [(10_000, 20), (1000, 100)] {
+                for mode in ["awake", "asleep"] {
+                    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+                    let out = std::process::Command::new(exe)
+                        .env("LOAD_MEMORY", format!("{mode},{n},{len}"))
+                        .output()
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    print!("{}", String::from_utf8_lossy(&out.stdout));
+                }
             }
-            let rss1 = rss_bytes();
-            let created = state.sessions().len() - before_sessions;
-            let history_bytes = serde_json::to_vec(&history(len, salt)).map_or(0, |v| v.len());
-            println!(
-                "idle sessions: {created} sessions of {len} messages ({history_bytes} bytes of JSON each): RSS +{:.1} KB per session",
-                (rss1.saturating_sub(rss0)) as f64 / created.max(1) as f64 / 1024.0
-            );
         }
     });
 }

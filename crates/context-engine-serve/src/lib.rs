@@ -78,6 +78,10 @@ pub struct ServeOptions {
     pub max_sessions: usize,
     /// Idle time after which a session is dropped.
     pub session_idle: Duration,
+    /// Idle time after which a session sleeps: only the deflated texts of
+    /// its managed history and its engine state stay in memory (with a
+    /// session store, nothing: the store holds it). `None`: never.
+    pub hibernate_after: Option<Duration>,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
     /// Where sessions are kept: `None` keeps them in this process only;
@@ -89,7 +93,8 @@ pub struct ServeOptions {
 
 impl ServeOptions {
     /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, no engine tools, 10 000
-    /// sessions idle for at most an hour, 30 s shutdown grace) for `upstream`.
+    /// sessions idle for at most an hour, asleep after a minute idle, 30 s
+    /// shutdown grace) for `upstream`.
     pub fn new(upstream: UpstreamOptions) -> ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
@@ -100,6 +105,7 @@ impl ServeOptions {
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle: Duration::from_secs(3600),
+            hibernate_after: Some(Duration::from_secs(60)),
             shutdown_grace: Duration::from_secs(30),
             store: None,
         }
@@ -152,6 +158,12 @@ impl ServeOptions {
         self
     }
 
+    /// Sets [`hibernate_after`](Self::hibernate_after).
+    pub fn with_hibernation(mut self, after: Option<Duration>) -> ServeOptions {
+        self.hibernate_after = after;
+        self
+    }
+
     /// Sets [`shutdown_grace`](Self::shutdown_grace).
     pub fn with_shutdown_grace(mut self, grace: Duration) -> ServeOptions {
         self.shutdown_grace = grace;
@@ -184,7 +196,8 @@ impl AppState {
         }
         let upstream = Upstream::new(&options.upstream)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
-            .with_store(options.store.clone());
+            .with_store(options.store.clone())
+            .with_hibernation(options.hibernate_after);
         let metrics = Metrics::new();
         if let Some(store) = sessions.store() {
             store.health.time_into(metrics.store_latency());
@@ -231,7 +244,9 @@ impl AppState {
 
 /// Serves `state` on `listener` until `shutdown` resolves, then lets
 /// in-flight requests (streams included) finish for at most the shutdown
-/// grace. Idle sessions are swept once a minute by one task.
+/// grace. Idle sessions are swept once a minute by one task, which also
+/// puts sessions to sleep (on the blocking pool: it deflates) as often as
+/// the hibernation time asks (at most once a second).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -242,14 +257,29 @@ pub async fn serve(
         let state = state.clone();
         let mut rx = rx.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            const SWEEP: Duration = Duration::from_secs(60);
+            let hibernate = state.sessions().hibernation();
+            let period = hibernate.map_or(SWEEP, |h| (h / 2).clamp(Duration::from_secs(1), SWEEP));
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_sweep = tokio::time::Instant::now();
             loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let left = state.sessions().sweep();
-                        state.metrics().set_sessions(left);
-                    }
-                    _ = rx.wait_for(|stop| *stop) => break,
+                let stop = tokio::select! {
+                    _ = tick.tick() => false,
+                    _ = rx.wait_for(|stop| *stop) => true,
+                };
+                if stop {
+                    break;
+                }
+                if let Some(after) = hibernate {
+                    let s = state.clone();
+                    let _ = tokio::task::spawn_blocking(move || s.sessions().hibernate_idle(after))
+                        .await;
+                }
+                if last_sweep.elapsed() >= SWEEP {
+                    last_sweep = tokio::time::Instant::now();
+                    let left = state.sessions().sweep();
+                    state.metrics().set_sessions(left);
                 }
             }
         })

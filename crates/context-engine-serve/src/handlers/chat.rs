@@ -231,7 +231,7 @@ fn prepare(
         match slot.as_mut() {
             Some(m) => {
                 m.use_model(body.model());
-                m.prepare(body.messages())
+                m.prepare_json(body.messages())
             }
             None => Err("no session".to_owned()),
         }

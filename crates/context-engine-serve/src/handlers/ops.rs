@@ -65,15 +65,25 @@ pub async fn session_status(
     let guard = tokio::time::timeout(Duration::from_secs(5), slot.state.lock())
         .await
         .map_err(|_| ServeError::BadRequest("the session is busy, try again".into()))?;
-    let managed = guard
-        .as_ref()
-        .ok_or_else(|| ServeError::SessionNotFound(id.clone()))?;
+    let Some(managed) = guard.as_ref() else {
+        if state.sessions().store().is_some() {
+            // Asleep (or dropped after a store error): the store holds it
+            // and its next request loads it.
+            return Ok(Json(serde_json::json!({
+                "id": id,
+                "asleep": true,
+                "in_store": true,
+            })));
+        }
+        return Err(ServeError::SessionNotFound(id));
+    };
     Ok(Json(serde_json::json!({
         "id": id,
         "engine": managed.host().engine().name(),
         "status": managed.host().status(),
         "stats": managed.stats,
-        "managed_messages": managed.history().len(),
+        "managed_messages": managed.managed_messages(),
         "heap_bytes": managed.heap_bytes(),
+        "asleep": managed.is_asleep(),
     })))
 }

@@ -56,6 +56,12 @@ pub enum Reconcile {
 }
 
 /// A session's managed history and the client chain it follows.
+///
+/// Awake, each managed message is held twice: parsed (what the engine
+/// reads) and as its frozen text (what goes out). Asleep
+/// ([`sleep`](Self::sleep), an idle session), only the texts are kept,
+/// deflated into one buffer; [`wake`](Self::wake) inflates them and parses
+/// the messages again, so the texts that go out are the same bytes.
 #[derive(Debug, Default)]
 pub struct Lineage {
     chain: Vec<u128>,
@@ -64,6 +70,18 @@ pub struct Lineage {
     /// Per-message hashes of the last request sent, for the cacheable
     /// prefix estimate.
     last_sent: Vec<u64>,
+    /// While asleep: every message's text, deflated (the texts in `meta`
+    /// are empty and `messages` is empty then).
+    asleep: Option<Asleep>,
+}
+
+/// The frozen texts of a sleeping lineage.
+#[derive(Debug)]
+struct Asleep {
+    /// The texts one after another, deflated.
+    packed: Box<[u8]>,
+    /// Each text's length in bytes.
+    lengths: Box<[u32]>,
 }
 
 /// The hash chain of `messages`: entry `i` covers messages `0..=i`.
@@ -104,14 +122,130 @@ impl Lineage {
         &self.chain
     }
 
-    /// The managed history.
+    /// The managed history (empty while asleep: [`wake`](Self::wake)
+    /// first).
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// Managed messages, asleep or awake.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Whether the managed history is empty.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Whether the lineage sleeps (texts only, deflated).
+    pub fn is_asleep(&self) -> bool {
+        self.asleep.is_some()
+    }
+
+    /// Keeps only the frozen texts, deflated, and drops the parsed
+    /// messages: an idle session's memory. The chain, origins and the last
+    /// request's hashes stay as they are.
+    pub fn sleep(&mut self) {
+        if self.asleep.is_some() {
+            return;
+        }
+        let total: usize = self.meta.iter().map(|m| m.text.len()).sum();
+        let mut lengths = Vec::with_capacity(self.meta.len());
+        let mut deflater = flate2::write::DeflateEncoder::new(
+            Vec::with_capacity(total / 3 + 64),
+            flate2::Compression::fast(),
+        );
+        for m in &mut self.meta {
+            let Ok(n) = u32::try_from(m.text.len()) else {
+                // A single message over 4 GiB: stay awake.
+                return;
+            };
+            lengths.push(n);
+            // Writing into a Vec cannot fail.
+            let _ = std::io::Write::write_all(&mut deflater, m.text.as_bytes());
+        }
+        let Ok(mut packed) = deflater.finish() else {
+            return;
+        };
+        packed.shrink_to_fit();
+        for m in &mut self.meta {
+            m.text = Box::default();
+        }
+        self.meta.shrink_to_fit();
+        self.chain.shrink_to_fit();
+        self.last_sent.shrink_to_fit();
+        self.messages = Vec::new();
+        self.asleep = Some(Asleep {
+            packed: packed.into_boxed_slice(),
+            lengths: lengths.into_boxed_slice(),
+        });
+    }
+
+    /// Inflates the texts of a sleeping lineage and parses its messages
+    /// again (nothing to do when awake). On `Err` the lineage is unchanged
+    /// (still asleep).
+    pub fn wake(&mut self) -> Result<(), String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(());
+        };
+        let texts = unpack(asleep)?;
+        let messages = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                serde_json::from_str::<Message>(t)
+                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (m, t) in self.meta.iter_mut().zip(texts) {
+            m.text = t;
+        }
+        self.messages = messages;
+        self.asleep = None;
+        Ok(())
+    }
+
+    /// The managed history, parsed from the texts when asleep (which
+    /// stays asleep).
+    pub fn parsed(&self) -> Result<std::borrow::Cow<'_, [Message]>, String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(std::borrow::Cow::Borrowed(&self.messages));
+        };
+        unpack(asleep)?
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                serde_json::from_str::<Message>(t)
+                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(std::borrow::Cow::Owned)
+    }
+
+    /// Each managed message's frozen text, asleep or awake.
+    fn texts(&self) -> Result<std::borrow::Cow<'_, [Meta]>, String> {
+        let Some(asleep) = &self.asleep else {
+            return Ok(std::borrow::Cow::Borrowed(&self.meta));
+        };
+        let texts = unpack(asleep)?;
+        Ok(std::borrow::Cow::Owned(
+            self.meta
+                .iter()
+                .zip(texts)
+                .map(|(m, text)| Meta {
+                    text,
+                    depends: m.depends,
+                    engine_made: m.engine_made,
+                })
+                .collect(),
+        ))
     }
 
     /// Compares the client's chain with the one seen and cuts the managed
     /// history back at a divergence.
     pub fn reconcile(&mut self, incoming: &[u128]) -> Reconcile {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         let seen = self.chain.len();
         let common = incoming
             .iter()
@@ -140,6 +274,7 @@ impl Lineage {
 
     /// Appends client message `index` (parsed, and as the client wrote it).
     pub fn push_client(&mut self, message: Message, raw: &RawValue, index: usize) {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         self.messages.push(message);
         self.meta.push(Meta {
             text: raw.get().into(),
@@ -160,6 +295,7 @@ impl Lineage {
     /// text and lineage; any other is engine-made, serialized once now, and
     /// depends on every client message seen.
     pub fn replace(&mut self, new: Vec<Message>) {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
         let seen = self.chain.len();
         let mut meta = Vec::with_capacity(new.len());
         let mut j = 0;
@@ -185,21 +321,57 @@ impl Lineage {
     /// one's text; others (digested views) are serialized, which is
     /// deterministic, so they too repeat byte for byte while unchanged.
     pub fn render(&mut self, request: &[Message]) -> Rendered {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
+        self.render_each(request.len(), |l, i| match l.messages.get(i) {
+            Some(managed) if managed == &request[i] => None,
+            _ => Some(to_json(&request[i])),
+        })
+    }
+
+    /// The managed messages, for the host to apply a request view to in
+    /// place ([`host::Session::before_request_in_place`]); they must be
+    /// restored before anything else reads the lineage.
+    ///
+    /// [`host::Session::before_request_in_place`]: context_engine::host::Session::before_request_in_place
+    pub(crate) fn view_in_place(&mut self) -> &mut [Message] {
+        debug_assert!(self.asleep.is_none(), "wake the lineage first");
+        &mut self.messages
+    }
+
+    /// [`render`](Self::render) while a request view is applied in place:
+    /// the managed messages are the request, `originals` the ones the view
+    /// replaced (by ascending index). A replaced message goes out
+    /// serialized, unless it equals its original (then as its text).
+    pub(crate) fn render_applied(&mut self, originals: &[(usize, Message)]) -> Rendered {
+        self.render_each(self.messages.len(), |l, i| {
+            let k = originals.binary_search_by_key(&i, |(j, _)| *j).ok()?;
+            (originals[k].1 != l.messages[i]).then(|| to_json(&l.messages[i]))
+        })
+    }
+
+    /// The JSON array of `n` messages: message `i` as `text_of(i)`, or as
+    /// the managed text at `i` when that is `None`; records the hashes for
+    /// the next request's reuse estimate.
+    fn render_each(
+        &mut self,
+        n: usize,
+        text_of: impl Fn(&Lineage, usize) -> Option<String>,
+    ) -> Rendered {
         let mut json =
             String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
-        let mut sent = Vec::with_capacity(request.len());
+        let mut sent = Vec::with_capacity(n);
         let mut reused_bytes = 0;
         let mut reused_messages = 0;
         let mut same = true;
         json.push('[');
-        for (i, m) in request.iter().enumerate() {
+        for i in 0..n {
             if i > 0 {
                 json.push(',');
             }
             let start = json.len();
-            match self.messages.get(i) {
-                Some(managed) if managed == m => json.push_str(&self.meta[i].text),
-                _ => json.push_str(&to_json(m)),
+            match text_of(self, i) {
+                Some(text) => json.push_str(&text),
+                None => json.push_str(self.meta.get(i).map_or("", |m| &m.text)),
             }
             let h = xxhash_rust::xxh3::xxh3_64(&json.as_bytes()[start..]);
             if same && self.last_sent.get(i) == Some(&h) {
@@ -219,7 +391,8 @@ impl Lineage {
         }
     }
 
-    /// Approximate heap bytes held (texts and messages' text content).
+    /// Approximate heap bytes held (texts, or the deflated texts while
+    /// asleep, bookkeeping and the parsed messages' slots).
     pub fn heap_bytes(&self) -> usize {
         self.chain.capacity() * 16
             + self.last_sent.capacity() * 8
@@ -229,7 +402,38 @@ impl Lineage {
                 .map(|m| m.text.len() + std::mem::size_of::<Meta>())
                 .sum::<usize>()
             + self.messages.capacity() * std::mem::size_of::<Message>()
+            + self
+                .asleep
+                .as_ref()
+                .map_or(0, |a| a.packed.len() + a.lengths.len() * 4)
     }
+}
+
+/// The texts of a sleeping lineage, inflated.
+fn unpack(asleep: &Asleep) -> Result<Vec<Box<str>>, String> {
+    let total: usize = asleep.lengths.iter().map(|&n| n as usize).sum();
+    let mut bytes = Vec::with_capacity(total);
+    std::io::Read::read_to_end(
+        &mut flate2::read::DeflateDecoder::new(&asleep.packed[..]),
+        &mut bytes,
+    )
+    .map_err(|e| format!("sleeping lineage: {e}"))?;
+    if bytes.len() != total {
+        return Err(format!(
+            "sleeping lineage: {} bytes of text, {total} expected",
+            bytes.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(asleep.lengths.len());
+    let mut at = 0;
+    for &n in &asleep.lengths {
+        let end = at + n as usize;
+        let text =
+            std::str::from_utf8(&bytes[at..end]).map_err(|e| format!("sleeping lineage: {e}"))?;
+        out.push(Box::from(text));
+        at = end;
+    }
+    Ok(out)
 }
 
 /// A lineage as a session store keeps it (see `persist`): each managed
@@ -306,8 +510,8 @@ impl Lineage {
 
     /// A record segment: the items of each part past what `keep` keeps.
     pub fn to_segment(&self, keep: RecordKeep) -> Result<String, String> {
-        let messages = self
-            .meta
+        let meta = self.texts()?;
+        let messages = meta
             .iter()
             .skip(keep.messages)
             .map(|m| {
@@ -352,8 +556,10 @@ impl Lineage {
     /// Fingerprints of the lineage's parts (see [`RecordPrints`]).
     pub fn record_prints(&self) -> RecordPrints {
         let mut bytes = 64 + self.chain.len() * 35 + self.last_sent.len() * 21;
-        let messages = self
-            .meta
+        // Asleep, the texts are unpacked for this (a stored session is
+        // dropped rather than put to sleep, so this is rare).
+        let meta = self.texts().unwrap_or_default();
+        let messages = meta
             .iter()
             .map(|m| {
                 bytes += m.text.len() + 40;
@@ -520,6 +726,39 @@ mod tests {
         );
         let msgs = l.messages().to_vec();
         assert_eq!(l.render(&msgs).json, format!("[{S},{U1},{A1},{U3}]"));
+    }
+
+    #[test]
+    fn a_sleeping_lineage_keeps_its_texts_and_wakes_the_same() {
+        let mut l = Lineage::default();
+        feed(&mut l, &raws(&[S, U1, A1, U2]));
+        let summary: Message =
+            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
+        l.replace(vec![
+            l.messages()[0].clone(),
+            summary,
+            l.messages()[3].clone(),
+        ]);
+        let msgs = l.messages().to_vec();
+        let first = l.render(&msgs).json;
+        let record = l.to_record().unwrap();
+        l.sleep();
+        assert!(l.is_asleep() && l.messages().is_empty());
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.to_record().unwrap(), record, "the record while asleep");
+        assert_eq!(l.parsed().unwrap().as_ref(), &msgs[..]);
+        assert!(l.is_asleep(), "parsing for a look does not wake it");
+        l.wake().unwrap();
+        assert!(!l.is_asleep());
+        assert_eq!(l.messages(), &msgs[..]);
+        let again = l.render(&msgs);
+        assert_eq!(again.json, first, "byte for byte");
+        assert_eq!(again.reused_messages, 3, "the prefix estimate survives");
+        // It goes on as if it never slept.
+        assert_eq!(
+            feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3])),
+            Reconcile::Extends { new_from: 4 }
+        );
     }
 
     #[test]

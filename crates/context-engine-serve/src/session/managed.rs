@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use context_engine::engine::{PreparedSummary, SessionInfo, SummaryJob, Usage};
-use context_engine::host::{self, Compaction, HostOptions, Notice};
+use context_engine::host::{self, Compaction, HostOptions, InPlace, Notice};
 use context_engine::message::{Message, Role};
 use context_engine::tokens::TokenCounter;
 use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
@@ -68,6 +68,8 @@ pub struct SessionStats {
     pub last_client_messages: usize,
     /// Messages in the last managed request.
     pub last_managed_messages: usize,
+    /// Times the session went to sleep idle ([`Managed::hibernate`]).
+    pub sleeps: u64,
 }
 
 /// What [`Managed::prepare`] produced for one request.
@@ -87,7 +89,8 @@ pub struct Plan {
     /// summary watermark); the caller runs it off the request path and
     /// hands the receiver to [`Managed::await_summary`].
     pub summary_job: Option<SummaryJob>,
-    /// The managed request's messages (what `messages_json` holds).
+    /// The managed request's messages (what `messages_json` holds); empty
+    /// from [`Managed::prepare_json`] when the view was applied in place.
     pub request: Vec<Message>,
 }
 
@@ -145,9 +148,15 @@ impl Managed {
         &mut self.host
     }
 
-    /// The managed history.
+    /// The managed history (empty while the session sleeps: see
+    /// [`managed_messages`](Self::managed_messages)).
     pub fn history(&self) -> &[Message] {
         self.lineage.messages()
+    }
+
+    /// Messages in the managed history, asleep or awake.
+    pub fn managed_messages(&self) -> usize {
+        self.lineage.len()
     }
 
     /// Approximate heap bytes of the managed history and bookkeeping.
@@ -155,10 +164,63 @@ impl Managed {
         self.lineage.heap_bytes()
     }
 
+    /// Whether the session sleeps ([`hibernate`](Self::hibernate)).
+    pub fn is_asleep(&self) -> bool {
+        self.lineage.is_asleep()
+    }
+
+    /// Puts an idle session to sleep: the managed history keeps only its
+    /// frozen texts, deflated, and drops the parsed messages; the engine
+    /// and the driver stay as they are, so the next request (which wakes
+    /// it) gets the same decisions and the same bytes as if it never
+    /// slept. A background summary that arrived is adopted first; one
+    /// still on its way keeps the session awake (`false`).
+    pub fn hibernate(&mut self) -> bool {
+        if self.lineage.is_asleep() {
+            return true;
+        }
+        self.take_summary();
+        if self.pending.is_some() {
+            return false;
+        }
+        self.lineage.sleep();
+        if self.lineage.is_asleep() {
+            self.stats.sleeps += 1;
+        }
+        self.lineage.is_asleep()
+    }
+
+    /// Wakes a sleeping session (parses its managed history again). Texts
+    /// that cannot be read back (never expected) start the session over
+    /// from the client's history, as a dropped session would.
+    fn wake(&mut self) -> Result<(), String> {
+        if let Err(why) = self.lineage.wake() {
+            tracing::warn!(session = %self.id, reason = %why, "sleeping session unreadable: it starts over");
+            self.lineage = Lineage::default();
+            self.host = self.fresh_host()?;
+            self.calls = 0;
+            self.pending = None;
+        }
+        Ok(())
+    }
+
     /// Takes the client's full history (`raw`, each message as the client
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
     pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.prepare_as(raw, true)
+    }
+
+    /// [`prepare`](Self::prepare) for a caller that sends
+    /// [`Plan::messages_json`] only (chat completions): [`Plan::request`]
+    /// is left empty when the engine's view could be applied in place, so
+    /// the managed history is not copied for the request.
+    pub fn prepare_json(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+        self.prepare_as(raw, false)
+    }
+
+    fn prepare_as(&mut self, raw: &[&RawValue], keep_request: bool) -> Result<Plan, String> {
+        self.wake()?;
         self.stats.requests += 1;
         self.take_summary();
         self.stats.last_client_messages = raw.len();
@@ -242,36 +304,78 @@ impl Managed {
             self.host.use_model(model);
         }
 
-        let prepared = self.host.before_request(self.lineage.messages());
-        notices.extend(prepared.update.notices);
-        if let Some(h) = prepared.update.new_history {
-            self.lineage.replace(h);
-        }
-        if prepared.update.compaction.is_some() {
-            compaction = prepared.update.compaction;
-        }
-        self.calls += 1;
-        // Never send a request that breaks a provider rule the client's own
-        // request kept.
-        let profile = self.ctx.host.profile;
-        if !validate(&prepared.request, profile).is_empty() {
-            let unmanaged: Vec<Message> = raw
-                .iter()
-                .enumerate()
-                .map(|(i, m)| parse(m, i))
-                .collect::<Result<_, _>>()?;
-            if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
-                return Err(format!(
-                    "the managed request would break a provider rule: {v}"
-                ));
+        let (rendered, request) = match self
+            .host
+            .before_request_in_place(self.lineage.view_in_place())
+        {
+            InPlace::Applied(mut applied) => {
+                // The managed history is the request now (the engine's
+                // view swapped in, validated by the driver); rendered
+                // without a copy, then restored.
+                notices.append(&mut applied.update.notices);
+                self.calls += 1;
+                // A view the driver swapped in is valid; the history as it
+                // stands (no view) is checked as any request is: never one
+                // that breaks a provider rule the client's own request kept.
+                let profile = self.ctx.host.profile;
+                // (Without a view nothing was swapped in: nothing to restore.)
+                if !applied.selected && !validate(self.lineage.messages(), profile).is_empty() {
+                    let unmanaged: Vec<Message> = raw
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| parse(m, i))
+                        .collect::<Result<_, _>>()?;
+                    if let Some(v) =
+                        introduced_violation(&unmanaged, self.lineage.messages(), profile)
+                    {
+                        return Err(format!(
+                            "the managed request would break a provider rule: {v}"
+                        ));
+                    }
+                }
+                self.stats.last_request_tokens = applied.request_tokens;
+                self.stats.last_managed_messages = self.lineage.len();
+                let rendered = self.lineage.render_applied(&applied.originals);
+                let request = if keep_request {
+                    self.lineage.messages().to_vec()
+                } else {
+                    Vec::new()
+                };
+                applied.restore(self.lineage.view_in_place());
+                (rendered, request)
             }
-        }
+            InPlace::Prepared(prepared) => {
+                notices.extend(prepared.update.notices);
+                if let Some(h) = prepared.update.new_history {
+                    self.lineage.replace(h);
+                }
+                if prepared.update.compaction.is_some() {
+                    compaction = prepared.update.compaction;
+                }
+                self.calls += 1;
+                // Never send a request that breaks a provider rule the
+                // client's own request kept.
+                let profile = self.ctx.host.profile;
+                if !validate(&prepared.request, profile).is_empty() {
+                    let unmanaged: Vec<Message> = raw
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| parse(m, i))
+                        .collect::<Result<_, _>>()?;
+                    if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
+                        return Err(format!(
+                            "the managed request would break a provider rule: {v}"
+                        ));
+                    }
+                }
+                self.stats.last_request_tokens = prepared.request_tokens;
+                self.stats.last_managed_messages = prepared.request.len();
+                (self.lineage.render(&prepared.request), prepared.request)
+            }
+        };
         if compaction.is_some() {
             self.stats.compactions += 1;
         }
-        self.stats.last_request_tokens = prepared.request_tokens;
-        self.stats.last_managed_messages = prepared.request.len();
-        let rendered = self.lineage.render(&prepared.request);
         let summary_job = match self.pending {
             Some(_) => None,
             None => self.host.summary_job(self.lineage.messages()),
@@ -283,7 +387,7 @@ impl Managed {
             diverged,
             notices,
             summary_job,
-            request: prepared.request,
+            request,
         })
     }
 
@@ -334,7 +438,7 @@ impl Managed {
         if seen == 0 || chain.len() < seen || chain[..seen] != self.lineage.chain()[..] {
             return None;
         }
-        let mut out = self.lineage.messages().to_vec();
+        let mut out = self.lineage.parsed().ok()?.into_owned();
         for (i, m) in raw.iter().enumerate().skip(seen) {
             out.push(parse(m, i).ok()?);
         }
@@ -366,6 +470,8 @@ impl Managed {
     /// Runs engine tool `name` on the managed history; `None` when it is
     /// not an engine tool.
     pub fn handle_tool_call(&mut self, name: &str, args: &str) -> Option<String> {
+        // Awake already (a tool call answers the request being served).
+        self.wake().ok()?;
         self.host
             .handle_tool_call(name, args, self.lineage.messages())
     }

@@ -8,7 +8,11 @@
 //! parallel. An idle session is only data in the map: no task, no thread.
 //! The registry keeps at most `max_sessions` (least recently used dropped
 //! first) and drops sessions idle longer than `idle`; a dropped session
-//! starts over from the client's full history on its next request.
+//! starts over from the client's full history on its next request. A
+//! session idle for `hibernate` sleeps ([`Sessions::hibernate_idle`]): its
+//! managed history keeps only the deflated frozen texts (or, with a session
+//! store, the whole copy is dropped: the store holds it), and its next
+//! request wakes it with the same bytes and the same engine state.
 
 pub mod background;
 pub mod key;
@@ -67,6 +71,7 @@ pub struct Sessions {
     epoch: Instant,
     claims: OnceLock<Arc<dyn SummaryClaims>>,
     store: Option<SharedStore>,
+    hibernate: Option<Duration>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -89,7 +94,60 @@ impl Sessions {
             epoch: Instant::now(),
             claims: OnceLock::new(),
             store: None,
+            hibernate: None,
         }
+    }
+
+    /// Sessions idle this long sleep (`None`: never).
+    pub fn with_hibernation(mut self, after: Option<Duration>) -> Sessions {
+        self.hibernate = after;
+        self
+    }
+
+    /// Idle time after which a session sleeps, when set.
+    pub fn hibernation(&self) -> Option<Duration> {
+        self.hibernate
+    }
+
+    /// Puts to sleep every session unused for `idle_for` that no request
+    /// holds; returns how many went to sleep. Without a session store a
+    /// session keeps its engine and the deflated texts of its managed
+    /// history ([`Managed::hibernate`]); with one, the cached copy is
+    /// dropped (the store holds the session; the next request loads it).
+    /// A session with a background summary on its way stays awake.
+    /// Blocking (it deflates): call it off the async workers.
+    pub fn hibernate_idle(&self, idle_for: Duration) -> usize {
+        let now = self.now();
+        let idle_ms = u64::try_from(idle_for.as_millis()).unwrap_or(u64::MAX);
+        let idle: Vec<Arc<Slot>> = {
+            let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+            map.values()
+                .filter(|s| now.saturating_sub(s.last_used.load(Ordering::Relaxed)) >= idle_ms)
+                .cloned()
+                .collect()
+        };
+        let mut slept = 0;
+        for slot in idle {
+            // A request holds it: not idle after all.
+            let Ok(mut guard) = slot.state.try_lock() else {
+                continue;
+            };
+            let Some(m) = guard.as_mut() else {
+                continue;
+            };
+            if m.is_asleep() {
+                continue;
+            }
+            if self.store.is_some() {
+                if !m.summary_pending() {
+                    *guard = None;
+                    slept += 1;
+                }
+            } else if m.hibernate() {
+                slept += 1;
+            }
+        }
+        slept
     }
 
     /// Keeps every session in `store` (see [`persist`]).

@@ -1019,6 +1019,14 @@ impl ContextEngine for Compressor {
     }
 
     fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {
+        self.select_context_view(request)
+            .map(|v| v.into_iter().map(Cow::into_owned).collect())
+    }
+
+    fn select_context_view<'a>(
+        &mut self,
+        request: &SelectRequest<'a>,
+    ) -> Option<Vec<Cow<'a, Message>>> {
         let now = self.now_secs();
         let digest = scheduled_digest(
             &mut self.scheduler,
@@ -1031,7 +1039,7 @@ impl ContextEngine for Compressor {
         let report = digest.report;
         let changed =
             report.results_digested + report.envelopes_digested + report.binary_parts_dropped > 0;
-        changed.then(|| digest.view.into_iter().map(Cow::into_owned).collect())
+        changed.then_some(digest.view)
     }
 
     /// At the threshold (unless deferred to real usage), or before it when

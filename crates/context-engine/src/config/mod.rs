@@ -406,6 +406,11 @@ pub struct ServeConfig {
     pub max_sessions: usize,
     /// A session unused this long (seconds) is dropped.
     pub session_idle_seconds: u64,
+    /// A session unused this long (seconds) sleeps: only the deflated
+    /// texts of its managed history and its engine state stay in memory
+    /// (with a session store, nothing); its next request wakes it. `0`:
+    /// never.
+    pub hibernate_seconds: u64,
     /// Share of the compaction threshold at which a model summary starts
     /// being prepared in the background, in (0, 1).
     #[serde(deserialize_with = "de_fraction")]
@@ -425,6 +430,7 @@ impl Default for ServeConfig {
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle_seconds: 3600,
+            hibernate_seconds: 60,
             summary_watermark: 0.7,
             shutdown_grace_seconds: 30,
         }

@@ -165,6 +165,19 @@ pub trait ContextEngine: Send {
         None
     }
 
+    /// [`select_context`](Self::select_context) as a view that borrows
+    /// the request's messages it leaves unchanged: a host that owns its
+    /// history can then send it without copying every message each call.
+    /// The same decision as `select_context` (an engine implements one in
+    /// terms of the other); the default wraps `select_context`.
+    fn select_context_view<'a>(
+        &mut self,
+        request: &SelectRequest<'a>,
+    ) -> Option<Vec<std::borrow::Cow<'a, Message>>> {
+        self.select_context(request)
+            .map(|v| v.into_iter().map(std::borrow::Cow::Owned).collect())
+    }
+
     /// Observes a finished turn (the complement of
     /// [`select_context`](Self::select_context)) to index or update routing
     /// state. Best-effort: some abnormal exits skip it. `usage` is `None`

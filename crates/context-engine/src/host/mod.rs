@@ -60,7 +60,7 @@ use crate::message::Message;
 use crate::recall::{self, Sources};
 use crate::store::{Batch, CompactionInfo, SessionStore, StoreError};
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, introduced_violation};
+use crate::validate::{Profile, introduced_violation, validate};
 
 /// How the driver runs compaction; defaults follow the reference host.
 #[derive(Clone, Debug, PartialEq)]
@@ -289,6 +289,57 @@ pub struct Prepared {
     pub unfittable: Option<Unfittable>,
 }
 
+/// What [`Session::before_request_in_place`] did.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum InPlace {
+    /// The request view is the history itself, edited in place.
+    Applied(Applied),
+    /// The history is unchanged; the request as
+    /// [`Session::before_request`] prepares it.
+    Prepared(Prepared),
+}
+
+/// A request view applied to the history in place
+/// ([`Session::before_request_in_place`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Applied {
+    /// The history's messages the view replaced, by index (ascending);
+    /// the view's own are in the history until [`restore`](Self::restore).
+    pub originals: Vec<(usize, Message)>,
+    /// Whether `select_context` replaced anything.
+    pub selected: bool,
+    /// Tokens of the request (the edited history), counted exactly.
+    pub request_tokens: u64,
+    /// Notices of the preflight (never a compaction: that takes the full
+    /// way).
+    pub update: Update,
+}
+
+impl Applied {
+    /// Puts the originals back into `history`; returns the view's messages
+    /// that stood in their place, by index.
+    pub fn restore(mut self, history: &mut [Message]) -> Vec<(usize, Message)> {
+        for (i, m) in &mut self.originals {
+            if let Some(h) = history.get_mut(*i) {
+                std::mem::swap(h, m);
+            }
+        }
+        self.originals
+    }
+}
+
+/// Swaps each `(index, message)` of `edits` with the history's message at
+/// that index (twice: as before).
+fn swap_edits(history: &mut [Message], edits: &mut [(usize, Message)]) {
+    for (i, m) in edits {
+        if let Some(h) = history.get_mut(*i) {
+            std::mem::swap(h, m);
+        }
+    }
+}
+
 /// One agent session driven through a [`ContextEngine`].
 pub struct Session {
     engine: Box<dyn ContextEngine>,
@@ -495,7 +546,128 @@ impl Session {
         // Preflight measures the request that would be sent, after
         // selection: a digest that keeps requests small also postpones
         // compaction, which keeps detail and the prompt cache longer.
-        let (mut view, mut selected) = self.select(history, &mut update.notices);
+        let (view, selected) = self.select(history, &mut update.notices);
+        self.prepare_with(history, view, selected, update)
+    }
+
+    /// [`before_request`](Self::before_request) for a host that owns its
+    /// history and sends it without a copy: when the engine's request view
+    /// only replaces messages in place (a digest) and the step is a plain
+    /// one (no compaction, nothing to fit to the window, a valid view), the
+    /// replaced messages are swapped into `history`, which **is** the
+    /// request until [`Applied::restore`] puts the originals back (do so
+    /// before anything else reads the history). Otherwise `history` is
+    /// left as it was and the result is exactly `before_request`'s. The
+    /// decisions are the same either way.
+    pub fn before_request_in_place(&mut self, history: &mut [Message]) -> InPlace {
+        let mut update = Update::default();
+        update.notices.append(&mut self.pending);
+        let budget = self.engine.state().context_length;
+        let edits = {
+            let shared: &[Message] = history;
+            let mut request = SelectRequest::new(shared, shared);
+            if budget > 0 {
+                request = request.with_budget_tokens(budget);
+            }
+            match self.engine.select_context_view(&request) {
+                None => Ok(None),
+                Some(view) => {
+                    let in_place = view.len() == shared.len()
+                        && view.iter().zip(shared).all(|(v, h)| match v {
+                            std::borrow::Cow::Borrowed(b) => std::ptr::eq(*b, h),
+                            std::borrow::Cow::Owned(_) => true,
+                        });
+                    if in_place {
+                        Ok(Some(
+                            view.into_iter()
+                                .enumerate()
+                                .filter_map(|(i, v)| match v {
+                                    std::borrow::Cow::Owned(m) => Some((i, m)),
+                                    std::borrow::Cow::Borrowed(_) => None,
+                                })
+                                .collect::<Vec<_>>(),
+                        ))
+                    } else {
+                        Err(view
+                            .into_iter()
+                            .map(std::borrow::Cow::into_owned)
+                            .collect::<Vec<_>>())
+                    }
+                }
+            }
+        };
+        let (mut edits, selected) = match edits {
+            Ok(Some(edits)) => (edits, true),
+            Ok(None) => (Vec::new(), false),
+            Err(view) => {
+                let (view, selected) = self.checked(history, view, &mut update.notices);
+                return InPlace::Prepared(self.prepare_with(history, view, selected, update));
+            }
+        };
+        swap_edits(history, &mut edits);
+        // From here `history` is the request view. A view with findings,
+        // a compaction or a request over the window: the full way, on a
+        // copy of the view, the history restored.
+        let full_way = |this: &mut Session,
+                        history: &mut [Message],
+                        edits: &mut Vec<(usize, Message)>,
+                        update: Update| {
+            let view = selected.then(|| history.to_vec());
+            swap_edits(history, edits);
+            match view {
+                Some(view) => {
+                    let (view, selected) = this.checked(history, view, &mut Vec::new());
+                    this.prepare_with(history, view, selected, update)
+                }
+                None => this.prepare_with(history, None, false, update),
+            }
+        };
+        if selected && !validate(history, self.options.profile).is_empty() {
+            let mut update = update;
+            let view = history.to_vec();
+            swap_edits(history, &mut edits);
+            let (view, selected) = self.checked(history, view, &mut update.notices);
+            return InPlace::Prepared(self.prepare_with(history, view, selected, update));
+        }
+        let window = self.engine.state().context_length;
+        let mut measured = None;
+        if !self.awaiting_usage {
+            let rough = self.counter.count_messages(history) as u64;
+            if self.engine.should_compress_preflight(history) || (window > 0 && rough > window) {
+                return InPlace::Prepared(full_way(self, history, &mut edits, update));
+            }
+            measured = Some(rough);
+            if !self.engine.should_defer_preflight_to_real_usage(rough) {
+                let decision = self.engine.should_compress_info(Some(rough));
+                if let Some(reason) = decision.block_reason {
+                    held_back(&mut update, Trigger::Preflight, &reason);
+                }
+            }
+        }
+        let request_tokens =
+            measured.unwrap_or_else(|| self.counter.count_messages(history) as u64);
+        if window > 0 && request_tokens > window {
+            return InPlace::Prepared(full_way(self, history, &mut edits, update));
+        }
+        self.calls_this_turn = self.calls_this_turn.saturating_add(1);
+        self.last_request_tokens = request_tokens;
+        InPlace::Applied(Applied {
+            originals: edits,
+            selected,
+            request_tokens,
+            update,
+        })
+    }
+
+    /// The rest of [`before_request`](Self::before_request) once the
+    /// engine's view (`view`, checked) is known.
+    fn prepare_with(
+        &mut self,
+        history: &[Message],
+        mut view: Option<Vec<Message>>,
+        mut selected: bool,
+        mut update: Update,
+    ) -> Prepared {
         // Tokens of the request as it now stands, when already counted:
         // counting is the costly part of this hot path, so never twice.
         let mut measured = None;
@@ -1051,16 +1223,27 @@ impl Session {
         }
         match self.engine.select_context(&request) {
             None => (None, false),
-            Some(view) => match self.check_output(base, &view) {
-                Ok(()) => (Some(view), true),
-                Err(why) => {
-                    notices.push(Notice::warning(format!(
-                        "engine `{}`: context selection ignored, sending the history as is: {why}",
-                        self.engine.name()
-                    )));
-                    (None, false)
-                }
-            },
+            Some(view) => self.checked(base, view, notices),
+        }
+    }
+
+    /// An engine's request view of `base`, kept when acceptable
+    /// ([`check_output`](Self::check_output)), else dropped with a notice.
+    fn checked(
+        &self,
+        base: &[Message],
+        view: Vec<Message>,
+        notices: &mut Vec<Notice>,
+    ) -> (Option<Vec<Message>>, bool) {
+        match self.check_output(base, &view) {
+            Ok(()) => (Some(view), true),
+            Err(why) => {
+                notices.push(Notice::warning(format!(
+                    "engine `{}`: context selection ignored, sending the history as is: {why}",
+                    self.engine.name()
+                )));
+                (None, false)
+            }
         }
     }
 

@@ -791,3 +791,87 @@ fn a_fitted_request_names_what_it_left_out_and_the_store_archives_it() {
             .all(|m| !m.text().contains("left out of this request"))
     );
 }
+
+#[test]
+fn a_request_view_applied_in_place_is_the_same_request_with_the_same_decisions() {
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let engine = |c: &Arc<dyn TokenCounter>| {
+        Box::new(crate::compressor::Compressor::new(Arc::clone(c), 8000))
+    };
+    let mut copied = Session::new("c", engine(&counter), Arc::clone(&counter));
+    let mut in_place = Session::new("p", engine(&counter), Arc::clone(&counter));
+    let mut h = vec![Message::system("You are a coding agent.")];
+    let mut mine = h.clone();
+    let (mut applied, mut edited, mut compacted) = (0, 0, 0);
+    for i in 0..90 {
+        let id = format!("call{i}");
+        let turn = [
+            Message::user(format!("step {i}: look at file_{i}.py")),
+            Message::assistant_tool_calls(
+                "",
+                vec![ToolCall::function(
+                    &id,
+                    "bash",
+                    format!(r#"{{"command":"cat file_{i}.py"}}"#),
+                )],
+            ),
+            Message::tool_result(
+                &id,
+                format!("value_{i} = compute(alpha, beta, gamma)\n").repeat(120),
+            ),
+            Message::assistant(format!("file_{i}.py sets x to {i}.")),
+        ];
+        h.extend(turn.iter().cloned());
+        mine.extend(turn);
+        let want = copied.before_request(&h);
+        let tokens = match in_place.before_request_in_place(&mut mine) {
+            InPlace::Applied(a) => {
+                assert_eq!(mine, want.request, "the history is the request, call {i}");
+                assert_eq!(a.request_tokens, want.request_tokens);
+                assert_eq!(a.selected, want.selected);
+                assert!(want.update.compaction.is_none() && want.update.new_history.is_none());
+                applied += 1;
+                edited += usize::from(!a.originals.is_empty());
+                let tokens = a.request_tokens;
+                let view = a.restore(&mut mine);
+                assert!(view.iter().all(|(i, m)| want.request[*i] == *m));
+                assert_eq!(mine, h, "restored, call {i}");
+                tokens
+            }
+            InPlace::Prepared(p) => {
+                assert_eq!(mine, h, "untouched, call {i}");
+                assert_eq!(p.request, want.request);
+                assert_eq!(p.request_tokens, want.request_tokens);
+                assert_eq!(
+                    p.update.compaction.is_some(),
+                    want.update.compaction.is_some()
+                );
+                if let Some(new) = p.update.new_history {
+                    compacted += 1;
+                    assert_eq!(Some(&new), want.update.new_history.as_ref());
+                    mine = new;
+                }
+                p.request_tokens
+            }
+        };
+        if let Some(new) = want.update.new_history {
+            h = new;
+        }
+        let usage = Usage {
+            prompt_tokens: tokens,
+            completion_tokens: 5,
+            ..Usage::default()
+        };
+        copied.after_response(&usage);
+        in_place.after_response(&usage);
+    }
+    assert!(
+        applied > 0 && edited > 0,
+        "digested views applied in place: {applied} applied, {edited} edited, {compacted} compacted"
+    );
+    assert!(compacted > 0, "a compaction takes the full way");
+    assert_eq!(
+        copied.engine().state().compression_count,
+        in_place.engine().state().compression_count
+    );
+}

@@ -649,6 +649,19 @@ impl ContextEngine for ProcessEngine {
         }
     }
 
+    fn select_context_view<'a>(
+        &mut self,
+        request: &SelectRequest<'a>,
+    ) -> Option<Vec<Cow<'a, Message>>> {
+        // After a failover the built-in compressor's view borrows what it
+        // keeps; the process's answer is its own copy anyway.
+        if let Some(c) = self.fallback.get_mut() {
+            return c.select_context_view(request);
+        }
+        self.select_context(request)
+            .map(|v| v.into_iter().map(Cow::Owned).collect())
+    }
+
     fn select_context(&mut self, request: &SelectRequest<'_>) -> Option<Vec<Message>> {
         if let Some(c) = self.fallback.get_mut() {
             return c.select_context(request);

@@ -74,6 +74,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_max_body_bytes(s.max_body_bytes)
         .with_max_tool_rounds(s.max_tool_rounds)
         .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
+        .with_hibernation(
+            (s.hibernate_seconds > 0).then(|| Duration::from_secs(s.hibernate_seconds)),
+        )
         .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
         .with_store(open_store(args.store.as_deref(), &config.store)?);
 
