@@ -322,9 +322,27 @@ impl Lineage {
     /// deterministic, so they too repeat byte for byte while unchanged.
     pub fn render(&mut self, request: &[Message]) -> Rendered {
         debug_assert!(self.asleep.is_none(), "wake the lineage first");
-        self.render_each(request.len(), |l, i| match l.messages.get(i) {
-            Some(managed) if managed == &request[i] => None,
-            _ => Some(to_json(&request[i])),
+        // A message of the view that is a managed one goes out as that
+        // one's text, matched in order (a fitted request leaves messages
+        // out, so the positions shift; what follows still goes out as the
+        // client wrote it).
+        let mut next = 0;
+        self.render_each(request.len(), |l, i| {
+            let m = &request[i];
+            let k = match l.messages.get(next) {
+                Some(managed) if managed == m => Some(next),
+                _ => l.messages[next.min(l.messages.len())..]
+                    .iter()
+                    .position(|x| x == m)
+                    .map(|k| next + k),
+            };
+            match k {
+                Some(k) => {
+                    next = k + 1;
+                    Ok(k)
+                }
+                None => Err(to_json(m)),
+            }
         })
     }
 
@@ -344,18 +362,24 @@ impl Lineage {
     /// serialized, unless it equals its original (then as its text).
     pub(crate) fn render_applied(&mut self, originals: &[(usize, Message)]) -> Rendered {
         self.render_each(self.messages.len(), |l, i| {
-            let k = originals.binary_search_by_key(&i, |(j, _)| *j).ok()?;
-            (originals[k].1 != l.messages[i]).then(|| to_json(&l.messages[i]))
+            let Ok(k) = originals.binary_search_by_key(&i, |(j, _)| *j) else {
+                return Ok(i);
+            };
+            if originals[k].1 == l.messages[i] {
+                Ok(i)
+            } else {
+                Err(to_json(&l.messages[i]))
+            }
         })
     }
 
-    /// The JSON array of `n` messages: message `i` as `text_of(i)`, or as
-    /// the managed text at `i` when that is `None`; records the hashes for
-    /// the next request's reuse estimate.
+    /// The JSON array of `n` messages: message `i` as the managed text at
+    /// `j` when `text_of(i)` is `Ok(j)`, else as the text it gives;
+    /// records the hashes for the next request's reuse estimate.
     fn render_each(
         &mut self,
         n: usize,
-        text_of: impl Fn(&Lineage, usize) -> Option<String>,
+        mut text_of: impl FnMut(&Lineage, usize) -> Result<usize, String>,
     ) -> Rendered {
         let mut json =
             String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
@@ -370,8 +394,8 @@ impl Lineage {
             }
             let start = json.len();
             match text_of(self, i) {
-                Some(text) => json.push_str(&text),
-                None => json.push_str(self.meta.get(i).map_or("", |m| &m.text)),
+                Err(text) => json.push_str(&text),
+                Ok(j) => json.push_str(self.meta.get(j).map_or("", |m| &m.text)),
             }
             let h = xxhash_rust::xxh3::xxh3_64(&json.as_bytes()[start..]);
             if same && self.last_sent.get(i) == Some(&h) {
@@ -680,6 +704,24 @@ mod tests {
         assert_eq!(r.reused_messages, 0);
         let r = l.render(&msgs);
         assert_eq!((r.reused_messages, r.reused_bytes), (4, r.json.len() - 1));
+    }
+
+    #[test]
+    fn a_view_that_leaves_messages_out_sends_the_rest_as_the_client_wrote_it() {
+        let mut l = Lineage::default();
+        feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3]));
+        // A fitted view: two messages left out, the rest shifted.
+        let m = l.messages().to_vec();
+        let view = vec![m[0].clone(), m[1].clone(), m[4].clone(), m[5].clone()];
+        assert_eq!(l.render(&view).json, format!("[{S},{U1},{A2},{U3}]"));
+        // A message the view made goes out serialized, the rest as written.
+        let made: Message =
+            serde_json::from_str(r#"{"role":"user","content":"[note]"}"#).unwrap();
+        let view = vec![m[0].clone(), m[1].clone(), made, m[4].clone(), m[5].clone()];
+        assert_eq!(
+            l.render(&view).json,
+            format!(r#"[{S},{U1},{{"role":"user","content":"[note]"}},{A2},{U3}]"#)
+        );
     }
 
     #[test]
