@@ -77,8 +77,7 @@ impl ExtractiveSummarizer {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Extractive summary of {} earlier messages (built from the messages themselves; \
-             tool output is not reproduced).",
+            "Extractive summary of {} earlier messages (tool output not reproduced).",
             request.turns.len()
         );
         if let Some(topic) = request.focus_topic.map(str::trim).filter(|t| !t.is_empty()) {
@@ -86,8 +85,8 @@ impl ExtractiveSummarizer {
         }
         // The ledger (the state record, carried forward from the previous
         // summary entry by entry) comes first: it holds the session's
-        // facts. It may take all but a sixth of the budget; the narrative
-        // gets what it leaves, at least that sixth.
+        // facts. It may take all but a tenth of the budget; the narrative
+        // gets what it leaves, at least that tenth.
         let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
         let previous = request
             .previous_summary
@@ -96,8 +95,8 @@ impl ExtractiveSummarizer {
         if let Some(previous) = previous {
             record.carry_over(previous);
         }
-        let record = record.render(budget - budget / 6 - 2, request.archive_handle);
-        let room = budget.saturating_sub(record.len() + 2).max(budget / 6);
+        let record = record.render(budget - budget / 10 - 2, request.archive_handle);
+        let room = budget.saturating_sub(record.len() + 2).max(budget / 10);
         // The narrative's sections, in order of what a successor needs
         // most (the last ones are clipped first); the commands and their
         // outcomes are the ledger's, so the completed actions show only
@@ -406,7 +405,7 @@ mod tests {
             "## State record",
             "### User asks",
             "### Files read or written",
-            "### Commands (latest exit status)",
+            "### Commands (latest exit status",
             "### Errors (latest occurrence)",
             "### Next",
         ] {

@@ -58,7 +58,7 @@ const COMMAND_MAX: usize = crate::retention::COMMAND_MAX_BYTES + crate::tool_out
 const TITLES: [&str; 5] = [
     "User asks",
     "Files read or written",
-    "Commands (latest exit status)",
+    "Commands (latest exit status; exit 0 where none is shown)",
     "Failing tests",
     "Errors (latest occurrence)",
 ];
@@ -99,34 +99,39 @@ pub struct StateRecord {
 }
 
 impl CommandState {
-    /// The command's ledger line (without the bullet):
-    /// `` `cmd` → status[, N runs] ``, the status one of `exit 0`, `ok`
-    /// (no code reported), `ok, exit N`, `failed, exit N`, `failed`,
-    /// `no output in this span`.
+    /// The command's ledger line (without the bullet): `` `cmd` `` when
+    /// its latest run exited 0 (the section's heading says so), else
+    /// `` `cmd` → status``, the status one of `ok` (no code reported),
+    /// `ok, exit N`, `failed, exit N`, `failed`, `no output in this span`;
+    /// `N runs` added when it ran more than once.
     pub fn line(&self) -> String {
-        let status = match (self.failed, self.exit) {
-            (None, _) => "no output in this span".to_owned(),
-            (Some(false), Some(0)) => "exit 0".to_owned(),
-            (Some(false), Some(code)) => format!("ok, exit {code}"),
-            (Some(false), None) => "ok".to_owned(),
-            (Some(true), Some(code)) => format!("failed, exit {code}"),
-            (Some(true), None) => "failed".to_owned(),
-        };
-        let runs = if self.runs > 1 {
-            format!(", {} runs", self.runs)
-        } else {
-            String::new()
-        };
-        format!("`{}` → {status}{runs}", self.command)
+        let mut parts = Vec::new();
+        match (self.failed, self.exit) {
+            (None, _) => parts.push("no output in this span".to_owned()),
+            (Some(false), Some(0)) => {}
+            (Some(false), Some(code)) => parts.push(format!("ok, exit {code}")),
+            (Some(false), None) => parts.push("ok".to_owned()),
+            (Some(true), Some(code)) => parts.push(format!("failed, exit {code}")),
+            (Some(true), None) => parts.push("failed".to_owned()),
+        }
+        if self.runs > 1 {
+            parts.push(format!("{} runs", self.runs));
+        }
+        match parts.is_empty() {
+            true => format!("`{}`", self.command),
+            false => format!("`{}` → {}", self.command, parts.join(", ")),
+        }
     }
 
     /// Reads a ledger line back ([`line`](Self::line), and the older
-    /// `ok (exit 0), ran 2 times` form); `None` when it is not one.
+    /// `` `cmd` → ok (exit 0), ran 2 times`` form); `None` when it is not
+    /// one.
     pub fn parse(line: &str) -> Option<CommandState> {
         let rest = line.strip_prefix('`')?;
-        let at = rest.rfind("` → ")?;
-        let command = rest[..at].to_owned();
-        let status = &rest[at + "` → ".len()..];
+        let (command, status) = match rest.rfind("` → ") {
+            Some(at) => (&rest[..at], &rest[at + "` → ".len()..]),
+            None => (rest.strip_suffix('`')?, ""),
+        };
         let number_after = |word: &str| -> Option<i64> {
             let i = status.find(word)? + word.len();
             let digits: String = status[i..]
@@ -136,11 +141,14 @@ impl CommandState {
                 .collect();
             digits.parse().ok()
         };
-        let exit = number_after("exit");
-        let failed = if status.starts_with("no output") {
-            None
+        let (failed, exit) = if status.starts_with("no output") {
+            (None, number_after("exit"))
+        } else if status.starts_with("failed") {
+            (Some(true), number_after("exit"))
+        } else if status.starts_with("ok") {
+            (Some(false), number_after("exit"))
         } else {
-            Some(status.starts_with("failed"))
+            (Some(false), Some(0))
         };
         let runs = number_after("ran")
             .or_else(|| {
@@ -151,8 +159,8 @@ impl CommandState {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(1)
             .max(1);
-        (!command.is_empty()).then_some(CommandState {
-            command,
+        (!command.is_empty()).then(|| CommandState {
+            command: command.to_owned(),
             exit,
             failed,
             runs,
@@ -298,6 +306,21 @@ impl StateRecord {
         self.commands = merged;
     }
 
+    /// The record a rendered one holds (what [`carry_over`](Self::carry_over)
+    /// reads, and its next step), so it can be rendered again in less room;
+    /// `None` when `text` holds no record.
+    pub fn parse(text: &str) -> Option<StateRecord> {
+        let at = text.find(STATE_RECORD_HEADING)?;
+        let mut record = StateRecord::default();
+        record.carry_over(&text[at..]);
+        record.next = parse_sections(&text[at..])
+            .into_iter()
+            .find(|(title, _)| title == "Next")
+            .and_then(|(_, items)| items.into_iter().next())
+            .filter(|n| n != "not stated");
+        Some(record)
+    }
+
     /// The record as Markdown within about `budget` bytes (see the module
     /// docs). `handle` is the span's archive handle: collapsed entries
     /// point to it.
@@ -316,15 +339,17 @@ impl StateRecord {
         let mut asks = self.asks.clone();
         let mut shortened = false;
         loop {
-            let text = self.render_keeping(&asks, &keep, handle);
+            let (text, shown) = self.render_keeping(&asks, &keep, handle);
             if text.len() <= budget {
                 return text;
             }
+            // The list that shows the most entries gives one up (a file a
+            // kept command names is not shown, so it does not count).
             if let Some(k) = (1..keep.len())
-                .filter(|&k| keep[k] > 0)
-                .max_by_key(|&k| (keep[k], usize::MAX - k))
+                .filter(|&k| shown[k] > 0)
+                .max_by_key(|&k| (shown[k], usize::MAX - k))
             {
-                keep[k] -= 1;
+                keep[k] = shown[k] - 1;
                 continue;
             }
             let last = asks.len().saturating_sub(1);
@@ -343,7 +368,14 @@ impl StateRecord {
         }
     }
 
-    fn render_keeping(&self, asks: &[String], keep: &[usize; 5], handle: Option<&str>) -> String {
+    /// The record keeping the newest `keep[k]` entries of each list, and
+    /// how many each list shows.
+    fn render_keeping(
+        &self,
+        asks: &[String],
+        keep: &[usize; 5],
+        handle: Option<&str>,
+    ) -> (String, [usize; 5]) {
         let mut out = String::from(STATE_RECORD_HEADING);
         out.push('\n');
         let kept = |len: usize, k: usize| len.saturating_sub(k);
@@ -366,8 +398,10 @@ impl StateRecord {
             .collect();
         let nouns = ["asks", "files", "commands", "tests", "error lines"];
         let lists: [&[String]; 5] = [asks, &files, &commands, &tests, &self.errors];
+        let mut shown = [0; 5];
         for (k, items) in lists.iter().enumerate() {
             let dropped = items.len().saturating_sub(keep[k]);
+            shown[k] = items.len() - dropped;
             if items.is_empty() {
                 continue;
             }
@@ -394,7 +428,7 @@ impl StateRecord {
         }
         let _ = writeln!(out, "### Next");
         let _ = writeln!(out, "- {}", self.next.as_deref().unwrap_or("not stated"));
-        out.trim_end().to_owned()
+        (out.trim_end().to_owned(), shown)
     }
 }
 
@@ -539,7 +573,7 @@ mod tests {
         let text = r.render(10_000, None);
         assert!(text.starts_with(STATE_RECORD_HEADING), "{text}");
         assert!(
-            text.contains("`python -m pytest -q` → exit 0, 2 runs"),
+            text.contains("- `python -m pytest -q` → 2 runs\n"),
             "{text}"
         );
     }
@@ -548,7 +582,11 @@ mod tests {
     fn over_budget_the_oldest_entries_collapse_into_counts_with_the_handle() {
         let mut turns = vec![Message::user("do it")];
         for k in 0..40 {
-            turns.extend(mini(&format!("cat file{k}.py"), 0, "x"));
+            turns.extend(mini(
+                &format!("cat src/a/long/folder/file{k}.py | head -n 50"),
+                0,
+                "x",
+            ));
         }
         let r = StateRecord::build(&turns);
         let full = r.render(100_000, None);
@@ -566,7 +604,11 @@ mod tests {
         assert_eq!(again.asks, vec!["do it", "then ship it"]);
         assert_eq!(again.files.len(), 40);
         // A file whose command collapsed is listed on its own again.
-        assert!(small.contains("- file0.py"), "{small}");
+        assert!(small.contains("- src/a/long/folder/file"), "{small}");
+        assert!(
+            small.contains("src/a/long/folder/file39.py | head"),
+            "{small}"
+        );
         let bare = r.render(1_200, None);
         assert!(bare.contains("earlier commands not listed"), "{bare}");
         assert!(!bare.contains("omitted"));
@@ -576,6 +618,7 @@ mod tests {
     fn command_lines_read_back_in_both_forms() {
         for (failed, exit, runs) in [
             (Some(false), Some(0), 1),
+            (Some(false), Some(0), 5),
             (Some(false), Some(1), 3),
             (Some(false), None, 1),
             (Some(true), Some(2), 2),
@@ -632,9 +675,9 @@ mod tests {
         assert_eq!(
             commands,
             vec![
-                "`cat src/io.py` → exit 0",
-                "`sed -i 's/a/b/' src/io.py` → exit 0",
-                "`python -m pytest -q` → exit 0, 2 runs",
+                "`cat src/io.py`",
+                "`sed -i 's/a/b/' src/io.py`",
+                "`python -m pytest -q` → 2 runs",
             ]
         );
         assert_eq!(
@@ -642,11 +685,11 @@ mod tests {
             vec!["FAILED tests/test_io.py::test_read - KeyError: 'x'"]
         );
         let text = third.render(10_000, None);
-        assert!(text.contains("`cat src/io.py` → exit 0"), "{text}");
+        assert!(text.contains("- `cat src/io.py`\n"), "{text}");
         // The failing test is in the error line: not listed twice.
         assert!(!text.contains("### Failing tests"), "{text}");
         assert!(
-            !text.contains("none"),
+            !text.contains("- none"),
             "empty sections are left out: {text}"
         );
     }
