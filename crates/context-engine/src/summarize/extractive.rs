@@ -77,7 +77,7 @@ impl ExtractiveSummarizer {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Extractive summary of {} earlier messages (tool output not reproduced).",
+            "Extractive summary of {} earlier messages.",
             request.turns.len()
         );
         if let Some(topic) = request.focus_topic.map(str::trim).filter(|t| !t.is_empty()) {
@@ -85,8 +85,8 @@ impl ExtractiveSummarizer {
         }
         // The ledger (the state record, carried forward from the previous
         // summary entry by entry) comes first: it holds the session's
-        // facts. It may take all but a tenth of the budget; the narrative
-        // gets what it leaves, at least that tenth.
+        // facts. It may take all but a twentieth of the budget; the
+        // narrative gets what it leaves, at least that.
         let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
         let previous = request
             .previous_summary
@@ -95,8 +95,8 @@ impl ExtractiveSummarizer {
         if let Some(previous) = previous {
             record.carry_over(previous);
         }
-        let record = record.render(budget - budget / 10 - 2, request.archive_handle);
-        let room = budget.saturating_sub(record.len() + 2).max(budget / 10);
+        let record = record.render(budget - budget / 20 - 2, request.archive_handle);
+        let room = budget.saturating_sub(record.len() + 2).max(budget / 20);
         // The narrative's sections, in order of what a successor needs
         // most (the last ones are clipped first); the commands and their
         // outcomes are the ledger's, so the completed actions show only
@@ -161,9 +161,28 @@ impl ExtractiveSummarizer {
             room * 15 / 100,
             true,
         );
-        let narrative_text = clip(out.trim_end(), room);
+        let narrative_text = whole_lines(out.trim_end(), room);
         clip(&format!("{narrative_text}\n\n{record}"), budget)
     }
+}
+
+/// The lines of `text` that fit in `room` bytes, whole (a clipped line
+/// says nothing), without a heading left with no line under it.
+fn whole_lines(text: &str, room: usize) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if out.len() + line.len() + 1 > room {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let mut out = out.trim_end().to_owned();
+    while let Some(last) = out.lines().last().filter(|l| l.starts_with("## ")) {
+        let cut = out.len() - last.len();
+        out = out[..cut].trim_end().to_owned();
+    }
+    out
 }
 
 /// The `- item` lines of the `## title` section of a previous summary
@@ -243,15 +262,10 @@ impl Facts {
             .iter()
             .enumerate()
             .rev()
-            .filter(|(_, m)| !m.text().trim().is_empty() || m.has_tool_calls())
+            .filter(|(_, m)| !m.text().trim().is_empty())
             .take(RECENT_TURNS)
             .map(|(i, m)| {
-                let body = if m.text().trim().is_empty() {
-                    let names: Vec<&str> = m.tool_calls().iter().filter_map(|c| c.name()).collect();
-                    format!("(calls {})", names.join(", "))
-                } else {
-                    clip(&one_line(&m.text()), TURN_MAX_CHARS)
-                };
+                let body = clip(&one_line(&m.text()), TURN_MAX_CHARS);
                 // A user message that is tool output says so.
                 let who = if reentry[i] {
                     "tool output"
@@ -511,7 +525,7 @@ mod tests {
     #[test]
     fn the_summary_ends_with_the_state_record_and_its_handle() {
         let mut turns = vec![Message::user("Fix src/parser.rs")];
-        for k in 0..60 {
+        for k in 0..150 {
             turns.push(Message::assistant(format!(
                 "```bash\ncat src/file{k}.rs\n```"
             )));
@@ -524,7 +538,7 @@ mod tests {
         assert!(s.len() <= 400 * CHARS_PER_TOKEN, "{}", s.len());
         let record = &s[s.find("## State record").expect("record")..];
         assert!(record.contains("- Fix src/parser.rs"), "{record}");
-        assert!(record.contains("src/file59.rs"), "{record}");
+        assert!(record.contains("src/file149.rs"), "{record}");
         assert!(
             record.contains(r#"archived: context_expand {"handle":"a-1-121"}"#),
             "{record}"

@@ -332,16 +332,25 @@ impl StateRecord {
             self.failing_tests.len(),
             self.errors.len(),
         ];
-        // The asks give way last: first the other lists collapse (oldest
-        // entries of the longest first, down to their count), then
-        // the older asks are cut to their opening, then they collapse (the
-        // first, the task, and the latest stay).
+        // The asks give way last: first the older asks are cut to their
+        // opening (which says what was asked; the latest keeps its
+        // details), then the other lists collapse (oldest entries of the
+        // longest first, down to their count), then the older asks
+        // collapse (the first, the task, and the latest stay).
         let mut asks = self.asks.clone();
         let mut shortened = false;
         loop {
             let (text, shown) = self.render_keeping(&asks, &keep, handle);
             if text.len() <= budget {
                 return text;
+            }
+            let last = asks.len().saturating_sub(1);
+            if !shortened && last > 0 {
+                for ask in &mut asks[..last] {
+                    *ask = clip(ask, ASK_SHORT);
+                }
+                shortened = true;
+                continue;
             }
             // The list that shows the most entries gives one up (a file a
             // kept command names is not shown, so it does not count).
@@ -350,14 +359,6 @@ impl StateRecord {
                 .max_by_key(|&k| (shown[k], usize::MAX - k))
             {
                 keep[k] = shown[k] - 1;
-                continue;
-            }
-            let last = asks.len().saturating_sub(1);
-            if !shortened && last > 0 {
-                for ask in &mut asks[..last] {
-                    *ask = clip(ask, ASK_SHORT);
-                }
-                shortened = true;
                 continue;
             }
             if keep[0] > 2 {
