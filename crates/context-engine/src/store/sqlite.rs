@@ -3,13 +3,21 @@
 //! WAL journal (readers never block the writer; a killed process loses at
 //! most the transaction it was in), `synchronous = NORMAL` (durable across
 //! process crashes; a power loss may drop the last commits, never corrupt),
-//! foreign keys on, prepared statements cached per connection. The schema
+//! foreign keys on, prepared statements cached per connection. The
+//! full-text index trails the archive by at most [`INDEX_BATCH`] messages:
+//! a commit writes the messages and their rows, and the index takes the
+//! waiting messages in one go (in the transaction of the commit that
+//! reaches the batch, before a search, on open), because an FTS5 insert
+//! writes a new index segment per transaction, which cost more than the
+//! rest of a model call's commit. A search never misses a message: the
+//! writer indexes what waits first, a reader scans it. The schema
 //! is versioned by `PRAGMA user_version` and stamped with an
 //! `application_id`, and the files under `store/migrations/sqlite/` run in
 //! order on open, each in the transaction that records it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,6 +52,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
 /// How many of the newest matches a search ranks at a time.
 const SEARCH_WINDOW: usize = 64;
 
+/// How many archived messages may wait for the full-text index (see the
+/// module docs): the commit that reaches this many indexes them all.
+pub const INDEX_BATCH: usize = 32;
+
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -52,6 +64,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Messages this handle archived that wait for the index (changed
+    /// under the connection's lock).
+    unindexed: AtomicUsize,
+    /// Opened for writing (a reader scans what waits instead).
+    write: bool,
 }
 
 impl SqliteStore {
@@ -124,9 +141,12 @@ impl SqliteStore {
                 .map_err(err)?;
             migrate(&conn, &path, MIGRATIONS)?;
             // Take the write lock once: another writer holding it is an
-            // error now, not a surprise at the first compaction.
-            conn.execute_batch("BEGIN IMMEDIATE; COMMIT;")
+            // error now, not a surprise at the first compaction; and index
+            // what a killed writer left waiting.
+            let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
                 .map_err(err)?;
+            index_waiting(&tx, &path)?;
+            tx.commit().map_err(err)?;
         } else if user_version(&conn, &path)? < SCHEMA_VERSION {
             return Err(StoreError::Backend {
                 location: path.display().to_string(),
@@ -136,6 +156,8 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path,
+            unindexed: AtomicUsize::new(0),
+            write,
         })
     }
 
@@ -196,6 +218,40 @@ impl SqliteStore {
         serde_json::from_str(&json).map_err(|e| self.corrupt(format!("archived message: {e}")))
     }
 
+    /// Whether message `id` is archived by `session` (any session when
+    /// `None`).
+    fn archived_in(
+        &self,
+        conn: &Connection,
+        id: i64,
+        session: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM archive \
+             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
+        )
+        .map_err(|e| self.err(e))?
+        .query_row(params![id, session], |r| r.get(0))
+        .map_err(|e| self.err(e))
+    }
+
+    /// The messages not in the full-text index yet, oldest first: id,
+    /// hash, stored JSON.
+    fn waiting(
+        &self,
+        conn: &Connection,
+    ) -> Result<Vec<(i64, String, rusqlite::types::Value)>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT id, hash, json FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
     fn spans_of(
         &self,
         conn: &Connection,
@@ -231,15 +287,13 @@ impl SessionStore for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         let mut ids: HashMap<&str, i64> = HashMap::new();
+        let mut added = 0usize;
         {
             let mut find = tx
                 .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
                 .map_err(err)?;
             let mut insert = tx
                 .prepare_cached("INSERT INTO messages (hash, role, json) VALUES (?1, ?2, ?3)")
-                .map_err(err)?;
-            let mut index = tx
-                .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
                 .map_err(err)?;
             let mut next_seq: i64 = tx
                 .query_row(
@@ -265,11 +319,8 @@ impl SessionStore for SqliteStore {
                         insert
                             .execute(params![hash, message.role.as_str(), pack(&json)])
                             .map_err(err)?;
-                        let id = tx.last_insert_rowid();
-                        index
-                            .execute(params![id, index_text(message)])
-                            .map_err(err)?;
-                        id
+                        added += 1;
+                        tx.last_insert_rowid()
                     }
                 };
                 if archive
@@ -367,7 +418,16 @@ impl SessionStore for SqliteStore {
                 .map_err(err)?;
             }
         }
-        tx.commit().map_err(err)
+        let waiting = self.unindexed.load(Ordering::Relaxed) + added;
+        let waiting = if waiting >= INDEX_BATCH {
+            index_waiting(&tx, &self.path)?;
+            0
+        } else {
+            waiting
+        };
+        tx.commit().map_err(err)?;
+        self.unindexed.store(waiting, Ordering::Relaxed);
+        Ok(())
     }
 
     fn load_state(&self, session: &str) -> Result<Option<Value>, StoreError> {
@@ -444,7 +504,22 @@ impl SessionStore for SqliteStore {
         if words.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let conn = self.lock();
+        let mut conn = self.lock();
+        // What waits for the index: the writer indexes it now; a reader
+        // (or a writer that cannot take the lock) scans it below.
+        if self.write && self.unindexed.load(Ordering::Relaxed) > 0 {
+            let indexed = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))
+                .and_then(|tx| {
+                    index_waiting(&tx, &self.path)?;
+                    tx.commit().map_err(|e| self.err(e))
+                });
+            if indexed.is_ok() {
+                self.unindexed.store(0, Ordering::Relaxed);
+            }
+        }
+        let waiting = self.waiting(&conn)?;
         let modes: &[bool] = if words.len() == 1 {
             &[true]
         } else {
@@ -459,8 +534,29 @@ impl SessionStore for SqliteStore {
         for &all in modes {
             let expr = fts_query(&words, all);
             let mut hits = Vec::with_capacity(limit);
+            // The newest messages first: those not indexed yet.
+            for (id, hash, json) in waiting.iter().rev() {
+                if hits.len() == limit {
+                    break;
+                }
+                if !self.archived_in(&conn, *id, session)? {
+                    continue;
+                }
+                let message = self.parse_message(json.clone())?;
+                let text = index_text(&message);
+                if !matches(&text, &words, all) {
+                    continue;
+                }
+                hits.push(SearchHit {
+                    handle: hit_handle(&message, hash),
+                    spans: self.spans_of(&conn, session, *id)?,
+                    role: message.role.as_str().to_owned(),
+                    source: "archive",
+                    snippet: snippet(&text, &words),
+                });
+            }
             let mut offset = 0usize;
-            loop {
+            while hits.len() < limit {
                 let ids = conn
                     .prepare_cached(
                         "SELECT rowid FROM (SELECT rowid, rank FROM message_fts \
@@ -475,15 +571,7 @@ impl SessionStore for SqliteStore {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| self.err(e))?;
                 for &id in &ids {
-                    let archived: bool = conn
-                        .prepare_cached(
-                            "SELECT EXISTS (SELECT 1 FROM archive \
-                             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
-                        )
-                        .map_err(|e| self.err(e))?
-                        .query_row(params![id, session], |r| r.get(0))
-                        .map_err(|e| self.err(e))?;
-                    if !archived {
+                    if !self.archived_in(&conn, id, session)? {
                         continue;
                     }
                     let (hash, json): (String, rusqlite::types::Value) = conn
@@ -612,6 +700,9 @@ impl SessionStore for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
+        // Everything indexed first: the index then has exactly the messages
+        // that stay (what [`INDEXED_UPTO`] relies on).
+        index_waiting(&tx, &self.path)?;
         for table in [
             "handle_members",
             "handles",
@@ -633,8 +724,50 @@ impl SessionStore for SqliteStore {
              DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);",
         )
         .map_err(err)?;
-        tx.commit().map_err(err)
+        tx.commit().map_err(err)?;
+        self.unindexed.store(0, Ordering::Relaxed);
+        Ok(())
     }
+}
+
+/// The id of the newest indexed message. Messages are indexed in id order,
+/// all that wait at once, so every message up to it is in the index and
+/// every later one waits (the index's per-document table has a row per
+/// indexed message; a deleted session's messages leave both).
+const INDEXED_UPTO: &str = "SELECT COALESCE(MAX(id), 0) FROM message_fts_docsize";
+
+/// Indexes every message that waits for the full-text index, in `tx`.
+fn index_waiting(tx: &Connection, path: &Path) -> Result<(), StoreError> {
+    let err = |e| map_err(path, e);
+    let mut read = tx
+        .prepare_cached(&format!(
+            "SELECT id, json FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
+        ))
+        .map_err(err)?;
+    let rows = read
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?)))
+        .map_err(err)?
+        .collect::<Result<Vec<(i64, rusqlite::types::Value)>, _>>()
+        .map_err(err)?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut index = tx
+        .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
+        .map_err(err)?;
+    let corrupt = |id: i64, e: String| StoreError::Corrupt {
+        location: path.display().to_string(),
+        detail: format!("archived message {id}: {e}"),
+    };
+    for (id, stored) in rows {
+        let json = unpack(stored).map_err(|e| corrupt(id, e))?;
+        let message: Message =
+            serde_json::from_str(&json).map_err(|e| corrupt(id, e.to_string()))?;
+        index
+            .execute(params![id, index_text(&message)])
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// Refuses a file that is not a context-engine store (another program's

@@ -390,3 +390,72 @@ fn a_schema_1_store_opens_migrated_and_its_plain_json_rows_still_read() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
+    use super::sqlite::INDEX_BATCH;
+    let dir = temp_dir("index-batch");
+    let path = dir.join("s.db");
+    let indexed = || -> i64 {
+        Connection::open(&path)
+            .expect("open")
+            .query_row("SELECT COUNT(*) FROM message_fts_docsize", [], |r| r.get(0))
+            .expect("count")
+    };
+    let archive = |store: &SqliteStore, text: String| {
+        let mut batch = Batch::new();
+        batch.archive(&Message::user(text));
+        store.commit("s", &batch).expect("commit");
+    };
+    let store = SqliteStore::open(&path).expect("open");
+    archive(&store, "a needle in the first message".into());
+    assert_eq!(indexed(), 0, "one message waits for the index");
+    // A reader scans what waits; the writer indexes it before searching.
+    let reader = SqliteStore::open_read_only(&path).expect("read only");
+    assert_eq!(
+        reader.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    assert_eq!(indexed(), 0);
+    assert_eq!(
+        store.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    assert_eq!(indexed(), 1);
+    // The commit that reaches a batch indexes all that wait.
+    for k in 0..INDEX_BATCH {
+        archive(&store, format!("haystack message {k}"));
+        let expected = if k + 1 == INDEX_BATCH {
+            1 + INDEX_BATCH
+        } else {
+            1
+        };
+        assert_eq!(indexed(), expected as i64, "after {} commits", k + 1);
+    }
+    // A writer that stops without indexing (a killed process): the next
+    // one indexes on open, and nothing was missed meanwhile.
+    archive(&store, "a needle in a late message".into());
+    drop(store);
+    assert_eq!(
+        reader.search(Some("s"), "needle", 5).expect("search").len(),
+        2
+    );
+    assert_eq!(indexed(), (1 + INDEX_BATCH) as i64);
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(indexed(), (2 + INDEX_BATCH) as i64);
+    let hits = store.search(Some("s"), "needle", 5).expect("search");
+    assert_eq!(hits.len(), 2);
+    assert!(hits.iter().any(|h| h.snippet.contains("late message")));
+    // Deleting a session indexes what waits first, then drops it all.
+    archive(&store, "one more needle".into());
+    store.delete_session("s").expect("delete");
+    assert_eq!(indexed(), 0);
+    assert!(store.search(None, "needle", 5).expect("search").is_empty());
+    archive(&store, "a needle after the delete".into());
+    assert_eq!(
+        store.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    drop((store, reader));
+    let _ = std::fs::remove_dir_all(dir);
+}
