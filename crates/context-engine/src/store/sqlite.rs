@@ -10,7 +10,12 @@
 //! reaches the batch, before a search, on open), because an FTS5 insert
 //! writes a new index segment per transaction, which cost more than the
 //! rest of a model call's commit. A search never misses a message: the
-//! writer indexes what waits first, a reader scans it. The schema
+//! writer indexes what waits first, a reader scans it. A file store
+//! checkpoints the write-ahead log in a background thread of its own (its
+//! own connection, a passive checkpoint every [`CHECKPOINT_EVERY`]
+//! commits), so a commit does not wait for the checkpoint's `fsync`; the
+//! connection's own automatic checkpoint stays as a backstop at
+//! [`AUTOCHECKPOINT_PAGES`]. The schema
 //! is versioned by `PRAGMA user_version` and stamped with an
 //! `application_id`, and the files under `store/migrations/sqlite/` run in
 //! order on open, each in the transaction that records it.
@@ -18,7 +23,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -56,6 +63,14 @@ const SEARCH_WINDOW: usize = 64;
 /// module docs): the commit that reaches this many indexes them all.
 pub const INDEX_BATCH: usize = 32;
 
+/// Commits between two background checkpoints of the write-ahead log.
+pub const CHECKPOINT_EVERY: usize = 64;
+
+/// The write-ahead log's size, in pages, at which a commit checkpoints it
+/// itself (the background checkpoint fell behind): four times SQLite's
+/// default.
+pub const AUTOCHECKPOINT_PAGES: u32 = 4_000;
+
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -69,6 +84,65 @@ pub struct SqliteStore {
     unindexed: AtomicUsize,
     /// Opened for writing (a reader scans what waits instead).
     write: bool,
+    /// Commits so far (every [`CHECKPOINT_EVERY`]th wakes the checkpoint).
+    commits: AtomicUsize,
+    /// The background checkpoint of a file store opened for writing.
+    checkpoint: Option<Checkpointer>,
+}
+
+/// The background checkpoint: a thread with its own connection that runs
+/// a passive checkpoint when woken, and stops when the store is dropped.
+#[derive(Debug)]
+struct Checkpointer {
+    wake: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Starts the thread for the store file at `path`; `None` when it cannot
+    /// (the connection's own checkpoint then does the work).
+    fn start(path: &Path) -> Option<Checkpointer> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ok()?;
+        conn.busy_timeout(BUSY_TIMEOUT).ok()?;
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("ctx-store-checkpoint".into())
+            .spawn(move || checkpoint_loop(&conn, &woken))
+            .ok()?;
+        Some(Checkpointer {
+            wake: Some(wake),
+            thread: Some(thread),
+        })
+    }
+
+    /// Wakes the thread, unless a wake-up is already pending.
+    fn wake(&self) {
+        if let Some(wake) = &self.wake {
+            // Full: a wake-up is pending already; disconnected: stopping.
+            let _ = wake.try_send(());
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // Closing the channel ends the loop; the thread finishes the
+        // checkpoint it is in, if any.
+        drop(self.wake.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Runs a passive checkpoint each time it is woken (it never blocks the
+/// writer; what it cannot copy now, the next one does). A failure is left
+/// to the next one and to the writer's own automatic checkpoint.
+fn checkpoint_loop(conn: &Connection, woken: &Receiver<()>) {
+    while woken.recv().is_ok() {
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    }
 }
 
 impl SqliteStore {
@@ -137,8 +211,11 @@ impl SqliteStore {
                     });
                 }
             }
-            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                .map_err(err)?;
+            conn.execute_batch(&format!(
+                "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                 PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES};"
+            ))
+            .map_err(err)?;
             migrate(&conn, &path, MIGRATIONS)?;
             // Take the write lock once: another writer holding it is an
             // error now, not a surprise at the first compaction; and index
@@ -153,11 +230,16 @@ impl SqliteStore {
                 detail: "the store has an older schema; open it once for writing (e.g. `ctx compact --store`) to migrate it".into(),
             });
         }
+        let checkpoint = (write && path.as_os_str() != MEMORY_PATH)
+            .then(|| Checkpointer::start(&path))
+            .flatten();
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path,
             unindexed: AtomicUsize::new(0),
             write,
+            commits: AtomicUsize::new(0),
+            checkpoint,
         })
     }
 
@@ -427,6 +509,11 @@ impl SessionStore for SqliteStore {
         };
         tx.commit().map_err(err)?;
         self.unindexed.store(waiting, Ordering::Relaxed);
+        if let Some(checkpoint) = &self.checkpoint
+            && (self.commits.fetch_add(1, Ordering::Relaxed) + 1) % CHECKPOINT_EVERY == 0
+        {
+            checkpoint.wake();
+        }
         Ok(())
     }
 

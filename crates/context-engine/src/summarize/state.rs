@@ -66,6 +66,8 @@ const TITLES: [&str; 5] = [
 const ERROR_MAX: usize = 200;
 /// Longest "next" line.
 const NEXT_MAX: usize = 400;
+/// The "next" line when the record is short of room.
+const NEXT_SHORT: usize = 160;
 
 /// One command and its latest outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -338,17 +340,19 @@ impl StateRecord {
         // longest first, down to their count), then the older asks
         // collapse (the first, the task, and the latest stay).
         let mut asks = self.asks.clone();
+        let mut next = self.next.clone().unwrap_or_else(|| "not stated".into());
         let mut shortened = false;
         loop {
-            let (text, shown) = self.render_keeping(&asks, &keep, handle);
+            let (text, shown) = self.render_keeping(&asks, &keep, &next, handle);
             if text.len() <= budget {
                 return text;
             }
             let last = asks.len().saturating_sub(1);
-            if !shortened && last > 0 {
+            if !shortened {
                 for ask in &mut asks[..last] {
                     *ask = clip(ask, ASK_SHORT);
                 }
+                next = clip(&next, NEXT_SHORT);
                 shortened = true;
                 continue;
             }
@@ -375,6 +379,7 @@ impl StateRecord {
         &self,
         asks: &[String],
         keep: &[usize; 5],
+        next: &str,
         handle: Option<&str>,
     ) -> (String, [usize; 5]) {
         let mut out = String::from(STATE_RECORD_HEADING);
@@ -428,7 +433,7 @@ impl StateRecord {
             }
         }
         let _ = writeln!(out, "### Next");
-        let _ = writeln!(out, "- {}", self.next.as_deref().unwrap_or("not stated"));
+        let _ = writeln!(out, "- {next}");
         (out.trim_end().to_owned(), shown)
     }
 }
