@@ -79,15 +79,24 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     path: PathBuf,
-    /// Messages this handle archived that wait for the index (changed
-    /// under the connection's lock).
-    unindexed: AtomicUsize,
+    /// The messages this handle archived that wait for the index: id,
+    /// hash and indexed text, in id order (changed under the connection's
+    /// lock), so indexing them does not read them back.
+    waiting: Mutex<Vec<Waiting>>,
     /// Opened for writing (a reader scans what waits instead).
     write: bool,
     /// Commits so far (every [`CHECKPOINT_EVERY`]th wakes the checkpoint).
     commits: AtomicUsize,
     /// The background checkpoint of a file store opened for writing.
     checkpoint: Option<Checkpointer>,
+}
+
+/// A message waiting for the index, as the commit that archived it saw it.
+#[derive(Debug)]
+struct Waiting {
+    id: i64,
+    hash: String,
+    text: String,
 }
 
 /// The background checkpoint: a thread with its own connection that runs
@@ -222,7 +231,7 @@ impl SqliteStore {
             // what a killed writer left waiting.
             let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
                 .map_err(err)?;
-            index_waiting(&tx, &path)?;
+            index_waiting(&tx, &path, &[])?;
             tx.commit().map_err(err)?;
         } else if user_version(&conn, &path)? < SCHEMA_VERSION {
             return Err(StoreError::Backend {
@@ -236,7 +245,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path,
-            unindexed: AtomicUsize::new(0),
+            waiting: Mutex::new(Vec::new()),
             write,
             commits: AtomicUsize::new(0),
             checkpoint,
@@ -319,7 +328,7 @@ impl SqliteStore {
 
     /// The messages not in the full-text index yet, oldest first: id,
     /// hash, stored JSON.
-    fn waiting(
+    fn unindexed(
         &self,
         conn: &Connection,
     ) -> Result<Vec<(i64, String, rusqlite::types::Value)>, StoreError> {
@@ -369,7 +378,7 @@ impl SessionStore for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         let mut ids: HashMap<&str, i64> = HashMap::new();
-        let mut added = 0usize;
+        let mut added: Vec<Waiting> = Vec::new();
         {
             let mut find = tx
                 .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
@@ -401,8 +410,13 @@ impl SessionStore for SqliteStore {
                         insert
                             .execute(params![hash, message.role.as_str(), pack(&json)])
                             .map_err(err)?;
-                        added += 1;
-                        tx.last_insert_rowid()
+                        let id = tx.last_insert_rowid();
+                        added.push(Waiting {
+                            id,
+                            hash: hash.clone(),
+                            text: index_text(message),
+                        });
+                        id
                     }
                 };
                 if archive
@@ -500,15 +514,18 @@ impl SessionStore for SqliteStore {
                 .map_err(err)?;
             }
         }
-        let waiting = self.unindexed.load(Ordering::Relaxed) + added;
-        let waiting = if waiting >= INDEX_BATCH {
-            index_waiting(&tx, &self.path)?;
-            0
-        } else {
-            waiting
-        };
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let flush = waiting.len() + added.len() >= INDEX_BATCH;
+        if flush {
+            let known: Vec<&Waiting> = waiting.iter().chain(&added).collect();
+            index_waiting(&tx, &self.path, &known)?;
+        }
         tx.commit().map_err(err)?;
-        self.unindexed.store(waiting, Ordering::Relaxed);
+        match flush {
+            true => waiting.clear(),
+            false => waiting.extend(added),
+        }
+        drop(waiting);
         if let Some(checkpoint) = &self.checkpoint
             && (self.commits.fetch_add(1, Ordering::Relaxed) + 1) % CHECKPOINT_EVERY == 0
         {
@@ -594,19 +611,22 @@ impl SessionStore for SqliteStore {
         let mut conn = self.lock();
         // What waits for the index: the writer indexes it now; a reader
         // (or a writer that cannot take the lock) scans it below.
-        if self.write && self.unindexed.load(Ordering::Relaxed) > 0 {
+        let mut waiting = self.unindexed(&conn)?;
+        if self.write && !waiting.is_empty() {
+            let mut texts = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            let known: Vec<&Waiting> = texts.iter().collect();
             let indexed = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.err(e))
                 .and_then(|tx| {
-                    index_waiting(&tx, &self.path)?;
+                    index_waiting(&tx, &self.path, &known)?;
                     tx.commit().map_err(|e| self.err(e))
                 });
             if indexed.is_ok() {
-                self.unindexed.store(0, Ordering::Relaxed);
+                texts.clear();
+                waiting.clear();
             }
         }
-        let waiting = self.waiting(&conn)?;
         let modes: &[bool] = if words.len() == 1 {
             &[true]
         } else {
@@ -787,9 +807,6 @@ impl SessionStore for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        // Everything indexed first: the index then has exactly the messages
-        // that stay (what [`INDEXED_UPTO`] relies on).
-        index_waiting(&tx, &self.path)?;
         for table in [
             "handle_members",
             "handles",
@@ -804,15 +821,22 @@ impl SessionStore for SqliteStore {
             )
             .map_err(err)?;
         }
-        // Messages no session archives any more, and their index entries.
-        tx.execute_batch(
+        // Messages no session archives any more, and the index entries of
+        // those indexed (what waits is not in the index; what stays of it
+        // still has ids above the newest indexed one).
+        tx.execute_batch(&format!(
             "DELETE FROM message_fts WHERE rowid IN \
-               (SELECT id FROM messages WHERE id NOT IN (SELECT message FROM archive)); \
-             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);",
-        )
+               (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
+                AND id NOT IN (SELECT message FROM archive)); \
+             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);"
+        ))
         .map_err(err)?;
         tx.commit().map_err(err)?;
-        self.unindexed.store(0, Ordering::Relaxed);
+        // What still waits is read back from the file when it is indexed.
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         Ok(())
     }
 }
@@ -823,18 +847,20 @@ impl SessionStore for SqliteStore {
 /// indexed message; a deleted session's messages leave both).
 const INDEXED_UPTO: &str = "SELECT COALESCE(MAX(id), 0) FROM message_fts_docsize";
 
-/// Indexes every message that waits for the full-text index, in `tx`.
-fn index_waiting(tx: &Connection, path: &Path) -> Result<(), StoreError> {
+/// Indexes every message that waits for the full-text index, in `tx`:
+/// with the text the commit that archived it computed (`known`, when the
+/// message with that id is still the one it archived), else read back.
+fn index_waiting(tx: &Connection, path: &Path, known: &[&Waiting]) -> Result<(), StoreError> {
     let err = |e| map_err(path, e);
     let mut read = tx
         .prepare_cached(&format!(
-            "SELECT id, json FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
+            "SELECT id, hash FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
         ))
         .map_err(err)?;
     let rows = read
-        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?)))
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
         .map_err(err)?
-        .collect::<Result<Vec<(i64, rusqlite::types::Value)>, _>>()
+        .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
     if rows.is_empty() {
         return Ok(());
@@ -842,17 +868,25 @@ fn index_waiting(tx: &Connection, path: &Path) -> Result<(), StoreError> {
     let mut index = tx
         .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
         .map_err(err)?;
+    let mut json = tx
+        .prepare_cached("SELECT json FROM messages WHERE id = ?1")
+        .map_err(err)?;
     let corrupt = |id: i64, e: String| StoreError::Corrupt {
         location: path.display().to_string(),
         detail: format!("archived message {id}: {e}"),
     };
-    for (id, stored) in rows {
-        let json = unpack(stored).map_err(|e| corrupt(id, e))?;
-        let message: Message =
-            serde_json::from_str(&json).map_err(|e| corrupt(id, e.to_string()))?;
-        index
-            .execute(params![id, index_text(&message)])
-            .map_err(err)?;
+    for (id, hash) in rows {
+        let text = match known.iter().find(|w| w.id == id && w.hash == hash) {
+            Some(w) => std::borrow::Cow::Borrowed(w.text.as_str()),
+            None => {
+                let stored = json.query_row([id], |r| r.get(0)).map_err(err)?;
+                let text = unpack(stored).map_err(|e| corrupt(id, e))?;
+                let message: Message =
+                    serde_json::from_str(&text).map_err(|e| corrupt(id, e.to_string()))?;
+                std::borrow::Cow::Owned(index_text(&message))
+            }
+        };
+        index.execute(params![id, text.as_ref()]).map_err(err)?;
     }
     Ok(())
 }

@@ -446,7 +446,7 @@ fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
     let hits = store.search(Some("s"), "needle", 5).expect("search");
     assert_eq!(hits.len(), 2);
     assert!(hits.iter().any(|h| h.snippet.contains("late message")));
-    // Deleting a session indexes what waits first, then drops it all.
+    // Deleting a session drops its messages, indexed or waiting.
     archive(&store, "one more needle".into());
     store.delete_session("s").expect("delete");
     assert_eq!(indexed(), 0);
@@ -456,6 +456,16 @@ fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
         store.search(Some("s"), "needle", 5).expect("search").len(),
         1
     );
+    // Another session's message waits while the newest indexed ones go.
+    let mut batch = Batch::new();
+    batch.archive(&Message::user("a needle of session t"));
+    store.commit("t", &batch).expect("commit");
+    store.delete_session("s").expect("delete");
+    assert_eq!(reader.search(None, "needle", 5).expect("search").len(), 1);
+    let hits = store.search(None, "needle", 5).expect("search");
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].snippet.contains("session t"));
+    assert_eq!(indexed(), 1);
     drop((store, reader));
     let _ = std::fs::remove_dir_all(dir);
 }
