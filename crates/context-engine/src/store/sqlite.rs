@@ -527,7 +527,7 @@ impl SessionStore for SqliteStore {
         }
         drop(waiting);
         if let Some(checkpoint) = &self.checkpoint
-            && (self.commits.fetch_add(1, Ordering::Relaxed) + 1) % CHECKPOINT_EVERY == 0
+            && (self.commits.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(CHECKPOINT_EVERY)
         {
             checkpoint.wake();
         }
