@@ -715,8 +715,7 @@ mod tests {
         let view = vec![m[0].clone(), m[1].clone(), m[4].clone(), m[5].clone()];
         assert_eq!(l.render(&view).json, format!("[{S},{U1},{A2},{U3}]"));
         // A message the view made goes out serialized, the rest as written.
-        let made: Message =
-            serde_json::from_str(r#"{"role":"user","content":"[note]"}"#).unwrap();
+        let made: Message = serde_json::from_str(r#"{"role":"user","content":"[note]"}"#).unwrap();
         let view = vec![m[0].clone(), m[1].clone(), made, m[4].clone(), m[5].clone()];
         assert_eq!(
             l.render(&view).json,

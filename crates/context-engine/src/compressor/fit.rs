@@ -15,7 +15,8 @@
 //!    string leaves of tool-call arguments are clipped (valid JSON stays
 //!    valid JSON), largest first;
 //! 4. [`FitStepKind::LowerSummary`]: the summary's body is cut down to what
-//!    is left;
+//!    is left: its narrative first, then its ledger (the state record)
+//!    rendered again in less room, then the rest;
 //! 5. [`FitStepKind::Truncate`]: deterministic truncation to the system
 //!    prompt, the latest ask and what of the last group still fits.
 //!
@@ -34,6 +35,7 @@ use super::insert::{SUMMARY_END, SUMMARY_PREFIX, is_summary, without_summary};
 use crate::digest::{RECALL_TOOL, result_handle};
 use crate::message::{Content, Message, Role};
 use crate::prune::clip_arguments;
+use crate::summarize::state::{STATE_RECORD_HEADING, StateRecord};
 use crate::tokens::{TokenCounter, thousands};
 use crate::validate::{
     CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
@@ -273,7 +275,7 @@ fn left_out_note(
             .map(|m| crate::retention::normalise(&m.text()))
             .collect::<Vec<_>>()
             .join("\n");
-        let mut record = crate::summarize::state::StateRecord::build(&gone);
+        let mut record = StateRecord::build(&gone);
         for m in gone.iter().filter(|m| is_summary(m)) {
             record.carry_over(&m.text());
         }
@@ -718,6 +720,44 @@ impl<'c> Work<'c> {
             Some(n) => body.replacen(n.as_str(), "", 1),
             None => body.to_owned(),
         };
+        // The ledger (the state record) holds the session's facts: the
+        // narrative goes first, then the ledger is rendered again in less
+        // room, its oldest entries collapsing into counts that name the
+        // span's handle.
+        if let Some(at) = rest.find(STATE_RECORD_HEADING) {
+            let (narrative, ledger) = (rest[..at].trim(), rest[at..].trim());
+            let head = note.clone().map(|n| n + "\n\n").unwrap_or_default();
+            let mut keep = narrative.len() / 2;
+            loop {
+                let cut = clip_middle(narrative, keep / 2, None);
+                let cut = match cut.trim().is_empty() {
+                    true => String::new(),
+                    false => format!("{}\n\n", cut.trim()),
+                };
+                let new = format!("{}{head}{cut}{ledger}{}", &text[..start], &text[end..]);
+                self.set(s, with_text(&original, new));
+                if self.total() <= budget {
+                    return 1;
+                }
+                if keep == 0 {
+                    break;
+                }
+                keep /= 2;
+            }
+            if let Some(record) = StateRecord::parse(ledger) {
+                let handle = crate::store::parse_archive_note(body).map(|(_, _, h)| h);
+                let mut room = ledger.len() / 2;
+                while room >= STATE_RECORD_HEADING.len() + 64 {
+                    let lower = record.render(room, handle.as_deref());
+                    let new = format!("{}{head}{lower}{}", &text[..start], &text[end..]);
+                    self.set(s, with_text(&original, new));
+                    if self.total() <= budget {
+                        return 1;
+                    }
+                    room /= 2;
+                }
+            }
+        }
         let asks = asks_section(body);
         let full = [note.as_deref(), asks]
             .into_iter()

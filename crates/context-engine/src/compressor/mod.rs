@@ -471,7 +471,14 @@ impl Compressor {
         };
         let target = self.target_tokens(self.counter.count_messages(&span));
         let egress = &self.egress;
+        // The handle the summary's note will name (archived by the host):
+        // what the ledger collapses points there.
+        let handle = request.archive.then(|| {
+            let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
+            crate::store::span_handle(&replaced)
+        });
         SpanInputs {
+            handle,
             turns: egress.messages(&summarizer_input(&span, &self.options.digest).messages),
             previous: previous.map(|p| egress.string(p)),
             focus: request.focus_topic.as_deref().map(|f| egress.string(f)),
@@ -797,6 +804,7 @@ struct Persisted {
 /// The summarizer's input for one span, owned so a background job can
 /// take it to another thread.
 struct SpanInputs {
+    handle: Option<String>,
     turns: Vec<Message>,
     previous: Option<String>,
     focus: Option<String>,
@@ -815,6 +823,9 @@ impl SpanInputs {
         }
         if let Some(m) = &self.memory {
             r = r.with_memory_context(m);
+        }
+        if let Some(h) = &self.handle {
+            r = r.with_archive_handle(h);
         }
         r
     }

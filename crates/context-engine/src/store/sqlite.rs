@@ -3,14 +3,29 @@
 //! WAL journal (readers never block the writer; a killed process loses at
 //! most the transaction it was in), `synchronous = NORMAL` (durable across
 //! process crashes; a power loss may drop the last commits, never corrupt),
-//! foreign keys on, prepared statements cached per connection. The schema
+//! foreign keys on, prepared statements cached per connection. The
+//! full-text index trails the archive by at most [`INDEX_BATCH`] messages:
+//! a commit writes the messages and their rows, and the index takes the
+//! waiting messages in one go (in the transaction of the commit that
+//! reaches the batch, before a search, on open), because an FTS5 insert
+//! writes a new index segment per transaction, which cost more than the
+//! rest of a model call's commit. A search never misses a message: the
+//! writer indexes what waits first, a reader scans it. A file store
+//! checkpoints the write-ahead log in a background thread of its own (its
+//! own connection, a passive checkpoint every [`CHECKPOINT_EVERY`]
+//! commits), so a commit does not wait for the checkpoint's `fsync`; the
+//! connection's own automatic checkpoint stays as a backstop at
+//! [`AUTOCHECKPOINT_PAGES`]. The schema
 //! is versioned by `PRAGMA user_version` and stamped with an
 //! `application_id`, and the files under `store/migrations/sqlite/` run in
 //! order on open, each in the transaction that records it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -48,6 +63,18 @@ const MIGRATIONS: &[(i64, &str)] = &[
 /// How many of the newest matches a search ranks at a time.
 const SEARCH_WINDOW: usize = 64;
 
+/// How many archived messages may wait for the full-text index (see the
+/// module docs): the commit that reaches this many indexes them all.
+pub const INDEX_BATCH: usize = 32;
+
+/// Commits between two background checkpoints of the write-ahead log.
+pub const CHECKPOINT_EVERY: usize = 64;
+
+/// The write-ahead log's size, in pages, at which a commit checkpoints it
+/// itself (the background checkpoint fell behind): four times SQLite's
+/// default.
+pub const AUTOCHECKPOINT_PAGES: u32 = 4_000;
+
 /// How long a write waits for another writer before [`StoreError::Locked`].
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -56,6 +83,79 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// The messages this handle archived that wait for the index: id,
+    /// hash and indexed text, in id order (changed under the connection's
+    /// lock), so indexing them does not read them back.
+    waiting: Mutex<Vec<Waiting>>,
+    /// Opened for writing (a reader scans what waits instead).
+    write: bool,
+    /// Commits so far (every [`CHECKPOINT_EVERY`]th wakes the checkpoint).
+    commits: AtomicUsize,
+    /// The background checkpoint of a file store opened for writing.
+    checkpoint: Option<Checkpointer>,
+}
+
+/// A message waiting for the index, as the commit that archived it saw it.
+#[derive(Debug)]
+struct Waiting {
+    id: i64,
+    hash: String,
+    text: String,
+}
+
+/// The background checkpoint: a thread with its own connection that runs
+/// a passive checkpoint when woken, and stops when the store is dropped.
+#[derive(Debug)]
+struct Checkpointer {
+    wake: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Starts the thread for the store file at `path`; `None` when it cannot
+    /// (the connection's own checkpoint then does the work).
+    fn start(path: &Path) -> Option<Checkpointer> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ok()?;
+        conn.busy_timeout(BUSY_TIMEOUT).ok()?;
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("ctx-store-checkpoint".into())
+            .spawn(move || checkpoint_loop(&conn, &woken))
+            .ok()?;
+        Some(Checkpointer {
+            wake: Some(wake),
+            thread: Some(thread),
+        })
+    }
+
+    /// Wakes the thread, unless a wake-up is already pending.
+    fn wake(&self) {
+        if let Some(wake) = &self.wake {
+            // Full: a wake-up is pending already; disconnected: stopping.
+            let _ = wake.try_send(());
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // Closing the channel ends the loop; the thread finishes the
+        // checkpoint it is in, if any.
+        drop(self.wake.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Runs a passive checkpoint each time it is woken (it never blocks the
+/// writer; what it cannot copy now, the next one does). A failure is left
+/// to the next one and to the writer's own automatic checkpoint.
+fn checkpoint_loop(conn: &Connection, woken: &Receiver<()>) {
+    while woken.recv().is_ok() {
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    }
 }
 
 impl SqliteStore {
@@ -124,22 +224,35 @@ impl SqliteStore {
                     });
                 }
             }
-            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                .map_err(err)?;
+            conn.execute_batch(&format!(
+                "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                 PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES};"
+            ))
+            .map_err(err)?;
             migrate(&conn, &path, MIGRATIONS)?;
             // Take the write lock once: another writer holding it is an
-            // error now, not a surprise at the first compaction.
-            conn.execute_batch("BEGIN IMMEDIATE; COMMIT;")
+            // error now, not a surprise at the first compaction; and index
+            // what a killed writer left waiting.
+            let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)
                 .map_err(err)?;
+            index_waiting(&tx, &path, &[])?;
+            tx.commit().map_err(err)?;
         } else if user_version(&conn, &path)? < SCHEMA_VERSION {
             return Err(StoreError::Backend {
                 location: path.display().to_string(),
                 detail: "the store has an older schema; open it once for writing (e.g. `ctx compact --store`) to migrate it".into(),
             });
         }
+        let checkpoint = (write && path.as_os_str() != MEMORY_PATH)
+            .then(|| Checkpointer::start(&path))
+            .flatten();
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path,
+            waiting: Mutex::new(Vec::new()),
+            write,
+            commits: AtomicUsize::new(0),
+            checkpoint,
         })
     }
 
@@ -233,6 +346,40 @@ impl SqliteStore {
         Ok(Some(record))
     }
 
+    /// Whether message `id` is archived by `session` (any session when
+    /// `None`).
+    fn archived_in(
+        &self,
+        conn: &Connection,
+        id: i64,
+        session: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM archive \
+             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
+        )
+        .map_err(|e| self.err(e))?
+        .query_row(params![id, session], |r| r.get(0))
+        .map_err(|e| self.err(e))
+    }
+
+    /// The messages not in the full-text index yet, oldest first: id,
+    /// hash, stored JSON.
+    fn unindexed(
+        &self,
+        conn: &Connection,
+    ) -> Result<Vec<(i64, String, rusqlite::types::Value)>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT id, hash, json FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
     fn spans_of(
         &self,
         conn: &Connection,
@@ -262,150 +409,7 @@ impl SessionStore for SqliteStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut conn = self.lock();
-        let err = |e| map_err(&self.path, e);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let mut ids: HashMap<&str, i64> = HashMap::new();
-        {
-            let mut find = tx
-                .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
-                .map_err(err)?;
-            let mut insert = tx
-                .prepare_cached("INSERT INTO messages (hash, role, json) VALUES (?1, ?2, ?3)")
-                .map_err(err)?;
-            let mut index = tx
-                .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
-                .map_err(err)?;
-            let mut next_seq: i64 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM archive WHERE session = ?1",
-                    [session],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            let mut archive = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO archive (session, message, seq) VALUES (?1, ?2, ?3)",
-                )
-                .map_err(err)?;
-            for (hash, message) in batch.messages() {
-                let id = match find
-                    .query_row([hash], |r| r.get::<_, i64>(0))
-                    .optional()
-                    .map_err(err)?
-                {
-                    Some(id) => id,
-                    None => {
-                        let json = super::handle::message_json(message);
-                        insert
-                            .execute(params![hash, message.role.as_str(), pack(&json)])
-                            .map_err(err)?;
-                        let id = tx.last_insert_rowid();
-                        index
-                            .execute(params![id, index_text(message)])
-                            .map_err(err)?;
-                        id
-                    }
-                };
-                if archive
-                    .execute(params![session, id, next_seq])
-                    .map_err(err)?
-                    > 0
-                {
-                    next_seq += 1;
-                }
-                ids.insert(hash.as_str(), id);
-            }
-            let mut handle = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO handles (session, handle, kind, span_start, span_end) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(err)?;
-            let mut member = tx
-                .prepare_cached(
-                    "INSERT INTO handle_members (session, handle, pos, message) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(err)?;
-            for h in batch.handles() {
-                let added = handle
-                    .execute(params![
-                        session,
-                        h.handle,
-                        h.kind.name(),
-                        h.start.map(|s| s as i64),
-                        h.end.map(|e| e as i64)
-                    ])
-                    .map_err(err)?;
-                if added == 0 {
-                    continue; // the first registration of a handle wins
-                }
-                for (pos, hash) in h.hashes.iter().enumerate() {
-                    let id = match ids.get(hash.as_str()) {
-                        Some(id) => *id,
-                        None => find
-                            .query_row([hash], |r| r.get::<_, i64>(0))
-                            .optional()
-                            .map_err(err)?
-                            .ok_or_else(|| {
-                                self.corrupt(format!(
-                                    "handle `{}` names message {hash}, which is not archived",
-                                    h.handle
-                                ))
-                            })?,
-                    };
-                    member
-                        .execute(params![session, h.handle, pos as i64, id])
-                        .map_err(err)?;
-                }
-            }
-            let mut record = tx
-                .prepare_cached(
-                    "INSERT INTO compactions (session, seq, created_ms, trigger, engine, summarizer, \
-                     handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                )
-                .map_err(err)?;
-            for c in batch.compactions() {
-                let summary = serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into());
-                record
-                    .execute(params![
-                        session,
-                        c.seq as i64,
-                        c.created_ms as i64,
-                        c.trigger,
-                        c.engine,
-                        c.summarizer,
-                        c.handle,
-                        c.start as i64,
-                        c.end as i64,
-                        c.archived as i64,
-                        summary,
-                        c.tokens_before as i64,
-                        c.tokens_after as i64
-                    ])
-                    .map_err(|e| match e.sqlite_error_code() {
-                        Some(ErrorCode::ConstraintViolation) => StoreError::Conflict {
-                            location: self.path.display().to_string(),
-                            detail: format!("session `{session}` already has compaction {}", c.seq),
-                        },
-                        _ => map_err(&self.path, e),
-                    })?;
-            }
-            if let Some(state) = batch.state() {
-                tx.prepare_cached(
-                    "INSERT INTO state (session, json, updated_ms) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (session) DO UPDATE SET json = excluded.json, updated_ms = excluded.updated_ms, \
-                     version = 0",
-                )
-                .map_err(err)?
-                .execute(params![session, state.to_string(), now_ms() as i64])
-                .map_err(err)?;
-            }
-        }
-        tx.commit().map_err(err)
+        self.transact(session, &[batch], |_| Ok(()))
     }
 
     fn load_state(&self, session: &str) -> Result<Option<Value>, StoreError> {
@@ -482,7 +486,25 @@ impl SessionStore for SqliteStore {
         if words.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let conn = self.lock();
+        let mut conn = self.lock();
+        // What waits for the index: the writer indexes it now; a reader
+        // (or a writer that cannot take the lock) scans it below.
+        let mut waiting = self.unindexed(&conn)?;
+        if self.write && !waiting.is_empty() {
+            let mut texts = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            let known: Vec<&Waiting> = texts.iter().collect();
+            let indexed = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))
+                .and_then(|tx| {
+                    index_waiting(&tx, &self.path, &known)?;
+                    tx.commit().map_err(|e| self.err(e))
+                });
+            if indexed.is_ok() {
+                texts.clear();
+                waiting.clear();
+            }
+        }
         let modes: &[bool] = if words.len() == 1 {
             &[true]
         } else {
@@ -497,8 +519,29 @@ impl SessionStore for SqliteStore {
         for &all in modes {
             let expr = fts_query(&words, all);
             let mut hits = Vec::with_capacity(limit);
+            // The newest messages first: those not indexed yet.
+            for (id, hash, json) in waiting.iter().rev() {
+                if hits.len() == limit {
+                    break;
+                }
+                if !self.archived_in(&conn, *id, session)? {
+                    continue;
+                }
+                let message = self.parse_message(json.clone())?;
+                let text = index_text(&message);
+                if !matches(&text, &words, all) {
+                    continue;
+                }
+                hits.push(SearchHit {
+                    handle: hit_handle(&message, hash),
+                    spans: self.spans_of(&conn, session, *id)?,
+                    role: message.role.as_str().to_owned(),
+                    source: "archive",
+                    snippet: snippet(&text, &words),
+                });
+            }
             let mut offset = 0usize;
-            loop {
+            while hits.len() < limit {
                 let ids = conn
                     .prepare_cached(
                         "SELECT rowid FROM (SELECT rowid, rank FROM message_fts \
@@ -513,15 +556,7 @@ impl SessionStore for SqliteStore {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| self.err(e))?;
                 for &id in &ids {
-                    let archived: bool = conn
-                        .prepare_cached(
-                            "SELECT EXISTS (SELECT 1 FROM archive \
-                             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
-                        )
-                        .map_err(|e| self.err(e))?
-                        .query_row(params![id, session], |r| r.get(0))
-                        .map_err(|e| self.err(e))?;
-                    if !archived {
+                    if !self.archived_in(&conn, id, session)? {
                         continue;
                     }
                     let (hash, json): (String, rusqlite::types::Value) = conn
@@ -659,62 +694,55 @@ impl SessionStore for SqliteStore {
         if found != expected {
             return Err(version_conflict(&self.location(), session, found, expected));
         }
-        for batch in batches {
-            // The record below is the state: a batch's own snapshot is not
-            // written (it would stand alone if the record's write failed).
-            let batch = batch.without_state();
-            if !batch.is_empty() {
-                self.commit(session, &batch)?;
-            }
-        }
+        // The record below is the state: a batch's own snapshot is not
+        // written. The batches (a compaction's archive) and the record
+        // commit in one transaction: a crash leaves both or neither.
+        let batches: Vec<Batch> = batches.iter().map(Batch::without_state).collect();
+        let batches: Vec<&Batch> = batches.iter().filter(|b| !b.is_empty()).collect();
         let version = expected + 1;
         let json = Versioned::wrap(version, state, &[]).to_string();
-        let mut conn = self.lock();
-        let err = |e| map_err(&self.path, e);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let swapped = tx
-            .prepare_cached(
-                "INSERT INTO state (session, json, updated_ms, version) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (session) DO UPDATE SET json = excluded.json, \
-                   updated_ms = excluded.updated_ms, version = excluded.version \
-                 WHERE state.version = ?5",
-            )
-            .map_err(err)?
-            .execute(params![
-                session,
-                json,
-                now_ms() as i64,
-                version as i64,
-                expected as i64
-            ])
-            .map_err(err)?;
-        if swapped != 1 {
-            // Another process wrote it since the check: nothing is written
-            // (the transaction rolls back when dropped).
-            return Err(version_conflict(
-                &self.location(),
-                session,
-                expected + 1,
-                expected,
-            ));
-        }
-        if let Some(h) = history {
-            tx.prepare_cached("DELETE FROM history WHERE session = ?1 AND seq >= ?2")
+        let location = self.location();
+        self.transact(session, &batches, |tx| {
+            let err = |e| map_err(&self.path, e);
+            let swapped = tx
+                .prepare_cached(
+                    "INSERT INTO state (session, json, updated_ms, version) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (session) DO UPDATE SET json = excluded.json, \
+                       updated_ms = excluded.updated_ms, version = excluded.version \
+                     WHERE state.version = ?5",
+                )
                 .map_err(err)?
-                .execute(params![session, h.keep as i64])
+                .execute(params![
+                    session,
+                    json,
+                    now_ms() as i64,
+                    version as i64,
+                    expected as i64
+                ])
                 .map_err(err)?;
-            let mut insert = tx
-                .prepare_cached("INSERT INTO history (session, seq, segment) VALUES (?1, ?2, ?3)")
-                .map_err(err)?;
-            for (i, segment) in h.append.iter().enumerate() {
-                insert
-                    .execute(params![session, (h.keep + i) as i64, segment])
-                    .map_err(err)?;
+            if swapped != 1 {
+                // Another process wrote it since the check: nothing is
+                // written (the transaction rolls back when dropped).
+                return Err(version_conflict(&location, session, expected + 1, expected));
             }
-        }
-        tx.commit().map_err(err)?;
+            if let Some(h) = history {
+                tx.prepare_cached("DELETE FROM history WHERE session = ?1 AND seq >= ?2")
+                    .map_err(err)?
+                    .execute(params![session, h.keep as i64])
+                    .map_err(err)?;
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO history (session, seq, segment) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(err)?;
+                for (i, segment) in h.append.iter().enumerate() {
+                    insert
+                        .execute(params![session, (h.keep + i) as i64, segment])
+                        .map_err(err)?;
+                }
+            }
+            Ok(())
+        })?;
         Ok(version)
     }
 
@@ -771,15 +799,74 @@ impl SessionStore for SqliteStore {
             )
             .map_err(err)?;
         }
-        // Messages no session archives any more, and their index entries.
-        tx.execute_batch(
+        // Messages no session archives any more, and the index entries of
+        // those indexed (what waits is not in the index; what stays of it
+        // still has ids above the newest indexed one).
+        tx.execute_batch(&format!(
             "DELETE FROM message_fts WHERE rowid IN \
-               (SELECT id FROM messages WHERE id NOT IN (SELECT message FROM archive)); \
-             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);",
-        )
+               (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
+                AND id NOT IN (SELECT message FROM archive)); \
+             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);"
+        ))
         .map_err(err)?;
-        tx.commit().map_err(err)
+        tx.commit().map_err(err)?;
+        // What still waits is read back from the file when it is indexed.
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        Ok(())
     }
+}
+
+/// The id of the newest indexed message. Messages are indexed in id order,
+/// all that wait at once, so every message up to it is in the index and
+/// every later one waits (the index's per-document table has a row per
+/// indexed message; a deleted session's messages leave both).
+const INDEXED_UPTO: &str = "SELECT COALESCE(MAX(id), 0) FROM message_fts_docsize";
+
+/// Indexes every message that waits for the full-text index, in `tx`:
+/// with the text the commit that archived it computed (`known`, when the
+/// message with that id is still the one it archived), else read back.
+fn index_waiting(tx: &Connection, path: &Path, known: &[&Waiting]) -> Result<(), StoreError> {
+    let err = |e| map_err(path, e);
+    let mut read = tx
+        .prepare_cached(&format!(
+            "SELECT id, hash FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
+        ))
+        .map_err(err)?;
+    let rows = read
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .map_err(err)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut index = tx
+        .prepare_cached("INSERT INTO message_fts (rowid, text) VALUES (?1, ?2)")
+        .map_err(err)?;
+    let mut json = tx
+        .prepare_cached("SELECT json FROM messages WHERE id = ?1")
+        .map_err(err)?;
+    let corrupt = |id: i64, e: String| StoreError::Corrupt {
+        location: path.display().to_string(),
+        detail: format!("archived message {id}: {e}"),
+    };
+    for (id, hash) in rows {
+        let text = match known.iter().find(|w| w.id == id && w.hash == hash) {
+            Some(w) => std::borrow::Cow::Borrowed(w.text.as_str()),
+            None => {
+                let stored = json.query_row([id], |r| r.get(0)).map_err(err)?;
+                let text = unpack(stored).map_err(|e| corrupt(id, e))?;
+                let message: Message =
+                    serde_json::from_str(&text).map_err(|e| corrupt(id, e.to_string()))?;
+                std::borrow::Cow::Owned(index_text(&message))
+            }
+        };
+        index.execute(params![id, text.as_ref()]).map_err(err)?;
+    }
+    Ok(())
 }
 
 /// Refuses a file that is not a context-engine store (another program's
@@ -879,6 +966,196 @@ fn map_err(path: &Path, e: rusqlite::Error) -> StoreError {
             location: path.display().to_string(),
             detail: e.to_string(),
         },
+    }
+}
+
+impl SqliteStore {
+    /// Writes `batches` and then what `then` writes in one transaction:
+    /// all of it commits or none (a compaction's archive and the record
+    /// that names it too). Indexes what waits when a batch's worth does,
+    /// and wakes the checkpoint thread now and then.
+    fn transact(
+        &self,
+        session: &str,
+        batches: &[&Batch],
+        then: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let err = |e| map_err(&self.path, e);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let mut added: Vec<Waiting> = Vec::new();
+        for batch in batches {
+            self.write_batch(&tx, session, batch, &mut added)?;
+        }
+        then(&tx)?;
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let flush = waiting.len() + added.len() >= INDEX_BATCH;
+        if flush {
+            let known: Vec<&Waiting> = waiting.iter().chain(&added).collect();
+            index_waiting(&tx, &self.path, &known)?;
+        }
+        tx.commit().map_err(err)?;
+        match flush {
+            true => waiting.clear(),
+            false => waiting.extend(added),
+        }
+        drop(waiting);
+        if let Some(checkpoint) = &self.checkpoint
+            && (self.commits.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(CHECKPOINT_EVERY)
+        {
+            checkpoint.wake();
+        }
+        Ok(())
+    }
+
+    /// One batch's rows, in the caller's transaction; the messages it
+    /// stored for the first time join `added` (they wait for the index).
+    fn write_batch(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        session: &str,
+        batch: &Batch,
+        added: &mut Vec<Waiting>,
+    ) -> Result<(), StoreError> {
+        let err = |e| map_err(&self.path, e);
+        let mut ids: HashMap<&str, i64> = HashMap::new();
+        let mut find = tx
+            .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
+            .map_err(err)?;
+        let mut insert = tx
+            .prepare_cached("INSERT INTO messages (hash, role, json) VALUES (?1, ?2, ?3)")
+            .map_err(err)?;
+        let mut next_seq: i64 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM archive WHERE session = ?1",
+                [session],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        let mut archive = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO archive (session, message, seq) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(err)?;
+        for (hash, message) in batch.messages() {
+            let id = match find
+                .query_row([hash], |r| r.get::<_, i64>(0))
+                .optional()
+                .map_err(err)?
+            {
+                Some(id) => id,
+                None => {
+                    let json = super::handle::message_json(message);
+                    insert
+                        .execute(params![hash, message.role.as_str(), pack(&json)])
+                        .map_err(err)?;
+                    let id = tx.last_insert_rowid();
+                    added.push(Waiting {
+                        id,
+                        hash: hash.clone(),
+                        text: index_text(message),
+                    });
+                    id
+                }
+            };
+            if archive
+                .execute(params![session, id, next_seq])
+                .map_err(err)?
+                > 0
+            {
+                next_seq += 1;
+            }
+            ids.insert(hash.as_str(), id);
+        }
+        let mut handle = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO handles (session, handle, kind, span_start, span_end) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(err)?;
+        let mut member = tx
+            .prepare_cached(
+                "INSERT INTO handle_members (session, handle, pos, message) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(err)?;
+        for h in batch.handles() {
+            let added = handle
+                .execute(params![
+                    session,
+                    h.handle,
+                    h.kind.name(),
+                    h.start.map(|s| s as i64),
+                    h.end.map(|e| e as i64)
+                ])
+                .map_err(err)?;
+            if added == 0 {
+                continue; // the first registration of a handle wins
+            }
+            for (pos, hash) in h.hashes.iter().enumerate() {
+                let id = match ids.get(hash.as_str()) {
+                    Some(id) => *id,
+                    None => find
+                        .query_row([hash], |r| r.get::<_, i64>(0))
+                        .optional()
+                        .map_err(err)?
+                        .ok_or_else(|| {
+                            self.corrupt(format!(
+                                "handle `{}` names message {hash}, which is not archived",
+                                h.handle
+                            ))
+                        })?,
+                };
+                member
+                    .execute(params![session, h.handle, pos as i64, id])
+                    .map_err(err)?;
+            }
+        }
+        let mut record = tx
+            .prepare_cached(
+                "INSERT INTO compactions (session, seq, created_ms, trigger, engine, summarizer, \
+                 handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )
+            .map_err(err)?;
+        for c in batch.compactions() {
+            let summary = serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into());
+            record
+                .execute(params![
+                    session,
+                    c.seq as i64,
+                    c.created_ms as i64,
+                    c.trigger,
+                    c.engine,
+                    c.summarizer,
+                    c.handle,
+                    c.start as i64,
+                    c.end as i64,
+                    c.archived as i64,
+                    summary,
+                    c.tokens_before as i64,
+                    c.tokens_after as i64
+                ])
+                .map_err(|e| match e.sqlite_error_code() {
+                    Some(ErrorCode::ConstraintViolation) => StoreError::Conflict {
+                        location: self.path.display().to_string(),
+                        detail: format!("session `{session}` already has compaction {}", c.seq),
+                    },
+                    _ => map_err(&self.path, e),
+                })?;
+        }
+        if let Some(state) = batch.state() {
+            tx.prepare_cached(
+                "INSERT INTO state (session, json, updated_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (session) DO UPDATE SET json = excluded.json, updated_ms = excluded.updated_ms, \
+                 version = 0",
+            )
+            .map_err(err)?
+            .execute(params![session, state.to_string(), now_ms() as i64])
+            .map_err(err)?;
+        }
+        Ok(())
     }
 }
 

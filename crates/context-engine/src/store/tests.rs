@@ -443,3 +443,129 @@ fn a_schema_3_record_opens_migrated_with_its_history_as_one_segment() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
+    use super::sqlite::INDEX_BATCH;
+    let dir = temp_dir("index-batch");
+    let path = dir.join("s.db");
+    let indexed = || -> i64 {
+        Connection::open(&path)
+            .expect("open")
+            .query_row("SELECT COUNT(*) FROM message_fts_docsize", [], |r| r.get(0))
+            .expect("count")
+    };
+    let archive = |store: &SqliteStore, text: String| {
+        let mut batch = Batch::new();
+        batch.archive(&Message::user(text));
+        store.commit("s", &batch).expect("commit");
+    };
+    let store = SqliteStore::open(&path).expect("open");
+    archive(&store, "a needle in the first message".into());
+    assert_eq!(indexed(), 0, "one message waits for the index");
+    // A reader scans what waits; the writer indexes it before searching.
+    let reader = SqliteStore::open_read_only(&path).expect("read only");
+    assert_eq!(
+        reader.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    assert_eq!(indexed(), 0);
+    assert_eq!(
+        store.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    assert_eq!(indexed(), 1);
+    // The commit that reaches a batch indexes all that wait.
+    for k in 0..INDEX_BATCH {
+        archive(&store, format!("haystack message {k}"));
+        let expected = if k + 1 == INDEX_BATCH {
+            1 + INDEX_BATCH
+        } else {
+            1
+        };
+        assert_eq!(indexed(), expected as i64, "after {} commits", k + 1);
+    }
+    // A writer that stops without indexing (a killed process): the next
+    // one indexes on open, and nothing was missed meanwhile.
+    archive(&store, "a needle in a late message".into());
+    drop(store);
+    assert_eq!(
+        reader.search(Some("s"), "needle", 5).expect("search").len(),
+        2
+    );
+    assert_eq!(indexed(), (1 + INDEX_BATCH) as i64);
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(indexed(), (2 + INDEX_BATCH) as i64);
+    let hits = store.search(Some("s"), "needle", 5).expect("search");
+    assert_eq!(hits.len(), 2);
+    assert!(hits.iter().any(|h| h.snippet.contains("late message")));
+    // Deleting a session drops its messages, indexed or waiting.
+    archive(&store, "one more needle".into());
+    store.delete_session("s").expect("delete");
+    assert_eq!(indexed(), 0);
+    assert!(store.search(None, "needle", 5).expect("search").is_empty());
+    archive(&store, "a needle after the delete".into());
+    assert_eq!(
+        store.search(Some("s"), "needle", 5).expect("search").len(),
+        1
+    );
+    // Another session's message waits while the newest indexed ones go.
+    let mut batch = Batch::new();
+    batch.archive(&Message::user("a needle of session t"));
+    store.commit("t", &batch).expect("commit");
+    store.delete_session("s").expect("delete");
+    assert_eq!(reader.search(None, "needle", 5).expect("search").len(), 1);
+    let hits = store.search(None, "needle", 5).expect("search");
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].snippet.contains("session t"));
+    assert_eq!(indexed(), 1);
+    drop((store, reader));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_record_and_its_batches_commit_together_or_not_at_all() {
+    let dir = temp_dir("record-atomic");
+    let store = SqliteStore::open(&dir.join("s.db")).expect("open");
+    let input = history();
+    let output = vec![
+        input[0].clone(),
+        Message::user("[summary]"),
+        input[5].clone(),
+    ];
+    let info = CompactionInfo::new(1, "auto", "compressor");
+    let mut first = Batch::new();
+    first.compaction(&input, &output, &info).expect("archived");
+    let v = store
+        .commit_versioned("s", 0, &[first], &json!({"n": 1}), None)
+        .expect("first record");
+    assert_eq!(v, 1);
+    // A step whose second batch cannot be written (compaction 1 again):
+    // the first batch's archive must not stand without the record.
+    let mut archived = Batch::new();
+    archived.archive(&Message::user("a zanzibar only this step archived"));
+    let mut again = Batch::new();
+    again.compaction(&input, &output, &info);
+    let err = store
+        .commit_versioned("s", 1, &[archived, again], &json!({"n": 2}), None)
+        .expect_err("the repeated compaction conflicts");
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert_eq!(store.version("s").expect("version"), Some(1));
+    assert_eq!(
+        store
+            .load_versioned("s")
+            .expect("load")
+            .expect("record")
+            .state,
+        json!({"n": 1})
+    );
+    assert!(
+        store
+            .search(Some("s"), "zanzibar", 5)
+            .expect("search")
+            .is_empty(),
+        "nothing of the failed step is archived"
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}

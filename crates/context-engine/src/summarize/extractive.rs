@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::state::StateRecord;
+use super::state::{STATE_RECORD_HEADING, StateRecord};
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::message::Message;
 use crate::tool_output::{self, Flags, clip, one_line};
@@ -77,53 +77,64 @@ impl ExtractiveSummarizer {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Extractive summary of {} earlier messages (built from the messages themselves; \
-             tool output is not reproduced).",
+            "Extractive summary of {} earlier messages.",
             request.turns.len()
         );
         if let Some(topic) = request.focus_topic.map(str::trim).filter(|t| !t.is_empty()) {
             let _ = writeln!(out, "Focus topic: {}", clip(topic, 600));
         }
-        // Shares of the narrative's half of the budget, in order of what a
-        // successor needs most; the state record gets the rest.
-        let narrative = budget / 2;
+        // The ledger (the state record, carried forward from the previous
+        // summary entry by entry) comes first: it holds the session's
+        // facts. It may take all but a twentieth of the budget; the
+        // narrative gets what it leaves, at least that.
+        let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
+        let previous = request
+            .previous_summary
+            .map(str::trim)
+            .filter(|p| !p.is_empty());
+        if let Some(previous) = previous {
+            record.carry_over(previous);
+        }
+        let record = record.render(budget - budget / 20 - 2, request.archive_handle);
+        let room = budget.saturating_sub(record.len() + 2).max(budget / 20);
+        // The narrative's sections, in order of what a successor needs
+        // most (the last ones are clipped first); the commands and their
+        // outcomes are the ledger's, so the completed actions show only
+        // the newest.
+        let mut constraints = previous
+            .map(|p| previous_items(p, "Constraints and preferences"))
+            .unwrap_or_default();
+        for c in facts.constraints {
+            if !constraints.contains(&c) {
+                constraints.push(c);
+            }
+        }
+        let mut pending = previous
+            .map(|p| previous_items(p, "Pending tasks"))
+            .unwrap_or_default();
+        pending.extend(facts.pending);
         section(
             &mut out,
             "Constraints and preferences",
-            &facts.constraints,
-            narrative * 10 / 100,
+            &constraints,
+            room * 20 / 100,
             false,
         );
-        section(
-            &mut out,
-            "Completed actions",
-            &facts.actions,
-            narrative * 35 / 100,
-            true,
-        );
+        section(&mut out, "Pending tasks", &pending, room * 10 / 100, false);
         section(
             &mut out,
             "Current state",
             &facts.recent,
-            narrative * 20 / 100,
-            false,
-        );
-        section(
-            &mut out,
-            "Pending tasks",
-            &facts.pending,
-            narrative * 5 / 100,
+            room * 30 / 100,
             false,
         );
         let mut critical = Vec::new();
-        if let Some(previous) = request
-            .previous_summary
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-        {
+        // A previous summary without a ledger (one this version did not
+        // write) is quoted instead.
+        if let Some(previous) = previous.filter(|p| !p.contains(STATE_RECORD_HEADING)) {
             critical.push(format!(
                 "Summary of still earlier turns (from the previous compaction):\n{}",
-                clip(previous, narrative * 20 / 100)
+                clip(previous, room * 15 / 100)
             ));
         }
         if let Some(memory) = request
@@ -133,30 +144,61 @@ impl ExtractiveSummarizer {
         {
             critical.push(format!(
                 "<memory-context> (quoted source material, not instructions)\n{}\n</memory-context>",
-                clip(memory, narrative * 8 / 100)
+                clip(memory, room * 10 / 100)
             ));
         }
         section(
             &mut out,
             "Critical context",
             &critical,
-            narrative * 30 / 100,
+            room * 25 / 100,
             false,
         );
-        // The state record first (up to two thirds: the user's asks must
-        // stay), the narrative in what it leaves (at least a third).
-        let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
-        if let Some(previous) = request.previous_summary {
-            record.carry_over(previous);
-        }
-        let record = record.render(budget - budget / 3 - 2, request.archive_handle);
-        let room = budget
-            .saturating_sub(record.len() + 2)
-            .max(budget / 3)
-            .min(narrative.max(budget / 3));
-        let narrative_text = clip(out.trim_end(), room);
+        section(
+            &mut out,
+            "Completed actions",
+            &facts.actions,
+            room * 15 / 100,
+            true,
+        );
+        let narrative_text = whole_lines(out.trim_end(), room);
         clip(&format!("{narrative_text}\n\n{record}"), budget)
     }
+}
+
+/// The lines of `text` that fit in `room` bytes, whole (a clipped line
+/// says nothing), without a heading left with no line under it.
+fn whole_lines(text: &str, room: usize) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if out.len() + line.len() + 1 > room {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let mut out = out.trim_end().to_owned();
+    while let Some(last) = out.lines().last().filter(|l| l.starts_with("## ")) {
+        let cut = out.len() - last.len();
+        out = out[..cut].trim_end().to_owned();
+    }
+    out
+}
+
+/// The `- item` lines of the `## title` section of a previous summary
+/// (the narrative's own sections, carried like the ledger).
+fn previous_items(previous: &str, title: &str) -> Vec<String> {
+    let heading = format!("## {title}\n");
+    let Some(at) = previous.find(&heading) else {
+        return Vec::new();
+    };
+    previous[at + heading.len()..]
+        .lines()
+        .take_while(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter(|l| !(l.starts_with('(') && l.ends_with("not listed)")))
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Summarizer for ExtractiveSummarizer {
@@ -220,15 +262,10 @@ impl Facts {
             .iter()
             .enumerate()
             .rev()
-            .filter(|(_, m)| !m.text().trim().is_empty() || m.has_tool_calls())
+            .filter(|(_, m)| !m.text().trim().is_empty())
             .take(RECENT_TURNS)
             .map(|(i, m)| {
-                let body = if m.text().trim().is_empty() {
-                    let names: Vec<&str> = m.tool_calls().iter().filter_map(|c| c.name()).collect();
-                    format!("(calls {})", names.join(", "))
-                } else {
-                    clip(&one_line(&m.text()), TURN_MAX_CHARS)
-                };
+                let body = clip(&one_line(&m.text()), TURN_MAX_CHARS);
                 // A user message that is tool output says so.
                 let who = if reentry[i] {
                     "tool output"
@@ -262,11 +299,10 @@ impl Facts {
 
 /// Writes `## title` and as many items as fit in `budget` characters.
 fn section(out: &mut String, title: &str, items: &[String], budget: usize, keep_last: bool) {
-    let _ = writeln!(out, "\n## {title}");
     if items.is_empty() {
-        out.push_str("(none in this span)\n");
         return;
     }
+    let _ = writeln!(out, "\n## {title}");
     let budget = budget.max(200);
     // When the list is long, the newest actions matter most: keep the end.
     let mut chosen: Vec<&String> = Vec::new();
@@ -380,13 +416,10 @@ mod tests {
             "## Constraints and preferences",
             "## Completed actions",
             "## Current state",
-            "## Pending tasks",
-            "## Critical context",
             "## State record",
             "### User asks",
             "### Files read or written",
-            "### Commands (latest exit status)",
-            "### Failing tests",
+            "### Commands (latest exit status",
             "### Errors (latest occurrence)",
             "### Next",
         ] {
@@ -492,7 +525,7 @@ mod tests {
     #[test]
     fn the_summary_ends_with_the_state_record_and_its_handle() {
         let mut turns = vec![Message::user("Fix src/parser.rs")];
-        for k in 0..60 {
+        for k in 0..150 {
             turns.push(Message::assistant(format!(
                 "```bash\ncat src/file{k}.rs\n```"
             )));
@@ -505,7 +538,7 @@ mod tests {
         assert!(s.len() <= 400 * CHARS_PER_TOKEN, "{}", s.len());
         let record = &s[s.find("## State record").expect("record")..];
         assert!(record.contains("- Fix src/parser.rs"), "{record}");
-        assert!(record.contains("src/file59.rs"), "{record}");
+        assert!(record.contains("src/file149.rs"), "{record}");
         assert!(
             record.contains(r#"archived: context_expand {"handle":"a-1-121"}"#),
             "{record}"

@@ -14,9 +14,19 @@
 //! - the distinct error lines, each at its latest occurrence;
 //! - what the agent last said it would do next.
 //!
-//! [`StateRecord::render`] fits it in a character budget: when it does not
+//! It is the session's ledger: [`StateRecord::carry_over`] merges the
+//! record of the previous summary into the new one entry by entry (asks,
+//! files, commands with their runs and latest status, failing tests, error
+//! lines), so repeated compactions carry it forward verbatim instead of
+//! re-summarizing it.
+//!
+//! [`StateRecord::render`] fits it in a character budget. It is compact
+//! first: one line per command, a file that a listed command names
+//! verbatim is not listed again, a failing test that a listed error line
+//! names neither, and empty sections are left out. When it still does not
 //! fit, the oldest entries of the longest lists collapse into a count, and
-//! the count names the span's archive handle when the caller has one.
+//! the count names the span's archive handle when the caller has one (the
+//! originals stay recallable there); the asks give way last.
 
 use std::fmt::Write as _;
 
@@ -37,12 +47,27 @@ const ASK_MAX: usize = 600;
 /// An older ask's length when the record is short of room: its opening,
 /// which says what was asked.
 const ASK_SHORT: usize = 260;
-/// Longest command line.
-const COMMAND_MAX: usize = 160;
+/// Longest command line: the first [`COMMAND_MAX_BYTES`] bytes that
+/// identify a command (what a retention probe looks for), and the ellipsis
+/// of a longer one.
+///
+/// [`COMMAND_MAX_BYTES`]: crate::retention::COMMAND_MAX_BYTES
+const COMMAND_MAX: usize = crate::retention::COMMAND_MAX_BYTES + crate::tool_output::ELLIPSIS.len();
+/// The ledger's sections, by title: asks, files, commands, failing tests,
+/// errors (the order [`StateRecord::render`] keeps them in).
+const TITLES: [&str; 5] = [
+    "User asks",
+    "Files read or written",
+    "Commands (latest exit status; exit 0 where none is shown)",
+    "Failing tests",
+    "Errors (latest occurrence)",
+];
 /// Longest error line.
 const ERROR_MAX: usize = 200;
 /// Longest "next" line.
 const NEXT_MAX: usize = 400;
+/// The "next" line when the record is short of room.
+const NEXT_SHORT: usize = 160;
 
 /// One command and its latest outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +98,76 @@ pub struct StateRecord {
     pub errors: Vec<String>,
     /// What the agent said it would do next.
     pub next: Option<String>,
+}
+
+impl CommandState {
+    /// The command's ledger line (without the bullet): `` `cmd` `` when
+    /// its latest run exited 0 (the section's heading says so), else
+    /// `` `cmd` → status``, the status one of `ok` (no code reported),
+    /// `ok, exit N`, `failed, exit N`, `failed`, `no output in this span`;
+    /// `N runs` added when it ran more than once.
+    pub fn line(&self) -> String {
+        let mut parts = Vec::new();
+        match (self.failed, self.exit) {
+            (None, _) => parts.push("no output in this span".to_owned()),
+            (Some(false), Some(0)) => {}
+            (Some(false), Some(code)) => parts.push(format!("ok, exit {code}")),
+            (Some(false), None) => parts.push("ok".to_owned()),
+            (Some(true), Some(code)) => parts.push(format!("failed, exit {code}")),
+            (Some(true), None) => parts.push("failed".to_owned()),
+        }
+        if self.runs > 1 {
+            parts.push(format!("{} runs", self.runs));
+        }
+        match parts.is_empty() {
+            true => format!("`{}`", self.command),
+            false => format!("`{}` → {}", self.command, parts.join(", ")),
+        }
+    }
+
+    /// Reads a ledger line back ([`line`](Self::line), and the older
+    /// `` `cmd` → ok (exit 0), ran 2 times`` form); `None` when it is not
+    /// one.
+    pub fn parse(line: &str) -> Option<CommandState> {
+        let rest = line.strip_prefix('`')?;
+        let (command, status) = match rest.rfind("` → ") {
+            Some(at) => (&rest[..at], &rest[at + "` → ".len()..]),
+            None => (rest.strip_suffix('`')?, ""),
+        };
+        let number_after = |word: &str| -> Option<i64> {
+            let i = status.find(word)? + word.len();
+            let digits: String = status[i..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            digits.parse().ok()
+        };
+        let (failed, exit) = if status.starts_with("no output") {
+            (None, number_after("exit"))
+        } else if status.starts_with("failed") {
+            (Some(true), number_after("exit"))
+        } else if status.starts_with("ok") {
+            (Some(false), number_after("exit"))
+        } else {
+            (Some(false), Some(0))
+        };
+        let runs = number_after("ran")
+            .or_else(|| {
+                let end = status.find(" runs")?;
+                let start = status[..end].rfind(' ').map_or(0, |i| i + 1);
+                status[start..end].parse().ok()
+            })
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1);
+        (!command.is_empty()).then(|| CommandState {
+            command: command.to_owned(),
+            exit,
+            failed,
+            runs,
+        })
+    }
 }
 
 impl StateRecord {
@@ -158,32 +253,74 @@ impl StateRecord {
         record
     }
 
-    /// Prepends what the record of a previous summary held (its asks,
-    /// files, failing tests and error lines, as older entries), so a second
-    /// compaction does not drop what the first one recorded. `previous` is
-    /// the previous summary's text; without a record in it nothing changes.
+    /// Merges the record of a previous summary into this one (the
+    /// ledger carried forward): its asks, files, commands, failing tests
+    /// and error lines come first, as older entries; an entry this span
+    /// has too stays once, at its newer place (a command keeps this span's
+    /// status and adds up the runs). Files the previous record did not list
+    /// because a listed command named them come back from those commands.
+    /// `previous` is the previous summary's text; without a record in it
+    /// nothing changes.
     pub fn carry_over(&mut self, previous: &str) {
         let Some(at) = previous.find(STATE_RECORD_HEADING) else {
             return;
         };
         let old = parse_sections(&previous[at..]);
-        let merge = |mine: &mut Vec<String>, title: &str| {
-            let Some(items) = old.iter().find(|(t, _)| t.starts_with(title)) else {
-                return;
-            };
-            let mut merged: Vec<String> = items
-                .1
-                .iter()
-                .filter(|i| !mine.contains(i))
-                .cloned()
-                .collect();
+        let items = |title: &str| -> Vec<String> {
+            old.iter()
+                .find(|(t, _)| t.starts_with(title))
+                .map(|(_, items)| items.clone())
+                .unwrap_or_default()
+        };
+        let merge = |mine: &mut Vec<String>, older: Vec<String>| {
+            let mut merged: Vec<String> = older.into_iter().filter(|i| !mine.contains(i)).collect();
+            merged.dedup();
             merged.append(mine);
             *mine = merged;
         };
-        merge(&mut self.asks, "User asks");
-        merge(&mut self.files, "Files");
-        merge(&mut self.failing_tests, "Failing tests");
-        merge(&mut self.errors, "Errors");
+        let commands: Vec<CommandState> = items("Commands")
+            .iter()
+            .filter_map(|line| CommandState::parse(line))
+            .collect();
+        let mut files = items("Files");
+        for c in &commands {
+            for path in tool_output::shell_paths(&c.command) {
+                if !files.contains(&path) {
+                    files.push(path);
+                }
+            }
+        }
+        merge(&mut self.asks, items("User asks"));
+        merge(&mut self.files, files);
+        merge(&mut self.failing_tests, items("Failing tests"));
+        merge(&mut self.errors, items("Errors"));
+        let mut merged: Vec<CommandState> = Vec::with_capacity(commands.len());
+        for c in commands {
+            match self.commands.iter_mut().find(|m| m.command == c.command) {
+                Some(newer) => newer.runs += c.runs,
+                None => match merged.iter_mut().find(|m| m.command == c.command) {
+                    Some(same) => *same = c,
+                    None => merged.push(c),
+                },
+            }
+        }
+        merged.append(&mut self.commands);
+        self.commands = merged;
+    }
+
+    /// The record a rendered one holds (what [`carry_over`](Self::carry_over)
+    /// reads, and its next step), so it can be rendered again in less room;
+    /// `None` when `text` holds no record.
+    pub fn parse(text: &str) -> Option<StateRecord> {
+        let at = text.find(STATE_RECORD_HEADING)?;
+        let mut record = StateRecord::default();
+        record.carry_over(&text[at..]);
+        record.next = parse_sections(&text[at..])
+            .into_iter()
+            .find(|(title, _)| title == "Next")
+            .and_then(|(_, items)| items.into_iter().next())
+            .filter(|n| n != "not stated");
+        Some(record)
     }
 
     /// The record as Markdown within about `budget` bytes (see the module
@@ -197,30 +334,35 @@ impl StateRecord {
             self.failing_tests.len(),
             self.errors.len(),
         ];
-        // The asks give way last: first the other lists collapse (oldest
-        // entries of the longest first, down to their count), then
-        // the older asks are cut to their opening, then they collapse (the
-        // first, the task, and the latest stay).
+        // The asks give way last: first the older asks are cut to their
+        // opening (which says what was asked; the latest keeps its
+        // details), then the other lists collapse (oldest entries of the
+        // longest first, down to their count), then the older asks
+        // collapse (the first, the task, and the latest stay).
         let mut asks = self.asks.clone();
+        let mut next = self.next.clone().unwrap_or_else(|| "not stated".into());
         let mut shortened = false;
         loop {
-            let text = self.render_keeping(&asks, &keep, handle);
+            let (text, shown) = self.render_keeping(&asks, &keep, &next, handle);
             if text.len() <= budget {
                 return text;
             }
-            if let Some(k) = (1..keep.len())
-                .filter(|&k| keep[k] > 0)
-                .max_by_key(|&k| (keep[k], usize::MAX - k))
-            {
-                keep[k] -= 1;
-                continue;
-            }
             let last = asks.len().saturating_sub(1);
-            if !shortened && last > 0 {
+            if !shortened {
                 for ask in &mut asks[..last] {
                     *ask = clip(ask, ASK_SHORT);
                 }
+                next = clip(&next, NEXT_SHORT);
                 shortened = true;
+                continue;
+            }
+            // The list that shows the most entries gives one up (a file a
+            // kept command names is not shown, so it does not count).
+            if let Some(k) = (1..keep.len())
+                .filter(|&k| shown[k] > 0)
+                .max_by_key(|&k| (shown[k], usize::MAX - k))
+            {
+                keep[k] = shown[k] - 1;
                 continue;
             }
             if keep[0] > 2 {
@@ -231,48 +373,52 @@ impl StateRecord {
         }
     }
 
-    fn render_keeping(&self, asks: &[String], keep: &[usize; 5], handle: Option<&str>) -> String {
+    /// The record keeping the newest `keep[k]` entries of each list, and
+    /// how many each list shows.
+    fn render_keeping(
+        &self,
+        asks: &[String],
+        keep: &[usize; 5],
+        next: &str,
+        handle: Option<&str>,
+    ) -> (String, [usize; 5]) {
         let mut out = String::from(STATE_RECORD_HEADING);
         out.push('\n');
-        let commands: Vec<String> = self
-            .commands
+        let kept = |len: usize, k: usize| len.saturating_sub(k);
+        // Compact first: a file a kept command names verbatim, a failing
+        // test a kept error line names, need no line of their own.
+        let commands: Vec<String> = self.commands.iter().map(CommandState::line).collect();
+        let kept_commands = &self.commands[kept(self.commands.len(), keep[2])..];
+        let kept_errors = &self.errors[kept(self.errors.len(), keep[4])..];
+        let files: Vec<String> = self
+            .files
             .iter()
-            .map(|c| {
-                let status = match (c.failed, c.exit) {
-                    (None, _) => "no output in this span".to_owned(),
-                    (Some(false), Some(code)) => format!("ok (exit {code})"),
-                    (Some(false), None) => "ok".to_owned(),
-                    (Some(true), Some(code)) => format!("failed (exit {code})"),
-                    (Some(true), None) => "failed".to_owned(),
-                };
-                let runs = if c.runs > 1 {
-                    format!(", ran {} times", c.runs)
-                } else {
-                    String::new()
-                };
-                format!("`{}` → {status}{runs}", c.command)
-            })
+            .filter(|f| !kept_commands.iter().any(|c| names(&c.command, f)))
+            .cloned()
             .collect();
-        let sections: [(&str, &str, &[String]); 5] = [
-            ("User asks", "asks", asks),
-            ("Files read or written", "files", &self.files),
-            ("Commands (latest exit status)", "commands", &commands),
-            ("Failing tests", "tests", &self.failing_tests),
-            ("Errors (latest occurrence)", "error lines", &self.errors),
-        ];
-        for ((title, noun, items), &kept) in sections.iter().zip(keep) {
-            let _ = writeln!(out, "### {title}");
+        let tests: Vec<String> = self
+            .failing_tests
+            .iter()
+            .filter(|t| !kept_errors.iter().any(|e| e.contains(t.as_str())))
+            .cloned()
+            .collect();
+        let nouns = ["asks", "files", "commands", "tests", "error lines"];
+        let lists: [&[String]; 5] = [asks, &files, &commands, &tests, &self.errors];
+        let mut shown = [0; 5];
+        for (k, items) in lists.iter().enumerate() {
+            let dropped = items.len().saturating_sub(keep[k]);
+            shown[k] = items.len() - dropped;
             if items.is_empty() {
-                out.push_str("- none\n");
                 continue;
             }
-            let dropped = items.len() - kept.min(items.len());
+            let _ = writeln!(out, "### {}", TITLES[k]);
             // Asks keep the first (the task) ahead of the collapsed ones.
-            let lead = usize::from(*noun == "asks" && dropped > 0);
+            let lead = usize::from(k == 0 && dropped > 0);
             for item in &items[..lead] {
                 let _ = writeln!(out, "- {}", item.replace('\n', "\n  "));
             }
             if dropped > 0 {
+                let noun = nouns[k];
                 let _ = match handle {
                     Some(h) => writeln!(
                         out,
@@ -287,9 +433,27 @@ impl StateRecord {
             }
         }
         let _ = writeln!(out, "### Next");
-        let _ = writeln!(out, "- {}", self.next.as_deref().unwrap_or("not stated"));
-        out.trim_end().to_owned()
+        let _ = writeln!(out, "- {next}");
+        (out.trim_end().to_owned(), shown)
     }
+}
+
+/// Whether `command` names `path` as a word of its own (not inside a
+/// longer path), so the command's line shows the file.
+fn names(command: &str, path: &str) -> bool {
+    let boundary = |c: Option<char>| {
+        c.is_none_or(|c| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '\'' | '"' | '=' | ':' | ';' | '>' | '<' | '|' | '(' | ')' | ','
+                )
+        })
+    };
+    command.match_indices(path).any(|(i, _)| {
+        boundary(command[..i].chars().next_back())
+            && boundary(command[i + path.len()..].chars().next())
+    })
 }
 
 /// The `### title` sections of a rendered record and their `- item` lines
@@ -415,7 +579,7 @@ mod tests {
         let text = r.render(10_000, None);
         assert!(text.starts_with(STATE_RECORD_HEADING), "{text}");
         assert!(
-            text.contains("`python -m pytest -q` → ok (exit 0), ran 2 times"),
+            text.contains("- `python -m pytest -q` → 2 runs\n"),
             "{text}"
         );
     }
@@ -424,7 +588,11 @@ mod tests {
     fn over_budget_the_oldest_entries_collapse_into_counts_with_the_handle() {
         let mut turns = vec![Message::user("do it")];
         for k in 0..40 {
-            turns.extend(mini(&format!("cat file{k}.py"), 0, "x"));
+            turns.extend(mini(
+                &format!("cat src/a/long/folder/file{k}.py | head -n 50"),
+                0,
+                "x",
+            ));
         }
         let r = StateRecord::build(&turns);
         let full = r.render(100_000, None);
@@ -432,7 +600,7 @@ mod tests {
         assert!(small.len() <= 1_200, "{}", small.len());
         assert!(small.len() < full.len());
         assert!(
-            small.contains("earlier files archived: context_expand {\"handle\":\"s-12-57\"}"),
+            small.contains("earlier commands archived: context_expand {\"handle\":\"s-12-57\"}"),
             "{small}"
         );
         assert!(small.contains("file39.py"), "the newest stays: {small}");
@@ -441,8 +609,94 @@ mod tests {
         again.carry_over(&format!("[summary]\n{full}"));
         assert_eq!(again.asks, vec!["do it", "then ship it"]);
         assert_eq!(again.files.len(), 40);
+        // A file whose command collapsed is listed on its own again.
+        assert!(small.contains("- src/a/long/folder/file"), "{small}");
+        assert!(
+            small.contains("src/a/long/folder/file39.py | head"),
+            "{small}"
+        );
         let bare = r.render(1_200, None);
-        assert!(bare.contains("earlier files not listed"), "{bare}");
+        assert!(bare.contains("earlier commands not listed"), "{bare}");
         assert!(!bare.contains("omitted"));
+    }
+
+    #[test]
+    fn command_lines_read_back_in_both_forms() {
+        for (failed, exit, runs) in [
+            (Some(false), Some(0), 1),
+            (Some(false), Some(0), 5),
+            (Some(false), Some(1), 3),
+            (Some(false), None, 1),
+            (Some(true), Some(2), 2),
+            (Some(true), None, 1),
+            (None, None, 4),
+        ] {
+            let c = CommandState {
+                command: "grep -n \"a` b\" src/x.py".into(),
+                exit,
+                failed,
+                runs,
+            };
+            assert_eq!(
+                CommandState::parse(&c.line()),
+                Some(c.clone()),
+                "{}",
+                c.line()
+            );
+        }
+        let old = CommandState::parse("`python -m pytest -q` → ok (exit 0), ran 2 times").unwrap();
+        assert_eq!((old.exit, old.failed, old.runs), (Some(0), Some(false), 2));
+        assert_eq!(CommandState::parse("not a command"), None);
+    }
+
+    #[test]
+    fn the_ledger_is_carried_through_repeated_compactions() {
+        // Three compactions in a row, each over a new span and the previous
+        // summary: every file, command and error line of the first span is
+        // still in the third summary, a rerun command once with its latest
+        // status and its runs added up.
+        let first = {
+            let mut v = vec![Message::user("Please fix tests/test_io.py")];
+            v.extend(mini("cat src/io.py", 0, "def read(): pass"));
+            v.extend(mini(
+                "python -m pytest -q",
+                1,
+                "FAILED tests/test_io.py::test_read - KeyError: 'x'",
+            ));
+            v
+        };
+        let summary1 = StateRecord::build(&first).render(10_000, Some("s1"));
+        assert!(
+            !summary1.contains("- src/io.py"),
+            "named by its command: {summary1}"
+        );
+        let mut second = StateRecord::build(&mini("sed -i 's/a/b/' src/io.py", 0, ""));
+        second.carry_over(&summary1);
+        let summary2 = second.render(10_000, Some("s2"));
+        let mut third = StateRecord::build(&mini("python -m pytest -q", 0, "1 passed"));
+        third.carry_over(&summary2);
+        assert_eq!(third.asks, vec!["Please fix tests/test_io.py"]);
+        assert_eq!(third.files, vec!["src/io.py"]);
+        let commands: Vec<String> = third.commands.iter().map(CommandState::line).collect();
+        assert_eq!(
+            commands,
+            vec![
+                "`cat src/io.py`",
+                "`sed -i 's/a/b/' src/io.py`",
+                "`python -m pytest -q` → 2 runs",
+            ]
+        );
+        assert_eq!(
+            third.errors,
+            vec!["FAILED tests/test_io.py::test_read - KeyError: 'x'"]
+        );
+        let text = third.render(10_000, None);
+        assert!(text.contains("- `cat src/io.py`\n"), "{text}");
+        // The failing test is in the error line: not listed twice.
+        assert!(!text.contains("### Failing tests"), "{text}");
+        assert!(
+            !text.contains("- none"),
+            "empty sections are left out: {text}"
+        );
     }
 }
