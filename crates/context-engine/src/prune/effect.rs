@@ -71,6 +71,12 @@ pub(crate) fn is_shell_tool(name: &str) -> bool {
         "terminal",
         "cmd",
         "command",
+        // Codex's shell tools (`cmd` / `command`).
+        "exec_command",
+        "local_shell",
+        "container.exec",
+        "run_terminal_cmd",
+        "run_in_terminal",
     ]
     .contains(&n.as_str())
         || n.contains("bash")

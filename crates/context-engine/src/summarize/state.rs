@@ -700,3 +700,38 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod codex_tests {
+    use super::*;
+    use crate::message::ToolCall;
+
+    #[test]
+    fn codex_shell_calls_enter_the_ledger_with_their_files() {
+        let mut v = vec![
+            Message::system("sys"),
+            Message::user("Read every file and report the checksums"),
+        ];
+        for k in 0..20 {
+            let id = format!("call_{k}");
+            v.push(Message::assistant_tool_calls(
+                "",
+                vec![ToolCall::function(
+                    id.clone(),
+                    "exec_command",
+                    format!("{{\"cmd\":\"cat file_{k}.txt\"}}"),
+                )],
+            ));
+            v.push(Message::tool_result(
+                &id,
+                format!("Chunk ID: 0e1d96\nProcess exited with code 0\nOutput:\nFILE {k}\n"),
+            ));
+        }
+        let r = StateRecord::build(&v);
+        assert_eq!(r.commands.len(), 20);
+        let text = r.render(3000, Some("h123"));
+        for k in 0..20 {
+            assert!(text.contains(&format!("file_{k}.txt")), "{text}");
+        }
+    }
+}
