@@ -250,17 +250,44 @@ fn compact_and_check(label: &str, base_url: &str, file: &Path, context_length: u
         prose.chars().take(400).collect::<String>()
     );
     assert!(!prose.is_empty(), "the model wrote nothing: {body}");
-    for section in [
-        "### User asks",
-        "### Files read or written",
-        "### Commands",
-        "### Errors",
-    ] {
+    // The ledger: the commands the span ran always; empty sections are
+    // left out, and a file a listed command names is not listed again.
+    let ledger = &body[record..];
+    assert!(ledger.contains("### Commands"), "no commands: {body}");
+    for line in ledger.lines().filter(|l| l.starts_with("### ")) {
         assert!(
-            body[record..].contains(section),
-            "{section} missing: {body}"
+            [
+                "### User asks",
+                "### Files read or written",
+                "### Commands",
+                "### Failing tests",
+                "### Errors",
+                "### Next",
+            ]
+            .iter()
+            .any(|s| line.starts_with(s)),
+            "unknown section {line}: {body}"
         );
     }
+    // The session's first ask is kept verbatim or named in the summary.
+    let first = before
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(text_of)
+        .unwrap_or_default();
+    let opening: String = first
+        .split_whitespace()
+        .take(8)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let flat: Vec<String> = after
+        .iter()
+        .map(|m| text_of(m).split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(
+        flat.iter().any(|t| t.contains(&opening)),
+        "the first ask is gone: {opening}"
+    );
 }
 
 #[test]
