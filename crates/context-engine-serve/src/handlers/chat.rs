@@ -23,7 +23,7 @@ use serde::Deserialize;
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
-use crate::handlers::{Guard, open_stream, release_with_usage, respond};
+use crate::handlers::{Guard, open_stream, release_with_usage, report_plan, respond};
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
@@ -93,24 +93,7 @@ pub async fn chat_completions(
     let mut overrides: Vec<(&str, String)> = Vec::new();
     let managed = match &mut plan {
         Ok(plan) => {
-            for n in &plan.notices {
-                tracing::info!(session = %key.id, notice = %n.text, "engine");
-            }
-            if let Some(c) = &plan.compaction {
-                state.metrics().compaction();
-                tracing::info!(
-                    session = %key.id, tokens_before = c.tokens_before, tokens_after = c.tokens_after,
-                    messages_before = c.messages_before, messages_after = c.messages_after,
-                    elapsed_ms = c.elapsed.as_secs_f64() * 1e3, "compacted"
-                );
-            }
-            if plan.diverged {
-                state.metrics().lineage();
-                tracing::info!(session = %key.id, "client history diverged: new lineage");
-            }
-            state
-                .metrics()
-                .prompt(plan.messages_json.len(), plan.reused_bytes);
+            report_plan(&state, &key.id, plan, None);
             overrides.push(("messages", std::mem::take(&mut plan.messages_json)));
             true
         }

@@ -137,25 +137,12 @@ pub(crate) async fn handle(
     let mut fields: Vec<(&'static str, String)> = Vec::new();
     match outcome {
         Ok((plan, rebuilt)) => {
-            for n in &plan.notices {
-                tracing::info!(session = %key.id, notice = %n.text, "engine");
-            }
-            if let Some(c) = &plan.compaction {
-                state.metrics().compaction();
-                tracing::info!(
-                    session = %key.id, front = %call.kind, tokens_before = c.tokens_before,
-                    tokens_after = c.tokens_after, messages_before = c.messages_before,
-                    messages_after = c.messages_after, prefix_breakpoint = rebuilt.marked_prefix,
-                    elapsed_ms = c.elapsed.as_secs_f64() * 1e3, "compacted"
-                );
-            }
-            if plan.diverged {
-                state.metrics().lineage();
-                tracing::info!(session = %key.id, "client history diverged: new lineage");
-            }
-            state
-                .metrics()
-                .prompt(plan.messages_json.len(), plan.reused_bytes);
+            super::report_plan(
+                &state,
+                &key.id,
+                &plan,
+                Some((call.kind, rebuilt.marked_prefix)),
+            );
             if let Some(m) = guard.as_mut() {
                 m.stats.managed += 1;
             }

@@ -18,6 +18,39 @@ use crate::AppState;
 use crate::session::{Managed, persist};
 use crate::upstream::response_headers;
 
+/// Logs what the engine did for a managed request (notices, a compaction,
+/// a new lineage) and counts it in the metrics. `front`: the client
+/// format and whether a compaction's summary got a cache breakpoint, for
+/// the Anthropic and Responses fronts.
+pub(crate) fn report_plan(
+    state: &AppState,
+    session: &str,
+    plan: &crate::session::Plan,
+    front: Option<(context_engine::front::FrontKind, bool)>,
+) {
+    for n in &plan.notices {
+        tracing::info!(session = %session, notice = %n.text, "engine");
+    }
+    if let Some(c) = &plan.compaction {
+        state.metrics().compaction();
+        let (front, prefix_breakpoint) = front.unzip();
+        let front = front.map(|k| k.to_string());
+        tracing::info!(
+            session = %session, front = ?front, tokens_before = c.tokens_before,
+            tokens_after = c.tokens_after, messages_before = c.messages_before,
+            messages_after = c.messages_after, prefix_breakpoint = ?prefix_breakpoint,
+            elapsed_ms = c.elapsed.as_secs_f64() * 1e3, "compacted"
+        );
+    }
+    if plan.diverged {
+        state.metrics().lineage();
+        tracing::info!(session = %session, "client history diverged: new lineage");
+    }
+    state
+        .metrics()
+        .prompt(plan.messages_json.len(), plan.reused_bytes);
+}
+
 /// A session, locked for the whole of one request.
 pub(crate) type Guard = OwnedMutexGuard<Option<Managed>>;
 
