@@ -5,11 +5,11 @@
 //! a TEXT value is the JSON itself (what schema 1 wrote), a BLOB is raw
 //! DEFLATE of it.
 
-use std::io::{Read, Write};
+use std::cell::RefCell;
+use std::io::Read;
 
-use flate2::Compression;
 use flate2::read::DeflateDecoder;
-use flate2::write::DeflateEncoder;
+use flate2::{Compress, Compression, FlushCompress, Status};
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 
 /// Shorter JSON is kept as it is: deflate would barely save anything.
@@ -24,18 +24,45 @@ pub(super) enum Packed<'a> {
     Deflated(Vec<u8>),
 }
 
+thread_local! {
+    /// One compressor per thread, reset for each message: building one
+    /// allocates and clears its tables (hundreds of KB), which cost more
+    /// than deflating a typical message.
+    static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), false));
+}
+
 /// `json` as the store keeps it.
 pub(super) fn pack(json: &str) -> Packed<'_> {
     if json.len() < PACK_MIN_BYTES {
         return Packed::Text(json);
     }
-    let mut encoder = DeflateEncoder::new(Vec::with_capacity(json.len() / 2), Compression::fast());
-    match encoder
-        .write_all(json.as_bytes())
-        .and_then(|()| encoder.finish())
-    {
-        Ok(bytes) if bytes.len() < json.len() => Packed::Deflated(bytes),
-        _ => Packed::Text(json),
+    let deflated = DEFLATE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut compress) => {
+            compress.reset();
+            deflate(&mut compress, json.as_bytes())
+        }
+        Err(_) => deflate(
+            &mut Compress::new(Compression::fast(), false),
+            json.as_bytes(),
+        ),
+    });
+    match deflated {
+        Some(bytes) => Packed::Deflated(bytes),
+        None => Packed::Text(json),
+    }
+}
+
+/// Raw DEFLATE of `input` with a fresh (or freshly reset) `compress`;
+/// `None` when it would not be shorter than `input`.
+fn deflate(compress: &mut Compress, input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(input.len() / 2 + 64);
+    loop {
+        let read = usize::try_from(compress.total_in()).ok()?;
+        match compress.compress_vec(input.get(read..)?, &mut out, FlushCompress::Finish) {
+            Ok(Status::StreamEnd) => return (out.len() < input.len()).then_some(out),
+            Ok(_) if out.len() < input.len() => out.reserve(input.len() / 4 + 64),
+            _ => return None,
+        }
     }
 }
 
@@ -85,5 +112,23 @@ mod tests {
         assert_eq!(unpack(Value::Text("{}".into())).unwrap(), "{}");
         assert!(unpack(Value::Blob(vec![0xff; 8])).is_err());
         assert!(unpack(Value::Integer(3)).is_err());
+    }
+
+    #[test]
+    fn the_reused_compressor_starts_afresh_for_each_message() {
+        let texts: Vec<String> = (0..5)
+            .map(|i| {
+                format!(
+                    r#"{{"role":"tool","content":"{}"}}"#,
+                    format!("out {i}\\n").repeat(100 + i)
+                )
+            })
+            .collect();
+        for json in &texts {
+            let Packed::Deflated(bytes) = pack(json) else {
+                panic!("not deflated")
+            };
+            assert_eq!(&unpack(Value::Blob(bytes)).unwrap(), json);
+        }
     }
 }
