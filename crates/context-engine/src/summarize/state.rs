@@ -336,7 +336,7 @@ impl StateRecord {
         ];
         // The asks give way last: first the older asks are cut to their
         // opening (which says what was asked; the latest keeps its
-        // details), then the other lists collapse (oldest entries of the
+        // details, within a quarter of the budget), then the other lists collapse (oldest entries of the
         // longest first, down to their count), then the older asks
         // collapse (the first, the task, and the latest stay).
         let mut asks = self.asks.clone();
@@ -351,6 +351,12 @@ impl StateRecord {
             if !shortened {
                 for ask in &mut asks[..last] {
                     *ask = clip(ask, ASK_SHORT);
+                }
+                // The latest keeps its details, but not more than a
+                // quarter of the room (a pasted demonstration or log would
+                // leave none for the other lists).
+                if let Some(ask) = asks.last_mut() {
+                    *ask = clip_middle(ask, ASK_MAX.max(budget / 4));
                 }
                 next = clip(&next, NEXT_SHORT);
                 shortened = true;
