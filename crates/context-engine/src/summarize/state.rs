@@ -379,6 +379,32 @@ impl StateRecord {
         }
     }
 
+    /// The record's lists (what a left-out note carries: its asks and
+    /// next step are left to the caller) in at most `room` bytes, under a
+    /// line of its own, without the heading and the next step, entries
+    /// collapsing as in [`render`](Self::render); `None` when no entry
+    /// fits.
+    pub fn render_entries(&self, room: usize) -> Option<String> {
+        const LEAD: &str = "Their state record:";
+        let next = "### Next\n- not stated";
+        let record = StateRecord {
+            asks: Vec::new(),
+            next: None,
+            ..self.clone()
+        };
+        let extra = STATE_RECORD_HEADING.len() + next.len() + 2;
+        let text = record.render((room + extra).saturating_sub(LEAD.len() + 1), None);
+        let body = text
+            .strip_prefix(STATE_RECORD_HEADING)?
+            .trim_start()
+            .strip_suffix(next)?
+            .trim_end();
+        let entry = body
+            .lines()
+            .any(|l| l.starts_with("- ") && !l.starts_with("- ("));
+        (entry && body.len() + LEAD.len() < room).then(|| format!("{LEAD}\n{body}"))
+    }
+
     /// The record keeping the newest `keep[k]` entries of each list, and
     /// how many each list shows.
     fn render_keeping(
@@ -624,6 +650,24 @@ mod tests {
         let bare = r.render(1_200, None);
         assert!(bare.contains("earlier commands not listed"), "{bare}");
         assert!(!bare.contains("omitted"));
+    }
+
+    #[test]
+    fn the_entries_alone_fit_their_room_or_are_none() {
+        let r = StateRecord::build(&span());
+        let all = r.render_entries(10_000).unwrap();
+        assert!(all.starts_with("Their state record:\n### Files"), "{all}");
+        assert!(
+            !all.contains("User asks") && !all.contains("### Next"),
+            "{all}"
+        );
+        assert!(all.contains("`python -m pytest -q` → 2 runs"), "{all}");
+        for room in [120, 200, 300] {
+            if let Some(some) = r.render_entries(room) {
+                assert!(some.len() <= room, "{room}: {some}");
+            }
+        }
+        assert_eq!(StateRecord::default().render_entries(10_000), None);
     }
 
     #[test]
