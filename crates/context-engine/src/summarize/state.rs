@@ -437,6 +437,8 @@ impl StateRecord {
         let nouns = ["asks", "files", "commands", "tests", "error lines"];
         let lists: [&[String]; 5] = [asks, &files, &commands, &tests, &self.errors];
         let mut shown = [0; 5];
+        // The handle is named once, on the first count line.
+        let mut named = false;
         for (k, items) in lists.iter().enumerate() {
             let dropped = items.len().saturating_sub(keep[k]);
             shown[k] = items.len() - dropped;
@@ -452,6 +454,9 @@ impl StateRecord {
             if dropped > 0 {
                 let noun = nouns[k];
                 let _ = match handle {
+                    Some(_) if named => {
+                        writeln!(out, "- ({dropped} earlier {noun} archived there too)")
+                    }
                     Some(h) => writeln!(
                         out,
                         "- ({dropped} earlier {noun} archived: context_expand {})",
@@ -459,6 +464,7 @@ impl StateRecord {
                     ),
                     None => writeln!(out, "- ({dropped} earlier {noun} not listed)"),
                 };
+                named = true;
             }
             for item in &items[(dropped + lead).min(items.len())..] {
                 let _ = writeln!(out, "- {}", item.replace('\n', "\n  "));
@@ -631,8 +637,21 @@ mod tests {
         let small = r.render(1_200, Some("s-12-57"));
         assert!(small.len() <= 1_200, "{}", small.len());
         assert!(small.len() < full.len());
+        // The handle is named once, on the first count line; the others
+        // point there.
+        assert_eq!(
+            small
+                .matches("context_expand {\"handle\":\"s-12-57\"}")
+                .count(),
+            1,
+            "{small}"
+        );
         assert!(
-            small.contains("earlier commands archived: context_expand {\"handle\":\"s-12-57\"}"),
+            small.contains("earlier files archived: context_expand {\"handle\":\"s-12-57\"}"),
+            "{small}"
+        );
+        assert!(
+            small.contains("earlier commands archived there too)"),
             "{small}"
         );
         assert!(small.contains("file39.py"), "the newest stays: {small}");
