@@ -162,7 +162,10 @@ pub fn fit(
 /// [span handle](crate::store::span_handle) of the originals of every
 /// such message and repeats the user's asks among them (from a left-out
 /// summary's state record too), so the asks stay in the request and the
-/// rest stays reachable. `originals[i]` is the stored original of
+/// rest stays reachable; what room the budget leaves after the note
+/// carries the ledger of the left-out messages (their files, commands and
+/// error lines the request does not show elsewhere), so they stay in the
+/// request too. `originals[i]` is the stored original of
 /// `messages[i]` (the request may be a digested view); the handle is
 /// computed over them, so a host archives exactly
 /// `left_out.map(|i| originals[i])` under it. The ladder runs again with
