@@ -45,8 +45,8 @@ use context_engine::store::{
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use tokio_postgres::NoTls;
-use tokio_postgres::types::ToSql;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 /// The schema version this build writes (and the newest it reads).
 pub const SCHEMA_VERSION: i32 = 2;
@@ -536,7 +536,11 @@ impl PgStore {
                     ),
                 }),
             };
-            let _ = tx.send((out, started.saturating_duration_since(spawned), started.elapsed()));
+            let _ = tx.send((
+                out,
+                started.saturating_duration_since(spawned),
+                started.elapsed(),
+            ));
         });
         let (out, hop, run) = rx
             .recv()
@@ -697,8 +701,13 @@ impl Inner {
         let (m, a, h, c) = tokio::join!(
             async {
                 if has_messages {
-                    let params: [&(dyn ToSql + Sync); 5] =
-                        [&rows.hashes, &rows.roles, &rows.jsons, &rows.bodies, &rows.words];
+                    let params: [&(dyn ToSql + Sync); 5] = [
+                        &rows.hashes,
+                        &rows.roles,
+                        &rows.jsons,
+                        &rows.bodies,
+                        &rows.words,
+                    ];
                     tx.execute(&messages, &params).await.map_err(err)?;
                 }
                 Ok::<_, StoreError>(())
@@ -857,7 +866,9 @@ impl SessionStore for PgStore {
             let mut client = inner.client().await?;
             let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
             durable(&tx).await.map_err(|e| inner.err(&e))?;
-            inner.apply(&tx, &session, std::slice::from_ref(&batch)).await?;
+            inner
+                .apply(&tx, &session, std::slice::from_ref(&batch))
+                .await?;
             if let Some(state) = batch.state() {
                 inner.put_state(&tx, &session, state).await?;
             }
