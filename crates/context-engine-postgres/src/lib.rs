@@ -46,6 +46,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 /// The schema version this build writes (and the newest it reads).
 pub const SCHEMA_VERSION: i32 = 2;
@@ -104,6 +105,139 @@ const MIGRATION_LOCK: i64 = 0x6374_7873;
 /// Longest indexed text per message, in bytes (Postgres limits a
 /// `tsvector` to 1 MB); the message itself is kept whole.
 const MAX_INDEXED_BYTES: usize = 256 * 1024;
+
+/// A batch's messages, content-addressed (a message archived before, by
+/// any session, is kept once), inserted in hash order so that two
+/// transactions archiving the same messages take their locks in the same
+/// order. `$1`..`$5`: hashes, roles, JSON, indexed text, its words.
+const INSERT_MESSAGES: &str = "\
+    INSERT INTO ctx_messages (hash, role, json, body, tsv) \
+    SELECT t.hash, t.role, t.json, t.body, to_tsvector('simple', t.words) \
+    FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[]) AS t(hash, role, json, body, words) \
+    ORDER BY t.hash \
+    ON CONFLICT (hash) DO NOTHING";
+
+/// The session's archive rows for `$2` (hashes, in archive order), after
+/// what it archived before (a separate statement: it sees the messages
+/// [`INSERT_MESSAGES`] wrote, and those another transaction committed
+/// meanwhile). A message archived before keeps its place.
+const INSERT_ARCHIVE: &str = "\
+    INSERT INTO ctx_archive (session, message, seq) \
+    SELECT $1, m.id, base.n + t.o \
+    FROM unnest($2::TEXT[]) WITH ORDINALITY AS t(hash, o) \
+    JOIN ctx_messages m ON m.hash = t.hash \
+    CROSS JOIN (SELECT COALESCE(MAX(seq), 0) AS n FROM ctx_archive WHERE session = $1) base \
+    ORDER BY t.o \
+    ON CONFLICT DO NOTHING";
+
+/// Handles (`$2`..`$5`) and their members (`$6`..`$8`: handle, position,
+/// message hash): the first registration of a handle wins, so members are
+/// written only for the handles this statement added. Answers the members
+/// wanted and written (a difference: a member names a message that is
+/// not archived).
+const INSERT_HANDLES: &str = "\
+    WITH added AS (INSERT INTO ctx_handles (session, handle, kind, span_start, span_end) \
+        SELECT $1, t.handle, t.kind, t.s, t.e \
+        FROM unnest($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[]) AS t(handle, kind, s, e) \
+        ON CONFLICT DO NOTHING RETURNING handle), \
+    wanted AS (SELECT p.handle, p.pos, p.hash \
+        FROM unnest($6::TEXT[], $7::INTEGER[], $8::TEXT[]) AS p(handle, pos, hash) \
+        JOIN added a ON a.handle = p.handle), \
+    put AS (INSERT INTO ctx_handle_members (session, handle, pos, message) \
+        SELECT $1, w.handle, w.pos, m.id FROM wanted w JOIN ctx_messages m ON m.hash = w.hash \
+        RETURNING 1) \
+    SELECT (SELECT count(*) FROM wanted), (SELECT count(*) FROM put)";
+
+/// Compaction records, one per array element.
+const INSERT_COMPACTIONS: &str = "\
+    INSERT INTO ctx_compactions (session, seq, created_ms, trigger, engine, summarizer, \
+      handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
+    SELECT $1, t.* FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], \
+      $7::TEXT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[], $11::TEXT[], $12::BIGINT[], $13::BIGINT[]) AS t";
+
+/// What one or more batches write, as the columns of the array
+/// statements above: messages once per hash and handles once per name
+/// (the first wins, as in the store), in batch order.
+#[derive(Default)]
+struct Rows {
+    hashes: Vec<String>,
+    roles: Vec<String>,
+    jsons: Vec<String>,
+    bodies: Vec<String>,
+    words: Vec<String>,
+    handles: Vec<String>,
+    kinds: Vec<String>,
+    starts: Vec<Option<i64>>,
+    ends: Vec<Option<i64>>,
+    member_handles: Vec<String>,
+    member_pos: Vec<i32>,
+    member_hashes: Vec<String>,
+    seqs: Vec<i64>,
+    created: Vec<i64>,
+    triggers: Vec<String>,
+    engines: Vec<String>,
+    summarizers: Vec<Option<String>>,
+    spans: Vec<String>,
+    span_starts: Vec<i64>,
+    span_ends: Vec<i64>,
+    archived: Vec<i64>,
+    summaries: Vec<String>,
+    tokens_before: Vec<i64>,
+    tokens_after: Vec<i64>,
+}
+
+impl Rows {
+    fn of(batches: &[Batch]) -> Rows {
+        let mut rows = Rows::default();
+        let mut seen = std::collections::HashSet::new();
+        let mut named = std::collections::HashSet::new();
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let u = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for batch in batches {
+            for (hash, message) in batch.messages() {
+                if !seen.insert(hash.as_str()) {
+                    continue;
+                }
+                let body = index_text(message);
+                rows.words.push(tsv_text(&body));
+                rows.bodies.push(body);
+                rows.hashes.push(hash.clone());
+                rows.roles.push(message.role.as_str().to_owned());
+                rows.jsons.push(message_json(message));
+            }
+            for h in batch.handles() {
+                if !named.insert(h.handle.as_str()) {
+                    continue;
+                }
+                rows.handles.push(h.handle.clone());
+                rows.kinds.push(h.kind.name().to_owned());
+                rows.starts.push(h.start.map(n));
+                rows.ends.push(h.end.map(n));
+                for (pos, hash) in h.hashes.iter().enumerate() {
+                    rows.member_handles.push(h.handle.clone());
+                    rows.member_pos.push(i32::try_from(pos).unwrap_or(i32::MAX));
+                    rows.member_hashes.push(hash.clone());
+                }
+            }
+            for c in batch.compactions() {
+                rows.seqs.push(u(c.seq));
+                rows.created.push(u(c.created_ms));
+                rows.triggers.push(c.trigger.clone());
+                rows.engines.push(c.engine.clone());
+                rows.summarizers.push(c.summarizer.clone());
+                rows.spans.push(c.handle.clone());
+                rows.span_starts.push(n(c.start));
+                rows.span_ends.push(n(c.end));
+                rows.archived.push(n(c.archived));
+                rows.summaries
+                    .push(serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into()));
+                rows.tokens_before.push(u(c.tokens_before));
+                rows.tokens_after.push(u(c.tokens_after));
+            }
+        }
+        rows
+    }
+}
 
 /// How to reach the database.
 #[derive(Clone)]
@@ -389,7 +523,9 @@ impl PgStore {
         let fut = job(Arc::clone(&self.inner));
         let timeout = self.timeout;
         let location = self.inner.location.clone();
+        let spawned = std::time::Instant::now();
         rt.spawn(async move {
+            let started = std::time::Instant::now();
             let out = match tokio::time::timeout(timeout, fut).await {
                 Ok(out) => out,
                 Err(_) => Err(StoreError::Backend {
@@ -400,10 +536,23 @@ impl PgStore {
                     ),
                 }),
             };
-            let _ = tx.send(out);
+            let _ = tx.send((
+                out,
+                started.saturating_duration_since(spawned),
+                started.elapsed(),
+            ));
         });
-        rx.recv()
-            .map_err(|_| self.inner.backend("the database task was cancelled".into()))?
+        let (out, hop, run) = rx
+            .recv()
+            .map_err(|_| self.inner.backend("the database task was cancelled".into()))?;
+        tracing::trace!(
+            target: "ctx_timing::postgres",
+            hop_us = hop.as_micros() as u64,
+            run_us = run.as_micros() as u64,
+            back_us = spawned.elapsed().saturating_sub(hop + run).as_micros() as u64,
+            "call"
+        );
+        out
     }
 }
 
@@ -464,6 +613,7 @@ impl Inner {
 
     /// A pooled connection, the schema migrated on first contact.
     async fn client(&self) -> Result<Client, StoreError> {
+        let t = std::time::Instant::now();
         let mut client = self.pool.get().await.map_err(|e| {
             let detail = match &e {
                 deadpool_postgres::PoolError::Backend(pe) => {
@@ -476,6 +626,7 @@ impl Inner {
             };
             self.backend(format!("cannot connect: {detail}"))
         })?;
+        tracing::trace!(target: "ctx_timing::postgres", pool_us = t.elapsed().as_micros() as u64, "pool");
         if !self.migrated.load(Ordering::Acquire) {
             self.migrate(&mut client).await?;
             self.migrated.store(true, Ordering::Release);
@@ -527,156 +678,124 @@ impl Inner {
         tx.commit().await.map_err(err)
     }
 
-    /// Writes `batch` inside the caller's transaction.
+    /// Writes `batches` inside the caller's transaction: four statements
+    /// whatever the batches hold (messages, archive rows, handles with
+    /// their members, compaction records; each skipped when empty), sent
+    /// together so that they cost one round trip (see [`Rows`]).
     async fn apply(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
         session: &str,
-        batch: &Batch,
-        with_state: bool,
+        batches: &[Batch],
     ) -> Result<(), StoreError> {
+        let rows = Rows::of(batches);
         let err = |e: tokio_postgres::Error| self.err(&e);
-        if !batch.messages().is_empty() {
-            let insert = tx
-                .prepare_cached(
-                    "INSERT INTO ctx_messages (hash, role, json, body, tsv) \
-                     VALUES ($1, $2, $3, $4, to_tsvector('simple', $5)) \
-                     ON CONFLICT (hash) DO NOTHING RETURNING id",
-                )
-                .await
-                .map_err(err)?;
-            let find = tx
-                .prepare_cached("SELECT id FROM ctx_messages WHERE hash = $1")
-                .await
-                .map_err(err)?;
-            let archive = tx
-                .prepare_cached(
-                    "INSERT INTO ctx_archive (session, message, seq) \
-                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM ctx_archive WHERE session = $1)) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(err)?;
-            for (hash, message) in batch.messages() {
-                let body = index_text(message);
-                let words = tsv_text(&body);
-                let inserted = tx
-                    .query_opt(
-                        &insert,
-                        &[
-                            hash,
-                            &message.role.as_str(),
-                            &message_json(message),
-                            &body,
-                            &words,
-                        ],
-                    )
-                    .await
-                    .map_err(err)?;
-                let id: i64 = match inserted {
-                    Some(row) => row.get(0),
-                    None => tx.query_one(&find, &[hash]).await.map_err(err)?.get(0),
-                };
-                tx.execute(&archive, &[&session, &id]).await.map_err(err)?;
-            }
-        }
-        if !batch.handles().is_empty() {
-            let handle = tx
-                .prepare_cached(
-                    "INSERT INTO ctx_handles (session, handle, kind, span_start, span_end) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(err)?;
-            let member = tx
-                .prepare_cached(
-                    "INSERT INTO ctx_handle_members (session, handle, pos, message) \
-                     SELECT $1, $2, p.pos::INTEGER - 1, m.id \
-                     FROM unnest($3::TEXT[]) WITH ORDINALITY AS p(hash, pos) \
-                     JOIN ctx_messages m ON m.hash = p.hash",
-                )
-                .await
-                .map_err(err)?;
-            for h in batch.handles() {
-                let added = tx
-                    .execute(
-                        &handle,
-                        &[
-                            &session,
-                            &h.handle,
-                            &h.kind.name(),
-                            &h.start.map(|s| s as i64),
-                            &h.end.map(|e| e as i64),
-                        ],
-                    )
-                    .await
-                    .map_err(err)?;
-                if added == 0 {
-                    continue; // the first registration of a handle wins
+        let (messages, archive, handles, compactions) = tokio::try_join!(
+            tx.prepare_cached(INSERT_MESSAGES),
+            tx.prepare_cached(INSERT_ARCHIVE),
+            tx.prepare_cached(INSERT_HANDLES),
+            tx.prepare_cached(INSERT_COMPACTIONS),
+        )
+        .map_err(err)?;
+        let has_messages = !rows.hashes.is_empty();
+        let (m, a, h, c) = tokio::join!(
+            async {
+                if has_messages {
+                    let params: [&(dyn ToSql + Sync); 5] = [
+                        &rows.hashes,
+                        &rows.roles,
+                        &rows.jsons,
+                        &rows.bodies,
+                        &rows.words,
+                    ];
+                    tx.execute(&messages, &params).await.map_err(err)?;
                 }
-                let n = tx
-                    .execute(&member, &[&session, &h.handle, &h.hashes])
-                    .await
-                    .map_err(err)?;
-                if n as usize != h.hashes.len() {
+                Ok::<_, StoreError>(())
+            },
+            async {
+                if has_messages {
+                    tx.execute(&archive, &[&session, &rows.hashes])
+                        .await
+                        .map_err(err)?;
+                }
+                Ok::<_, StoreError>(())
+            },
+            async {
+                if rows.handles.is_empty() {
+                    return Ok(());
+                }
+                let params: [&(dyn ToSql + Sync); 8] = [
+                    &session,
+                    &rows.handles,
+                    &rows.kinds,
+                    &rows.starts,
+                    &rows.ends,
+                    &rows.member_handles,
+                    &rows.member_pos,
+                    &rows.member_hashes,
+                ];
+                let row = tx.query_one(&handles, &params).await.map_err(err)?;
+                let (wanted, put): (i64, i64) = (row.get(0), row.get(1));
+                if wanted != put {
                     return Err(self.corrupt(format!(
-                        "handle `{}` names messages that are not archived",
-                        h.handle
+                        "{} handle member(s) name messages that are not archived",
+                        wanted - put
                     )));
                 }
-            }
-        }
-        if !batch.compactions().is_empty() {
-            let record = tx
-                .prepare_cached(
-                    "INSERT INTO ctx_compactions (session, seq, created_ms, trigger, engine, summarizer, \
-                     handle, span_start, span_end, archived, summary, tokens_before, tokens_after) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                )
-                .await
-                .map_err(err)?;
-            for c in batch.compactions() {
-                let summary = serde_json::to_string(&c.summary).unwrap_or_else(|_| "[]".into());
-                tx.execute(
-                    &record,
-                    &[
-                        &session,
-                        &(c.seq as i64),
-                        &(c.created_ms as i64),
-                        &c.trigger,
-                        &c.engine,
-                        &c.summarizer,
-                        &c.handle,
-                        &(c.start as i64),
-                        &(c.end as i64),
-                        &(c.archived as i64),
-                        &summary,
-                        &(c.tokens_before as i64),
-                        &(c.tokens_after as i64),
-                    ],
-                )
-                .await
-                .map_err(|e| {
+                Ok(())
+            },
+            async {
+                if rows.seqs.is_empty() {
+                    return Ok(());
+                }
+                let params: [&(dyn ToSql + Sync); 13] = [
+                    &session,
+                    &rows.seqs,
+                    &rows.created,
+                    &rows.triggers,
+                    &rows.engines,
+                    &rows.summarizers,
+                    &rows.spans,
+                    &rows.span_starts,
+                    &rows.span_ends,
+                    &rows.archived,
+                    &rows.summaries,
+                    &rows.tokens_before,
+                    &rows.tokens_after,
+                ];
+                tx.execute(&compactions, &params).await.map_err(|e| {
                     if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                        let seqs: Vec<String> = rows.seqs.iter().map(i64::to_string).collect();
                         self.conflict(format!(
                             "session `{session}` already has compaction {}",
-                            c.seq
+                            seqs.join(" or ")
                         ))
                     } else {
                         self.err(&e)
                     }
                 })?;
-            }
-        }
-        if let Some(state) = batch.state().filter(|_| with_state) {
-            tx.execute(
-                "INSERT INTO ctx_state (session, version, state, updated_ms) VALUES ($1, 0, $2, $3) \
-                 ON CONFLICT (session) DO UPDATE SET state = excluded.state, updated_ms = excluded.updated_ms",
-                &[&session, &state.to_string(), &(now_ms() as i64)],
-            )
-            .await
-            .map_err(err)?;
-        }
+                Ok(())
+            },
+        );
+        // The first failure in statement order is the cause (the ones
+        // after it only say that the transaction is aborted).
+        m.and(a).and(h).and(c)
+    }
+
+    /// Writes the state snapshot of a plain [`commit`](SessionStore::commit).
+    async fn put_state(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        session: &str,
+        state: &Value,
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT INTO ctx_state (session, version, state, updated_ms) VALUES ($1, 0, $2, $3) \
+             ON CONFLICT (session) DO UPDATE SET state = excluded.state, updated_ms = excluded.updated_ms",
+            &[&session, &state.to_string(), &(now_ms() as i64)],
+        )
+        .await
+        .map_err(|e| self.err(&e))?;
         Ok(())
     }
 
@@ -747,7 +866,12 @@ impl SessionStore for PgStore {
             let mut client = inner.client().await?;
             let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
             durable(&tx).await.map_err(|e| inner.err(&e))?;
-            inner.apply(&tx, &session, &batch, true).await?;
+            inner
+                .apply(&tx, &session, std::slice::from_ref(&batch))
+                .await?;
+            if let Some(state) = batch.state() {
+                inner.put_state(&tx, &session, state).await?;
+            }
             tx.commit().await.map_err(|e| inner.err(&e))
         })
     }
@@ -817,7 +941,7 @@ impl SessionStore for PgStore {
                 swap_update()
             };
             let stmt = client.prepare_cached(&sql).await.map_err(err)?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn ToSql + Sync); 8] = [
                 &session,
                 &(version as i64),
                 &state,
@@ -836,17 +960,23 @@ impl SessionStore for PgStore {
                 let swapped: i64 = client.query_one(&stmt, &params).await.map_err(err)?.get(0);
                 return if swapped == 1 { Ok(version) } else { Err(conflict()) };
             }
+            // One round trip for the transaction's statements: the flush
+            // setting, the swap (first, so that it row-locks the session
+            // before anything else is written) and the batches' rows (the
+            // record above is the state: a batch's own snapshot is not
+            // written), sent together; then the commit.
             let tx = client.transaction().await.map_err(err)?;
-            durable(&tx).await.map_err(err)?;
-            let swapped: i64 = tx.query_one(&stmt, &params).await.map_err(err)?.get(0);
+            let (set, swapped, applied) = tokio::join!(
+                durable(&tx),
+                tx.query_one(&stmt, &params),
+                inner.apply(&tx, &session, &batches),
+            );
+            set.map_err(err)?;
+            let swapped: i64 = swapped.map_err(err)?.get(0);
             if swapped != 1 {
                 return Err(conflict());
             }
-            for batch in &batches {
-                // The record above is the state; a batch's own snapshot
-                // would overwrite it.
-                inner.apply(&tx, &session, batch, false).await?;
-            }
+            applied?;
             tx.commit().await.map_err(err)?;
             Ok(version)
         })

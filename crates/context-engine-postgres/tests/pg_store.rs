@@ -158,3 +158,124 @@ fn a_schema_1_database_opens_migrated_with_its_history_as_one_segment() {
     assert_eq!(rec.history.len(), 2);
     assert_eq!(rec.history[1], "next");
 }
+
+/// A compaction of `span` into one summary, numbered `seq`.
+fn compaction(span: &[context_engine::Message], seq: u64) -> context_engine::store::Batch {
+    let mut batch = context_engine::store::Batch::new();
+    let summary = [context_engine::Message::user(format!("summary {seq}"))];
+    batch.compaction(
+        span,
+        &summary,
+        &context_engine::store::CompactionInfo::new(seq, "preflight", "test"),
+    );
+    batch
+}
+
+#[test]
+fn an_archive_is_written_with_its_record_or_not_at_all() {
+    let Some(db) = TestDb::create() else { return };
+    let store = store(&db);
+    let shared = context_engine::Message::user("the parser fails on tests/test_io.py");
+    let span = |tag: &str| -> Vec<context_engine::Message> {
+        vec![
+            shared.clone(),
+            context_engine::Message::assistant(format!("{tag}word: looking at src/parse.rs")),
+            context_engine::Message::user(format!("{tag}word: KeyError in parse_header")),
+        ]
+    };
+    // Two batches in one write: the message they share is archived once,
+    // each span resolves whole, the records are both there.
+    let (a, b) = (compaction(&span("a"), 1), compaction(&span("b"), 2));
+    let v = store
+        .commit_versioned("s", 0, &[a.clone(), b.clone()], &json!({"n": 1}), None)
+        .expect("write");
+    assert_eq!(v, 1);
+    let records = store.compactions("s").expect("records");
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        let entry = store
+            .resolve(Some("s"), &r.handle)
+            .expect("resolve")
+            .expect("span");
+        assert_eq!(entry.messages.len(), 3, "{}", r.handle);
+        assert_eq!(entry.messages[0].text(), shared.text());
+    }
+    assert_eq!(
+        store
+            .search(Some("s"), "parse_header", 5)
+            .expect("search")
+            .len(),
+        2
+    );
+    // A write from a stale version conflicts and leaves nothing behind: no
+    // record, no archived message, no handle.
+    let c = compaction(&span("c"), 3);
+    let stale = store.commit_versioned("s", 0, &[c], &json!({"n": 2}), None);
+    assert!(
+        matches!(stale, Err(StoreError::Conflict { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(store.compactions("s").expect("records").len(), 2);
+    assert!(store.search(None, "cword", 5).expect("search").is_empty());
+    assert_eq!(
+        store
+            .load_versioned("s")
+            .expect("load")
+            .expect("record")
+            .version,
+        1
+    );
+    // A compaction recorded twice is a conflict, and the record stays.
+    let again =
+        store.commit_versioned("s", 1, &[compaction(&span("d"), 2)], &json!({"n": 3}), None);
+    assert!(
+        matches!(again, Err(StoreError::Conflict { .. })),
+        "{again:?}"
+    );
+    assert_eq!(
+        store
+            .load_versioned("s")
+            .expect("load")
+            .expect("record")
+            .version,
+        1
+    );
+    assert!(store.search(None, "dword", 5).expect("search").is_empty());
+}
+
+#[test]
+fn sessions_archiving_the_same_messages_at_once_each_keep_them() {
+    let Some(db) = TestDb::create() else { return };
+    let stores: Vec<Arc<PgStore>> = (0..2).map(|_| Arc::new(store(&db))).collect();
+    // Eight sessions over two instances archive spans that share most of
+    // their messages, at the same time: every span resolves whole.
+    let common: Vec<context_engine::Message> = (0..20)
+        .map(|i| context_engine::Message::user(format!("shared tool output line {i}")))
+        .collect();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = Arc::clone(&stores[t % 2]);
+            let mut span = common.clone();
+            span.push(context_engine::Message::user(format!(
+                "own message of session {t}"
+            )));
+            std::thread::spawn(move || {
+                let sid = format!("s{t}");
+                store
+                    .commit_versioned(&sid, 0, &[compaction(&span, 1)], &json!({}), None)
+                    .expect("write");
+                sid
+            })
+        })
+        .collect();
+    for t in threads {
+        let sid = t.join().expect("join");
+        let records = stores[0].compactions(&sid).expect("records");
+        assert_eq!(records.len(), 1);
+        let entry = stores[0]
+            .resolve(Some(&sid), &records[0].handle)
+            .expect("resolve")
+            .expect("span");
+        assert_eq!(entry.messages.len(), 21, "{sid}");
+    }
+}

@@ -34,11 +34,25 @@
 //! Postgres also the same read on a plain client, no pool and no hop to
 //! the store's runtime, and the backends' CPU per call).
 //!
+//! `FLEET_JITTER=1` makes sessions differ as agents do: each pause drawn
+//! from 0.5–1.5 times `FLEET_THINK_MS` (a fixed sequence per session) and
+//! each session's tool results 6–18 lines long (12 without). Without it the sessions, which start
+//! within one pause and grow alike, stay in step and all compact within
+//! the same second or two: a burst of 200 compactions that is the whole
+//! tail of every mode. Agents' calls do not keep in step like that.
+//!
+//! Every mode prints where the proxies' time went (`phase` lines: the
+//! session driver's and the Postgres store's `ctx_timing` trace events,
+//! a compaction's own time, p50/p99/max in µs) and which requests are in
+//! its tail (at or above its p99: how many overlap a compaction of their
+//! session, reloaded or archived, and when in the run they fell, beside
+//! the compactions per second).
+//!
 //! `FLEET_DURABLE=1` makes Postgres record writes wait for the disk flush
 //! (`store.durable_records`; off by default).
 //!
 //! `cargo bench -p context-engine-serve --bench fleet` (`FLEET_SECONDS`,
-//! `FLEET_SESSIONS`, `FLEET_THINK_MS`, `FLEET_STICKY`, `FLEET_CALLS`,
+//! `FLEET_SESSIONS`, `FLEET_THINK_MS`, `FLEET_STICKY`, `FLEET_JITTER`, `FLEET_CALLS`,
 //! `FLEET_DURABLE`,
 //! `FLEET_MODES=direct,none,sqlite,postgres`). Run it on a quiet machine.
 
@@ -129,6 +143,199 @@ impl SessionStore for Timed {
     }
 }
 
+/// One traced event: when (since the bench started), its kind (target
+/// and message) and its fields.
+#[derive(Clone, Debug)]
+struct Traced {
+    at: Duration,
+    kind: String,
+    session: Option<String>,
+    fields: Vec<(&'static str, u64)>,
+}
+
+/// A tracing subscriber that keeps the proxies' timing events
+/// (`ctx_timing::*`, trace level) and their `compacted` info events, for
+/// the per-phase breakdown and the tail analysis.
+struct Recorder {
+    epoch: Instant,
+    events: Mutex<Vec<Traced>>,
+}
+
+struct Visit<'a>(&'a mut Traced);
+
+impl tracing::field::Visit for Visit<'_> {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.0.fields.push((field.name(), value));
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.0.fields.push((field.name(), value.max(0) as u64));
+    }
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        // Milliseconds kept as microseconds.
+        self.0
+            .fields
+            .push((field.name(), (value * 1e3).max(0.0) as u64));
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.0.fields.push((field.name(), u64::from(value)));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "session" {
+            self.0.session = Some(value.to_owned());
+        }
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.0.kind.push_str(&format!(" {value:?}")),
+            "session" => self.0.session = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+}
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.is_event()
+            && (m.target().starts_with("ctx_timing")
+                || (m.target().starts_with("context_engine_serve::handlers")
+                    && *m.level() <= tracing::Level::INFO))
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut t = Traced {
+            at: self.epoch.elapsed(),
+            kind: e.metadata().target().to_owned(),
+            session: None,
+            fields: Vec::new(),
+        };
+        e.record(&mut Visit(&mut t));
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// p50 / p99 / max of each field of each kind of event in `events`.
+fn phase_report(events: &[Traced]) {
+    let mut by: std::collections::BTreeMap<(String, &'static str), Vec<f64>> = Default::default();
+    for e in events {
+        // A step that archived (a compaction) apart from the others.
+        let kind = if e.fields.iter().any(|(k, v)| *k == "archived" && *v == 1) {
+            format!("{} (archived)", e.kind)
+        } else {
+            e.kind.clone()
+        };
+        for (name, v) in &e.fields {
+            if name.ends_with("_us") || name.ends_with("_ms") {
+                by.entry((kind.clone(), name)).or_default().push(*v as f64);
+            }
+        }
+    }
+    for ((kind, name), mut v) in by {
+        v.sort_by(f64::total_cmp);
+        let unit = if name.ends_with("_ms") {
+            "µs (from ms)"
+        } else {
+            "µs"
+        };
+        println!(
+            "           phase {kind} {name}: n {}, p50 {:.0}, p99 {:.0}, max {:.0} {unit}",
+            v.len(),
+            pct(&v, 0.5),
+            pct(&v, 0.99),
+            v.last().copied().unwrap_or(0.0)
+        );
+    }
+}
+
+/// Which requests are in the tail (at or above the mode's p99): how many
+/// overlap a compaction or a reload of their session, how their store
+/// phases add up, and when in the run they fell (tail requests per second,
+/// beside compactions per second: a burst of compactions shows as both).
+fn tail_report(requests: &[(usize, Duration, f64)], events: &[Traced], tag: &str) {
+    let mut lat: Vec<f64> = requests.iter().map(|r| r.2).collect();
+    lat.sort_by(f64::total_cmp);
+    let p99 = pct(&lat, 0.99);
+    // Events by session (the bench's number), in time order.
+    let mut by: std::collections::HashMap<usize, Vec<&Traced>> = Default::default();
+    for e in events {
+        let Some(s) = e.session.as_deref() else {
+            continue;
+        };
+        let s = s.trim_matches('"');
+        let s = s.rsplit_once(':').map_or(s, |(_, id)| id);
+        if let Some(n) = s.strip_prefix(tag).and_then(|n| n.parse().ok()) {
+            by.entry(n).or_default().push(e);
+        }
+    }
+    let field = |e: &Traced, name: &str| e.fields.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let (mut tail, mut compacting, mut reloading, mut archiving) = (0, 0, 0, 0);
+    let (mut store_us, mut phases_us) = (0u64, 0u64);
+    let secs = requests.iter().map(|r| r.1.as_secs()).max().unwrap_or(0) as usize + 1;
+    let first = requests.iter().map(|r| r.1.as_secs()).min().unwrap_or(0) as usize;
+    let mut tail_at = vec![0usize; secs];
+    let mut compacted_at = vec![0usize; secs];
+    for e in events.iter().filter(|e| e.kind.contains("compacted")) {
+        if let Some(c) = compacted_at.get_mut(e.at.as_secs() as usize) {
+            *c += 1;
+        }
+    }
+    for (s, at, ms) in requests {
+        if *ms < p99 {
+            continue;
+        }
+        tail += 1;
+        tail_at[at.as_secs() as usize] += 1;
+        let end = *at + Duration::from_secs_f64(ms / 1e3);
+        let during: Vec<&&Traced> = by
+            .get(s)
+            .map(|v| v.iter().filter(|e| e.at >= *at && e.at <= end).collect())
+            .unwrap_or_default();
+        if during.iter().any(|e| e.kind.contains("compacted")) {
+            compacting += 1;
+        }
+        for e in &during {
+            if field(e, "reloaded") == Some(1) {
+                reloading += 1;
+            }
+            if field(e, "archived") == Some(1) {
+                archiving += 1;
+            }
+            store_us += field(e, "load_us").unwrap_or(0) + field(e, "commit_us").unwrap_or(0);
+            phases_us += ["load_us", "rebuild_us", "step_us", "record_us", "commit_us"]
+                .iter()
+                .filter_map(|k| field(e, k))
+                .sum::<u64>();
+        }
+    }
+    let tail_ms: f64 = requests.iter().filter(|r| r.2 >= p99).map(|r| r.2).sum();
+    println!(
+        "           tail (>= p99 {p99:.1} ms): {tail} requests, {compacting} overlap a compaction of their session, {reloading} reloaded, {archiving} archived; of their {:.0} ms in all, store calls {:.0} ms, all traced phases {:.0} ms",
+        tail_ms,
+        store_us as f64 / 1e3,
+        phases_us as f64 / 1e3
+    );
+    let show = |v: &[usize]| {
+        v[first.min(v.len())..]
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("           tail requests per second:  {}", show(&tail_at));
+    println!(
+        "           compactions per second:    {}",
+        show(&compacted_at)
+    );
+}
+
 async fn upstream() -> String {
     let app = Router::new().route(
         "/v1/chat/completions",
@@ -184,10 +391,10 @@ async fn proxy(url: &str, store: Option<Arc<dyn SessionStore>>) -> (String, AppS
 }
 
 /// The agent's history after `calls` calls of session `salt`.
-fn grow(h: &mut Vec<Value>, i: usize, salt: usize) {
+fn grow(h: &mut Vec<Value>, i: usize, salt: usize, lines: usize) {
     h.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function",
         "function": {"name": "bash", "arguments": format!("{{\"command\":\"sed -n {i},{}p src/parser.py\"}}", i + 20)}}]}));
-    let out: String = (0..12)
+    let out: String = (0..lines)
         .map(|j| {
             format!(
                 "{:>4}     token = self.lexer.next_token({j})  # {salt}\n",
@@ -232,20 +439,32 @@ fn error_kind(e: &reqwest::Error) -> String {
 /// kind.
 struct Outcome {
     latencies: Vec<f64>,
+    /// Each request: session, when it started (since `epoch`), latency ms.
+    requests: Vec<(usize, Duration, f64)>,
     rps: f64,
     errors: std::collections::BTreeMap<String, usize>,
 }
 
-/// Runs the load against `urls` (sessions alternate between them), each
-/// session pausing `think` between its calls.
-async fn load(
-    urls: &[String],
+/// The load's shape (see the module docs for the knobs).
+#[derive(Clone, Copy)]
+struct Shape {
     sessions: usize,
     secs: u64,
     think: Duration,
     sticky: bool,
-    tag: &str,
-) -> Outcome {
+    jitter: bool,
+}
+
+/// Runs the load against `urls` (sessions alternate between them), each
+/// session pausing `think` between its calls.
+async fn load(urls: &[String], shape: Shape, tag: &str, epoch: Instant) -> Outcome {
+    let Shape {
+        sessions,
+        secs,
+        think,
+        sticky,
+        jitter,
+    } = shape;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(sessions)
         .build()
@@ -264,6 +483,10 @@ async fn load(
             ];
             let mut lat = Vec::new();
             let mut errors: Vec<String> = Vec::new();
+            // With jitter, sessions' results differ in size too (6–18
+            // lines, 12 on average), so they reach the window at different
+            // calls.
+            let lines = if jitter { 6 + (s * 7919) % 13 } else { 12 };
             let mut i = 0;
             while Instant::now() < end {
                 // Alternating instances on every call (the worst case:
@@ -290,24 +513,38 @@ async fn load(
                     }
                     Err(e) => Some(error_kind(&e)),
                 };
-                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                lat.push((t.duration_since(epoch), t.elapsed().as_secs_f64() * 1e3));
                 if let Some(why) = outcome {
                     errors.push(format!("{why} (request {i})"));
                 }
-                grow(&mut h, i, s);
+                grow(&mut h, i, s, lines);
                 i += 1;
                 if !think.is_zero() {
-                    tokio::time::sleep(think).await;
+                    // With jitter, each pause is drawn from 0.5–1.5 times
+                    // the pause (a fixed sequence per session), so the
+                    // sessions drift apart instead of compacting in step.
+                    let pause = if jitter {
+                        let mut x = (s as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                        x ^= x >> 31;
+                        x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+                        x ^= x >> 29;
+                        think.mul_f64(0.5 + (x % 1000) as f64 / 1000.0)
+                    } else {
+                        think
+                    };
+                    tokio::time::sleep(pause).await;
                 }
             }
             (lat, errors)
         }));
     }
     let mut all = Vec::new();
+    let mut requests = Vec::new();
     let mut errors = std::collections::BTreeMap::new();
-    for t in tasks {
+    for (s, t) in tasks.into_iter().enumerate() {
         let (lat, e) = t.await.unwrap_or_default();
-        all.extend(lat);
+        all.extend(lat.iter().map(|(_, ms)| *ms));
+        requests.extend(lat.into_iter().map(|(at, ms)| (s, at, ms)));
         for why in e {
             // The kind without the request number.
             let kind = why
@@ -321,6 +558,7 @@ async fn load(
     all.sort_by(f64::total_cmp);
     Outcome {
         latencies: all,
+        requests,
         rps,
         errors,
     }
@@ -387,6 +625,7 @@ fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
     type Step<'a> = (&'static str, Box<dyn FnMut() + 'a>);
     let version_cell = std::cell::Cell::new(version);
     let segments_cell = std::cell::Cell::new(segments);
+    let archive_cell = std::cell::Cell::new(0u64);
     let append = [segment];
     let mut steps: Vec<Step<'_>> = vec![
         (
@@ -416,6 +655,48 @@ fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
                 };
                 let v = store
                     .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 1}), Some(write))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                version_cell.set(v);
+                segments_cell.set(if keep >= 64 { 1 } else { keep + 1 });
+            }),
+        ),
+        (
+            "commit_versioned + 1 segment + an archive of 30 messages (a compaction)",
+            Box::new(|| {
+                let keep = segments_cell.get();
+                let write = if keep >= 64 {
+                    HistoryWrite::replace(&append)
+                } else {
+                    HistoryWrite {
+                        keep,
+                        append: &append,
+                    }
+                };
+                let n = archive_cell.get();
+                archive_cell.set(n + 1);
+                let span: Vec<context_engine::Message> = (0..30)
+                    .map(|j| {
+                        context_engine::Message::user(format!(
+                            "archived {n}.{j}: {}",
+                            "token = self.lexer.next_token() ".repeat(20)
+                        ))
+                    })
+                    .collect();
+                let mut batch = Batch::new();
+                let summary = [context_engine::Message::user(format!("summary {n}"))];
+                batch.compaction(
+                    &span,
+                    &summary,
+                    &context_engine::store::CompactionInfo::new(n + 1, "preflight", "bench"),
+                );
+                let v = store
+                    .commit_versioned(
+                        sid,
+                        version_cell.get(),
+                        &[batch],
+                        &json!({"n": 3}),
+                        Some(write),
+                    )
                     .unwrap_or_else(|e| panic!("{e}"));
                 version_cell.set(v);
                 segments_cell.set(if keep >= 64 { 1 } else { keep + 1 });
@@ -513,12 +794,19 @@ fn main() {
             .unwrap_or(0),
     );
     let sticky = std::env::var("FLEET_STICKY").is_ok_and(|v| v == "1");
+    let jitter = std::env::var("FLEET_JITTER").is_ok_and(|v| v == "1");
     let calls: usize = std::env::var("FLEET_CALLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let modes =
         std::env::var("FLEET_MODES").unwrap_or_else(|_| "direct,none,sqlite,postgres".into());
+    let recorder = Arc::new(Recorder {
+        epoch: Instant::now(),
+        events: Mutex::new(Vec::new()),
+    });
+    let _ = tracing::subscriber::set_global_default(Arc::clone(&recorder));
+    let epoch = recorder.epoch;
     // The clients use reqwest's rustls without a built-in provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -534,6 +822,9 @@ fn main() {
             think.as_millis(),
             if sticky { "each session on one instance" } else { "each session alternating between them" }
         );
+        if jitter {
+            println!("sessions differ (FLEET_JITTER=1): pauses 0.5-1.5 times the pause, results of 6-18 lines");
+        }
         for mode in modes.split(',').map(str::to_owned) {
             let mode = mode.as_str();
             let dir = std::env::temp_dir().join(format!("ctx-fleet-bench-{}", std::process::id()));
@@ -597,7 +888,9 @@ fn main() {
             let urls_for = if mode == "none" { vec![urls[0].clone()] } else { urls.clone() };
             let db_name = pg_db.as_ref().map(|(_, n): &(tokio_postgres::Client, String)| n.clone()).unwrap_or_else(|| "-".into());
             let (cpu0, pg0) = (cpu_seconds(), backend_seconds(&db_name));
-            let Outcome { latencies: lat, rps, errors } = load(&urls_for, sessions, secs, think, sticky, mode).await;
+            recorder.events.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let Outcome { latencies: lat, requests, rps, errors } = load(&urls_for, Shape { sessions, secs, think, sticky, jitter }, mode, epoch).await;
+            let events = std::mem::take(&mut *recorder.events.lock().unwrap_or_else(|e| e.into_inner()));
             let cpu = cpu_seconds() - cpu0;
             let pg: f64 = if pg_db.is_some() {
                 backend_seconds(&db_name)
@@ -634,6 +927,8 @@ fn main() {
                 direct = Some((lat, cpu / n));
                 continue;
             }
+            phase_report(&events);
+            tail_report(&requests, &events, &format!("{mode}-"));
             let (mut compactions, mut fallbacks) = (0, 0);
             for s in &states {
                 let text = s.metrics().encode();

@@ -191,6 +191,77 @@ fn the_examples_lose_nothing_at_half_their_peak_and_below() {
     }
 }
 
+/// Sessions whose facts are not nine in ten present at half their peak,
+/// with the floor they keep (present facts of all): mini_github_issue's
+/// half peak is a 1,024-token window that the system prompt, the task and
+/// the last action nearly fill, so no summary fits beside them: the note
+/// naming what the fit left out lists what of their commands and errors
+/// the rest of the window holds, the older ones only recallable through
+/// its handle.
+const PRESENT_SHARE_UNMET: &[(&str, u64, u64)] = &[("mini_github_issue", 7, 13)];
+
+/// Issue 13's retention goal: at half the peak, at least nine in ten of
+/// the session's facts (asks, files, commands, error lines) are in the
+/// last request verbatim or in a summary, not merely recallable, over the
+/// corpus and the two examples together, and in each session but the
+/// known ones (which keep their floor).
+#[test]
+fn nine_in_ten_facts_stay_present_at_half_the_peak() {
+    let Some(dir) = common::corpus() else {
+        return;
+    };
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x != "md"))
+        .map(|p| p.display().to_string())
+        .collect();
+    files.sort();
+    files.extend([
+        EXAMPLE.to_owned(),
+        "examples/bugfix-session.json".to_owned(),
+    ]);
+    let (mut present, mut probes) = (0, 0);
+    let mut per_session = Vec::new();
+    for file in &files {
+        let full = replay_json(file, "10000000");
+        let peak = u(&full["totals"]["largest_request_without_engine"]);
+        let out = ctx(&[
+            "replay",
+            file,
+            "--context-length",
+            &(peak / 2).to_string(),
+            "--json",
+        ]);
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ret = &r["retention"];
+        let (p, n) = (
+            u(&ret["verbatim"]) + u(&ret["in_summary"]),
+            u(&ret["probes"]),
+        );
+        present += p;
+        probes += n;
+        per_session.push(format!("{file}: {p} of {n}"));
+        match PRESENT_SHARE_UNMET
+            .iter()
+            .find(|(name, _, _)| file.contains(name))
+        {
+            Some(&(_, floor, of)) => {
+                assert_eq!(n, of, "{file}: {ret}");
+                assert!(
+                    p >= floor,
+                    "{file}: {p} of {n} present, floor {floor}: {ret}"
+                );
+            }
+            None => assert!(10 * p >= 9 * n, "{file}: {p} of {n} present: {ret}"),
+        }
+    }
+    assert!(
+        10 * present >= 9 * probes,
+        "{present} of {probes} present: {per_session:#?}"
+    );
+}
+
 #[test]
 fn the_plot_is_an_svg_with_both_series() {
     let dir = std::env::temp_dir().join(format!("ctx-replay-plot-{}", std::process::id()));

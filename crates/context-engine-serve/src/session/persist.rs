@@ -387,6 +387,37 @@ pub fn store_id(key: &super::SessionKey) -> String {
     format!("{}:{}", key.scope, key.id)
 }
 
+/// Where a stored step's time went, traced (target `ctx_timing::session`,
+/// level trace) for the fleet bench.
+#[derive(Default)]
+struct StepTiming {
+    load: Duration,
+    reloaded: bool,
+    rebuild: Duration,
+    step: Duration,
+    record: Duration,
+    commit: Duration,
+}
+
+impl StepTiming {
+    fn trace(&self, sid: &str, attempt: usize, archived: bool) {
+        let us = |d: Duration| d.as_micros() as u64;
+        tracing::trace!(
+            target: "ctx_timing::session",
+            session = sid,
+            attempt,
+            archived,
+            reloaded = self.reloaded,
+            load_us = us(self.load),
+            rebuild_us = us(self.rebuild),
+            step_us = us(self.step),
+            record_us = us(self.record),
+            commit_us = us(self.commit),
+            "step"
+        );
+    }
+}
+
 fn unavailable(e: &StoreError) -> String {
     format!("session store unavailable: {e}")
 }
@@ -404,19 +435,22 @@ pub(crate) fn prepare_stored(
     store: &SharedStore,
 ) -> Result<super::Plan, String> {
     let sid = store_id(key);
-    for _ in 0..RETRIES {
+    for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
         // record (or none: a new session).
         let t = Instant::now();
+        let mut timing = StepTiming::default();
         let found = match slot.as_ref().and_then(super::Managed::stored_version) {
             Some(known) => store.observe(t, store.store.load_versioned_since(&sid, known)),
             None => store
                 .observe(t, store.store.load_versioned(&sid))
                 .map(Since::Changed),
         };
+        timing.load = t.elapsed();
         match found {
             Ok(Since::Unchanged) => {}
             Ok(Since::Changed(record)) => {
+                let t = Instant::now();
                 // A plain state (version 0) is not a server's record.
                 let record = record.filter(|r| r.version > 0).map(Loaded::from);
                 let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
@@ -427,6 +461,8 @@ pub(crate) fn prepare_stored(
                     staged,
                     record,
                 )?);
+                timing.reloaded = true;
+                timing.rebuild = t.elapsed();
             }
             Err(e) => {
                 *slot = None;
@@ -436,6 +472,7 @@ pub(crate) fn prepare_stored(
         let Some(m) = slot.as_mut() else {
             return Err("no session".into());
         };
+        let t = Instant::now();
         let plan = match m.prepare(raw) {
             Ok(plan) => plan,
             Err(why) => {
@@ -445,8 +482,11 @@ pub(crate) fn prepare_stored(
                 return Err(why);
             }
         };
+        timing.step = t.elapsed();
+        let t = Instant::now();
         let expected = m.stored_version().unwrap_or(0);
         let (batches, state, history) = m.record(true)?;
+        timing.record = t.elapsed();
         let t = Instant::now();
         let written = store.observe(
             t,
@@ -458,9 +498,11 @@ pub(crate) fn prepare_stored(
                 history.as_ref().map(HistoryDelta::write),
             ),
         );
+        timing.commit = t.elapsed();
         match written {
             Ok(version) => {
                 m.set_stored_version(version, history.map(|h| h.mark));
+                timing.trace(&sid, attempt, !batches.is_empty());
                 return Ok(plan);
             }
             Err(StoreError::Conflict { .. }) => {
@@ -491,17 +533,28 @@ pub(crate) fn after_response_stored(
     let Some(m) = slot.as_mut() else { return };
     let sid = m.id().to_owned();
     let sid = sid.as_str();
+    let started = Instant::now();
     m.after_response(usage);
     let expected = m.stored_version().unwrap_or(0);
+    let mut commit = Duration::ZERO;
     let written = m
         .record(false)
         .map_err(|e| e.to_string())
         .and_then(|(b, s, _)| {
             let t = Instant::now();
-            store
+            let r = store
                 .observe(t, store.store.commit_versioned(sid, expected, &b, &s, None))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            commit = t.elapsed();
+            r
         });
+    tracing::trace!(
+        target: "ctx_timing::session",
+        session = sid,
+        record_us = started.elapsed().saturating_sub(commit).as_micros() as u64,
+        commit_us = commit.as_micros() as u64,
+        "usage"
+    );
     match written {
         Ok(version) => m.set_stored_version(version, None),
         Err(e) => {

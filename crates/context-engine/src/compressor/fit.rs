@@ -162,7 +162,10 @@ pub fn fit(
 /// [span handle](crate::store::span_handle) of the originals of every
 /// such message and repeats the user's asks among them (from a left-out
 /// summary's state record too), so the asks stay in the request and the
-/// rest stays reachable. `originals[i]` is the stored original of
+/// rest stays reachable; what room the budget leaves after the note
+/// carries the ledger of the left-out messages (their files, commands and
+/// error lines the request does not show elsewhere), so they stay in the
+/// request too. `originals[i]` is the stored original of
 /// `messages[i]` (the request may be a digested view); the handle is
 /// computed over them, so a host archives exactly
 /// `left_out.map(|i| originals[i])` under it. The ladder runs again with
@@ -211,31 +214,61 @@ pub fn fit_noted(
             // Where the request first departs from its input: the note
             // stands there as a message of its own, so the prefix before it
             // (the part a provider has cached) stays byte for byte.
-            if let Some(at) = note_gap(&second.messages, messages, profile) {
-                let noted = Message::user(note.clone());
-                let tokens = second.tokens_after + counter.count_message(&noted) as u64;
-                if tokens <= budget {
-                    second.messages.insert(at, noted);
-                    second.tokens_after = tokens;
-                    second.archive_handle = Some(handle);
-                    return Ok(second);
+            let gap = note_gap(&second.messages, messages, profile);
+            let target = match gap {
+                Some(_) => None,
+                None => match note_target(&second.messages) {
+                    Some(at) => Some(at),
+                    None => return Ok(first),
+                },
+            };
+            // The request with `note` placed, and its tokens.
+            let place = |note: &str| -> (Message, u64) {
+                match target {
+                    None => {
+                        let noted = Message::user(note.to_owned());
+                        let tokens = second.tokens_after + counter.count_message(&noted) as u64;
+                        (noted, tokens)
+                    }
+                    Some(at) => {
+                        let noted = with_appended(&second.messages[at], note);
+                        let tokens = second.tokens_after
+                            - counter.count_message(&second.messages[at]) as u64
+                            + counter.count_message(&noted) as u64;
+                        (noted, tokens)
+                    }
                 }
+            };
+            let (mut noted, mut tokens) = place(&note);
+            if tokens > budget {
                 reserve += tokens - budget;
                 continue;
             }
-            let Some(at) = note_target(&second.messages) else {
-                return Ok(first);
-            };
-            let noted = with_appended(&second.messages[at], &note);
-            let tokens = second.tokens_after - counter.count_message(&second.messages[at]) as u64
-                + counter.count_message(&noted) as u64;
-            if tokens <= budget {
-                second.messages[at] = noted;
-                second.tokens_after = tokens;
-                second.archive_handle = Some(handle);
-                return Ok(second);
+            // What room the budget leaves carries the ledger of what was
+            // left out: its files, commands and error lines stay in the
+            // request, not only behind the handle.
+            let mut room = (budget - tokens) as usize * 4;
+            while room >= LEDGER_NOTE_MIN_BYTES {
+                let Some(longer) =
+                    with_ledger(&note, &second.messages, &gone_of(&second, originals), room)
+                else {
+                    break;
+                };
+                let (n, t) = place(&longer);
+                if t <= budget {
+                    (noted, tokens) = (n, t);
+                    break;
+                }
+                room = room * 3 / 4;
             }
-            reserve += tokens - budget;
+            match (gap, target) {
+                (Some(at), _) => second.messages.insert(at, noted),
+                (None, Some(at)) => second.messages[at] = noted,
+                (None, None) => return Ok(first),
+            }
+            second.tokens_after = tokens;
+            second.archive_handle = Some(handle);
+            return Ok(second);
         }
     }
     Ok(first)
@@ -243,6 +276,45 @@ pub fn fit_noted(
 
 /// The longest ask a left-out note repeats, in bytes.
 const NOTE_ASK_MAX: usize = 400;
+/// The smallest room, in bytes, worth giving a left-out note's ledger.
+const LEDGER_NOTE_MIN_BYTES: usize = 160;
+
+/// The originals of what `fitted` left out.
+fn gone_of(fitted: &Fitted, originals: &[Message]) -> Vec<Message> {
+    fitted
+        .left_out
+        .iter()
+        .filter_map(|&i| originals.get(i).cloned())
+        .collect()
+}
+
+/// `note` with the ledger of the `gone` messages (a left-out summary's
+/// carried too) in at most `room` more bytes: its files, commands and error
+/// lines, those the `kept` request shows verbatim left out (the asks are
+/// the note's own); `None` when none is left or the room holds none.
+fn with_ledger(note: &str, kept: &[Message], gone: &[Message], room: usize) -> Option<String> {
+    let shown: String = kept
+        .iter()
+        .map(|m| crate::retention::normalise(&crate::retention::searchable(m, &m.text())))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut record = StateRecord::build(gone);
+    for m in gone.iter().filter(|m| is_summary(m)) {
+        record.carry_over(&m.text());
+    }
+    let hidden = |t: &str| !shown.contains(&crate::retention::normalise(t));
+    record.asks.clear();
+    record.next = None;
+    record.files.retain(|f| hidden(f));
+    record.commands.retain(|c| hidden(&c.command));
+    record.failing_tests.retain(|t| hidden(t));
+    record.errors.retain(|e| hidden(e));
+    if record.files.is_empty() && record.commands.is_empty() && record.errors.is_empty() {
+        return None;
+    }
+    let ledger = record.render_entries(room)?;
+    Some(format!("{note}\n{ledger}"))
+}
 
 /// The handle of what `fitted` left out (over the originals) and the note
 /// naming it, with the user's asks among them unless `with_asks` is false
@@ -1032,6 +1104,35 @@ mod tests {
         // With room, the note is there.
         let roomy = fit_noted(&m, &m, total / 2, &c, Profile::Strict, true).unwrap();
         assert!(roomy.archive_handle.is_some());
+    }
+
+    #[test]
+    fn the_room_a_note_leaves_carries_the_commands_it_left_out() {
+        // Small results: the ladder leaves whole groups out, and what room
+        // the budget leaves after the note lists their commands.
+        let c = counter();
+        let m = session(12, 400);
+        let total = c.count_messages(&m) as u64;
+        let fitted = fit_noted(&m, &m, total * 2 / 3, &c, Profile::OpenAi, false).unwrap();
+        assert!(fitted.tokens_after <= total * 2 / 3);
+        assert_eq!(
+            fitted.tokens_after,
+            c.count_messages(&fitted.messages) as u64
+        );
+        assert!(validate(&fitted.messages, Profile::OpenAi).is_empty());
+        assert!(fitted.archive_handle.is_some());
+        assert!(!fitted.left_out.is_empty());
+        let text: String = fitted
+            .messages
+            .iter()
+            .map(|m| crate::retention::searchable(m, &m.text()))
+            .collect();
+        assert!(text.contains("Their state record:"), "{text}");
+        // Every command left out is in the request, in its note or its
+        // place.
+        for k in 0..12 {
+            assert!(text.contains(&format!("cat file{k}.py")), "file{k}: {text}");
+        }
     }
 
     #[test]

@@ -98,6 +98,13 @@ pub struct CompressorOptions {
     pub summary_window_ratio: f64,
     /// Summary target at most this many tokens.
     pub summary_max_tokens: usize,
+    /// The summary's state record (its ledger of asks, files, commands,
+    /// errors) may grow the summary past its target, when it needs to, up
+    /// to this fraction of the window (and `summary_max_tokens`): its
+    /// literal entries are what the agent needs after a compaction, and
+    /// what does not fit collapses into counts only recallable from the
+    /// archive.
+    pub summary_ledger_window_ratio: f64,
     /// The provider rules the output must keep.
     pub profile: Profile,
     /// The digest applied to the summarizer's input and to request views.
@@ -127,6 +134,7 @@ impl Default for CompressorOptions {
             summary_ratio: 0.20,
             summary_window_ratio: 0.05,
             summary_max_tokens: 12_000,
+            summary_ledger_window_ratio: 0.10,
             profile: Profile::OpenAi,
             digest: DigestOptions::default(),
             prune: PruneOptions::default(),
@@ -392,6 +400,17 @@ impl Compressor {
         target.min(self.options.summary_max_tokens).max(64)
     }
 
+    /// The room the summary's ledger may take when it needs more than the
+    /// target leaves it: `summary_ledger_window_ratio` of the window, at
+    /// most `summary_max_tokens` (0 without a window).
+    fn ledger_tokens(&self) -> usize {
+        if self.state.context_length == 0 {
+            return 0;
+        }
+        let room = self.state.context_length as f64 * self.options.summary_ledger_window_ratio;
+        (room as usize).min(self.options.summary_max_tokens)
+    }
+
     /// The plan for `messages`, with the tail shrunk to the last group
     /// when what it keeps and the summary's target would exceed the budget
     /// even with the tail's large results digested (decided before the
@@ -485,6 +504,7 @@ impl Compressor {
             memory: Some(egress.string(&sanitize_memory_context(&request.memory_context)))
                 .filter(|m| !m.is_empty()),
             target,
+            ledger: self.ledger_tokens(),
         }
     }
 
@@ -810,11 +830,12 @@ struct SpanInputs {
     focus: Option<String>,
     memory: Option<String>,
     target: usize,
+    ledger: usize,
 }
 
 impl SpanInputs {
     fn request(&self) -> SummaryRequest<'_> {
-        let mut r = SummaryRequest::new(&self.turns, self.target);
+        let mut r = SummaryRequest::new(&self.turns, self.target).with_ledger_tokens(self.ledger);
         if let Some(p) = &self.previous {
             r = r.with_previous_summary(p);
         }

@@ -85,8 +85,10 @@ impl ExtractiveSummarizer {
         }
         // The ledger (the state record, carried forward from the previous
         // summary entry by entry) comes first: it holds the session's
-        // facts. It may take all but a twentieth of the budget; the
-        // narrative gets what it leaves, at least that.
+        // facts. It may take all but a twentieth of the budget, or the
+        // request's ledger room when that is more (the summary then grows
+        // by what the ledger needs, never past that room); the narrative
+        // gets what the budget leaves, at least a twentieth of it.
         let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
         let previous = request
             .previous_summary
@@ -95,7 +97,8 @@ impl ExtractiveSummarizer {
         if let Some(previous) = previous {
             record.carry_over(previous);
         }
-        let record = record.render(budget - budget / 20 - 2, request.archive_handle);
+        let ledger_room = request.ledger_room(budget - budget / 20 - 2, CHARS_PER_TOKEN);
+        let record = record.render(ledger_room, request.archive_handle);
         let room = budget.saturating_sub(record.len() + 2).max(budget / 20);
         // The narrative's sections, in order of what a successor needs
         // most (the last ones are clipped first); the commands and their
@@ -162,7 +165,10 @@ impl ExtractiveSummarizer {
             true,
         );
         let narrative_text = whole_lines(out.trim_end(), room);
-        clip(&format!("{narrative_text}\n\n{record}"), budget)
+        clip(
+            &format!("{narrative_text}\n\n{record}"),
+            budget.max(record.len() + 2 + room),
+        )
     }
 }
 

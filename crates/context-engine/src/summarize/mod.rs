@@ -40,6 +40,12 @@ pub struct SummaryRequest<'a> {
     pub memory_context: Option<&'a str>,
     /// Size the summary should aim for, in tokens.
     pub target_tokens: usize,
+    /// Room the state record (the ledger) may take when it needs more
+    /// than the target leaves it, in tokens: the summary then grows past
+    /// `target_tokens` by what the ledger holds, up to this (0: the ledger
+    /// stays within the target). The ledger's literal paths, commands and
+    /// error lines are worth more per byte than prose.
+    pub ledger_tokens: usize,
     /// The archive handle of the span, when the caller archived it: the
     /// state record's collapsed entries point to it.
     pub archive_handle: Option<&'a str>,
@@ -54,6 +60,7 @@ impl<'a> SummaryRequest<'a> {
             focus_topic: None,
             memory_context: None,
             target_tokens,
+            ledger_tokens: 0,
             archive_handle: None,
         }
     }
@@ -68,6 +75,18 @@ impl<'a> SummaryRequest<'a> {
     pub fn with_focus_topic(mut self, topic: &'a str) -> SummaryRequest<'a> {
         self.focus_topic = Some(topic);
         self
+    }
+
+    /// Sets [`ledger_tokens`](Self::ledger_tokens).
+    pub fn with_ledger_tokens(mut self, tokens: usize) -> SummaryRequest<'a> {
+        self.ledger_tokens = tokens;
+        self
+    }
+
+    /// The ledger's room in bytes when it needs it: `ledger_tokens` at
+    /// `chars_per_token`, at least `base` (what the target leaves it).
+    pub fn ledger_room(&self, base: usize, chars_per_token: usize) -> usize {
+        base.max(self.ledger_tokens.saturating_mul(chars_per_token))
     }
 
     /// Sets [`archive_handle`](Self::archive_handle).

@@ -561,6 +561,7 @@ impl OpenAiSummarizer {
             return Ok(reply.text);
         }
         let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
+        let budget = request.ledger_room(budget, 4);
         let mut record = StateRecord::build(request.turns);
         if let Some(previous) = request.previous_summary {
             record.carry_over(previous);

@@ -336,7 +336,7 @@ impl StateRecord {
         ];
         // The asks give way last: first the older asks are cut to their
         // opening (which says what was asked; the latest keeps its
-        // details), then the other lists collapse (oldest entries of the
+        // details, within a quarter of the budget), then the other lists collapse (oldest entries of the
         // longest first, down to their count), then the older asks
         // collapse (the first, the task, and the latest stay).
         let mut asks = self.asks.clone();
@@ -351,6 +351,12 @@ impl StateRecord {
             if !shortened {
                 for ask in &mut asks[..last] {
                     *ask = clip(ask, ASK_SHORT);
+                }
+                // The latest keeps its details, but not more than a
+                // quarter of the room (a pasted demonstration or log would
+                // leave none for the other lists).
+                if let Some(ask) = asks.last_mut() {
+                    *ask = clip_middle(ask, ASK_MAX.max(budget / 4));
                 }
                 next = clip(&next, NEXT_SHORT);
                 shortened = true;
@@ -371,6 +377,32 @@ impl StateRecord {
             }
             return clip(&text, budget.max(STATE_RECORD_HEADING.len() + 64));
         }
+    }
+
+    /// The record's lists (what a left-out note carries: its asks and
+    /// next step are left to the caller) in at most `room` bytes, under a
+    /// line of its own, without the heading and the next step, entries
+    /// collapsing as in [`render`](Self::render); `None` when no entry
+    /// fits.
+    pub fn render_entries(&self, room: usize) -> Option<String> {
+        const LEAD: &str = "Their state record:";
+        let next = "### Next\n- not stated";
+        let record = StateRecord {
+            asks: Vec::new(),
+            next: None,
+            ..self.clone()
+        };
+        let extra = STATE_RECORD_HEADING.len() + next.len() + 2;
+        let text = record.render((room + extra).saturating_sub(LEAD.len() + 1), None);
+        let body = text
+            .strip_prefix(STATE_RECORD_HEADING)?
+            .trim_start()
+            .strip_suffix(next)?
+            .trim_end();
+        let entry = body
+            .lines()
+            .any(|l| l.starts_with("- ") && !l.starts_with("- ("));
+        (entry && body.len() + LEAD.len() < room).then(|| format!("{LEAD}\n{body}"))
     }
 
     /// The record keeping the newest `keep[k]` entries of each list, and
@@ -405,6 +437,8 @@ impl StateRecord {
         let nouns = ["asks", "files", "commands", "tests", "error lines"];
         let lists: [&[String]; 5] = [asks, &files, &commands, &tests, &self.errors];
         let mut shown = [0; 5];
+        // The handle is named once, on the first count line.
+        let mut named = false;
         for (k, items) in lists.iter().enumerate() {
             let dropped = items.len().saturating_sub(keep[k]);
             shown[k] = items.len() - dropped;
@@ -420,6 +454,9 @@ impl StateRecord {
             if dropped > 0 {
                 let noun = nouns[k];
                 let _ = match handle {
+                    Some(_) if named => {
+                        writeln!(out, "- ({dropped} earlier {noun} archived there too)")
+                    }
                     Some(h) => writeln!(
                         out,
                         "- ({dropped} earlier {noun} archived: context_expand {})",
@@ -427,6 +464,7 @@ impl StateRecord {
                     ),
                     None => writeln!(out, "- ({dropped} earlier {noun} not listed)"),
                 };
+                named = true;
             }
             for item in &items[(dropped + lead).min(items.len())..] {
                 let _ = writeln!(out, "- {}", item.replace('\n', "\n  "));
@@ -599,8 +637,21 @@ mod tests {
         let small = r.render(1_200, Some("s-12-57"));
         assert!(small.len() <= 1_200, "{}", small.len());
         assert!(small.len() < full.len());
+        // The handle is named once, on the first count line; the others
+        // point there.
+        assert_eq!(
+            small
+                .matches("context_expand {\"handle\":\"s-12-57\"}")
+                .count(),
+            1,
+            "{small}"
+        );
         assert!(
-            small.contains("earlier commands archived: context_expand {\"handle\":\"s-12-57\"}"),
+            small.contains("earlier files archived: context_expand {\"handle\":\"s-12-57\"}"),
+            "{small}"
+        );
+        assert!(
+            small.contains("earlier commands archived there too)"),
             "{small}"
         );
         assert!(small.contains("file39.py"), "the newest stays: {small}");
@@ -618,6 +669,24 @@ mod tests {
         let bare = r.render(1_200, None);
         assert!(bare.contains("earlier commands not listed"), "{bare}");
         assert!(!bare.contains("omitted"));
+    }
+
+    #[test]
+    fn the_entries_alone_fit_their_room_or_are_none() {
+        let r = StateRecord::build(&span());
+        let all = r.render_entries(10_000).unwrap();
+        assert!(all.starts_with("Their state record:\n### Files"), "{all}");
+        assert!(
+            !all.contains("User asks") && !all.contains("### Next"),
+            "{all}"
+        );
+        assert!(all.contains("`python -m pytest -q` → 2 runs"), "{all}");
+        for room in [120, 200, 300] {
+            if let Some(some) = r.render_entries(room) {
+                assert!(some.len() <= room, "{room}: {some}");
+            }
+        }
+        assert_eq!(StateRecord::default().render_entries(10_000), None);
     }
 
     #[test]
