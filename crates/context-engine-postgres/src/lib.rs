@@ -254,12 +254,14 @@ pub struct PgOptions {
     /// Connecting, waiting for a pooled connection, and each call as a
     /// whole are bounded by this.
     pub timeout: Duration,
-    /// Whether a session record's write waits for the disk flush
-    /// (`synchronous_commit`). Off (the default): the store's connections
-    /// commit asynchronously, a write is still atomic and visible at once
-    /// and survives a crash of the caller, and only a crash of the database
-    /// server may lose its last fraction of a second of writes. A
-    /// transaction that archives (a batch) always waits for the flush.
+    /// Whether a write (a session record, an archive) waits for the disk
+    /// flush (`synchronous_commit`). Off (the default): the store's
+    /// connections commit asynchronously, a write is still atomic and
+    /// visible at once and survives a crash of the caller, and only a crash
+    /// of the database server may lose its last fraction of a second of
+    /// writes, each transaction whole or not at all (an archive with the
+    /// record that names it): the guarantee of the SQLite store's
+    /// `synchronous = NORMAL`.
     pub durable_records: bool,
 }
 
@@ -404,7 +406,7 @@ impl PgStore {
         config.application_name("context-engine");
         if !options.durable_records {
             // Commits wait for the disk flush (milliseconds) only when
-            // asked (see `PgOptions::durable_records`); archives ask.
+            // asked (see `PgOptions::durable_records`).
             let mut startup = config.get_options().unwrap_or("").to_owned();
             if !startup.is_empty() {
                 startup.push(' ');
@@ -842,12 +844,6 @@ fn ts_query(words: &[&str], all: bool) -> Option<String> {
     (!phrases.is_empty()).then(|| phrases.join(if all { " & " } else { " | " }))
 }
 
-/// An archive is never lost: its transaction waits for the disk flush
-/// whatever the connection's default.
-async fn durable(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
-    tx.batch_execute("SET LOCAL synchronous_commit = on").await
-}
-
 fn usize_of(v: Option<i64>) -> Option<usize> {
     v.and_then(|n| usize::try_from(n).ok())
 }
@@ -865,7 +861,6 @@ impl SessionStore for PgStore {
         self.call(|inner| async move {
             let mut client = inner.client().await?;
             let tx = client.transaction().await.map_err(|e| inner.err(&e))?;
-            durable(&tx).await.map_err(|e| inner.err(&e))?;
             inner
                 .apply(&tx, &session, std::slice::from_ref(&batch))
                 .await?;
@@ -966,12 +961,10 @@ impl SessionStore for PgStore {
             // record above is the state: a batch's own snapshot is not
             // written), sent together; then the commit.
             let tx = client.transaction().await.map_err(err)?;
-            let (set, swapped, applied) = tokio::join!(
-                durable(&tx),
+            let (swapped, applied) = tokio::join!(
                 tx.query_one(&stmt, &params),
                 inner.apply(&tx, &session, &batches),
             );
-            set.map_err(err)?;
             let swapped: i64 = swapped.map_err(err)?.get(0);
             if swapped != 1 {
                 return Err(conflict());

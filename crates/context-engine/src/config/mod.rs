@@ -350,14 +350,15 @@ pub struct StoreConfig {
     /// Seconds a database call (connect, wait for a connection, query) may
     /// take before it fails (and the request goes unmanaged).
     pub timeout_seconds: u64,
-    /// Whether a session record's write (a step's state and lineage, and
-    /// the usage after it) waits for the database to flush it to disk
+    /// Whether a write (a step's state and lineage, the usage after it, a
+    /// compaction's archive) waits for the database to flush it to disk
     /// (Postgres `synchronous_commit`). Off by default: the write is atomic
     /// and visible at once either way, a `ctx serve` crash loses nothing
     /// acknowledged, and only a crash of the database server itself may
-    /// lose the last fraction of a second of records (a session then
-    /// resumes from an older version). Archive writes (a compaction's)
-    /// always wait.
+    /// lose the last fraction of a second of writes, each whole or not at
+    /// all (a session then resumes from an older version, whose history
+    /// still holds what a lost archive held), as the SQLite store's
+    /// `synchronous = NORMAL` does.
     pub durable_records: bool,
 }
 
