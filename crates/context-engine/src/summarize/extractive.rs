@@ -492,14 +492,13 @@ mod tests {
         let mut turns = vec![Message::user("Fix every module")];
         for k in 0..60 {
             let id = format!("c{k}");
-            turns.push(Message::assistant_tool_calls(
-                "",
-                vec![ToolCall::function(
-                    id.clone(),
-                    "bash",
-                    format!("{{\"command\": \"python -m pytest -q tests/test_module_{k}.py\"}}"),
-                )],
-            ));
+            let command = format!("python -m pytest -q tests/test_module_{k}.py");
+            let call = ToolCall::function(
+                &id,
+                "bash",
+                serde_json::json!({ "command": command }).to_string(),
+            );
+            turns.push(Message::assistant_tool_calls("", vec![call]));
             turns.push(Message::tool_result(&id, "1 passed\n[exit 0]"));
         }
         let target = 400;
