@@ -121,19 +121,19 @@ fn the_json_report_is_stable_apart_from_timings() {
     });
 }
 
+/// The corpus transcripts, sorted, as paths `ctx` takes; `None` (skipped,
+/// or a failure under `CI=true`) without the corpus.
+fn corpus_files() -> Option<Vec<String>> {
+    let files = common::corpus_files()?;
+    Some(files.iter().map(|p| p.display().to_string()).collect())
+}
+
 #[test]
 fn every_corpus_transcript_replays_at_half_its_peak() {
-    let Some(dir) = common::corpus() else {
+    let Some(files) = corpus_files() else {
         return;
     };
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x != "md"))
-        .collect();
-    files.sort();
     for file in files {
-        let file = file.display().to_string();
         let full = replay_json(&file, "10000000");
         let peak = u(&full["totals"]["largest_request_without_engine"]);
         let out = ctx(&[
@@ -207,16 +207,9 @@ const PRESENT_SHARE_UNMET: &[(&str, u64, u64)] = &[("mini_github_issue", 7, 13)]
 /// known ones (which keep their floor).
 #[test]
 fn nine_in_ten_facts_stay_present_at_half_the_peak() {
-    let Some(dir) = common::corpus() else {
+    let Some(mut files) = corpus_files() else {
         return;
     };
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x != "md"))
-        .map(|p| p.display().to_string())
-        .collect();
-    files.sort();
     files.extend([
         EXAMPLE.to_owned(),
         "examples/bugfix-session.json".to_owned(),

@@ -145,15 +145,16 @@ fn bad_store_files_are_clear_errors_and_left_alone() {
 
 #[test]
 fn replay_with_a_store_makes_compacted_facts_recallable() {
-    // At 16k the state record keeps every fact of the example in the
-    // summary; at 8k some leave the request, and only the archive has them.
+    // At 8k the state record keeps every fact of the example in the
+    // request or its summary; at 4k some leave it, and only the archive
+    // has them.
     let db = temp("replay.db");
     let args = |store: &[&str]| {
         let mut a = vec![
             "replay",
             "examples/coding-session.json",
             "--context-length",
-            "8000",
+            "4000",
             "--json",
         ];
         a.extend_from_slice(store);

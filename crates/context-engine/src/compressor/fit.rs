@@ -248,13 +248,14 @@ pub fn fit_noted(
             // left out: its files, commands and error lines stay in the
             // request, not only behind the handle.
             let mut room = (budget - tokens) as usize * 4;
-            while room >= LEDGER_NOTE_MIN_BYTES {
-                let Some(longer) =
-                    with_ledger(&note, &second.messages, &gone_of(&second, originals), room)
-                else {
+            let ledger = (room >= LEDGER_NOTE_MIN_BYTES)
+                .then(|| left_out_ledger(&second.messages, &gone_of(&second, originals)))
+                .flatten();
+            while let Some(record) = ledger.as_ref().filter(|_| room >= LEDGER_NOTE_MIN_BYTES) {
+                let Some(entries) = record.render_entries(room) else {
                     break;
                 };
-                let (n, t) = place(&longer);
+                let (n, t) = place(&format!("{note}\n{entries}"));
                 if t <= budget {
                     (noted, tokens) = (n, t);
                     break;
@@ -288,11 +289,11 @@ fn gone_of(fitted: &Fitted, originals: &[Message]) -> Vec<Message> {
         .collect()
 }
 
-/// `note` with the ledger of the `gone` messages (a left-out summary's
-/// carried too) in at most `room` more bytes: its files, commands and error
-/// lines, those the `kept` request shows verbatim left out (the asks are
-/// the note's own); `None` when none is left or the room holds none.
-fn with_ledger(note: &str, kept: &[Message], gone: &[Message], room: usize) -> Option<String> {
+/// The ledger of the `gone` messages (a left-out summary's carried too)
+/// that a left-out note carries: their files, commands and error lines,
+/// those the `kept` request shows verbatim left out (the asks are the
+/// note's own); `None` when none is left.
+fn left_out_ledger(kept: &[Message], gone: &[Message]) -> Option<StateRecord> {
     let shown: String = kept
         .iter()
         .map(|m| crate::retention::normalise(&crate::retention::searchable(m, &m.text())))
@@ -309,11 +310,8 @@ fn with_ledger(note: &str, kept: &[Message], gone: &[Message], room: usize) -> O
     record.commands.retain(|c| hidden(&c.command));
     record.failing_tests.retain(|t| hidden(t));
     record.errors.retain(|e| hidden(e));
-    if record.files.is_empty() && record.commands.is_empty() && record.errors.is_empty() {
-        return None;
-    }
-    let ledger = record.render_entries(room)?;
-    Some(format!("{note}\n{ledger}"))
+    let empty = record.files.is_empty() && record.commands.is_empty() && record.errors.is_empty();
+    (!empty).then_some(record)
 }
 
 /// The handle of what `fitted` left out (over the originals) and the note
@@ -324,11 +322,7 @@ fn left_out_note(
     originals: &[Message],
     with_asks: bool,
 ) -> Option<(String, String)> {
-    let gone: Vec<Message> = fitted
-        .left_out
-        .iter()
-        .filter_map(|&i| originals.get(i).cloned())
-        .collect();
+    let gone = gone_of(fitted, originals);
     if gone.is_empty() {
         return None;
     }

@@ -488,6 +488,49 @@ mod tests {
     }
 
     #[test]
+    fn the_ledger_grows_the_summary_into_its_room_only_when_it_needs_it() {
+        let mut turns = vec![Message::user("Fix every module")];
+        for k in 0..60 {
+            let id = format!("c{k}");
+            let command = format!("python -m pytest -q tests/test_module_{k}.py");
+            let call = ToolCall::function(
+                &id,
+                "bash",
+                serde_json::json!({ "command": command }).to_string(),
+            );
+            turns.push(Message::assistant_tool_calls("", vec![call]));
+            turns.push(Message::tool_result(&id, "1 passed\n[exit 0]"));
+        }
+        let target = 400;
+        let tight = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, target));
+        assert!(tight.len() <= target * CHARS_PER_TOKEN);
+        assert!(tight.contains("earlier commands not listed"), "{tight}");
+        let room = 2_000;
+        let roomy = ExtractiveSummarizer
+            .summarize_span(&SummaryRequest::new(&turns, target).with_ledger_tokens(room));
+        // Every command is listed, within the ledger's room and the
+        // narrative's twentieth of the target.
+        for k in 0..60 {
+            assert!(
+                roomy.contains(&format!("tests/test_module_{k}.py`")),
+                "{k}: {roomy}"
+            );
+        }
+        assert!(
+            roomy.len() <= (room + target / 20) * CHARS_PER_TOKEN + 4,
+            "{}",
+            roomy.len()
+        );
+        // A ledger that fits the target leaves the summary as it was.
+        let small = &turns[..7];
+        assert_eq!(
+            ExtractiveSummarizer.summarize_span(&SummaryRequest::new(small, target)),
+            ExtractiveSummarizer
+                .summarize_span(&SummaryRequest::new(small, target).with_ledger_tokens(room))
+        );
+    }
+
+    #[test]
     fn text_protocol_observations_give_outcomes() {
         let turns = vec![
             Message::user("Please fix bug in astropy/io/fits.py"),

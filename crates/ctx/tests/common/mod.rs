@@ -57,7 +57,7 @@ pub fn stderr(o: &Output) -> String {
 #[path = "../../../context-engine/tests/common/mod.rs"]
 mod prerequisites;
 #[allow(unused_imports)]
-pub use prerequisites::{corpus_dir, python, shared, skip};
+pub use prerequisites::{corpus_dir, corpus_files, python, shared, skip};
 
 /// The shared corpus, or `None` with the reason printed (a failure under
 /// `CI=true`).
