@@ -627,6 +627,17 @@ fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
     let segments_cell = std::cell::Cell::new(segments);
     let archive_cell = std::cell::Cell::new(0u64);
     let append = [segment];
+    // One segment more, the history kept bounded as the server does.
+    let write_at = |keep: usize| {
+        if keep >= 64 {
+            HistoryWrite::replace(&append)
+        } else {
+            HistoryWrite {
+                keep,
+                append: &append,
+            }
+        }
+    };
     let mut steps: Vec<Step<'_>> = vec![
         (
             "version",
@@ -644,15 +655,7 @@ fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
             "commit_versioned + 1 segment",
             Box::new(|| {
                 let keep = segments_cell.get();
-                // Keep the history bounded as the server does.
-                let write = if keep >= 64 {
-                    HistoryWrite::replace(&append)
-                } else {
-                    HistoryWrite {
-                        keep,
-                        append: &append,
-                    }
-                };
+                let write = write_at(keep);
                 let v = store
                     .commit_versioned(sid, version_cell.get(), &[], &json!({"n": 1}), Some(write))
                     .unwrap_or_else(|e| panic!("{e}"));
@@ -664,14 +667,7 @@ fn profile(store: &dyn SessionStore, n: usize, db: Option<&str>) {
             "commit_versioned + 1 segment + an archive of 30 messages (a compaction)",
             Box::new(|| {
                 let keep = segments_cell.get();
-                let write = if keep >= 64 {
-                    HistoryWrite::replace(&append)
-                } else {
-                    HistoryWrite {
-                        keep,
-                        append: &append,
-                    }
-                };
+                let write = write_at(keep);
                 let n = archive_cell.get();
                 archive_cell.set(n + 1);
                 let span: Vec<context_engine::Message> = (0..30)
