@@ -52,14 +52,15 @@ struct Run {
     fallbacks: u64,
 }
 
-/// Replays `recording` through `instances` proxies (taking turns), each
-/// with `store` when given.
+/// Replays `recording` through `instances` proxies (taking turns of
+/// `turn` calls each), each with `store` when given.
 async fn run(
     recording: &[Message],
     window: u64,
     counter: Arc<dyn TokenCounter>,
     store: Option<Arc<dyn SessionStore>>,
     instances: usize,
+    turn: usize,
 ) -> Run {
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
@@ -84,7 +85,7 @@ async fn run(
             completion(answer.clone(), c.count_messages(&msgs) as u64, 50)
         })));
         let body = serde_json::json!({"model": "scripted", "messages": &recording[..index]});
-        let (addr, _) = &proxies[k % instances];
+        let (addr, _) = &proxies[(k / turn.max(1)) % instances];
         let resp = client
             .post(format!("http://{addr}/v1/chat/completions"))
             .header("x-ctx-session", "fleet")
@@ -128,6 +129,12 @@ async fn run(
 }
 
 async fn check_fleet(store: Arc<dyn SessionStore>) {
+    check_fleet_turns(store, 1).await;
+}
+
+/// A fleet whose instances take turns of `turn` calls replays exactly
+/// as one instance does.
+async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize) {
     let Some(recording) = transcript(60) else {
         return;
     };
@@ -136,9 +143,17 @@ async fn check_fleet(store: Arc<dyn SessionStore>) {
     // The reference: one instance with a store of its own (a store adds
     // the archive note to summaries and the recall tools).
     let own: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let reference = run(&recording, window, Arc::clone(&counter), Some(own), 1).await;
+    let reference = run(&recording, window, Arc::clone(&counter), Some(own), 1, 1).await;
     assert!(reference.compactions > 0, "the window must make it compact");
-    let fleet = run(&recording, window, counter, Some(Arc::clone(&store)), 2).await;
+    let fleet = run(
+        &recording,
+        window,
+        counter,
+        Some(Arc::clone(&store)),
+        2,
+        turn,
+    )
+    .await;
     assert_eq!(
         fleet.fallbacks, 0,
         "no request fell back to the unmanaged history"
@@ -168,6 +183,15 @@ async fn check_fleet(store: Arc<dyn SessionStore>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_a_memory_store_act_as_one() {
     check_fleet(Arc::new(MemoryStore::new())).await;
+}
+
+/// Turns of three calls: an instance's copy, found current by its last
+/// check, skips the check on its next call; back after the other
+/// instance's turn, that copy is stale, its step's compare-and-swap
+/// fails, and the step runs again on the record the other one wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_taking_turns_of_three_act_as_one() {
+    check_fleet_turns(Arc::new(MemoryStore::new()), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

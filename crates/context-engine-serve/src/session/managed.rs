@@ -110,6 +110,10 @@ pub struct Managed {
     /// With a session store: the staging store the host commits to and
     /// the version of the stored record this copy matches.
     stored: Option<(Arc<Staged>, u64)>,
+    /// The last version check found this copy current: this instance is
+    /// the session's only writer lately, so the next step may run on the
+    /// copy and let the compare-and-swap tell ([`persist`](super::persist)).
+    current: bool,
 }
 
 impl std::fmt::Debug for Managed {
@@ -135,6 +139,7 @@ impl Managed {
             model: None,
             stats: SessionStats::default(),
             stored: None,
+            current: false,
         })
     }
 
@@ -527,6 +532,7 @@ impl Managed {
             calls: serve.calls,
             stats: serve.stats,
             stored: Some((staging, version)),
+            current: false,
             pending: None,
             model: None,
         })
@@ -552,6 +558,16 @@ impl Managed {
     /// The version of the stored record this copy matches, when stored.
     pub(crate) fn stored_version(&self) -> Option<u64> {
         self.stored.as_ref().map(|(_, v)| *v)
+    }
+
+    /// Whether the last version check found this stored copy current.
+    pub(crate) fn is_current(&self) -> bool {
+        self.current && self.stored.is_some()
+    }
+
+    /// Records what the last version check found.
+    pub(crate) fn set_current(&mut self, current: bool) {
+        self.current = current;
     }
 
     /// What to write: the batches the step collected, the state (host

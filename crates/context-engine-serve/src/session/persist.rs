@@ -9,7 +9,9 @@
 //!
 //! 1. `load_versioned_since(session, version held)`: one read. Nothing
 //!    when the copy this instance holds is current; else the record, and
-//!    the session is rebuilt from it.
+//!    the session is rebuilt from it. Skipped while the copy's last check
+//!    found it current (a session that stays on one instance): the
+//!    compare-and-swap of step 3 then tells, and a lost one reads.
 //! 2. The engine step runs with the host attached to a [`Staged`] store:
 //!    what a compaction archives is collected, not written.
 //! 3. `commit_versioned`: the collected batches and the new record, in one
@@ -437,10 +439,16 @@ pub(crate) fn prepare_stored(
     let sid = store_id(key);
     for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
-        // record (or none: a new session).
+        // record (or none: a new session). A copy the last check found
+        // current skips it on the first attempt: the step's
+        // compare-and-swap fails if another instance wrote meanwhile, and
+        // the next attempt reads (a session that stays on one instance
+        // saves a round trip per request; one that moves checks first).
         let t = Instant::now();
         let mut timing = StepTiming::default();
+        let trusted = attempt == 0 && slot.as_ref().is_some_and(super::Managed::is_current);
         let found = match slot.as_ref().and_then(super::Managed::stored_version) {
+            _ if trusted => Ok(Since::Unchanged),
             Some(known) => store.observe(t, store.store.load_versioned_since(&sid, known)),
             None => store
                 .observe(t, store.store.load_versioned(&sid))
@@ -448,7 +456,11 @@ pub(crate) fn prepare_stored(
         };
         timing.load = t.elapsed();
         match found {
-            Ok(Since::Unchanged) => {}
+            Ok(Since::Unchanged) => {
+                if let Some(m) = slot.as_mut() {
+                    m.set_current(true);
+                }
+            }
             Ok(Since::Changed(record)) => {
                 let t = Instant::now();
                 // A plain state (version 0) is not a server's record.
