@@ -793,22 +793,15 @@ impl<'c> Work<'c> {
         if let Some(at) = rest.find(STATE_RECORD_HEADING) {
             let (narrative, ledger) = (rest[..at].trim(), rest[at..].trim());
             let head = note.clone().map(|n| n + "\n\n").unwrap_or_default();
-            let mut keep = narrative.len() / 2;
-            loop {
+            if self.halve_until_fits(s, &original, budget, narrative.len(), |keep| {
                 let cut = clip_middle(narrative, keep / 2, None);
                 let cut = match cut.trim().is_empty() {
                     true => String::new(),
                     false => format!("{}\n\n", cut.trim()),
                 };
-                let new = format!("{}{head}{cut}{ledger}{}", &text[..start], &text[end..]);
-                self.set(s, with_text(&original, new));
-                if self.total() <= budget {
-                    return 1;
-                }
-                if keep == 0 {
-                    break;
-                }
-                keep /= 2;
+                format!("{}{head}{cut}{ledger}{}", &text[..start], &text[end..])
+            }) {
+                return 1;
             }
             if let Some(record) = StateRecord::parse(ledger) {
                 let handle = crate::store::parse_archive_note(body).map(|(_, _, h)| h);
@@ -833,26 +826,43 @@ impl<'c> Work<'c> {
         let essentials = [full, note.clone().unwrap_or_default(), String::new()];
         // Halve the rest until the request fits or nothing is left of it.
         for essential in &essentials {
-            let mut keep = rest.len() / 2;
-            loop {
+            if self.halve_until_fits(s, &original, budget, rest.len(), |keep| {
                 let cut = clip_middle(rest.trim(), keep / 2, None);
                 let cut = match (essential.is_empty(), cut.trim().is_empty()) {
                     (true, _) => cut,
                     (false, true) => essential.clone(),
                     (false, false) => format!("{essential}\n\n{cut}"),
                 };
-                let new = format!("{}{}{}", &text[..start], cut, &text[end..]);
-                self.set(s, with_text(&original, new));
-                if self.total() <= budget {
-                    return 1;
-                }
-                if keep == 0 {
-                    break;
-                }
-                keep /= 2;
+                format!("{}{}{}", &text[..start], cut, &text[end..])
+            }) {
+                return 1;
             }
         }
         1
+    }
+
+    /// Sets message `s` to `original` with the text `text(keep)` gives,
+    /// `keep` halving from `len / 2` down to 0, until the request fits
+    /// `budget`; whether it did.
+    fn halve_until_fits(
+        &mut self,
+        s: usize,
+        original: &Message,
+        budget: u64,
+        len: usize,
+        text: impl Fn(usize) -> String,
+    ) -> bool {
+        let mut keep = len / 2;
+        loop {
+            self.set(s, with_text(original, text(keep)));
+            if self.total() <= budget {
+                return true;
+            }
+            if keep == 0 {
+                return false;
+            }
+            keep /= 2;
+        }
     }
 
     /// Step 5: only the system prompt, the latest ask (its own words) and

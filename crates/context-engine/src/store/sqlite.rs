@@ -346,6 +346,17 @@ impl SqliteStore {
         Ok(Some(record))
     }
 
+    /// The version of `session`'s record, if it has one.
+    fn version_on(&self, conn: &Connection, session: &str) -> Result<Option<u64>, StoreError> {
+        let version: Option<i64> = conn
+            .prepare_cached("SELECT version FROM state WHERE session = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([session], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(version.map(|v| v.max(0) as u64))
+    }
+
     /// Whether message `id` is archived by `session` (any session when
     /// `None`).
     fn archived_in(
@@ -648,14 +659,7 @@ impl SessionStore for SqliteStore {
     }
 
     fn version(&self, session: &str) -> Result<Option<u64>, StoreError> {
-        let conn = self.lock();
-        let version: Option<i64> = conn
-            .prepare_cached("SELECT version FROM state WHERE session = ?1")
-            .map_err(|e| self.err(e))?
-            .query_row([session], |r| r.get(0))
-            .optional()
-            .map_err(|e| self.err(e))?;
-        Ok(version.map(|v| v.max(0) as u64))
+        self.version_on(&self.lock(), session)
     }
 
     fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
@@ -665,13 +669,7 @@ impl SessionStore for SqliteStore {
 
     fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
         let conn = self.lock();
-        let version: Option<i64> = conn
-            .prepare_cached("SELECT version FROM state WHERE session = ?1")
-            .map_err(|e| self.err(e))?
-            .query_row([session], |r| r.get(0))
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if version.unwrap_or(0).max(0) as u64 == known {
+        if self.version_on(&conn, session)?.unwrap_or(0) == known {
             return Ok(Since::Unchanged);
         }
         self.read_versioned(&conn, session).map(Since::Changed)
