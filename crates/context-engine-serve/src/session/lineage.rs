@@ -769,8 +769,8 @@ mod tests {
         assert_eq!(l.render(&msgs).json, format!("[{S},{U1},{A1},{U3}]"));
     }
 
-    #[test]
-    fn a_sleeping_lineage_keeps_its_texts_and_wakes_the_same() {
+    /// `S U1 A1 U2` with `U1 A1` compacted into a summary.
+    fn compacted() -> Lineage {
         let mut l = Lineage::default();
         feed(&mut l, &raws(&[S, U1, A1, U2]));
         let summary: Message =
@@ -780,6 +780,12 @@ mod tests {
             summary,
             l.messages()[3].clone(),
         ]);
+        l
+    }
+
+    #[test]
+    fn a_sleeping_lineage_keeps_its_texts_and_wakes_the_same() {
+        let mut l = compacted();
         let msgs = l.messages().to_vec();
         let first = l.render(&msgs).json;
         let record = l.to_record().unwrap();
@@ -804,15 +810,7 @@ mod tests {
 
     #[test]
     fn edit_and_truncation_after_the_compaction_keep_it() {
-        let mut l = Lineage::default();
-        feed(&mut l, &raws(&[S, U1, A1, U2]));
-        let summary: Message =
-            serde_json::from_str(r#"{"role":"user","content":"[summary]"}"#).unwrap();
-        l.replace(vec![
-            l.messages()[0].clone(),
-            summary,
-            l.messages()[3].clone(),
-        ]);
+        let mut l = compacted();
         feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3]));
         // The client rewrote its last message.
         let r = feed(&mut l, &raws(&[S, U1, A1, U2, A2, U1]));
