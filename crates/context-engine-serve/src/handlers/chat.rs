@@ -175,17 +175,18 @@ pub async fn chat_completions(
     let up = up_started.elapsed();
     let (status, resp_headers, bytes) = match result {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+                release_with_usage(&state, Some(guard), None);
+                return e.into_response();
+            }
     };
-    if status.is_success()
-        && let Some(usage) = usage_of(&bytes)
-    {
+    let usage = status.is_success().then(|| usage_of(&bytes)).flatten();
+    if let Some(usage) = &usage {
         state
             .metrics()
             .tokens(usage.prompt_tokens, usage.completion_tokens);
-        guard = settle(&state, guard, usage).await;
     }
-    drop(guard);
+    release_with_usage(&state, Some(guard), usage);
     let total = started.elapsed();
     state.metrics().latency(
         CHAT_COMPLETIONS,
@@ -223,25 +224,6 @@ fn prepare(
         *slot = None;
         Err("the engine panicked; the session starts over".to_owned())
     })
-}
-
-/// Feeds a response's usage to the session; with a session store, on the
-/// blocking pool (the state is written there) holding the session's lock.
-async fn settle(state: &AppState, mut guard: Guard, usage: Usage) -> Guard {
-    let Some(store) = state.sessions().store().cloned() else {
-        if let Some(m) = guard.as_mut() {
-            m.after_response(&usage);
-        }
-        return guard;
-    };
-    let job = tokio::task::spawn_blocking(move || {
-        persist::after_response_stored(&mut guard, &usage, &store);
-        guard
-    });
-    match job.await {
-        Ok(guard) => guard,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
 }
 
 /// A non-streamed upstream call, read to the end.
@@ -303,7 +285,10 @@ async fn stream_response(
     let up_started = Instant::now();
     let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
         Ok(opened) => opened,
-        Err(answer) => return answer,
+        Err(answer) => {
+            release_with_usage(&state, Some(guard), None);
+            return answer;
+        }
     };
     struct Relaying {
         upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
@@ -366,13 +351,13 @@ async fn stream_response(
 
         fn end(&mut self) {
             self.ended = true;
-            if let Some(usage) = self.relay.usage() {
+            let usage = self.relay.usage();
+            if let Some(usage) = &usage {
                 self.state
                     .metrics()
                     .tokens(usage.prompt_tokens, usage.completion_tokens);
-                release_with_usage(&self.state, self.guard.take(), usage);
             }
-            self.guard = None;
+            release_with_usage(&self.state, self.guard.take(), usage);
             let up = self.up_started.elapsed();
             let total = self.started.elapsed();
             self.state.metrics().latency(
@@ -380,6 +365,15 @@ async fn stream_response(
                 up.as_secs_f64(),
                 total.saturating_sub(up).as_secs_f64(),
             );
+        }
+    }
+    // A stream dropped before its end (the client went away) still
+    // settles its session.
+    impl Drop for Relaying {
+        fn drop(&mut self) {
+            if let Some(guard) = self.guard.take() {
+                release_with_usage(&self.state, Some(guard), None);
+            }
         }
     }
     let mut relaying = Relaying {

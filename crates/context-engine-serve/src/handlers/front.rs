@@ -183,15 +183,17 @@ pub(crate) async fn handle(
     let (status, resp_headers, bytes) =
         match send_collect(&state, out_headers, &url, upstream_body).await {
             Ok(r) => r,
-            Err(e) => return e.into_response(),
+            Err(e) => {
+                release_with_usage(&state, Some(guard), None);
+                return e.into_response();
+            }
         };
     let up = up_started.elapsed();
-    if status.is_success()
-        && let Some(usage) = usage_of(&bytes)
-    {
-        guard = settle_stored(&state, guard, usage).await;
+    let usage = status.is_success().then(|| usage_of(&bytes)).flatten();
+    if let Some(usage) = &usage {
+        settle(&state, None, usage);
     }
-    drop(guard);
+    release_with_usage(&state, Some(guard), usage);
     let total = started.elapsed();
     state.metrics().latency(
         call.route,
@@ -199,24 +201,6 @@ pub(crate) async fn handle(
         total.saturating_sub(up).as_secs_f64(),
     );
     respond(status, resp_headers, Body::from(bytes))
-}
-
-/// [`settle`], writing the session's state back on the blocking pool when
-/// sessions are kept in a store (the session stays locked until it is).
-async fn settle_stored(state: &AppState, mut guard: Guard, usage: Usage) -> Guard {
-    let Some(store) = state.sessions().store().cloned() else {
-        settle(state, guard.as_mut(), &usage);
-        return guard;
-    };
-    settle(state, None, &usage);
-    let job = tokio::task::spawn_blocking(move || {
-        persist::after_response_stored(&mut guard, &usage, &store);
-        guard
-    });
-    match job.await {
-        Ok(guard) => guard,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
 }
 
 /// Feeds a call's usage to the metrics and the session.
@@ -364,7 +348,10 @@ async fn relay(
     let up_started = Instant::now();
     let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
         Ok(opened) => opened,
-        Err(answer) => return answer,
+        Err(answer) => {
+            release_with_usage(&state, Some(guard), None);
+            return answer;
+        }
     };
     struct Relaying {
         upstream: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
@@ -383,11 +370,11 @@ async fn relay(
                 return;
             }
             self.ended = true;
-            if let Some(usage) = self.reader.usage() {
-                settle(&self.state, None, &usage);
-                release_with_usage(&self.state, self.guard.take(), usage);
+            let usage = self.reader.usage();
+            if let Some(usage) = &usage {
+                settle(&self.state, None, usage);
             }
-            self.guard = None;
+            release_with_usage(&self.state, self.guard.take(), usage);
             let up = self.up_started.elapsed();
             let total = self.started.elapsed();
             self.state.metrics().latency(
@@ -395,6 +382,15 @@ async fn relay(
                 up.as_secs_f64(),
                 total.saturating_sub(up).as_secs_f64(),
             );
+        }
+    }
+    // A stream dropped before its end (the client went away) still
+    // settles its session.
+    impl Drop for Relaying {
+        fn drop(&mut self) {
+            if let Some(guard) = self.guard.take() {
+                release_with_usage(&self.state, Some(guard), None);
+            }
         }
     }
     let relaying = Relaying {

@@ -54,19 +54,24 @@ pub(crate) fn report_plan(
 /// A session, locked for the whole of one request.
 pub(crate) type Guard = OwnedMutexGuard<Option<Managed>>;
 
-/// Feeds the usage of a finished stream to its session and releases it:
-/// with a session store the state is written on the blocking pool (the
-/// session stays locked until it is), else in place.
-pub(crate) fn release_with_usage(state: &AppState, guard: Option<Guard>, usage: Usage) {
+/// Settles a served request and releases its session: feeds the
+/// response's usage (`None`: the call failed or reported none) to the
+/// session. With a session store the state is written on the blocking
+/// pool, off the client's path (the session stays locked until it is; see
+/// [`persist`]), else in place.
+pub(crate) fn release_with_usage(state: &AppState, guard: Option<Guard>, usage: Option<Usage>) {
     let Some(mut guard) = guard else { return };
     match state.sessions().store().cloned() {
         Some(store) => {
-            tokio::task::spawn_blocking(move || {
-                persist::after_response_stored(&mut guard, &usage, &store);
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            rt.spawn_blocking(move || {
+                persist::after_response_stored(&mut guard, usage.as_ref(), &store);
             });
         }
         None => {
-            if let Some(m) = guard.as_mut() {
+            if let (Some(m), Some(usage)) = (guard.as_mut(), usage) {
                 m.after_response(&usage);
             }
         }

@@ -114,6 +114,10 @@ pub struct Managed {
     /// the session's only writer lately, so the next step may run on the
     /// copy and let the compare-and-swap tell ([`persist`](super::persist)).
     current: bool,
+    /// The instance whose response to this session's last step has not
+    /// been settled yet (its usage is on the way): stored with the record,
+    /// so that another instance waits for it ([`persist`](super::persist)).
+    awaiting: Option<String>,
 }
 
 impl std::fmt::Debug for Managed {
@@ -140,6 +144,7 @@ impl Managed {
             stats: SessionStats::default(),
             stored: None,
             current: false,
+            awaiting: None,
         })
     }
 
@@ -487,6 +492,9 @@ impl Managed {
 struct ServeState {
     calls: u64,
     stats: SessionStats,
+    /// See [`Managed::awaiting`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    awaiting: Option<String>,
 }
 
 impl Managed {
@@ -523,6 +531,7 @@ impl Managed {
         let serve = serve.unwrap_or(ServeState {
             calls: 0,
             stats: SessionStats::default(),
+            awaiting: None,
         });
         Ok(Managed {
             ctx,
@@ -533,6 +542,7 @@ impl Managed {
             stats: serve.stats,
             stored: Some((staging, version)),
             current: false,
+            awaiting: serve.awaiting,
             pending: None,
             model: None,
         })
@@ -570,6 +580,12 @@ impl Managed {
         self.current = current;
     }
 
+    /// Marks the session's response as awaited by instance `owner`
+    /// (`None`: settled), for the next record written.
+    pub(crate) fn set_awaiting(&mut self, owner: Option<String>) -> Option<String> {
+        std::mem::replace(&mut self.awaiting, owner)
+    }
+
     /// What to write: the batches the step collected, the state (host
     /// snapshot plus the proxy's figures) and, when `with_history`, what
     /// changed in the lineage since the stored version.
@@ -591,6 +607,7 @@ impl Managed {
         let serve = ServeState {
             calls: self.calls,
             stats: self.stats.clone(),
+            awaiting: self.awaiting.clone(),
         };
         if let serde_json::Value::Object(map) = &mut state {
             map.insert(

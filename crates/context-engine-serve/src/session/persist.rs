@@ -22,7 +22,19 @@
 //!    by one instance, and two instances never interleave a session's
 //!    writes.
 //! 4. After the response, the usage is fed back and the state written the
-//!    same way (the lineage is unchanged, so only the small state).
+//!    same way (the lineage is unchanged, so only the small state), off
+//!    the client's path: the response goes out first, and the session
+//!    stays locked on this instance until the write is done.
+//!
+//! Step 4 runs after the client has its answer, so the client's next
+//! call may reach another instance before the usage is written. The
+//! record of step 3 therefore names the instance whose response is
+//! awaited (`awaiting`), and step 4 clears it (with the usage, or
+//! without when the call failed). An instance that loads a record
+//! awaited by another waits for that write, polling the version, for at
+//! most [`USAGE_WAIT`] (an instance that died meanwhile never writes it):
+//! a session moved between instances steps on the same usage as one that
+//! stays, so a fleet decides as one instance does.
 //!
 //! Any store failure fails open: the request goes unmanaged, the cached
 //! copy is dropped (the next request reloads), and the store's health
@@ -41,6 +53,11 @@ use serde_json::Value;
 
 /// Compare-and-swap attempts per step before the request fails open.
 pub const RETRIES: usize = 3;
+
+/// The longest an instance waits for another's usage write (see the
+/// module's text): past it, the step runs without that usage, as when a
+/// provider reports none.
+pub const USAGE_WAIT: Duration = Duration::from_millis(250);
 
 /// The session store of a server, with its health.
 #[derive(Clone)]
@@ -394,6 +411,7 @@ pub fn store_id(key: &super::SessionKey) -> String {
 #[derive(Default)]
 struct StepTiming {
     load: Duration,
+    waited: Duration,
     reloaded: bool,
     rebuild: Duration,
     step: Duration,
@@ -411,6 +429,7 @@ impl StepTiming {
             archived,
             reloaded = self.reloaded,
             load_us = us(self.load),
+            waited_us = us(self.waited),
             rebuild_us = us(self.rebuild),
             step_us = us(self.step),
             record_us = us(self.record),
@@ -455,6 +474,15 @@ pub(crate) fn prepare_stored(
                 .map(Since::Changed),
         };
         timing.load = t.elapsed();
+        let found = match found {
+            Ok(Since::Changed(Some(record))) if awaited_elsewhere(&record.state, &store.owner) => {
+                let t = Instant::now();
+                let record = await_usage(store, &sid, record);
+                timing.waited = t.elapsed();
+                record.map(|r| Since::Changed(Some(r)))
+            }
+            other => other,
+        };
         match found {
             Ok(Since::Unchanged) => {
                 if let Some(m) = slot.as_mut() {
@@ -497,6 +525,7 @@ pub(crate) fn prepare_stored(
         timing.step = t.elapsed();
         let t = Instant::now();
         let expected = m.stored_version().unwrap_or(0);
+        m.set_awaiting(Some(store.owner.clone()));
         let (batches, state, history) = m.record(true)?;
         timing.record = t.elapsed();
         let t = Instant::now();
@@ -534,19 +563,62 @@ pub(crate) fn prepare_stored(
     ))
 }
 
-/// Feeds the response's usage to a stored session and writes its state
+/// Whether stored `state` awaits the usage of a response another
+/// instance than `owner` is serving.
+fn awaited_elsewhere(state: &Value, owner: &str) -> bool {
+    state
+        .pointer("/serve/awaiting")
+        .and_then(Value::as_str)
+        .is_some_and(|o| o != owner)
+}
+
+/// Polls `sid` until the instance `record` awaits has written its usage
+/// (a newer version that awaits no other instance), at most
+/// [`USAGE_WAIT`]; the newest record read. Blocking.
+fn await_usage(
+    store: &SharedStore,
+    sid: &str,
+    mut record: Versioned,
+) -> Result<Versioned, StoreError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(250);
+    while awaited_elsewhere(&record.state, &store.owner) && started.elapsed() < USAGE_WAIT {
+        std::thread::sleep(pause.min(USAGE_WAIT.saturating_sub(started.elapsed())));
+        pause = (pause * 2).min(Duration::from_millis(8));
+        let t = Instant::now();
+        match store.observe(t, store.store.load_versioned_since(sid, record.version))? {
+            Since::Changed(Some(newer)) => record = newer,
+            // Deleted meanwhile: the step starts it anew.
+            Since::Changed(None) => break,
+            Since::Unchanged => {}
+        }
+    }
+    if awaited_elsewhere(&record.state, &store.owner) {
+        tracing::debug!(session = %sid, "usage of another instance's response not written in time: the step runs without it");
+    }
+    Ok(record)
+}
+
+/// Settles a stored session's response: feeds its usage (`None`: the call
+/// failed or reported none), clears the awaited mark, and writes the state
 /// (the lineage did not change). Blocking. A failure only drops the cached
 /// copy: the next request reloads the record.
 pub(crate) fn after_response_stored(
     slot: &mut Option<super::Managed>,
-    usage: &context_engine::engine::Usage,
+    usage: Option<&context_engine::engine::Usage>,
     store: &SharedStore,
 ) {
     let Some(m) = slot.as_mut() else { return };
+    let awaited = m.set_awaiting(None).is_some();
+    if let Some(usage) = usage {
+        m.after_response(usage);
+    } else if !awaited {
+        // Nothing to write.
+        return;
+    }
     let sid = m.id().to_owned();
     let sid = sid.as_str();
     let started = Instant::now();
-    m.after_response(usage);
     let expected = m.stored_version().unwrap_or(0);
     let mut commit = Duration::ZERO;
     let written = m
