@@ -91,13 +91,20 @@ fn swap_insert() -> String {
     )
 }
 
-/// A session's record with its history segments, in one read; with
-/// `$2`, the state and history only when the version is not `$2`.
-const LOAD_SINCE: &str = "SELECT version, \
+/// A session's record in one read, unless its version is `$2` (-1: none
+/// known). `$3` is how many history segments the reader holds: when at
+/// least that many are stored, only the ones after them come back (from
+/// `$3`; the reader checks that the ones it holds are still the stored
+/// ones, see [`Since::Appended`]); else all of them (from 0).
+const LOAD_AFTER: &str = "SELECT version, \
        CASE WHEN version <> $2 THEN state END, \
+       CASE WHEN version <> $2 THEN b.f END, \
        CASE WHEN version <> $2 THEN \
-         ARRAY(SELECT segment FROM ctx_history h WHERE h.session = s.session ORDER BY seq) END \
-     FROM ctx_state s WHERE session = $1";
+         ARRAY(SELECT segment FROM ctx_history h WHERE h.session = s.session AND h.seq >= b.f \
+               ORDER BY seq) END \
+     FROM ctx_state s, LATERAL (SELECT CASE WHEN $3 > 0 AND (SELECT count(*) FROM ctx_history h \
+         WHERE h.session = s.session) >= $3 THEN $3 ELSE 0 END AS f) b \
+     WHERE session = $1";
 
 /// Key of the advisory lock migrations run under ("ctxs").
 const MIGRATION_LOCK: i64 = 0x6374_7873;
@@ -475,17 +482,19 @@ impl PgStore {
     }
 
     /// The record of `session` unless it is at version `known` (-1:
-    /// whatever it is), in one round trip.
-    fn since(&self, session: &str, known: i64) -> Result<Since, StoreError> {
+    /// whatever it is), from history segment `segments` on when that many
+    /// are stored (see [`LOAD_AFTER`]), in one round trip.
+    fn after(&self, session: &str, known: i64, segments: usize) -> Result<Since, StoreError> {
         let session = session.to_owned();
+        let held = i32::try_from(segments).unwrap_or(i32::MAX);
         self.call(move |inner| async move {
             let client = inner.client().await?;
             let stmt = client
-                .prepare_cached(LOAD_SINCE)
+                .prepare_cached(LOAD_AFTER)
                 .await
                 .map_err(|e| inner.err(&e))?;
             let row = client
-                .query_opt(&stmt, &[&session, &known])
+                .query_opt(&stmt, &[&session, &known, &held])
                 .await
                 .map_err(|e| inner.err(&e))?;
             let Some(row) = row else {
@@ -502,11 +511,23 @@ impl PgStore {
             let state: Option<String> = row.get(1);
             let state = serde_json::from_str(state.as_deref().unwrap_or("null"))
                 .map_err(|e| inner.corrupt(format!("state of `{session}`: {e}")))?;
-            Ok(Since::Changed(Some(Versioned {
-                version: version.max(0) as u64,
-                state,
-                history: row.get::<_, Option<Vec<String>>>(2).unwrap_or_default(),
-            })))
+            let from = row.get::<_, Option<i32>>(2).unwrap_or(0).max(0) as usize;
+            let history = row.get::<_, Option<Vec<String>>>(3).unwrap_or_default();
+            let version = version.max(0) as u64;
+            Ok(if from > 0 {
+                Since::Appended {
+                    version,
+                    state,
+                    from,
+                    segments: history,
+                }
+            } else {
+                Since::Changed(Some(Versioned {
+                    version,
+                    state,
+                    history,
+                }))
+            })
         })
     }
 
@@ -893,14 +914,27 @@ impl SessionStore for PgStore {
 
     fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
         // -1 is no version: the whole record comes back.
-        match self.since(session, -1)? {
+        match self.after(session, -1, 0)? {
             Since::Changed(record) => Ok(record),
-            Since::Unchanged => Ok(None),
+            Since::Unchanged | Since::Appended { .. } => Ok(None),
         }
     }
 
     fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
-        self.since(session, i64::try_from(known).unwrap_or(i64::MAX))
+        self.after(session, i64::try_from(known).unwrap_or(i64::MAX), 0)
+    }
+
+    fn load_versioned_after(
+        &self,
+        session: &str,
+        known: u64,
+        segments: usize,
+    ) -> Result<Since, StoreError> {
+        self.after(
+            session,
+            i64::try_from(known).unwrap_or(i64::MAX),
+            if known == 0 { 0 } else { segments },
+        )
     }
 
     /// One statement (see [`SWAP_TAIL`]), prepared once per connection;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::TestDb;
-use context_engine::store::{HistoryWrite, SessionStore, StoreError};
+use context_engine::store::{HistoryWrite, SessionStore, Since, StoreError};
 use context_engine_postgres::{PgOptions, PgStore, SCHEMA_VERSION};
 use serde_json::json;
 
@@ -30,6 +30,55 @@ fn keeps_the_store_contract() {
     let other = self::store(&db);
     assert_eq!(other.compactions("s1").expect("records").len(), 1);
     assert_eq!(other.search(None, "KeyError", 5).expect("search").len(), 1);
+}
+
+/// A server that holds a session's history reads only the segments
+/// written after the ones it holds (the contract allows a whole read;
+/// Postgres answers by what follows).
+#[test]
+fn a_reader_holding_the_history_reads_what_follows_it() {
+    let Some(db) = TestDb::create() else { return };
+    let store = store(&db);
+    let first = vec!["h1".to_owned(), "h2".to_owned()];
+    store
+        .commit_versioned(
+            "s",
+            0,
+            &[],
+            &json!({"n": 1}),
+            Some(HistoryWrite::replace(&first)),
+        )
+        .expect("first");
+    let more = vec!["h3".to_owned()];
+    let write = HistoryWrite {
+        keep: 2,
+        append: &more,
+    };
+    store
+        .commit_versioned("s", 1, &[], &json!({"n": 2}), Some(write))
+        .expect("append");
+    store
+        .commit_versioned("s", 2, &[], &json!({"n": 3}), None)
+        .expect("state only");
+    assert_eq!(
+        store.load_versioned_after("s", 1, 2).expect("after"),
+        Since::Appended {
+            version: 3,
+            state: json!({"n": 3}),
+            from: 2,
+            segments: more.clone(),
+        }
+    );
+    // Only the state changed since version 2: no segment comes back.
+    assert_eq!(
+        store.load_versioned_after("s", 2, 3).expect("after"),
+        Since::Appended {
+            version: 3,
+            state: json!({"n": 3}),
+            from: 3,
+            segments: Vec::new(),
+        }
+    );
 }
 
 #[test]

@@ -141,6 +141,9 @@ impl SessionStore for Timed {
     fn load_versioned_since(&self, s: &str, known: u64) -> Result<Since, StoreError> {
         self.time(|| self.inner.load_versioned_since(s, known))
     }
+    fn load_versioned_after(&self, s: &str, known: u64, held: usize) -> Result<Since, StoreError> {
+        self.time(|| self.inner.load_versioned_after(s, known, held))
+    }
 }
 
 /// One traced event: when (since the bench started), its kind (target

@@ -262,6 +262,9 @@ impl SessionStore for SlowUsage {
     fn load_versioned_since(&self, s: &str, known: u64) -> Result<Since, StoreError> {
         self.inner.load_versioned_since(s, known)
     }
+    fn load_versioned_after(&self, s: &str, known: u64, held: usize) -> Result<Since, StoreError> {
+        self.inner.load_versioned_after(s, known, held)
+    }
     fn commit_versioned(
         &self,
         s: &str,

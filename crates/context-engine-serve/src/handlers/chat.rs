@@ -176,9 +176,9 @@ pub async fn chat_completions(
     let (status, resp_headers, bytes) = match result {
         Ok(r) => r,
         Err(e) => {
-                release_with_usage(&state, Some(guard), None);
-                return e.into_response();
-            }
+            release_with_usage(&state, Some(guard), None);
+            return e.into_response();
+        }
     };
     let usage = status.is_success().then(|| usage_of(&bytes)).flatten();
     if let Some(usage) = &usage {

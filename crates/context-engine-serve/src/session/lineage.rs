@@ -523,6 +523,20 @@ impl RecordPrints {
     pub fn same_parts(&self, other: &RecordPrints) -> bool {
         self.chain == other.chain && self.messages == other.messages && self.sent == other.sent
     }
+
+    /// One hash of the parts: equal digests, equal lineages (what a
+    /// record's segments build is checked against the digest stored
+    /// with it).
+    pub fn digest(&self) -> u128 {
+        let mut bytes = Vec::with_capacity(32 + 8 * (self.messages.len() + self.sent.len()));
+        bytes.extend_from_slice(&(self.chain.0 as u64).to_le_bytes());
+        bytes.extend_from_slice(&self.chain.1.to_le_bytes());
+        bytes.extend_from_slice(&(self.messages.len() as u64).to_le_bytes());
+        for h in self.messages.iter().chain(&self.sent) {
+            bytes.extend_from_slice(&h.to_le_bytes());
+        }
+        xxh3_128(&bytes)
+    }
 }
 
 impl Lineage {
@@ -609,7 +623,24 @@ impl Lineage {
     /// The lineage a store's record segments build, oldest first.
     pub fn from_segments<S: AsRef<str>>(segments: &[S]) -> Result<Lineage, String> {
         let mut l = Lineage::default();
+        l.apply_segments(segments, 0)?;
+        Ok(l)
+    }
+
+    /// Applies record segments that follow the ones this lineage was
+    /// built from (the first is segment `first` of the store's), oldest
+    /// first. Awake lineages only (a stored session is never put to sleep).
+    pub fn apply_segments<S: AsRef<str>>(
+        &mut self,
+        segments: &[S],
+        first: usize,
+    ) -> Result<(), String> {
+        if self.asleep.is_some() {
+            return Err("stored lineage: segments applied to a sleeping lineage".into());
+        }
+        let l = self;
         for (k, text) in segments.iter().enumerate() {
+            let k = first + k;
             let record: Record = serde_json::from_str(text.as_ref())
                 .map_err(|e| format!("stored lineage, segment {k}: {e}"))?;
             let keep = record.keep;
@@ -644,7 +675,7 @@ impl Lineage {
             l.last_sent.truncate(keep.sent);
             l.last_sent.extend(record.sent);
         }
-        Ok(l)
+        Ok(())
     }
 }
 

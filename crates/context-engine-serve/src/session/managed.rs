@@ -495,6 +495,13 @@ struct ServeState {
     /// See [`Managed::awaiting`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     awaiting: Option<String>,
+    /// The digest of the stored lineage ([`RecordPrints::digest`], hex):
+    /// a copy that applies only the segments written since its version
+    /// checks what it built against it.
+    ///
+    /// [`RecordPrints::digest`]: super::lineage::RecordPrints::digest
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lineage: Option<String>,
 }
 
 impl Managed {
@@ -511,15 +518,80 @@ impl Managed {
             Some(r) => (r.version, Some(r.state), r.history),
             None => (0, None, Vec::new()),
         };
+        let lineage = Lineage::from_segments(&history)?;
+        let mark = super::persist::HistoryMark::loaded(&lineage, &history);
+        Self::restore(ctx, store_id, staged.inner(), version, state, lineage, mark)
+    }
+
+    /// This copy brought to stored `version`, whose history is the
+    /// copy's first `from` segments and then `segments` (what
+    /// [`Since::Appended`](context_engine::store::Since::Appended)
+    /// answers): the segments applied to the copy's lineage, checked
+    /// against the digest stored in `state`, and the host restored from
+    /// `state`. `Err` when the copy is not what the store held of its
+    /// version or the result is not the stored lineage: read the whole
+    /// record then.
+    pub(crate) fn advance(
+        mut self,
+        version: u64,
+        state: serde_json::Value,
+        from: usize,
+        segments: &[String],
+    ) -> Result<Managed, String> {
+        let Some((staged, _)) = &self.stored else {
+            return Err("the session is not stored".into());
+        };
+        let staged = Arc::clone(staged);
+        let Some(mark) = staged.mark() else {
+            return Err("no stored history held".into());
+        };
+        if mark.segments() != from {
+            return Err(format!("{from} segments kept, {} held", mark.segments()));
+        }
+        if !self.lineage.record_prints().same_parts(mark.prints()) {
+            return Err("the copy changed since it was stored".into());
+        }
+        let want = state
+            .pointer("/serve/lineage")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|h| u128::from_str_radix(h, 16).ok())
+            .ok_or("the record has no lineage digest")?;
+        let mut lineage = std::mem::take(&mut self.lineage);
+        lineage.apply_segments(segments, from)?;
+        let mark = mark.appended(&lineage, segments);
+        if mark.digest() != want {
+            return Err("the segments do not build the stored lineage".into());
+        }
+        Self::restore(
+            Arc::clone(&self.ctx),
+            &self.id,
+            staged.inner(),
+            version,
+            Some(state),
+            lineage,
+            Some(mark),
+        )
+    }
+
+    /// A stored session from its parts: `state` (the host's, with the
+    /// proxy's own), `lineage` and what of it the store holds (`mark`).
+    fn restore(
+        ctx: Arc<SessionContext>,
+        store_id: &str,
+        store: &Arc<dyn context_engine::store::SessionStore>,
+        version: u64,
+        state: Option<serde_json::Value>,
+        lineage: Lineage,
+        mark: Option<super::persist::HistoryMark>,
+    ) -> Result<Managed, String> {
         let serve: Option<ServeState> = state
             .as_ref()
             .and_then(|s| s.get("serve"))
             .map(|v| serde_json::from_value(v.clone()))
             .transpose()
             .map_err(|e| format!("stored session `{store_id}`: {e}"))?;
-        let lineage = Lineage::from_segments(&history)?;
-        let staging = Arc::new(Staged::new(Arc::clone(staged.inner()), state));
-        staging.set_mark(super::persist::HistoryMark::loaded(&lineage, &history));
+        let staging = Arc::new(Staged::new(Arc::clone(store), state));
+        staging.set_mark(mark);
         let engine = ctx
             .factory
             .create(store_id)
@@ -532,6 +604,7 @@ impl Managed {
             calls: 0,
             stats: SessionStats::default(),
             awaiting: None,
+            lineage: None,
         });
         Ok(Managed {
             ctx,
@@ -546,6 +619,15 @@ impl Managed {
             pending: None,
             model: None,
         })
+    }
+
+    /// How many history segments of the stored version this copy holds
+    /// (0: none, or not stored).
+    pub(crate) fn held_segments(&self) -> usize {
+        self.stored
+            .as_ref()
+            .and_then(|(staged, _)| staged.mark())
+            .map_or(0, |m| m.segments())
     }
 
     /// A new host for this session (a divergence dropped the engine's
@@ -603,11 +685,21 @@ impl Managed {
         let Some((staged, _)) = &self.stored else {
             return Err("the session is not stored".into());
         };
+        let history = if with_history {
+            staged.history_delta(&self.lineage)?
+        } else {
+            None
+        };
+        let digest = match &history {
+            Some(h) => Some(h.mark.digest()),
+            None => staged.mark().map(|m| m.digest()),
+        };
         let mut state = self.host.snapshot();
         let serve = ServeState {
             calls: self.calls,
             stats: self.stats.clone(),
             awaiting: self.awaiting.clone(),
+            lineage: digest.map(|d| format!("{d:032x}")),
         };
         if let serde_json::Value::Object(map) = &mut state {
             map.insert(
@@ -615,11 +707,6 @@ impl Managed {
                 serde_json::to_value(serve).map_err(|e| e.to_string())?,
             );
         }
-        let history = if with_history {
-            staged.history_delta(&self.lineage)?
-        } else {
-            None
-        };
         // A batch that carries only a state snapshot is superseded by the
         // record.
         let batches = staged

@@ -7,10 +7,15 @@
 //! message's frozen JSON text, so the byte-for-byte prefix survives a move
 //! to another instance). Per request:
 //!
-//! 1. `load_versioned_since(session, version held)`: one read. Nothing
-//!    when the copy this instance holds is current; else the record, and
-//!    the session is rebuilt from it. Skipped while the copy's last check
-//!    found it current (a session that stays on one instance): the
+//! 1. `load_versioned_after(session, version held, segments held)`: one
+//!    read. Nothing when the copy this instance holds is current; else
+//!    the state and, where the store can (Postgres), only the history
+//!    segments stored after the ones the copy holds: the copy applies
+//!    them, checks the lineage it built against the digest stored in the
+//!    state, and restores the host from the state (a copy that was not
+//!    what the store held, or a store that answers whole, is rebuilt from
+//!    the whole record). Skipped while the copy's last check found it
+//!    current (a session that stays on one instance): the
 //!    compare-and-swap of step 3 then tells, and a lost one reads.
 //! 2. The engine step runs with the host attached to a [`Staged`] store:
 //!    what a compaction archives is collected, not written.
@@ -222,6 +227,14 @@ impl Staged {
         *self.mark.lock().unwrap_or_else(PoisonError::into_inner) = mark;
     }
 
+    /// What of the lineage the store holds (`None`: nothing yet).
+    pub(crate) fn mark(&self) -> Option<HistoryMark> {
+        self.mark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// What a write of `lineage` must add to the stored history (`None`:
     /// nothing changed).
     pub(crate) fn history_delta(&self, lineage: &Lineage) -> Result<Option<HistoryDelta>, String> {
@@ -334,6 +347,31 @@ impl HistoryMark {
             segments: segments.len(),
             bytes: segments.iter().map(String::len).sum(),
         })
+    }
+
+    /// The mark of `lineage`, built by applying `segments` after this
+    /// mark's.
+    pub(crate) fn appended(&self, lineage: &Lineage, segments: &[String]) -> HistoryMark {
+        HistoryMark {
+            prints: lineage.record_prints(),
+            segments: self.segments + segments.len(),
+            bytes: self.bytes + segments.iter().map(String::len).sum::<usize>(),
+        }
+    }
+
+    /// How many segments hold the lineage.
+    pub(crate) fn segments(&self) -> usize {
+        self.segments
+    }
+
+    /// The lineage's fingerprints when written.
+    pub(crate) fn prints(&self) -> &RecordPrints {
+        &self.prints
+    }
+
+    /// The digest of the lineage when written (stored with the record).
+    pub(crate) fn digest(&self) -> u128 {
+        self.prints.digest()
     }
 }
 
@@ -458,7 +496,8 @@ pub(crate) fn prepare_stored(
     let sid = store_id(key);
     for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
-        // record (or none: a new session). A copy the last check found
+        // record or what changed of it (or none: a new session). A copy
+        // the last check found
         // current skips it on the first attempt: the step's
         // compare-and-swap fails if another instance wrote meanwhile, and
         // the next attempt reads (a session that stays on one instance
@@ -466,47 +505,78 @@ pub(crate) fn prepare_stored(
         let t = Instant::now();
         let mut timing = StepTiming::default();
         let trusted = attempt == 0 && slot.as_ref().is_some_and(super::Managed::is_current);
-        let found = match slot.as_ref().and_then(super::Managed::stored_version) {
-            _ if trusted => Ok(Since::Unchanged),
-            Some(known) => store.observe(t, store.store.load_versioned_since(&sid, known)),
+        let known = slot.as_ref().and_then(super::Managed::stored_version);
+        let held = slot.as_ref().map_or(0, super::Managed::held_segments);
+        let load = || match known {
+            Some(known) => store.observe(
+                Instant::now(),
+                store.store.load_versioned_after(&sid, known, held),
+            ),
             None => store
-                .observe(t, store.store.load_versioned(&sid))
+                .observe(Instant::now(), store.store.load_versioned(&sid))
                 .map(Since::Changed),
+        };
+        let found = if trusted {
+            Ok(Since::Unchanged)
+        } else {
+            load()
         };
         timing.load = t.elapsed();
         let found = match found {
-            Ok(Since::Changed(Some(record))) if awaited_elsewhere(&record.state, &store.owner) => {
+            Ok(since) if awaited_elsewhere(&since, &store.owner) => {
                 let t = Instant::now();
-                let record = await_usage(store, &sid, record);
+                let found = await_usage(store, &sid, since, load);
                 timing.waited = t.elapsed();
-                record.map(|r| Since::Changed(Some(r)))
+                found
             }
             other => other,
         };
-        match found {
+        let t = Instant::now();
+        let rebuilt = match found {
             Ok(Since::Unchanged) => {
                 if let Some(m) = slot.as_mut() {
                     m.set_current(true);
                 }
+                Ok(false)
             }
-            Ok(Since::Changed(record)) => {
-                let t = Instant::now();
-                // A plain state (version 0) is not a server's record.
-                let record = record.filter(|r| r.version > 0).map(Loaded::from);
-                let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
-                *slot = None;
-                *slot = Some(super::Managed::stored(
-                    Arc::clone(ctx),
-                    &sid,
-                    staged,
-                    record,
-                )?);
+            Ok(Since::Changed(record)) => rebuild(slot, ctx, &sid, store, record).map(|()| true),
+            Ok(Since::Appended {
+                version,
+                state,
+                from,
+                segments,
+            }) => {
+                let advanced = match slot.take() {
+                    Some(m) => m.advance(version, state, from, &segments),
+                    None => Err("no copy".into()),
+                };
+                match advanced {
+                    Ok(m) => {
+                        *slot = Some(m);
+                        Ok(true)
+                    }
+                    Err(why) => {
+                        // Read whole: the copy was not what the store held.
+                        tracing::debug!(session = %sid, reason = %why, "stored session read whole");
+                        store
+                            .observe(Instant::now(), store.store.load_versioned(&sid))
+                            .map_err(|e| unavailable(&e))
+                            .and_then(|r| rebuild(slot, ctx, &sid, store, r))
+                            .map(|()| true)
+                    }
+                }
+            }
+            Err(e) => Err(unavailable(&e)),
+        };
+        match rebuilt {
+            Ok(true) => {
                 timing.reloaded = true;
                 timing.rebuild = t.elapsed();
             }
+            Ok(false) => {}
             Err(e) => {
                 *slot = None;
-                return Err(unavailable(&e));
+                return Err(e);
             }
         }
         let Some(m) = slot.as_mut() else {
@@ -563,40 +633,75 @@ pub(crate) fn prepare_stored(
     ))
 }
 
-/// Whether stored `state` awaits the usage of a response another
-/// instance than `owner` is serving.
-fn awaited_elsewhere(state: &Value, owner: &str) -> bool {
-    state
-        .pointer("/serve/awaiting")
-        .and_then(Value::as_str)
-        .is_some_and(|o| o != owner)
+/// Replaces the copy in `slot` by the session built from `record` (none: a
+/// new session).
+fn rebuild(
+    slot: &mut Option<super::Managed>,
+    ctx: &Arc<super::SessionContext>,
+    sid: &str,
+    store: &SharedStore,
+    record: Option<Versioned>,
+) -> Result<(), String> {
+    // A plain state (version 0) is not a server's record.
+    let record = record.filter(|r| r.version > 0).map(Loaded::from);
+    let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
+    *slot = None;
+    *slot = Some(super::Managed::stored(
+        Arc::clone(ctx),
+        sid,
+        staged,
+        record,
+    )?);
+    Ok(())
 }
 
-/// Polls `sid` until the instance `record` awaits has written its usage
-/// (a newer version that awaits no other instance), at most
-/// [`USAGE_WAIT`]; the newest record read. Blocking.
+/// The version and state a read found, if it found a record.
+fn found_state(since: &Since) -> Option<(u64, &Value)> {
+    match since {
+        Since::Unchanged | Since::Changed(None) => None,
+        Since::Changed(Some(r)) => Some((r.version, &r.state)),
+        Since::Appended { version, state, .. } => Some((*version, state)),
+    }
+}
+
+/// Whether the record `since` found awaits the usage of a response
+/// another instance than `owner` is serving.
+fn awaited_elsewhere(since: &Since, owner: &str) -> bool {
+    found_state(since).is_some_and(|(_, state)| {
+        state
+            .pointer("/serve/awaiting")
+            .and_then(Value::as_str)
+            .is_some_and(|o| o != owner)
+    })
+}
+
+/// Waits until the instance the record `since` found awaits has written
+/// its usage (the version moves on), polling the version for at most
+/// [`USAGE_WAIT`], then reads again with `load`. Blocking.
 fn await_usage(
     store: &SharedStore,
     sid: &str,
-    mut record: Versioned,
-) -> Result<Versioned, StoreError> {
+    since: Since,
+    load: impl Fn() -> Result<Since, StoreError>,
+) -> Result<Since, StoreError> {
     let started = Instant::now();
     let mut pause = Duration::from_micros(250);
-    while awaited_elsewhere(&record.state, &store.owner) && started.elapsed() < USAGE_WAIT {
+    let mut since = since;
+    while awaited_elsewhere(&since, &store.owner) && started.elapsed() < USAGE_WAIT {
+        let Some((version, _)) = found_state(&since) else {
+            break;
+        };
         std::thread::sleep(pause.min(USAGE_WAIT.saturating_sub(started.elapsed())));
         pause = (pause * 2).min(Duration::from_millis(8));
-        let t = Instant::now();
-        match store.observe(t, store.store.load_versioned_since(sid, record.version))? {
-            Since::Changed(Some(newer)) => record = newer,
-            // Deleted meanwhile: the step starts it anew.
-            Since::Changed(None) => break,
-            Since::Unchanged => {}
+        let now = store.observe(Instant::now(), store.store.version(sid))?;
+        if now != Some(version) {
+            since = load()?;
         }
     }
-    if awaited_elsewhere(&record.state, &store.owner) {
+    if awaited_elsewhere(&since, &store.owner) {
         tracing::debug!(session = %sid, "usage of another instance's response not written in time: the step runs without it");
     }
-    Ok(record)
+    Ok(since)
 }
 
 /// Settles a stored session's response: feeds its usage (`None`: the call
@@ -751,6 +856,46 @@ mod tests {
         same(
             &Lineage::from_segments(&[l.to_record().unwrap()]).unwrap(),
             &l,
+        );
+    }
+
+    /// Another instance appends a segment; a copy of the version before
+    /// applies only that segment and builds the stored lineage, which the
+    /// digest confirms; applied to a copy that was not the stored base,
+    /// the digest tells.
+    #[test]
+    fn a_copy_applies_what_was_appended_and_the_digest_checks_it() {
+        let mut raws: Vec<_> = (0..10)
+            .map(|i| user(&format!("message {i} {}", "x".repeat(50))))
+            .collect();
+        let mut a = Lineage::default();
+        let (mut segments, mut mark) = (Vec::new(), None);
+        feed(&mut a, &raws);
+        write(&a, &mut segments, &mut mark).expect("first write");
+        let held = segments.len();
+        let held_mark = mark.clone().expect("mark");
+        // The other instance reads the record, steps, and appends.
+        let mut b = Lineage::from_segments(&segments).unwrap();
+        raws.push(user("the next call"));
+        feed(&mut b, &raws);
+        write(&b, &mut segments, &mut mark).expect("step");
+        let stored = mark.expect("mark").digest();
+        assert_eq!(segments.len(), held + 1);
+        let mut moved = a;
+        moved.apply_segments(&segments[held..], held).unwrap();
+        assert_eq!(
+            held_mark.appended(&moved, &segments[held..]).digest(),
+            stored
+        );
+        same(&moved, &b);
+        // A copy that is not what the store held of its version.
+        let mut other = Lineage::default();
+        let wrong: Vec<_> = (0..10).map(|i| user(&format!("other {i}"))).collect();
+        feed(&mut other, &wrong);
+        other.apply_segments(&segments[held..], held).unwrap();
+        assert_ne!(
+            held_mark.appended(&other, &segments[held..]).digest(),
+            stored
         );
     }
 

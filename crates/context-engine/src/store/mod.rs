@@ -336,6 +336,22 @@ pub trait SessionStore: Send + Sync {
         Ok(Since::Changed(self.load_versioned(session)?))
     }
 
+    /// [`load_versioned_since`](Self::load_versioned_since) for a caller
+    /// that holds the first `segments` history segments of version
+    /// `known`: the backend may answer [`Since::Appended`] with only the
+    /// segments stored after that many (a record that moved between
+    /// servers is read by what changed, not whole). The default reads the
+    /// whole record.
+    fn load_versioned_after(
+        &self,
+        session: &str,
+        known: u64,
+        segments: usize,
+    ) -> Result<Since, StoreError> {
+        let _ = segments;
+        self.load_versioned_since(session, known)
+    }
+
     /// Applies `batches` and writes the record (`state`, and the history
     /// as `history` says: `None` keeps it) as version `expected + 1`,
     /// only when the stored version is `expected` (0: no record yet):
@@ -426,6 +442,23 @@ pub enum Since {
     Unchanged,
     /// Another version (or none): the record as stored.
     Changed(Option<Versioned>),
+    /// Another version, with the history segments stored after the
+    /// first `from` (as many as the caller holds, at least 1;
+    /// [`SessionStore::load_versioned_after`]). The store does not know
+    /// whether the first `from` are still the caller's (a rewrite of the
+    /// history may have replaced them): the caller checks what it builds
+    /// against the state (a server keeps a digest of its history there)
+    /// and reads the whole record when they differ.
+    Appended {
+        /// The stored version.
+        version: u64,
+        /// Its state.
+        state: Value,
+        /// Segments of the caller's version that are kept.
+        from: usize,
+        /// The segments after them, oldest first.
+        segments: Vec<String>,
+    },
 }
 
 /// How [`SessionStore::commit_versioned`] changes a record's history: the

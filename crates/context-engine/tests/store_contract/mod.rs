@@ -12,7 +12,7 @@ use context_engine::store::{
     span_handle,
 };
 use context_engine::{Message, ToolCall};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn history() -> Vec<Message> {
     vec![
@@ -158,6 +158,31 @@ pub fn archive(store: &dyn SessionStore) {
     assert!(store.handles("s1").expect("handles").contains(&handle));
 }
 
+/// What a reader holding history segments `held` builds from a
+/// [`SessionStore::load_versioned_after`] answer: version, state and the
+/// whole history (`None`: unchanged or gone).
+pub fn read_after(since: Since, held: &[String]) -> Option<(u64, Value, Vec<String>)> {
+    match since {
+        Since::Unchanged | Since::Changed(None) => None,
+        Since::Changed(Some(r)) => Some((r.version, r.state, r.history)),
+        Since::Appended {
+            version,
+            state,
+            from,
+            segments,
+        } => {
+            assert!(
+                from >= 1 && from <= held.len(),
+                "appended after {from} of {}",
+                held.len()
+            );
+            let mut history = held[..from].to_vec();
+            history.extend(segments);
+            Some((version, state, history))
+        }
+    }
+}
+
 /// The versioned record: compare-and-swap, history segments kept when not
 /// given, appended and cut as written, archives committed with the record.
 pub fn versioned(store: &dyn SessionStore) {
@@ -255,6 +280,18 @@ pub fn versioned(store: &dyn SessionStore) {
         .expect("append");
     let rec = store.load_versioned("v1").expect("load").expect("record");
     assert_eq!(rec.history, ["h1", "h2", "h3"]);
+    // A reader holding version 2's one segment reads what follows it (or
+    // the whole record); one holding version 3 reads nothing.
+    let held = ["h1".to_owned()];
+    let after = store.load_versioned_after("v1", 2, 1).expect("after");
+    assert_eq!(
+        read_after(after, &held),
+        Some((3, json!({"n": 3}), rec.history.clone()))
+    );
+    assert_eq!(
+        store.load_versioned_after("v1", 3, 3).expect("after"),
+        Since::Unchanged
+    );
     let cut = vec!["h2'".to_owned()];
     store
         .commit_versioned(
@@ -272,6 +309,17 @@ pub fn versioned(store: &dyn SessionStore) {
     assert_eq!(
         (rec.version, rec.history.clone()),
         (4, vec!["h1".to_owned(), "h2'".to_owned()])
+    );
+    // Fewer segments stored than the reader holds: a store that answers
+    // by what follows cannot here, and the whole record comes back.
+    let held: Vec<String> = ["h1", "h2", "h3"].map(String::from).to_vec();
+    assert_eq!(
+        store.load_versioned_after("v1", 3, 3).expect("after"),
+        Since::Changed(Some(rec.clone()))
+    );
+    assert_eq!(
+        read_after(Since::Changed(Some(rec.clone())), &held),
+        Some((4, json!({"n": 4}), rec.history.clone()))
     );
     let whole = vec!["all".to_owned()];
     store
