@@ -9,7 +9,7 @@
 //!
 //! 1. `load_versioned_after(session, version held, segments held)`: one
 //!    read. Nothing when the copy this instance holds is current; else
-//!    the state and, where the store can (Postgres), only the history
+//!    the state and, where the store can (Postgres, SQLite), only the history
 //!    segments stored after the ones the copy holds: the copy applies
 //!    them, checks the lineage it built against the digest stored in the
 //!    state, and restores the host from the state (a copy that was not

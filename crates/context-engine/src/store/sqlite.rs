@@ -314,12 +314,13 @@ impl SqliteStore {
     }
 
     /// A session's versioned record: the state slot and the history
-    /// segments (a history an older schema left in the slot when there
-    /// are none).
+    /// segments from `from` on (from 0: a history an older schema left in
+    /// the slot when there are none).
     fn read_versioned(
         &self,
         conn: &Connection,
         session: &str,
+        from: usize,
     ) -> Result<Option<Versioned>, StoreError> {
         let json: Option<String> = conn
             .prepare_cached("SELECT json FROM state WHERE session = ?1")
@@ -333,14 +334,18 @@ impl SqliteStore {
         let saved: Value = serde_json::from_str(&json)
             .map_err(|e| self.corrupt(format!("state of `{session}`: {e}")))?;
         let segments = conn
-            .prepare_cached("SELECT segment FROM history WHERE session = ?1 ORDER BY seq")
+            .prepare_cached(
+                "SELECT segment FROM history WHERE session = ?1 AND seq >= ?2 ORDER BY seq",
+            )
             .map_err(|e| self.err(e))?
-            .query_map([session], |r| r.get::<_, String>(0))
+            .query_map(rusqlite::params![session, from as i64], |r| {
+                r.get::<_, String>(0)
+            })
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         let mut record = Versioned::unwrap(&self.location(), session, saved)?;
-        if !segments.is_empty() {
+        if !segments.is_empty() || from > 0 {
             record.history = segments;
         }
         Ok(Some(record))
@@ -664,15 +669,45 @@ impl SessionStore for SqliteStore {
 
     fn load_versioned(&self, session: &str) -> Result<Option<Versioned>, StoreError> {
         let conn = self.lock();
-        self.read_versioned(&conn, session)
+        self.read_versioned(&conn, session, 0)
     }
 
     fn load_versioned_since(&self, session: &str, known: u64) -> Result<Since, StoreError> {
+        self.load_versioned_after(session, known, 0)
+    }
+
+    /// The segments after the `held` first when at least that many are
+    /// stored (the caller checks they are still its own).
+    fn load_versioned_after(
+        &self,
+        session: &str,
+        known: u64,
+        held: usize,
+    ) -> Result<Since, StoreError> {
         let conn = self.lock();
         if self.version_on(&conn, session)?.unwrap_or(0) == known {
             return Ok(Since::Unchanged);
         }
-        self.read_versioned(&conn, session).map(Since::Changed)
+        let stored: i64 = if known == 0 || held == 0 {
+            0
+        } else {
+            conn.prepare_cached("SELECT count(*) FROM history WHERE session = ?1")
+                .map_err(|e| self.err(e))?
+                .query_row([session], |r| r.get(0))
+                .map_err(|e| self.err(e))?
+        };
+        if held == 0 || stored < held as i64 {
+            return self.read_versioned(&conn, session, 0).map(Since::Changed);
+        }
+        Ok(match self.read_versioned(&conn, session, held)? {
+            Some(r) => Since::Appended {
+                version: r.version,
+                state: r.state,
+                from: held,
+                segments: r.history,
+            },
+            None => Since::Changed(None),
+        })
     }
 
     /// The version check, the batches (each in its transaction, as
