@@ -596,7 +596,14 @@ pub(crate) fn prepare_stored(
         let t = Instant::now();
         let expected = m.stored_version().unwrap_or(0);
         m.set_awaiting(Some(store.owner.clone()));
-        let (batches, state, history) = m.record(true)?;
+        let (batches, state, history) = match m.record(true) {
+            Ok(record) => record,
+            Err(why) => {
+                // The step is not stored: start from the record next time.
+                *slot = None;
+                return Err(why);
+            }
+        };
         timing.record = t.elapsed();
         let t = Instant::now();
         let written = store.observe(
