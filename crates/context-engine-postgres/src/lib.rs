@@ -106,6 +106,9 @@ const LOAD_AFTER: &str = "SELECT version, \
          WHERE h.session = s.session) >= $3 THEN $3 ELSE 0 END AS f) b \
      WHERE session = $1";
 
+/// A session's record version.
+const VERSION: &str = "SELECT version FROM ctx_state WHERE session = $1";
+
 /// Key of the advisory lock migrations run under ("ctxs").
 const MIGRATION_LOCK: i64 = 0x6374_7873;
 
@@ -472,6 +475,33 @@ impl PgStore {
                 .await
                 .map_err(|e| inner.err(&e))?;
             Ok(())
+        })
+    }
+
+    /// Opens the pool's connections (up to its size) and prepares the
+    /// statements of the request path on each, so that the first requests
+    /// after a start pay for neither (a connection costs a few
+    /// milliseconds, a statement's first use on it a round trip more).
+    /// Returns how many connections are open. Best effort: a server that
+    /// starts while the database is away warms nothing and connects later.
+    pub fn warm(&self) -> Result<usize, StoreError> {
+        let want = self.inner.pool.status().max_size;
+        self.call(move |inner| async move {
+            let mut clients = Vec::with_capacity(want);
+            for _ in 0..want {
+                clients.push(inner.client().await?);
+            }
+            let (update, insert) = (swap_update(), swap_insert());
+            for client in &clients {
+                tokio::try_join!(
+                    client.prepare_cached(LOAD_AFTER),
+                    client.prepare_cached(&update),
+                    client.prepare_cached(&insert),
+                    client.prepare_cached(VERSION),
+                )
+                .map_err(|e| inner.err(&e))?;
+            }
+            Ok(clients.len())
         })
     }
 
@@ -901,7 +931,7 @@ impl SessionStore for PgStore {
         self.call(|inner| async move {
             let client = inner.client().await?;
             let stmt = client
-                .prepare_cached("SELECT version FROM ctx_state WHERE session = $1")
+                .prepare_cached(VERSION)
                 .await
                 .map_err(|e| inner.err(&e))?;
             let row = client

@@ -81,6 +81,20 @@ fn a_reader_holding_the_history_reads_what_follows_it() {
     );
 }
 
+/// Warming opens every connection of the pool (what `ctx serve` does at
+/// start), and the store works as before.
+#[test]
+fn warming_opens_the_pool() {
+    let Some(db) = TestDb::create() else { return };
+    let store = PgStore::connect(&PgOptions::new(&db.url).with_pool_size(4)).expect("connect");
+    assert_eq!(store.warm().expect("warm"), 4);
+    assert_eq!(store.pool_status(), (4, 4), "four open, all idle");
+    store
+        .commit_versioned("w", 0, &[], &json!({"n": 1}), None)
+        .expect("write");
+    assert_eq!(store.version("w").expect("version"), Some(1));
+}
+
 #[test]
 fn compare_and_swap_serializes_writers_of_one_session() {
     let Some(db) = TestDb::create() else { return };

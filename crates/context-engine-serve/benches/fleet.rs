@@ -849,10 +849,14 @@ fn main() {
                     let opts = PgOptions::new(format!("{base}/{name}"))
                         .with_pool_size(32)
                         .with_durable_records(std::env::var("FLEET_DURABLE").is_ok_and(|v| v == "1"));
-                    let store = tokio::task::spawn_blocking(move || PgStore::connect(&opts))
-                        .await
-                        .unwrap_or_else(|e| panic!("{e}"))
-                        .unwrap_or_else(|e| panic!("{e}"));
+                    // As `ctx serve` starts: connected, and the pool warmed.
+                    let store = tokio::task::spawn_blocking(move || {
+                        let store = PgStore::connect(&opts)?;
+                        store.warm().map(|_| store)
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .unwrap_or_else(|e| panic!("{e}"));
                     Some(Arc::new(store))
                 }
                 other => panic!("unknown mode {other}"),

@@ -168,7 +168,13 @@ fn open_store(
         .with_durable_records(config.durable_records);
     let store = PgStore::new(&options)?;
     match store.check() {
-        Ok(()) => eprintln!("ctx serve: sessions kept in {}", store.location()),
+        Ok(()) => {
+            eprintln!("ctx serve: sessions kept in {}", store.location());
+            // The first requests need not open connections.
+            if let Err(e) = store.warm() {
+                eprintln!("ctx: warning: the store's connections are opened on demand: {e}");
+            }
+        }
         // A newer schema is a deployment error: refuse to start.
         Err(e @ StoreError::NewerSchema { .. }) => return Err(e.into()),
         // Unreachable: serve unmanaged until it answers (fail open).
