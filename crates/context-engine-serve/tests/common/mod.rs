@@ -116,7 +116,14 @@ pub fn completion(message: serde_json::Value, prompt: u64, completion: u64) -> s
     })
 }
 
+/// Answers a chat call in a task of its own: a caller that goes away
+/// (a killed proxy) does not cut the answer short, so every call that
+/// arrived is in [`Script::received`].
 async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes) -> Response {
+    tokio::spawn(answer(script, headers, body)).await.unwrap()
+}
+
+async fn answer(script: Arc<Script>, headers: HeaderMap, body: Bytes) -> Response {
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let reply = script.replies.lock().unwrap().pop_front();
     let value = match reply {
@@ -150,7 +157,14 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
                 .body(Body::from_stream(chunks))
                 .unwrap();
         }
-        Some(Reply::With(f)) => f(&request),
+        // On the blocking pool: a reply that takes its time (a slow
+        // upstream) must not hold one of the runtime's few workers.
+        Some(Reply::With(f)) => {
+            let request = request.clone();
+            tokio::task::spawn_blocking(move || f(&request))
+                .await
+                .unwrap()
+        }
         None => completion(
             serde_json::json!({"role": "assistant", "content": "ok"}),
             10,
