@@ -144,6 +144,18 @@ impl SessionStore for Timed {
     fn load_versioned_after(&self, s: &str, known: u64, held: usize) -> Result<Since, StoreError> {
         self.time(|| self.inner.load_versioned_after(s, known, held))
     }
+    fn try_claim(
+        &self,
+        s: &str,
+        job: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.time(|| self.inner.try_claim(s, job, owner, ttl))
+    }
+    fn release(&self, s: &str, job: &str, owner: &str) -> Result<(), StoreError> {
+        self.time(|| self.inner.release(s, job, owner))
+    }
 }
 
 /// One traced event: when (since the bench started), its kind (target
