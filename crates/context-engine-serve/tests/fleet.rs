@@ -59,7 +59,8 @@ struct Run {
 }
 
 /// Replays `recording` through `instances` proxies (taking turns of
-/// `turn` calls each), each with `store` when given.
+/// `turn` calls each), each with `store` when given; streamed when
+/// `stream` (usage included, so the client gets the upstream's bytes).
 async fn run(
     recording: &[Message],
     window: u64,
@@ -67,6 +68,7 @@ async fn run(
     store: Option<Arc<dyn SessionStore>>,
     instances: usize,
     turn: usize,
+    stream: bool,
 ) -> Run {
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
@@ -90,7 +92,11 @@ async fn run(
             let msgs: Vec<Message> = serde_json::from_value(req["messages"].clone()).unwrap();
             completion(answer.clone(), c.count_messages(&msgs) as u64, 50)
         })));
-        let body = serde_json::json!({"model": "scripted", "messages": &recording[..index]});
+        let mut body = serde_json::json!({"model": "scripted", "messages": &recording[..index]});
+        if stream {
+            body["stream"] = true.into();
+            body["stream_options"] = serde_json::json!({"include_usage": true});
+        }
         let (addr, _) = &proxies[(k / turn.max(1)) % instances];
         let resp = client
             .post(format!("http://{addr}/v1/chat/completions"))
@@ -126,13 +132,7 @@ async fn run(
             "the client gets exactly the upstream's reply"
         );
     }
-    let reported = replies
-        .iter()
-        .map(|r| {
-            let v: serde_json::Value = serde_json::from_slice(r).unwrap();
-            v["usage"]["prompt_tokens"].as_u64().unwrap()
-        })
-        .sum();
+    let reported = replies.iter().map(|r| prompt_tokens(r)).sum();
     Run {
         requests: received.into_iter().map(|r| r.body).collect(),
         reported,
@@ -142,13 +142,28 @@ async fn run(
     }
 }
 
+/// The prompt tokens a reply reports: a completion's, or a stream's
+/// usage chunk's.
+fn prompt_tokens(reply: &[u8]) -> u64 {
+    let text = std::str::from_utf8(reply).unwrap();
+    let usage = |v: &serde_json::Value| v["usage"]["prompt_tokens"].as_u64();
+    if !text.starts_with("data:") {
+        return usage(&serde_json::from_str(text).unwrap()).unwrap();
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .find_map(|d| usage(&serde_json::from_str(d).unwrap()))
+        .expect("a usage chunk")
+}
+
 async fn check_fleet(store: Arc<dyn SessionStore>) {
-    check_fleet_turns(store, 1).await;
+    check_fleet_turns(store, 1, false).await;
 }
 
 /// A fleet whose instances take turns of `turn` calls replays exactly
 /// as one instance does.
-async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize) {
+async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize, stream: bool) {
     let Some(recording) = transcript(60) else {
         return;
     };
@@ -157,7 +172,16 @@ async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize) {
     // The reference: one instance with a store of its own (a store adds
     // the archive note to summaries and the recall tools).
     let own: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let reference = run(&recording, window, Arc::clone(&counter), Some(own), 1, 1).await;
+    let reference = run(
+        &recording,
+        window,
+        Arc::clone(&counter),
+        Some(own),
+        1,
+        1,
+        stream,
+    )
+    .await;
     assert!(reference.compactions > 0, "the window must make it compact");
     let fleet = run(
         &recording,
@@ -166,6 +190,7 @@ async fn check_fleet_turns(store: Arc<dyn SessionStore>, turn: usize) {
         Some(Arc::clone(&store)),
         2,
         turn,
+        stream,
     )
     .await;
     assert_eq!(
@@ -304,6 +329,21 @@ async fn an_instance_waits_for_the_usage_the_other_is_writing() {
     .await;
 }
 
+/// The same with streamed calls: the usage arrives at the stream's end
+/// and is written after the client's `[DONE]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_waits_for_the_usage_the_other_is_writing() {
+    check_fleet_turns(
+        Arc::new(SlowUsage {
+            inner: MemoryStore::new(),
+            delay: std::time::Duration::from_millis(40),
+        }),
+        1,
+        true,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_a_memory_store_act_as_one() {
     check_fleet(Arc::new(MemoryStore::new())).await;
@@ -315,7 +355,7 @@ async fn two_instances_on_a_memory_store_act_as_one() {
 /// fails, and the step runs again on the record the other one wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_taking_turns_of_three_act_as_one() {
-    check_fleet_turns(Arc::new(MemoryStore::new()), 3).await;
+    check_fleet_turns(Arc::new(MemoryStore::new()), 3, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
