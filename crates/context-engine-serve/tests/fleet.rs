@@ -324,7 +324,7 @@ impl SessionStore for SlowUsage {
 async fn an_instance_waits_for_the_usage_the_other_is_writing() {
     check_fleet(Arc::new(SlowUsage {
         inner: MemoryStore::new(),
-        delay: std::time::Duration::from_millis(40),
+        delay: std::time::Duration::from_millis(20),
     }))
     .await;
 }
@@ -336,7 +336,7 @@ async fn a_streamed_call_waits_for_the_usage_the_other_is_writing() {
     check_fleet_turns(
         Arc::new(SlowUsage {
             inner: MemoryStore::new(),
-            delay: std::time::Duration::from_millis(40),
+            delay: std::time::Duration::from_millis(20),
         }),
         1,
         true,
