@@ -626,8 +626,8 @@ impl Managed {
     pub(crate) fn held_segments(&self) -> usize {
         self.stored
             .as_ref()
-            .and_then(|(staged, _)| staged.mark())
-            .map_or(0, |m| m.segments())
+            .and_then(|(staged, _)| staged.held())
+            .map_or(0, |(segments, _)| segments)
     }
 
     /// A new host for this session (a divergence dropped the engine's
@@ -692,7 +692,7 @@ impl Managed {
         };
         let digest = match &history {
             Some(h) => Some(h.mark.digest()),
-            None => staged.mark().map(|m| m.digest()),
+            None => staged.held().map(|(_, digest)| digest),
         };
         let mut state = self.host.snapshot();
         let serve = ServeState {

@@ -235,6 +235,16 @@ impl Staged {
             .clone()
     }
 
+    /// How many segments hold the stored lineage, and its digest (no copy
+    /// of the mark: read on every request).
+    pub(crate) fn held(&self) -> Option<(usize, u128)> {
+        self.mark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|m| (m.segments, m.digest()))
+    }
+
     /// What a write of `lineage` must add to the stored history (`None`:
     /// nothing changed).
     pub(crate) fn history_delta(&self, lineage: &Lineage) -> Result<Option<HistoryDelta>, String> {
