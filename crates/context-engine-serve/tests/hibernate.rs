@@ -42,7 +42,7 @@ fn conversation(history: &[Value], n: usize) -> Vec<Value> {
 /// at the same instant).
 fn decisions(mut snapshot: Value) -> Value {
     if let Some(schedule) = snapshot.pointer_mut("/engine_state/compressor/schedule") {
-        schedule["last_request_at"] = Value::Null;
+        schedule["last_request_unix"] = Value::Null;
     }
     snapshot
 }

@@ -221,6 +221,13 @@ pub struct Compressor {
     egress: Egress,
     /// The cache-aware schedule of digest steps and prunes.
     scheduler: Scheduler,
+    /// The coming call's time as the host gave it (a replay's recorded
+    /// time), else `None`: the system's wall clock.
+    call_time: Option<f64>,
+    /// Whether the last request view found the prompt cache expired: the
+    /// preflight that follows it in the same call may compact from the
+    /// cold floor. Set by every view.
+    cold_call: bool,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -268,6 +275,8 @@ impl Compressor {
             seen_real_usage: false,
             last_report: None,
             egress: Egress::builtin(),
+            call_time: None,
+            cold_call: false,
             scheduler,
         }
     }
@@ -282,10 +291,14 @@ impl Compressor {
         self.scheduler.restore(state);
     }
 
-    /// Now, in seconds on the engine's clock (for the schedule's cold-cache
-    /// rule: only differences matter).
+    /// The coming call's time in seconds since the Unix epoch, for the
+    /// schedule's cold-cache rules: the host's (a recording's) when it gave
+    /// one, else the wall clock. Not the monotonic [`Clock`] of the
+    /// cooldowns: the schedule's state is persisted with the session and
+    /// read again by other processes (a fleet, a restart), whose monotonic
+    /// clocks start elsewhere.
     fn now_secs(&self) -> Option<f64> {
-        Some(self.clock.now().as_secs_f64())
+        self.call_time.or_else(crate::schedule::now)
     }
 
     /// Redacts with `redactor` (e.g. the built-in rules plus the user's
@@ -530,10 +543,10 @@ impl Compressor {
     /// session's provider.
     fn early_compaction_pays(&self, messages: &[Message], tokens: u64) -> bool {
         let threshold = self.state.threshold_tokens;
-        let from = self.options.schedule.early_compaction_from;
-        if !self.options.schedule.enabled
-            || threshold == 0
+        let from = self.scheduler.compaction_floor(self.cold_call);
+        if threshold == 0
             || tokens >= threshold
+            || from >= 1.0
             || (tokens as f64) < from * threshold as f64
             || self.scheduler.state().growth_per_call == 0
         {
@@ -559,7 +572,8 @@ impl Compressor {
             summarizer_input_tokens: if billed { span as u64 } else { 0 },
             summarizer_output_tokens: if billed { summary } else { 0 },
         };
-        self.scheduler.compaction_pays(&estimate, threshold)
+        self.scheduler
+            .compaction_pays(&estimate, threshold, self.cold_call)
     }
 
     fn start_cooldown(&mut self, error: &SummarizeError) -> Duration {
@@ -1060,6 +1074,7 @@ impl ContextEngine for Compressor {
         request: &SelectRequest<'a>,
     ) -> Option<Vec<Cow<'a, Message>>> {
         let now = self.now_secs();
+        self.cold_call = self.scheduler.is_cold(now);
         let digest = scheduled_digest(
             &mut self.scheduler,
             request.request_messages,
@@ -1203,5 +1218,9 @@ impl ContextEngine for Compressor {
 
     fn update_model(&mut self, model: &ModelInfo) {
         self.state.apply_model(model);
+    }
+
+    fn set_call_time(&mut self, at: Option<f64>) {
+        self.call_time = at;
     }
 }

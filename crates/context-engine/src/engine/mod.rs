@@ -279,6 +279,15 @@ pub trait ContextEngine: Send {
         self.state().status()
     }
 
+    /// The wall-clock time of the coming provider call, in seconds since
+    /// the Unix epoch, when the host knows it better than the system clock:
+    /// a replay passes each recorded call's time, so the rules that follow
+    /// the prompt cache's lifetime see the recording's idle gaps. `None`
+    /// goes back to the system clock. Default: ignored.
+    fn set_call_time(&mut self, at: Option<f64>) {
+        let _ = at;
+    }
+
     /// Model switch or fallback: adopt the new context length and recompute
     /// the threshold, honouring per-model overrides and the reply reserve
     /// ([`EngineState::apply_model`], [`compaction_threshold`]): the same

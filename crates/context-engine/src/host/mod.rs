@@ -523,6 +523,14 @@ impl Session {
         self.engine.update_model(model);
     }
 
+    /// When the next call is made, in seconds since the Unix epoch, for a
+    /// host that knows better than the system clock (a replay: the
+    /// recording's time); `None` goes back to the clock. See
+    /// [`ContextEngine::set_call_time`].
+    pub fn set_call_time(&mut self, at: Option<f64>) {
+        self.engine.set_call_time(at);
+    }
+
     /// The next request names `model`: when it differs from the last one,
     /// the engine adopts its window ([`HostOptions::model_windows`], else
     /// the engine's window from before the first call) and its threshold

@@ -495,6 +495,10 @@ pub fn replay(
         let mut compaction = None;
         let mut notices = Vec::new();
         let mut missed = None;
+        // The engine's cache rules run on the recording's time (its idle
+        // gaps), not on the replay's.
+        let sent_at = call_time(recording, cursor, index);
+        session.set_call_time(sent_at);
 
         // What arrived since the last call: tool results first (the agent
         // ran the tools), then maybe a new user turn.
@@ -551,7 +555,6 @@ pub fn replay(
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
 
-        let sent_at = call_time(recording, cursor, index);
         let hit = cache.lookup_and_store(&request, sent_at, counter);
         let cache_hit_tokens = hit.hit_tokens;
         let cache_broke = hit.resent_tokens > 0 || hit.expired;
@@ -622,6 +625,7 @@ pub fn replay(
     history.extend_from_slice(&recording[cursor..]);
     session.turn_complete(&history, &Default::default());
     session.end(&history);
+    session.set_call_time(None);
 
     let totals = totals(&calls, &options.price);
     let probes = extract_probes(recording);

@@ -3,7 +3,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::compressor::Compressor;
+use crate::engine::ContextEngine;
 use crate::message::ToolCall;
+use crate::schedule::ScheduleOptions;
 use crate::tokens::{BpeCounter, CachedCounter, Encoding};
 use crate::transcript::Transcript;
 
@@ -12,8 +14,17 @@ fn counter() -> Arc<dyn TokenCounter> {
 }
 
 fn run(messages: &[Message], context_length: u64) -> ReplayReport {
+    run_scheduled(messages, context_length, ScheduleOptions::default())
+}
+
+fn run_scheduled(
+    messages: &[Message],
+    context_length: u64,
+    schedule: ScheduleOptions,
+) -> ReplayReport {
     let counter = counter();
-    let engine = Compressor::new(Arc::clone(&counter), context_length);
+    let options = crate::compressor::CompressorOptions::default().with_schedule(schedule);
+    let engine = Compressor::with_options(Arc::clone(&counter), context_length, options);
     let mut session = Session::new("replay", Box::new(engine), Arc::clone(&counter));
     let mut seen = Vec::new();
     let report = replay(
@@ -226,4 +237,72 @@ fn every_corpus_transcript_replays_consistently_at_half_its_peak() {
             assert!(c.recorded_prompt_tokens.unwrap() > 0);
         }
     }
+}
+
+/// `messages` with a recorded time each, 20 s apart, and `gap` seconds
+/// more before message `at`.
+fn timed(messages: &[Message], at: usize, gap: f64) -> Vec<Message> {
+    let mut t = 1_750_000_000.0;
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            t += 20.0 + if i == at { gap } else { 0.0 };
+            let mut m = m.clone();
+            m.extra.insert("timestamp".into(), t.into());
+            m
+        })
+        .collect()
+}
+
+#[test]
+fn a_recorded_idle_gap_reaches_the_engine_which_compacts_where_the_cache_is_cold_anyway() {
+    let messages = session_messages(30, 60);
+    let counter = counter();
+    let window = 12_000;
+    let threshold = Compressor::new(Arc::clone(&counter), window)
+        .state()
+        .threshold_tokens;
+    // The first tool result that takes the history past 60% of the
+    // threshold: the call that follows it is above the cold floor (half the
+    // threshold) and short of the threshold.
+    let at = (1..messages.len())
+        .find(|&i| {
+            messages[i].is_tool_result()
+                && counter.count_messages(&messages[..=i]) as u64 > threshold * 6 / 10
+        })
+        .unwrap();
+    let after_gap = |r: &ReplayReport| {
+        r.calls
+            .iter()
+            .find(|c| c.message_index == at + 1)
+            .unwrap()
+            .clone()
+    };
+    let gapped = timed(&messages, at, 600.0);
+    let cold = run_scheduled(&gapped, window, ScheduleOptions::default());
+    assert_consistent(&cold);
+    let first = cold.calls.iter().find(|c| c.compaction.is_some()).unwrap();
+    assert_eq!(first.message_index, at + 1, "{:?}", cold.totals);
+    assert!(first.sent_at.is_some());
+    // Without the gap, or with cold compaction off, that call goes on ...
+    let warm = run_scheduled(
+        &timed(&messages, at, 0.0),
+        window,
+        ScheduleOptions::default(),
+    );
+    assert!(after_gap(&warm).compaction.is_none());
+    let off = ScheduleOptions {
+        cold_compaction_from: 1.0,
+        ..ScheduleOptions::default()
+    };
+    let kept = run_scheduled(&gapped, window, off);
+    assert!(after_gap(&kept).compaction.is_none());
+    // ... and the session costs more: the cold call sent more uncached.
+    assert!(
+        cold.totals.estimated_cost_with_engine < kept.totals.estimated_cost_with_engine,
+        "{} >= {}",
+        cold.totals.estimated_cost_with_engine,
+        kept.totals.estimated_cost_with_engine
+    );
 }

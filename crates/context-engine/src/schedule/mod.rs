@@ -68,6 +68,14 @@ pub struct ScheduleOptions {
     /// previous summary again, and in a long real-client run (Codex through
     /// `ctx serve`) the third one dropped a file name the task needed.
     pub early_compaction_from: f64,
+    /// Compaction before the threshold on a call whose prompt cache has
+    /// expired (the last request is older than the cache's lifetime), when
+    /// the cost model says it pays, once the request has reached this
+    /// fraction of the threshold; 1 (or more) turns it off. Such a call is
+    /// sent uncached whether it compacts or not, so the compaction breaks
+    /// nothing and the smaller request is cheaper from this call on: it
+    /// pays as soon as its summary costs less than what it saves.
+    pub cold_compaction_from: f64,
 }
 
 impl Default for ScheduleOptions {
@@ -78,6 +86,7 @@ impl Default for ScheduleOptions {
             max_horizon_calls: 24,
             size_margin: 0.9,
             early_compaction_from: 1.0,
+            cold_compaction_from: 0.5,
         }
     }
 }
@@ -116,6 +125,10 @@ pub struct ScheduleState {
     /// Prompt tokens of the last request.
     pub last_request_tokens: u64,
     /// When the last request was sent, in seconds since the Unix epoch.
+    /// Persisted as `last_request_unix`: states written before it was
+    /// (when the engine kept its process's monotonic seconds here) read as
+    /// unknown, never as a cold cache.
+    #[serde(rename = "last_request_unix")]
     pub last_request_at: Option<f64>,
     /// Average growth of the request per call, in tokens.
     pub growth_per_call: u64,
@@ -243,9 +256,7 @@ impl Scheduler {
         if edit.saved_tokens == 0 || kept_after == 0 {
             return Verdict::Apply(Why::Free);
         }
-        if let (Some(now), Some(last)) = (now, s.last_request_at)
-            && now - last > self.options.price.cache.lifetime_secs as f64
-        {
+        if self.is_cold(now) {
             return Verdict::Apply(Why::Cold);
         }
         let deferred = edit.request_tokens.saturating_add(edit.saved_tokens);
@@ -281,28 +292,50 @@ impl Scheduler {
     /// breaks included. Never before [`ScheduleOptions::early_compaction_from`]
     /// of the threshold, nor with the schedule off, nor before the growth
     /// per call is known.
-    pub fn compaction_pays(&self, e: &CompactionEstimate, threshold_tokens: u64) -> bool {
+    ///
+    /// On a `cold` call (the cache expired before it, see
+    /// [`is_cold`](Self::is_cold)) the whole request is sent uncached
+    /// either way: the tail costs nothing more, and the call itself saves
+    /// what the compaction removes at the cache-write price. There the
+    /// floor is [`ScheduleOptions::cold_compaction_from`] (the lower of the
+    /// two).
+    pub fn compaction_pays(
+        &self,
+        e: &CompactionEstimate,
+        threshold_tokens: u64,
+        cold: bool,
+    ) -> bool {
         let o = &self.options;
         let g = self.state.growth_per_call;
+        let from = self.compaction_floor(cold);
         if !o.enabled
             || threshold_tokens == 0
             || g == 0
-            || o.early_compaction_from >= 1.0
-            || (e.request_tokens as f64) < o.early_compaction_from * threshold_tokens as f64
+            || from >= 1.0
+            || (e.request_tokens as f64) < from * threshold_tokens as f64
             || e.after_tokens >= e.request_tokens
         {
             return false;
         }
         let p = &o.price;
         let per = |m: f64| m / 1_000_000.0;
-        let resent = e
-            .after_tokens
-            .saturating_sub(e.head_tokens)
-            .saturating_sub(e.summary_tokens);
-        let fixed = resent as f64 * p.miss_premium_per_token()
-            + e.summary_tokens as f64 * per(p.cache_write_per_million)
-            + e.summarizer_input_tokens as f64 * per(p.input_per_million)
+        let summarizer = e.summarizer_input_tokens as f64 * per(p.input_per_million)
             + e.summarizer_output_tokens as f64 * per(p.output_per_million);
+        let grown = (e.request_tokens - e.after_tokens) as f64;
+        // Cold: both requests are written to the cache whole, so the
+        // compaction costs its summarizer only and saves its net size now.
+        let (fixed, now_saved) = if cold {
+            (summarizer, grown * per(p.cache_write_per_million))
+        } else {
+            let resent = e
+                .after_tokens
+                .saturating_sub(e.head_tokens)
+                .saturating_sub(e.summary_tokens);
+            let fixed = resent as f64 * p.miss_premium_per_token()
+                + e.summary_tokens as f64 * per(p.cache_write_per_million)
+                + summarizer;
+            (fixed, 0.0)
+        };
         // Under the cache's minimum prefix nothing is read from it: every
         // call pays the growth at the input price.
         let carry = if e.request_tokens < p.cache.min_prefix_tokens {
@@ -310,8 +343,33 @@ impl Scheduler {
         } else {
             p.cached_per_token()
         };
-        let grown = (e.request_tokens - e.after_tokens) as f64;
-        carry * grown * grown / (2.0 * g as f64) >= fixed
+        now_saved + carry * grown * grown / (2.0 * g as f64) >= fixed
+    }
+
+    /// The fraction of the threshold under which no compaction runs early:
+    /// [`ScheduleOptions::early_compaction_from`], or on a `cold` call the
+    /// lower [`ScheduleOptions::cold_compaction_from`]; 1 or more when none
+    /// may (or the schedule is off).
+    pub fn compaction_floor(&self, cold: bool) -> f64 {
+        let o = &self.options;
+        if !o.enabled {
+            1.0
+        } else if cold {
+            o.early_compaction_from.min(o.cold_compaction_from)
+        } else {
+            o.early_compaction_from
+        }
+    }
+
+    /// Whether the prompt cache has expired since the last request
+    /// recorded: `now` (seconds since the Unix epoch) is more than the
+    /// cache's lifetime after it. Unknown times are warm. Ask before the
+    /// coming request is recorded ([`record_request`](Self::record_request)).
+    pub fn is_cold(&self, now: Option<f64>) -> bool {
+        match (now, self.state.last_request_at) {
+            (Some(now), Some(last)) => now - last > self.options.price.cache.lifetime_secs as f64,
+            _ => false,
+        }
     }
 
     /// Records the request sent: its size and time, and the growth since
@@ -415,31 +473,69 @@ mod tests {
         // OpenAI: F = 2,700 x 1.5 + 800 x 2.0 = 5,650 per million; growth
         // 500 a call: pays once 0.5 x d^2 / 1,000 >= 5,650, d >= 3,362.
         let s = scheduler(8_000, 500);
-        assert!(!s.compaction_pays(&estimate(8_300), 16_000));
-        assert!(s.compaction_pays(&estimate(8_400), 16_000));
+        assert!(!s.compaction_pays(&estimate(8_300), 16_000, false));
+        assert!(s.compaction_pays(&estimate(8_400), 16_000, false));
         // Off by default: compaction at the threshold only.
         let mut default = Scheduler::new(ScheduleOptions::default());
         default.state = s.state.clone();
-        assert!(!default.compaction_pays(&estimate(15_000), 16_000));
+        assert!(!default.compaction_pays(&estimate(15_000), 16_000, false));
         // Never under the floor (half the threshold), with the schedule
         // off, or before the growth is known.
-        assert!(!s.compaction_pays(&estimate(8_400), 40_000));
+        assert!(!s.compaction_pays(&estimate(8_400), 40_000, false));
         let off = Scheduler::new(ScheduleOptions::every_call());
-        assert!(!off.compaction_pays(&estimate(15_000), 20_000));
-        assert!(!scheduler(8_000, 0).compaction_pays(&estimate(15_000), 20_000));
+        assert!(!off.compaction_pays(&estimate(15_000), 20_000, false));
+        assert!(!scheduler(8_000, 0).compaction_pays(&estimate(15_000), 20_000, false));
         // A summarizer billed at the session's prices makes it wait longer.
         let billed = CompactionEstimate {
             summarizer_input_tokens: 3_000,
             summarizer_output_tokens: 800,
             ..estimate(8_400)
         };
-        assert!(!s.compaction_pays(&billed, 16_000));
+        assert!(!s.compaction_pays(&billed, 16_000, false));
         // Anthropic's cheap reads and dear writes: later still (F =
         // 2,700 x 3.45 + 800 x 3.75, d >= 6,407).
         let mut anthropic = scheduler(8_000, 500);
         anthropic.options.price = PriceModel::preset("anthropic").unwrap();
-        assert!(!anthropic.compaction_pays(&estimate(11_000), 16_000));
-        assert!(anthropic.compaction_pays(&estimate(11_500), 16_000));
+        assert!(!anthropic.compaction_pays(&estimate(11_000), 16_000, false));
+        assert!(anthropic.compaction_pays(&estimate(11_500), 16_000, false));
+    }
+
+    #[test]
+    fn a_cold_call_compacts_from_its_own_floor_when_the_summary_costs_less_than_it_saves() {
+        // Early compaction off (the default), cold compaction from half
+        // the threshold: 8,400 of 16,000 would wait warm, compacts cold
+        // (the extractive summarizer costs nothing; 3,400 tokens saved).
+        let mut s = Scheduler::new(ScheduleOptions::default());
+        s.state.last_request_tokens = 8_000;
+        s.state.growth_per_call = 500;
+        s.state.last_request_at = Some(1000.0);
+        assert!(!s.compaction_pays(&estimate(8_400), 16_000, false));
+        assert!(s.compaction_pays(&estimate(8_400), 16_000, true));
+        assert!(s.is_cold(Some(1400.0)) && !s.is_cold(Some(1001.0)) && !s.is_cold(None));
+        // Never under its floor.
+        assert!(!s.compaction_pays(&estimate(7_900), 16_000, true));
+        // A billed summarizer that reads more than the call saves waits:
+        // 3,400 saved at $2 against 20,000 read at $2 and 800 written at $8.
+        let billed = CompactionEstimate {
+            summarizer_input_tokens: 20_000,
+            summarizer_output_tokens: 800,
+            ..estimate(8_400)
+        };
+        assert!(!s.compaction_pays(&billed, 16_000, true));
+        // Turned off, or the schedule off.
+        s.options.cold_compaction_from = 1.0;
+        assert!(!s.compaction_pays(&estimate(8_400), 16_000, true));
+        assert_eq!(s.compaction_floor(true), 1.0);
+        let mut off = Scheduler::new(ScheduleOptions::every_call());
+        off.state = s.state.clone();
+        assert_eq!(off.compaction_floor(true), 1.0);
+        assert!(!off.compaction_pays(&estimate(8_400), 16_000, true));
+        // An hour's cache is still warm after ten minutes.
+        let mut hour = Scheduler::new(
+            ScheduleOptions::default().with_price(PriceModel::preset("anthropic-1h").unwrap()),
+        );
+        hour.state = s.state.clone();
+        assert!(!hour.is_cold(Some(1600.0)));
     }
 
     #[test]
