@@ -3,7 +3,8 @@
 //! frozen texts of the managed history and the engine's state stay in
 //! memory (with a session store, nothing). A session that slept must wake
 //! with the same bytes going out and the same engine decisions as one that
-//! never slept.
+//! never slept. A session idle for longer than the prompt cache lives
+//! compacts on its next call when it is past half the threshold.
 
 mod common;
 
@@ -143,9 +144,13 @@ fn a_held_session_stays_awake_and_a_sleeping_one_is_left_alone() {
 }
 
 async fn post(addr: std::net::SocketAddr, messages: &[Value]) {
+    post_as(addr, "h", messages).await;
+}
+
+async fn post_as(addr: std::net::SocketAddr, session: &str, messages: &[Value]) {
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/chat/completions"))
-        .header("x-ctx-session", "h")
+        .header("x-ctx-session", session)
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&json!({"model": "m", "messages": messages})).unwrap())
         .send()
@@ -251,4 +256,94 @@ async fn a_sleeping_session_wakes_byte_for_byte() {
 #[tokio::test]
 async fn a_stored_session_is_dropped_asleep_and_loaded_byte_for_byte() {
     check_wakes_byte_for_byte(Some(Arc::new(MemoryStore::new()))).await;
+}
+
+/// A session context whose compressor prices a prompt cache that lives
+/// one second, so a test can outwait it.
+fn short_cache_context(context_length: u64) -> context_engine_serve::session::SessionContext {
+    use context_engine::compressor::CompressorOptions;
+    use context_engine::plugin::EngineContext;
+    use context_engine::pricing::PriceModel;
+    use context_engine::schedule::ScheduleOptions;
+    let mut price = PriceModel::default();
+    price.cache.lifetime_secs = 1;
+    let options =
+        CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
+    let c = counter();
+    let mut ctx = compressor_context(Arc::clone(&c), context_length);
+    ctx.factory = Arc::new(move |_id: &str| {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), context_length)
+                .with_compressor_options(options.clone())
+                .into_compressor(),
+        ) as Box<dyn context_engine::engine::ContextEngine>)
+    });
+    ctx
+}
+
+/// Posts `messages` for `session`; returns how many the upstream got.
+async fn sent_for(
+    addr: std::net::SocketAddr,
+    script: &Script,
+    session: &str,
+    messages: &[Value],
+) -> usize {
+    // The usage a provider would report: the request's own count.
+    script.push(Reply::With(Arc::new(move |req: &Value| {
+        let m: Vec<context_engine::Message> =
+            serde_json::from_value(req["messages"].clone()).unwrap();
+        let prompt = counter().count_messages(&m) as u64;
+        completion(json!({"role": "assistant", "content": "ok"}), prompt, 1)
+    })));
+    post_as(addr, session, messages).await;
+    script.last_body()["messages"].as_array().unwrap().len()
+}
+
+/// Through the proxy, on the wall clock: a session that stays idle longer
+/// than the prompt cache lives compacts on its next call once past half
+/// the threshold (its request goes out uncached anyway); the same calls
+/// without the pause do not.
+#[tokio::test]
+async fn a_session_idle_past_the_cache_lifetime_compacts_on_its_next_call() {
+    use context_engine::engine::ContextEngine;
+    let window = 8_000;
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _state) = start_proxy(options(&url), short_cache_context(window)).await;
+    let history = long_history(40);
+    let c = counter();
+    let threshold = context_engine::plugin::EngineContext::new(Arc::clone(&c), window)
+        .into_compressor()
+        .state()
+        .threshold_tokens;
+    let tokens = |n: usize| {
+        let m: Vec<context_engine::Message> =
+            serde_json::from_value(Value::Array(conversation(&history, n))).unwrap();
+        c.count_messages(&m) as u64
+    };
+    // The first call past 65% of the threshold, well short of it.
+    let k = (3..history.len())
+        .step_by(2)
+        .find(|&n| tokens(n) * 100 > threshold * 65)
+        .unwrap();
+    assert!(
+        tokens(k) < threshold * 9 / 10,
+        "{} of {threshold}",
+        tokens(k)
+    );
+    for session in ["warm", "cold"] {
+        for n in (3..k).step_by(2) {
+            let sent = sent_for(addr, &script, session, &conversation(&history, n)).await;
+            assert_eq!(sent, n, "{session}: nothing compacts before the pause");
+        }
+        if session == "cold" {
+            tokio::time::sleep(Duration::from_millis(1_300)).await;
+        }
+        let sent = sent_for(addr, &script, session, &conversation(&history, k)).await;
+        if session == "cold" {
+            assert!(sent < k, "the cold call compacts: {sent} of {k} messages");
+        } else {
+            assert_eq!(sent, k, "a warm call under the threshold does not");
+        }
+    }
 }
