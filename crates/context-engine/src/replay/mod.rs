@@ -116,6 +116,10 @@ pub struct CallRecord {
     /// [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)), or the
     /// cache had expired.
     pub cache_broke: bool,
+    /// Every earlier cache entry had expired (an idle gap longer than the
+    /// cache's lifetime before this call): the request went out uncached
+    /// whatever the engine did.
+    pub cache_expired: bool,
     /// Tokens of the engine's request that the previous request had after
     /// the point where this one changed it: cached content sent again at
     /// the full price (see [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)).
@@ -603,6 +607,7 @@ pub fn replay(
             cache_reusable_tokens_without_engine: unmanaged_hit.common_tokens
                 + unmanaged_hit.resent_tokens,
             cache_broke,
+            cache_expired: hit.expired,
             sent_at,
             compaction,
             pruned,

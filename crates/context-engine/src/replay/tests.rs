@@ -284,7 +284,8 @@ fn a_recorded_idle_gap_reaches_the_engine_which_compacts_where_the_cache_is_cold
     assert_consistent(&cold);
     let first = cold.calls.iter().find(|c| c.compaction.is_some()).unwrap();
     assert_eq!(first.message_index, at + 1, "{:?}", cold.totals);
-    assert!(first.sent_at.is_some());
+    assert!(first.sent_at.is_some() && first.cache_expired);
+    assert_eq!(cold.calls.iter().filter(|c| c.cache_expired).count(), 1);
     // Without the gap, or with cold compaction off, that call goes on ...
     let warm = run_scheduled(
         &timed(&messages, at, 0.0),

@@ -322,8 +322,13 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
                 Trigger::PostTool => "after tools, before",
                 Trigger::Manual => "manual, before",
             };
+            let cold = if c.cache_expired {
+                ", cache expired"
+            } else {
+                ""
+            };
             Some(format!(
-                "{why} call {}: request {} -> {} tokens",
+                "{why} call {}{cold}: request {} -> {} tokens",
                 c.call + 1,
                 n(k.request_tokens_before),
                 n(k.request_tokens_after)
