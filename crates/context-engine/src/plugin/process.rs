@@ -97,6 +97,8 @@ pub struct ProcessEngine {
     supervisor: RefCell<Supervisor>,
     parts: RefCell<Option<FallbackParts>>,
     fallback: OnceCell<Compressor>,
+    /// The host's time for the coming call, handed to the fallback.
+    call_time: Option<f64>,
 }
 
 impl std::fmt::Debug for ProcessEngine {
@@ -133,6 +135,7 @@ impl ProcessEngine {
                 context_length: ctx.context_length,
             })),
             fallback: OnceCell::new(),
+            call_time: None,
         }
     }
 
@@ -281,6 +284,7 @@ impl ProcessEngine {
         state.last_completion_tokens = self.state.last_completion_tokens;
         state.last_total_tokens = self.state.last_total_tokens;
         state.compression_count = self.state.compression_count;
+        compressor.set_call_time(self.call_time);
         let _ = self.fallback.set(compressor);
         let mut sup = self.supervisor.borrow_mut();
         sup.kill();
@@ -880,6 +884,14 @@ impl ContextEngine for ProcessEngine {
         plugin.insert("warnings".into(), json!(sup.warnings()));
         status.extra.insert("plugin".into(), Value::Object(plugin));
         status
+    }
+
+    /// Kept for the fallback; the plugin protocol has no hook for it.
+    fn set_call_time(&mut self, at: Option<f64>) {
+        self.call_time = at;
+        if let Some(c) = self.fallback.get_mut() {
+            c.set_call_time(at);
+        }
     }
 
     fn update_model(&mut self, model: &ModelInfo) {
