@@ -455,3 +455,66 @@ fn agent_session_logs_and_anthropic_requests_are_read() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A recorded tool-using session, 20 s between messages and 10 minutes
+/// before message `gap_at`: 30 file reads of ~850 tokens.
+fn timed_session(gap_at: usize) -> Value {
+    let mut t = 1_750_000_000.0;
+    let mut at = |i: usize| {
+        t += 20.0 + if i == gap_at { 600.0 } else { 0.0 };
+        t
+    };
+    let mut m = vec![
+        serde_json::json!({"role": "system", "content": "You are a coding agent.", "timestamp": at(0)}),
+        serde_json::json!({"role": "user", "content": "Make the test suite pass.", "timestamp": at(1)}),
+    ];
+    for k in 0..30 {
+        let id = format!("c{k}");
+        let i = m.len();
+        m.push(
+            serde_json::json!({"role": "assistant", "content": null, "timestamp": at(i),
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash",
+            "arguments": format!("{{\"command\":\"cat src/mod_{k}.py\"}}")}}]}),
+        );
+        let body = format!("def f_{k}(x):\n    return x * {k}  # compute\n").repeat(60);
+        m.push(serde_json::json!({"role": "tool", "tool_call_id": id, "content": body, "timestamp": at(i + 1)}));
+    }
+    let i = m.len();
+    m.push(
+        serde_json::json!({"role": "assistant", "content": "All tests pass.", "timestamp": at(i)}),
+    );
+    Value::Array(m)
+}
+
+#[test]
+fn a_recorded_idle_gap_compacts_on_the_expired_cache_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("ctx-replay-cold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("paused.json");
+    // The gap before the seventh read's result: the call after it carries
+    // about 70% of the threshold of a 12K window.
+    std::fs::write(&path, serde_json::to_vec(&timed_session(15)).unwrap()).unwrap();
+    let file = path.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["replay", file, "--context-length", "12000"];
+        args.extend_from_slice(extra);
+        let out = ctx(&args);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        common::stdout(&out)
+    };
+    let cold = run(&[]);
+    assert!(cold.contains("before call 8, cache expired:"), "{cold}");
+    let off = run(&["--set", "context.schedule.cold_compaction_from=1"]);
+    assert!(!off.contains("cache expired"), "{off}");
+    let r: Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert_consistent(&r);
+    let expired: Vec<&Value> = r["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["cache_expired"] == true)
+        .collect();
+    assert_eq!(expired.len(), 1);
+    assert!(expired[0]["compaction"].is_object(), "{}", expired[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
