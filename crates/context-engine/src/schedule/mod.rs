@@ -26,6 +26,15 @@
 //! pending steps accumulates while their break point stays put, several
 //! steps are later applied at once.
 //!
+//! Compaction is weighed too ([`Scheduler::compaction_pays`]): before the
+//! threshold only when the cost model says the cycle it starts is cheaper,
+//! from [`ScheduleOptions::early_compaction_from`] (opt-in), or on a call
+//! whose cache has expired, where the compaction breaks nothing, from
+//! [`ScheduleOptions::cold_compaction_from`] (on by default). Times are
+//! seconds since the Unix epoch: the host's for the call (a replay's
+//! recorded time) or the wall clock, so that a state persisted by one
+//! process reads right in another.
+//!
 //! The schedule's state ([`ScheduleState`]: how many tool batches are
 //! frozen as digested, and what the last request was) is small and
 //! serializable, so a host can persist it with the session; the digest's
@@ -125,8 +134,8 @@ pub struct ScheduleState {
     /// Prompt tokens of the last request.
     pub last_request_tokens: u64,
     /// When the last request was sent, in seconds since the Unix epoch.
-    /// Persisted as `last_request_unix`: states written before it was
-    /// (when the engine kept its process's monotonic seconds here) read as
+    /// Persisted as `last_request_unix`: a state written before the rename
+    /// (when the engine kept its process's monotonic seconds here) reads as
     /// unknown, never as a cold cache.
     #[serde(rename = "last_request_unix")]
     pub last_request_at: Option<f64>,
@@ -515,7 +524,8 @@ mod tests {
         // Never under its floor.
         assert!(!s.compaction_pays(&estimate(7_900), 16_000, true));
         // A billed summarizer that reads more than the call saves waits:
-        // 3,400 saved at $2 against 20,000 read at $2 and 800 written at $8.
+        // 3,400 tokens saved at $2 now (and the smaller request's reads
+        // after) against 20,000 read at $2 and 800 written at $8.
         let billed = CompactionEstimate {
             summarizer_input_tokens: 20_000,
             summarizer_output_tokens: 800,
