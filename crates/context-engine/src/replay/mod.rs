@@ -492,6 +492,7 @@ pub fn replay(
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
     let mut final_request = Vec::new();
+    let mut last_sent_at = None;
 
     for (call, &index) in call_indexes.iter().enumerate() {
         let mut engine_time = Duration::ZERO;
@@ -500,8 +501,11 @@ pub fn replay(
         let mut notices = Vec::new();
         let mut missed = None;
         // The engine's cache rules run on the recording's time (its idle
-        // gaps), not on the replay's.
-        let sent_at = call_time(recording, cursor, index);
+        // gaps), not on the replay's. A call without one, in a recording
+        // that has times, was made when the last one was: no gap is made up
+        // (the wall clock would be a year away).
+        let sent_at = call_time(recording, cursor, index).or(last_sent_at);
+        last_sent_at = sent_at;
         session.set_call_time(sent_at);
 
         // What arrived since the last call: tool results first (the agent

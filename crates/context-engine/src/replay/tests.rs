@@ -307,3 +307,22 @@ fn a_recorded_idle_gap_reaches_the_engine_which_compacts_where_the_cache_is_cold
         kept.totals.estimated_cost_with_engine
     );
 }
+
+#[test]
+fn a_recording_whose_times_stop_makes_up_no_idle_gap() {
+    let messages = session_messages(30, 60);
+    let mut partly = timed(&messages, 0, 0.0);
+    for m in &mut partly[10..] {
+        m.extra.remove("timestamp");
+    }
+    let compacted_at = |r: &ReplayReport| -> Vec<usize> {
+        r.calls
+            .iter()
+            .filter(|c| c.compaction.is_some())
+            .map(|c| c.call)
+            .collect()
+    };
+    let r = run(&partly, 12_000);
+    assert!(r.calls.iter().all(|c| !c.cache_expired));
+    assert_eq!(compacted_at(&r), compacted_at(&run(&messages, 12_000)));
+}
