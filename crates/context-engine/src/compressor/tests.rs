@@ -560,6 +560,31 @@ fn select_context_returns_the_digest_only_when_it_changes_something() {
 }
 
 #[test]
+fn the_schedule_keeps_wall_clock_times_that_another_process_can_read() {
+    // Without a host time, the last request's time is the wall clock's
+    // (seconds since the Unix epoch), not this process's uptime: a session
+    // persisted here and resumed elsewhere compares like with like.
+    let mut engine = Compressor::new(counter(), 20_000);
+    let history = session(3);
+    let _ = engine.select_context(&SelectRequest::new(&history, &history));
+    let snapshot = engine.snapshot();
+    let at = snapshot["compressor"]["schedule"]["last_request_unix"]
+        .as_f64()
+        .unwrap();
+    let wall = crate::schedule::now().unwrap();
+    assert!((wall - at).abs() < 60.0, "{at} against {wall}");
+    // A host time (a replay's) wins, and is what a resumed copy reads.
+    engine.set_call_time(Some(1_750_000_000.0));
+    let _ = engine.select_context(&SelectRequest::new(&history, &history));
+    let mut resumed = Compressor::new(counter(), 20_000);
+    resumed.restore(&engine.snapshot()).unwrap();
+    assert_eq!(
+        resumed.schedule_state().last_request_at,
+        Some(1_750_000_000.0)
+    );
+}
+
+#[test]
 fn offers_context_recall() {
     let mut engine = Compressor::new(counter(), 20_000);
     let schemas = engine.tool_schemas();
