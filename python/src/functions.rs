@@ -217,14 +217,23 @@ pub fn replay<'py>(
         Source::Values(message_values(session)?)
     };
     let report = py.detach(move || -> PyResult<Value> {
-        let messages = match source {
-            Source::Path(p) => Transcript::load(&p).map_err(load_error)?.messages,
-            Source::Values(v) => parse_messages(v).map_err(MessageError::into_py)?,
+        let (messages, times) = match source {
+            Source::Path(p) => {
+                let t = Transcript::load(&p).map_err(load_error)?;
+                let times = t.message_times();
+                (t.messages, times)
+            }
+            Source::Values(v) => (
+                parse_messages(v).map_err(MessageError::into_py)?,
+                Vec::new(),
+            ),
         };
         let counter = Arc::clone(&built.counter);
         let mut session = Session::new("replay", Box::new(built.engine), Arc::clone(&counter))
             .with_options(HostOptions::default().with_profile(profile));
-        let options = ReplayOptions::default().with_profile(profile);
+        let options = ReplayOptions::default()
+            .with_profile(profile)
+            .with_message_times(times);
         let report = replay_session(
             &messages,
             &mut session,

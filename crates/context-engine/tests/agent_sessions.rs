@@ -163,3 +163,62 @@ fn native_rules_judge_wire_transcripts_in_their_own_indexes() {
             .is_none()
     );
 }
+
+const ROLLOUT: &str = "rollout-2026-01-01T10-00-00-0199a1b2.jsonl";
+
+/// Replays `t` with the built-in engine and its recorded times; returns
+/// which calls found the prompt cache expired.
+fn expired_calls(t: &Transcript) -> Result<Vec<usize>, context_engine::replay::ReplayError> {
+    use context_engine::compressor::Compressor;
+    use context_engine::host::Session;
+    use context_engine::replay::{ReplayOptions, replay};
+    use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
+    use std::sync::Arc;
+    let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
+    let engine = Compressor::new(Arc::clone(&counter), 128_000);
+    let mut session = Session::new("log", Box::new(engine), Arc::clone(&counter));
+    let options = ReplayOptions::default().with_message_times(t.message_times());
+    let r = replay(
+        &t.messages,
+        &mut session,
+        counter.as_ref(),
+        &options,
+        |_, _| {},
+    )?;
+    Ok(r.calls
+        .iter()
+        .filter(|c| c.cache_expired)
+        .map(|c| c.call)
+        .collect())
+}
+
+#[test]
+fn session_logs_carry_their_entries_times_to_the_replay() {
+    // 2026-01-01T10:00:00Z.
+    let start = 1_767_261_600.0;
+    let within = |times: &[Option<f64>]| {
+        times
+            .iter()
+            .all(|at| at.is_some_and(|s| (start..start + 60.0).contains(&s)))
+    };
+    let claude = Transcript::load(fixture("claude-code-session.jsonl")).unwrap();
+    let times = claude.message_times();
+    assert_eq!(times.len(), claude.messages.len());
+    assert!(within(&times), "{times:?}");
+    // Codex: the instructions have no time, the items theirs.
+    let codex = Transcript::load(fixture(ROLLOUT)).unwrap();
+    let times = codex.message_times();
+    assert_eq!(times[0], None);
+    assert!(within(&times[1..]), "{times:?}");
+    assert!(times[1..].windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // A ten-minute pause in the log: the call after it finds the cache
+    // expired; without it, none does.
+    assert!(expired_calls(&codex).unwrap().is_empty());
+    let text = std::fs::read_to_string(fixture(ROLLOUT)).unwrap();
+    let paused = Transcript::parse(
+        text.replace("2026-01-01T10:00:1", "2026-01-01T10:10:1"),
+        "paused.jsonl",
+    )
+    .unwrap();
+    assert_eq!(expired_calls(&paused).unwrap().len(), 1);
+}

@@ -25,6 +25,7 @@ use crate::message::{Message, Role};
 use crate::pricing::{CostParts, PromptCache};
 use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probes};
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
+use crate::transcript::recorded_time;
 use crate::validate::{
     Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
 };
@@ -63,6 +64,12 @@ pub struct ReplayOptions {
     pub price: PriceModel,
     /// Rules every request must keep (checked per call: no new violation).
     pub profile: Profile,
+    /// When each recorded message was written (seconds since the Unix
+    /// epoch), by index, for recordings whose messages do not carry it
+    /// (session logs: [`Transcript::message_times`](crate::transcript::Transcript::message_times));
+    /// empty or `None` falls back to the message's own
+    /// [`recorded_time`](crate::transcript::recorded_time).
+    pub message_times: Vec<Option<f64>>,
 }
 
 impl Default for ReplayOptions {
@@ -70,6 +77,7 @@ impl Default for ReplayOptions {
         ReplayOptions {
             price: PriceModel::default(),
             profile: Profile::OpenAi,
+            message_times: Vec::new(),
         }
     }
 }
@@ -84,6 +92,12 @@ impl ReplayOptions {
     /// Sets [`profile`](Self::profile).
     pub fn with_profile(mut self, profile: Profile) -> ReplayOptions {
         self.profile = profile;
+        self
+    }
+
+    /// Sets [`message_times`](Self::message_times).
+    pub fn with_message_times(mut self, times: Vec<Option<f64>>) -> ReplayOptions {
+        self.message_times = times;
         self
     }
 }
@@ -504,7 +518,7 @@ pub fn replay(
         // gaps), not on the replay's. A call without one, in a recording
         // that has times, was made when the last one was: no gap is made up
         // (the wall clock would be a year away).
-        let sent_at = call_time(recording, cursor, index).or(last_sent_at);
+        let sent_at = call_time(recording, &options.message_times, cursor, index).or(last_sent_at);
         last_sent_at = sent_at;
         session.set_call_time(sent_at);
 
@@ -696,25 +710,23 @@ pub fn replay(
     })
 }
 
-/// When the call answered by `recording[index]` was made: the timestamp of
+/// When the call answered by `recording[index]` was made: the time of
 /// the newest message before it that has one (in this call's segment, else
-/// the answer's own), in seconds.
-fn call_time(recording: &[Message], cursor: usize, index: usize) -> Option<f64> {
-    recording[cursor..index]
-        .iter()
-        .rev()
-        .find_map(timestamp)
-        .or_else(|| recording.get(index).and_then(timestamp))
-}
-
-/// A message's recorded time in seconds since the Unix epoch
-/// (mini-swe-agent writes `extra.timestamp`).
-fn timestamp(m: &Message) -> Option<f64> {
-    m.extra
-        .get("extra")
-        .and_then(|e| e.get("timestamp"))
-        .or_else(|| m.extra.get("timestamp"))
-        .and_then(serde_json::Value::as_f64)
+/// the answer's own), in seconds; `times` first, then the message's own.
+fn call_time(
+    recording: &[Message],
+    times: &[Option<f64>],
+    cursor: usize,
+    index: usize,
+) -> Option<f64> {
+    let at = |k: usize| {
+        times
+            .get(k)
+            .copied()
+            .flatten()
+            .or_else(|| recording.get(k).and_then(recorded_time))
+    };
+    (cursor..index).rev().find_map(at).or_else(|| at(index))
 }
 
 /// Completion tokens the provider recorded for the call that wrote `m`.

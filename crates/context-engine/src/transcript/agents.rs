@@ -61,6 +61,34 @@ impl Wire {
         Wire::Responses { request, bridged }
     }
 
+    /// Times of the chat messages from `times`, indexed like the native
+    /// messages (Anthropic) or input items (Responses): a chat message made
+    /// of several takes the latest; the system prompt and instructions have
+    /// none.
+    pub(crate) fn chat_times(&self, times: &[Option<f64>]) -> Vec<Option<f64>> {
+        let at = |i: &usize| times.get(*i).copied().flatten();
+        match self {
+            Wire::Anthropic { bridged, .. } => bridged
+                .origins
+                .iter()
+                .map(|o| match o {
+                    anthropic::bridge::Origin::Message { index, .. } => at(index),
+                    anthropic::bridge::Origin::System => None,
+                })
+                .collect(),
+            Wire::Responses { bridged, .. } => bridged
+                .origins
+                .iter()
+                .map(|o| match o {
+                    responses::bridge::Origin::Items(items) => {
+                        items.iter().filter_map(at).reduce(f64::max)
+                    }
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
     /// The chat messages the engine works on.
     pub(crate) fn messages(&self) -> Vec<crate::message::Message> {
         match self {
@@ -265,8 +293,27 @@ fn lines(source_name: &str, text: &str) -> Result<Vec<Line>, LoadError> {
     Ok(out)
 }
 
+/// When a session-log entry was written, in seconds since the Unix epoch:
+/// its `timestamp`, an RFC 3339 string (Claude Code, Codex) or a number of
+/// seconds; `None` when absent or unreadable (the entry still counts).
+fn entry_time(o: &Map<String, Value>) -> Option<f64> {
+    match o.get("timestamp")? {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => humantime::parse_rfc3339_weak(s)
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs_f64()),
+        _ => None,
+    }
+}
+
+/// A session log read: the request, and when each of its messages (or
+/// input items) was written, as far as the log says.
+pub(super) type Log = (Wire, Vec<Option<f64>>);
+
 /// A Claude Code session log (see the module docs).
-pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Wire, LoadError> {
+pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Log, LoadError> {
     let entries = lines(source_name, text)?;
     let uuid =
         |o: &Map<String, Value>, k: &str| o.get(k).and_then(Value::as_str).map(str::to_owned);
@@ -309,6 +356,7 @@ pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Wire, LoadErr
         chain = (0..=leaf).collect();
     }
     let mut messages: Vec<anthropic::Message> = Vec::new();
+    let mut times: Vec<Option<f64>> = Vec::new();
     for i in chain {
         let (line, o) = &entries[i];
         if !is_turn(o) {
@@ -323,18 +371,29 @@ pub(super) fn claude_code(source_name: &str, text: &str) -> Result<Wire, LoadErr
         };
         let m = anthropic::Message::from_value(message)
             .map_err(|e| format_error(source_name, Some(*line), e))?;
-        match messages.last_mut() {
-            Some(prev) if prev.role == m.role => anthropic::bridge::append_blocks(prev, m),
-            _ => messages.push(m),
+        let at = entry_time(o);
+        match (messages.last_mut(), times.last_mut()) {
+            (Some(prev), Some(prev_at)) if prev.role == m.role => {
+                anthropic::bridge::append_blocks(prev, m);
+                *prev_at = at.or(*prev_at);
+            }
+            _ => {
+                messages.push(m);
+                times.push(at);
+            }
         }
     }
-    Ok(Wire::anthropic(anthropic::Request::new(messages), false))
+    Ok((
+        Wire::anthropic(anthropic::Request::new(messages), false),
+        times,
+    ))
 }
 
 /// A Codex rollout (see the module docs).
-pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
+pub(super) fn codex(source_name: &str, text: &str) -> Result<Log, LoadError> {
     let entries = lines(source_name, text)?;
     let mut items: Vec<Item> = Vec::new();
+    let mut times: Vec<Option<f64>> = Vec::new();
     let mut instructions: Option<String> = None;
     for (line, o) in entries {
         let payload = o.get("payload");
@@ -348,7 +407,10 @@ pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
                 }
             }
             Some("response_item") => match payload {
-                Some(Value::Object(p)) => items.push(Item::from_map(p.clone())),
+                Some(Value::Object(p)) => {
+                    items.push(Item::from_map(p.clone()));
+                    times.push(entry_time(&o));
+                }
                 _ => {
                     return Err(format_error(
                         source_name,
@@ -368,11 +430,13 @@ pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
                         .filter_map(Value::as_object)
                         .map(|m| Item::from_map(m.clone()))
                         .collect();
+                    times = vec![entry_time(&o); items.len()];
                 } else if let Some(summary) = payload
                     .and_then(|p| p.get("message"))
                     .and_then(Value::as_str)
                 {
                     items.push(Item::new_message("user", summary));
+                    times.push(entry_time(&o));
                 }
             }
             _ => {}
@@ -384,5 +448,5 @@ pub(super) fn codex(source_name: &str, text: &str) -> Result<Wire, LoadError> {
             .extra
             .insert("instructions".into(), Value::String(i));
     }
-    Ok(Wire::responses(request))
+    Ok((Wire::responses(request), times))
 }

@@ -215,6 +215,9 @@ pub struct Transcript {
     /// The wire-format request the messages were converted from (Anthropic,
     /// Responses, and the session logs of Claude Code and Codex).
     wire: Option<agents::Wire>,
+    /// For a session log, when each message was written (see
+    /// [`Transcript::message_times`]); empty otherwise.
+    times: Vec<Option<f64>>,
 }
 
 impl Transcript {
@@ -229,6 +232,7 @@ impl Transcript {
             added_ids: HashSet::new(),
             warnings: Vec::new(),
             wire: None,
+            times: Vec::new(),
         }
     }
 
@@ -238,6 +242,32 @@ impl Transcript {
         t.source_name = source_name;
         t.wire = Some(wire);
         t
+    }
+
+    fn from_log((wire, times): agents::Log, format: Format, source_name: String) -> Transcript {
+        let chat_times = wire.chat_times(&times);
+        let mut t = Transcript::from_wire(wire, format, source_name);
+        t.times = chat_times;
+        t
+    }
+
+    /// When each message was written, in seconds since the Unix epoch, as
+    /// far as the file says: for a Claude Code or Codex session log the
+    /// time of the entries a message was made of, else the message's own
+    /// `timestamp` ([`recorded_time`]). `None` where unknown. Indexed like
+    /// [`Transcript::messages`] as loaded.
+    pub fn message_times(&self) -> Vec<Option<f64>> {
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                self.times
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .or_else(|| recorded_time(m))
+            })
+            .collect()
     }
 
     /// Reads and parses a file, detecting its format.
@@ -477,12 +507,12 @@ fn parse(
     };
     match detected.or(format) {
         Some(Format::ClaudeCode) => {
-            let wire = agents::claude_code(&source_name, text)?;
-            return Ok(Transcript::from_wire(wire, Format::ClaudeCode, source_name));
+            let log = agents::claude_code(&source_name, text)?;
+            return Ok(Transcript::from_log(log, Format::ClaudeCode, source_name));
         }
         Some(Format::Codex) => {
-            let wire = agents::codex(&source_name, text)?;
-            return Ok(Transcript::from_wire(wire, Format::Codex, source_name));
+            let log = agents::codex(&source_name, text)?;
+            return Ok(Transcript::from_log(log, Format::Codex, source_name));
         }
         _ => {}
     }
@@ -540,9 +570,21 @@ fn parse(
         added_ids: HashSet::new(),
         warnings: Vec::new(),
         wire: None,
+        times: Vec::new(),
     };
     normalise_tool_call_ids(&mut transcript);
     Ok(transcript)
+}
+
+/// A message's recorded time in seconds since the Unix epoch: its
+/// `timestamp` (a number of seconds, as mini-swe-agent writes in `extra`,
+/// or at the top level).
+pub fn recorded_time(m: &Message) -> Option<f64> {
+    m.extra
+        .get("extra")
+        .and_then(|e| e.get("timestamp"))
+        .or_else(|| m.extra.get("timestamp"))
+        .and_then(Value::as_f64)
 }
 
 /// What marks `messages` (and the envelope's other keys, `metadata`) as

@@ -117,7 +117,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }
     let options = ReplayOptions::default()
         .with_price(price)
-        .with_profile(args.profile);
+        .with_profile(args.profile)
+        .with_message_times(transcript.message_times());
 
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(0);
