@@ -517,7 +517,7 @@ pub fn replay(
         // The engine's cache rules run on the recording's time (its idle
         // gaps), not on the replay's. A call without one, in a recording
         // that has times, was made when the last one was: no gap is made up
-        // (the wall clock would be a year away).
+        // (the wall clock is not the recording's).
         let sent_at = call_time(recording, &options.message_times, cursor, index).or(last_sent_at);
         last_sent_at = sent_at;
         session.set_call_time(sent_at);
