@@ -23,9 +23,12 @@ pub struct PlotData {
     pub compactions: Vec<usize>,
     /// Call indexes at which a proactive prune happened.
     pub prunes: Vec<usize>,
-    /// Call indexes whose request broke the prompt cache (cached content
-    /// re-sent at the full price, or an expired cache).
+    /// Call indexes whose request broke the prompt cache: cached content
+    /// re-sent at the full price.
     pub cache_breaks: Vec<usize>,
+    /// Call indexes that found the cache expired (an idle gap longer than
+    /// its lifetime): uncached whatever the engine did.
+    pub cache_expired: Vec<usize>,
     /// The compaction threshold, in tokens.
     pub threshold: Option<u64>,
     /// The model's context window, in tokens.
@@ -39,6 +42,7 @@ const WITHOUT_COLOR: RGBColor = RGBColor(214, 39, 40);
 const COMPACTION_COLOR: RGBColor = RGBColor(44, 160, 44);
 const PRUNE_COLOR: RGBColor = RGBColor(148, 103, 189);
 const CACHE_BREAK_COLOR: RGBColor = RGBColor(227, 119, 194);
+const CACHE_EXPIRED_COLOR: RGBColor = RGBColor(23, 190, 207);
 const THRESHOLD_COLOR: RGBColor = RGBColor(255, 127, 14);
 const WINDOW_COLOR: RGBColor = RGBColor(90, 90, 90);
 
@@ -117,6 +121,7 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
         (&data.compactions, "compaction", COMPACTION_COLOR),
         (&data.prunes, "prune", PRUNE_COLOR),
         (&data.cache_breaks, "cache broke", CACHE_BREAK_COLOR),
+        (&data.cache_expired, "cache expired", CACHE_EXPIRED_COLOR),
     ] {
         if marks.is_empty() {
             continue;
@@ -174,6 +179,7 @@ mod tests {
             compactions: vec![3],
             prunes: vec![2],
             cache_breaks: vec![3],
+            cache_expired: vec![4],
             threshold: Some(24000),
             context_length: Some(32000),
         };
@@ -187,6 +193,8 @@ mod tests {
             WITHOUT_LABEL,
             "compaction",
             "prune",
+            "cache broke",
+            "cache expired",
             "threshold",
             "context window",
             "model call",

@@ -193,7 +193,13 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
             cache_breaks: report
                 .calls
                 .iter()
-                .filter(|c| c.cache_broke)
+                .filter(|c| c.cache_resent_tokens > 0)
+                .map(|c| c.call)
+                .collect(),
+            cache_expired: report
+                .calls
+                .iter()
+                .filter(|c| c.cache_expired)
                 .map(|c| c.call)
                 .collect(),
             threshold: Some(report.threshold_tokens).filter(|t| *t > 0),
