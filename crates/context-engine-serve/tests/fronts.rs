@@ -4,7 +4,8 @@
 //! and from both event formats, compaction in the client's own format
 //! (valid, unknown blocks kept, breakpoints within the limit),
 //! `count_tokens` on the managed request, `previous_response_id` passed
-//! through and counted, an unreadable body forwarded unchanged.
+//! through and counted, an unreadable body forwarded unchanged, a pause
+//! past the cache's lifetime compacting the next turn.
 
 mod common;
 
@@ -20,7 +21,7 @@ use context_engine::compressor::SUMMARY_PREFIX;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use common::{compressor_context, counter, options, start_proxy};
+use common::{compressor_context, counter, options, short_cache_context, start_proxy};
 
 #[derive(Clone, Debug)]
 struct Seen {
@@ -268,6 +269,62 @@ async fn anthropic_compaction_is_valid_keeps_unknown_blocks_and_breakpoints() {
         "compacted after turn {turns}"
     );
     assert!(counted.len() < body.len());
+}
+
+/// Claude Code through the Anthropic front, on the wall clock with a
+/// one-second cache: the turn before the one where a warm session first
+/// compacts (past half the threshold, short of it) compacts when the
+/// client paused longer than the cache lives; the request goes out valid.
+#[tokio::test]
+async fn anthropic_a_pause_past_the_cache_lifetime_compacts_the_next_turn() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), short_cache_context(6_000, 1)).await;
+    let send = |session: &'static str, turns: usize| {
+        let up = Arc::clone(&up);
+        async move {
+            let headers = [("x-api-key", "k"), ("x-claude-code-session-id", session)];
+            let (code, _) = post(
+                addr,
+                "/v1/messages",
+                &claude_request(turns, false),
+                &headers,
+            )
+            .await;
+            assert_eq!(code, 200);
+            let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+            serde_json::from_slice::<Value>(&seen.body).unwrap()
+        }
+    };
+    let mut first = None;
+    for turns in 1..=30 {
+        if send("warm", turns)
+            .await
+            .to_string()
+            .contains(SUMMARY_PREFIX)
+        {
+            first = Some(turns);
+            break;
+        }
+    }
+    let first = first.expect("a warm session compacts at the threshold");
+    assert!(
+        first > 3,
+        "room for a turn past half the threshold: {first}"
+    );
+    let turn = first - 1;
+    for turns in 1..turn {
+        let sent = send("paused", turns).await;
+        assert!(!sent.to_string().contains(SUMMARY_PREFIX), "turn {turns}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    let sent = send("paused", turn).await;
+    assert!(
+        sent.to_string().contains(SUMMARY_PREFIX),
+        "turn {turn} after the pause compacts (a warm one first did at {first})"
+    );
+    let request = context_engine::anthropic::Request::from_value(sent).unwrap();
+    assert!(context_engine::validate::anthropic::validate(&request).is_empty());
 }
 
 /// The session's cache of the previous request (only new messages are

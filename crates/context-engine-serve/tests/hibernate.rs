@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use common::{
-    Reply, Script, completion, compressor_context, counter, long_history, options, start_proxy,
-    start_upstream,
+    Reply, Script, completion, compressor_context, counter, long_history, options,
+    short_cache_context, start_proxy, start_upstream,
 };
 
 fn raws(messages: &[Value]) -> Vec<Box<RawValue>> {
@@ -258,29 +258,6 @@ async fn a_stored_session_is_dropped_asleep_and_loaded_byte_for_byte() {
     check_wakes_byte_for_byte(Some(Arc::new(MemoryStore::new()))).await;
 }
 
-/// A session context whose compressor prices a prompt cache that lives
-/// one second, so a test can outwait it.
-fn short_cache_context(context_length: u64) -> context_engine_serve::session::SessionContext {
-    use context_engine::compressor::CompressorOptions;
-    use context_engine::plugin::EngineContext;
-    use context_engine::pricing::PriceModel;
-    use context_engine::schedule::ScheduleOptions;
-    let mut price = PriceModel::default();
-    price.cache.lifetime_secs = 1;
-    let options =
-        CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
-    let c = counter();
-    let mut ctx = compressor_context(Arc::clone(&c), context_length);
-    ctx.factory = Arc::new(move |_id: &str| {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), context_length)
-                .with_compressor_options(options.clone())
-                .into_compressor(),
-        ) as Box<dyn context_engine::engine::ContextEngine>)
-    });
-    ctx
-}
-
 /// Posts `messages` for `session`; returns how many the upstream got.
 async fn sent_for(
     addr: std::net::SocketAddr,
@@ -309,7 +286,7 @@ async fn a_session_idle_past_the_cache_lifetime_compacts_on_its_next_call() {
     let window = 8_000;
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
-    let (addr, _state) = start_proxy(options(&url), short_cache_context(window)).await;
+    let (addr, _state) = start_proxy(options(&url), short_cache_context(window, 1)).await;
     let history = long_history(40);
     let c = counter();
     let threshold = context_engine::plugin::EngineContext::new(Arc::clone(&c), window)

@@ -287,6 +287,28 @@ pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -
     }
 }
 
+/// [`compressor_context`] whose compressor prices a prompt cache that
+/// lives `lifetime_secs`, so a test can outwait it.
+pub fn short_cache_context(context_length: u64, lifetime_secs: u64) -> SessionContext {
+    use context_engine::compressor::CompressorOptions;
+    use context_engine::pricing::PriceModel;
+    use context_engine::schedule::ScheduleOptions;
+    let mut price = PriceModel::default();
+    price.cache.lifetime_secs = lifetime_secs;
+    let options =
+        CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
+    let c = counter();
+    let mut ctx = compressor_context(Arc::clone(&c), context_length);
+    ctx.factory = Arc::new(move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+        Ok(Box::new(
+            EngineContext::new(Arc::clone(&c), context_length)
+                .with_compressor_options(options.clone())
+                .into_compressor(),
+        ))
+    });
+    ctx
+}
+
 /// Starts a proxy for `options` and `ctx` on 127.0.0.1:0; returns its
 /// address and state.
 pub async fn start_proxy(options: ServeOptions, ctx: SessionContext) -> (SocketAddr, AppState) {
