@@ -316,9 +316,9 @@ impl Scheduler {
     ) -> bool {
         let o = &self.options;
         let g = self.state.growth_per_call;
+        // The floor is 1 with the schedule off.
         let from = self.compaction_floor(cold);
-        if !o.enabled
-            || threshold_tokens == 0
+        if threshold_tokens == 0
             || g == 0
             || from >= 1.0
             || (e.request_tokens as f64) < from * threshold_tokens as f64

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use context_engine::host::{HostOptions, Session, Trigger};
-use context_engine::replay::{CostComparison, ReplayOptions, ReplayReport, replay};
+use context_engine::replay::{CallRecord, CostComparison, ReplayOptions, ReplayReport, replay};
 use context_engine::store::{MemoryStore, SessionStore};
 use context_engine::validate::Profile;
 use serde::Serialize;
@@ -175,6 +175,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
 
     let file = args.input.file.display().to_string();
     if let Some(path) = &args.plot {
+        // The calls where `keep` holds, as markers.
+        let calls_where = |keep: fn(&CallRecord) -> bool| -> Vec<usize> {
+            report
+                .calls
+                .iter()
+                .filter(|c| keep(c))
+                .map(|c| c.call)
+                .collect()
+        };
         let data = PlotData {
             title: format!("{file}: prompt tokens per model call"),
             with_engine: report.calls.iter().map(|c| c.tokens_with_engine).collect(),
@@ -184,24 +193,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                 .map(|c| c.tokens_without_engine)
                 .collect(),
             compactions: report.compactions.iter().map(|c| c.call).collect(),
-            prunes: report
-                .calls
-                .iter()
-                .filter(|c| c.pruned > 0)
-                .map(|c| c.call)
-                .collect(),
-            cache_breaks: report
-                .calls
-                .iter()
-                .filter(|c| c.cache_resent_tokens > 0)
-                .map(|c| c.call)
-                .collect(),
-            cache_expired: report
-                .calls
-                .iter()
-                .filter(|c| c.cache_expired)
-                .map(|c| c.call)
-                .collect(),
+            prunes: calls_where(|c| c.pruned > 0),
+            cache_breaks: calls_where(|c| c.cache_resent_tokens > 0),
+            cache_expired: calls_where(|c| c.cache_expired),
             threshold: Some(report.threshold_tokens).filter(|t| *t > 0),
             context_length: Some(report.context_length).filter(|t| *t > 0),
         };
