@@ -604,3 +604,234 @@ async fn responses_sessions_kept_in_a_store_move_between_instances() {
         );
     }
 }
+
+/// An upstream that calls `context_recall` on `toolu_000` until the request
+/// carries the proxy's answer, then answers with text; streamed or not, as
+/// asked.
+async fn recalling(
+    State(up): State<Arc<Upstream>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    up.seen.lock().unwrap().push(Seen {
+        uri: uri.to_string(),
+        headers,
+        body,
+    });
+    let answered = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["content"][0]["tool_use_id"] == "toolu_recall");
+    let (content, stop) = if answered {
+        (
+            json!([{"type": "text", "text": "part 0 defines parse."}]),
+            "end_turn",
+        )
+    } else {
+        (
+            json!([{"type": "text", "text": "Let me look back."},
+                   {"type": "tool_use", "id": "toolu_recall", "name": "context_recall",
+                    "input": {"handle": "toolu_000"}}]),
+            "tool_use",
+        )
+    };
+    let usage = json!({"input_tokens": 40, "output_tokens": 12});
+    let text = if request["stream"] == json!(true) {
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"id": "m", "type": "message",
+            "role": "assistant", "content": [], "usage": usage}}),
+        ];
+        for (i, block) in content.as_array().unwrap().iter().enumerate() {
+            let mut start = block.clone();
+            let delta = if block["type"] == "text" {
+                start["text"] = json!("");
+                json!({"type": "text_delta", "text": block["text"]})
+            } else {
+                start["input"] = json!({});
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()})
+            };
+            events.push(json!({"type": "content_block_start", "index": i, "content_block": start}));
+            events.push(json!({"type": "content_block_delta", "index": i, "delta": delta}));
+            events.push(json!({"type": "content_block_stop", "index": i}));
+        }
+        events.push(json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 12}}));
+        events.push(json!({"type": "message_stop"}));
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect::<String>()
+    } else {
+        json!({"id": "m", "type": "message", "role": "assistant", "content": content,
+               "stop_reason": stop, "usage": usage})
+        .to_string()
+    };
+    let content_type = if request["stream"] == json!(true) {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    Response::builder()
+        .header("content-type", content_type)
+        .body(Body::from(text))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn anthropic_engine_tools_are_offered_and_resolved_in_the_proxy() {
+    for stream in [false, true] {
+        let up = Arc::new(Upstream::default());
+        let app = Router::new()
+            .route("/v1/messages", route_post(recalling))
+            .with_state(Arc::clone(&up));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (addr, state) = start_proxy(
+            options(&url).with_engine_tools(true),
+            compressor_context(counter(), 200_000),
+        )
+        .await;
+        let mut body: Value = serde_json::from_str(&claude_request(2, stream)).unwrap();
+        body["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
+        let (code, text) = post(
+            addr,
+            "/v1/messages",
+            &body.to_string(),
+            &[("x-api-key", "k")],
+        )
+        .await;
+        assert_eq!(code, 200, "{text}");
+
+        // The client sees one message: the text of both rounds, no call.
+        let (texts, kinds) = if stream {
+            let events: Vec<Value> = text
+                .split("\n\n")
+                .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|e| e["type"] == "message_start")
+                    .count(),
+                1
+            );
+            assert_eq!(events.last().unwrap()["type"], "message_stop");
+            let starts: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "content_block_start")
+                .map(|e| e["index"].as_u64().unwrap())
+                .collect();
+            assert_eq!(starts, [0, 1], "block indices follow on");
+            let texts: Vec<String> = events
+                .iter()
+                .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
+                .collect();
+            let kinds: Vec<String> = events
+                .iter()
+                .filter_map(|e| e["content_block"]["type"].as_str().map(str::to_owned))
+                .collect();
+            (texts, kinds)
+        } else {
+            let answer: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(answer["stop_reason"], "end_turn");
+            let blocks = answer["content"].as_array().unwrap();
+            (
+                blocks
+                    .iter()
+                    .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                    .collect(),
+                blocks
+                    .iter()
+                    .map(|b| b["type"].as_str().unwrap().to_owned())
+                    .collect(),
+            )
+        };
+        let expected: &[&str] = if stream {
+            &["Let me look back.", "part 0 defines parse."]
+        } else {
+            &["part 0 defines parse."]
+        };
+        assert_eq!(texts, expected, "stream: {stream}");
+        assert!(kinds.iter().all(|k| k == "text"), "{kinds:?}");
+
+        let seen = up.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        let first: Value = serde_json::from_slice(&seen[0].body).unwrap();
+        let offered: Vec<&str> = first["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(offered[0], "Bash");
+        assert!(offered.contains(&"context_recall"), "{offered:?}");
+        assert!(first["tools"][1]["input_schema"].is_object());
+        // The second request carries the exchange: the model's turn and
+        // the recalled output as a tool result.
+        let second: Value = serde_json::from_slice(&seen[1].body).unwrap();
+        let messages = second["messages"].as_array().unwrap();
+        let n = messages.len();
+        assert_eq!(messages[n - 2]["content"][1]["name"], "context_recall");
+        assert_eq!(
+            messages[n - 2]["content"][1]["input"],
+            json!({"handle": "toolu_000"})
+        );
+        let result = &messages[n - 1]["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert!(
+            result["content"].as_str().unwrap().contains("// part 0"),
+            "{result}"
+        );
+        assert!(
+            state
+                .metrics()
+                .encode()
+                .contains("ctx_engine_tool_rounds_total 1")
+        );
+
+        // The client's next turn (without the exchange) is managed as usual.
+        let s = status(addr, "cc-1", &[("x-api-key", "k")]).await;
+        assert_eq!(s["stats"]["managed"], 1);
+        assert_eq!(s["stats"]["completion_tokens"], 12);
+    }
+}
+
+#[tokio::test]
+async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_and_by_default() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(
+        options(&url).with_engine_tools(true),
+        compressor_context(counter(), 200_000),
+    )
+    .await;
+    let mut body: Value = serde_json::from_str(&claude_request(1, false)).unwrap();
+    body["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
+    body["tool_choice"] = json!({"type": "tool", "name": "Bash"});
+    let (code, _) = post(
+        addr,
+        "/v1/messages",
+        &body.to_string(),
+        &[("x-api-key", "k")],
+    )
+    .await;
+    assert_eq!(code, 200);
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen[0].body, body.to_string().as_bytes(), "nothing offered");
+
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    body.as_object_mut().unwrap().remove("tool_choice");
+    let (code, _) = post(
+        addr,
+        "/v1/messages",
+        &body.to_string(),
+        &[("x-api-key", "k")],
+    )
+    .await;
+    assert_eq!(code, 200);
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen[1].body, body.to_string().as_bytes(), "off by default");
+}

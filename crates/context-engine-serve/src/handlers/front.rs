@@ -16,9 +16,10 @@
 //! A request the proxy cannot read, one on server-side state
 //! (`previous_response_id`), an engine failure or a rebuilt request that
 //! would break its API's rules goes upstream as the client sent it (fail
-//! open; the reason is logged and counted). Engine tools are not offered
-//! on these fronts: their calls would have to be intercepted in the
-//! client's own event format.
+//! open; the reason is logged and counted). With `serve.engine_tools`,
+//! the Anthropic front offers the engine's tools and resolves their calls
+//! in Anthropic's format, streamed or not ([`tools::anthropic`]); the
+//! Responses front does not offer them yet.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,6 +41,7 @@ use crate::handlers::{Guard, open_stream, passthrough, release_with_usage, respo
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
+use crate::tools;
 
 /// What one request of a front needs to know about itself.
 pub(crate) struct Call {
@@ -135,6 +137,7 @@ pub(crate) async fn handle(
         background::spawn(m, &key.id, job, state.sessions().summary_claims());
     }
     let mut fields: Vec<(&'static str, String)> = Vec::new();
+    let managed = outcome.is_ok();
     match outcome {
         Ok((plan, rebuilt)) => {
             super::report_plan(
@@ -157,6 +160,17 @@ pub(crate) async fn handle(
             tracing::warn!(session = %key.id, front = %call.kind, reason = %why, "request sent unmanaged");
         }
     }
+    let engine_tools =
+        if state.options().engine_tools && managed && call.kind == FrontKind::Anthropic {
+            guard
+                .as_ref()
+                .and_then(|m| tools::anthropic::schemas(m, &split))
+        } else {
+            None
+        };
+    if let Some(t) = &engine_tools {
+        fields.push(("tools", t.tools_json.clone()));
+    }
     tracing::debug!(session = %key.id, source = ?source, front = %call.kind, stream, "front request");
     let upstream_body = if fields.is_empty() {
         body.clone()
@@ -168,6 +182,9 @@ pub(crate) async fn handle(
         state
             .metrics()
             .ttfb_overhead(call.route, started.elapsed().as_secs_f64());
+        let rounds = state.options().max_tool_rounds;
+        let tools = engine_tools
+            .map(|t| tools::anthropic::StreamRounds::new(t, body.clone(), fields, rounds));
         return relay(
             state,
             call,
@@ -176,18 +193,25 @@ pub(crate) async fn handle(
             upstream_body,
             guard,
             started,
+            tools,
         )
         .await;
     }
     let up_started = Instant::now();
-    let (status, resp_headers, bytes) =
-        match send_collect(&state, out_headers, &url, upstream_body).await {
-            Ok(r) => r,
-            Err(e) => {
-                release_with_usage(&state, Some(guard), None);
-                return e.into_response();
-            }
-        };
+    let result = match &engine_tools {
+        Some(t) => {
+            tools::anthropic::resolve(&state, &mut guard, &split, &fields, t, out_headers, &url)
+                .await
+        }
+        None => send_collect(&state, out_headers, &url, upstream_body).await,
+    };
+    let (status, resp_headers, bytes) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            release_with_usage(&state, Some(guard), None);
+            return e.into_response();
+        }
+    };
     let up = up_started.elapsed();
     let usage = status.is_success().then(|| usage_of(&bytes)).flatten();
     if let Some(usage) = &usage {
@@ -334,8 +358,12 @@ async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -
 
 /// A streamed call: an error status comes back whole; a stream is relayed
 /// chunk by chunk unchanged, holding the session until its last event (the
-/// usage is fed to the engine then). A client that goes away drops the
-/// relay, which drops the upstream call.
+/// usage is fed to the engine then). With engine tools offered
+/// (`rounds`), a stream that calls one is held from that call, resolved
+/// and re-sent, and its continuation relayed in the same response (see
+/// [`tools::anthropic`]). A client that goes away drops the relay, which
+/// drops the upstream call.
+#[allow(clippy::too_many_arguments)]
 async fn relay(
     state: AppState,
     call: Call,
@@ -344,7 +372,9 @@ async fn relay(
     body: Bytes,
     guard: Guard,
     started: Instant,
+    rounds: Option<tools::anthropic::StreamRounds>,
 ) -> Response {
+    let resend = rounds.as_ref().map(|_| (headers.clone(), url.to_owned()));
     let up_started = Instant::now();
     let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
         Ok(opened) => opened,
@@ -363,6 +393,8 @@ async fn relay(
         started: Instant,
         up_started: Instant,
         ended: bool,
+        rounds: Option<tools::anthropic::StreamRounds>,
+        resend: Option<(HeaderMap, String)>,
     }
     impl Relaying {
         fn end(&mut self) {
@@ -382,6 +414,58 @@ async fn relay(
                 up.as_secs_f64(),
                 total.saturating_sub(up).as_secs_f64(),
             );
+        }
+
+        /// What the client gets of `chunk` (all of it without engine
+        /// tools).
+        fn pass(&mut self, chunk: Bytes) -> Bytes {
+            self.reader.push(&chunk);
+            match self.rounds.as_mut() {
+                Some(r) => Bytes::from(r.push(&chunk)),
+                None => chunk,
+            }
+        }
+
+        /// The round ended holding an engine call: resolves it and
+        /// switches to the continuation (`None`), or returns what the
+        /// client gets instead (the held events, engine calls removed, or
+        /// an error event).
+        async fn settle_held(&mut self) -> Option<Bytes> {
+            let r = self.rounds.as_mut()?;
+            if !r.resolvable() {
+                return Some(Bytes::from(r.release_held()));
+            }
+            let (headers, url) = self.resend.clone()?;
+            let mut guard = self.guard.take();
+            let next = r.next_request(guard.as_deref_mut().unwrap_or(&mut None));
+            self.guard = guard;
+            self.state.metrics().tool_round();
+            let sent = self
+                .state
+                .upstream()
+                .send(Method::POST, &url, headers, next, true)
+                .await;
+            match sent {
+                Ok(resp) if resp.status().is_success() => {
+                    self.upstream = resp.bytes_stream().boxed();
+                    self.reader = WireRelay::new(self.kind);
+                    None
+                }
+                Ok(resp) => {
+                    let status = resp.status();
+                    let text = resp.text().await.unwrap_or_default();
+                    tracing::warn!(%status, "upstream refused the engine-tool continuation");
+                    Some(error_event(
+                        self.kind,
+                        &format!("upstream error {status} after an engine tool call: {text}"),
+                    ))
+                }
+                Err(e) => Some(error_event(self.kind, &e.to_string())),
+            }
+        }
+
+        fn holding(&self) -> bool {
+            self.rounds.as_ref().is_some_and(|r| r.holding())
         }
     }
     // A stream dropped before its end (the client went away) still
@@ -403,31 +487,66 @@ async fn relay(
         started,
         up_started,
         ended: false,
+        rounds,
+        resend,
     };
     let body = futures_util::stream::unfold(relaying, |mut r| async move {
-        match r.upstream.next().await {
-            Some(Ok(chunk)) => {
-                r.reader.push(&chunk);
-                if r.reader.done() {
-                    // Usage and the session are settled before the client
-                    // sees the last event.
+        loop {
+            if r.ended {
+                return None;
+            }
+            match r.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    let mut out = r.pass(chunk);
+                    let round_over = r.rounds.as_ref().map_or(r.reader.done(), |t| t.ended());
+                    if round_over && r.holding() {
+                        match r.settle_held().await {
+                            // The continuation is relayed next.
+                            None => {
+                                if !out.is_empty() {
+                                    return Some((Ok(out), r));
+                                }
+                                continue;
+                            }
+                            Some(rest) => out = [out, rest].concat().into(),
+                        }
+                    }
+                    if r.reader.done() {
+                        // Usage and the session are settled before the
+                        // client sees the last event.
+                        r.end();
+                    }
+                    if !out.is_empty() {
+                        return Some((Ok::<Bytes, std::io::Error>(out), r));
+                    }
+                }
+                Some(Err(e)) => {
+                    let err = ServeError::from_reqwest(&e);
+                    tracing::warn!(error = %err, "upstream stream broke off");
+                    let held = r
+                        .rounds
+                        .as_mut()
+                        .map(|t| t.release_held())
+                        .unwrap_or_default();
                     r.end();
+                    let out = [held.as_slice(), &error_event(r.kind, &err.to_string())].concat();
+                    return Some((Ok(out.into()), r));
                 }
-                Some((Ok::<Bytes, std::io::Error>(chunk), r))
-            }
-            Some(Err(e)) => {
-                if r.ended {
-                    return None;
+                None => {
+                    r.reader.finish();
+                    let mut rest = r.rounds.as_mut().map(|t| t.finish()).unwrap_or_default();
+                    if r.holding() {
+                        match r.settle_held().await {
+                            None => continue,
+                            Some(held) => rest.extend_from_slice(&held),
+                        }
+                    }
+                    r.end();
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    return Some((Ok(rest.into()), r));
                 }
-                let err = ServeError::from_reqwest(&e);
-                tracing::warn!(error = %err, "upstream stream broke off");
-                r.end();
-                Some((Ok(error_event(r.kind, &err.to_string())), r))
-            }
-            None => {
-                r.reader.finish();
-                r.end();
-                None
             }
         }
     });

@@ -36,6 +36,8 @@ use crate::session::Managed;
 use crate::session::key::tool_names;
 use crate::sse::Held;
 
+pub mod anthropic;
+
 /// The engine tools offered on one request.
 #[derive(Debug, Clone)]
 pub struct EngineTools {
@@ -66,12 +68,19 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
         .iter()
         .filter_map(|t| name_of(t).map(str::to_owned))
         .collect();
-    let engine = added
+    let tools_json = appended(body, &added);
+    Some(EngineTools { tools_json, names })
+}
+
+/// The request's `tools` text (its bytes as they came) with `engine`'s
+/// schemas appended.
+pub(crate) fn appended(body: &ChatBody<'_>, engine: &[Value]) -> String {
+    let engine = engine
         .iter()
         .map(Value::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let tools_json = match body.field("tools").map(|t| t.get().trim_end()) {
+    match body.field("tools").map(|t| t.get().trim_end()) {
         Some(raw)
             if raw.ends_with(']')
                 && raw.len() > 2
@@ -80,15 +89,14 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
             format!("{},{engine}]", &raw[..raw.len() - 1])
         }
         _ => format!("[{engine}]"),
-    };
-    Some(EngineTools { tools_json, names })
+    }
 }
 
 fn str_at<'v>(value: &'v Value, pointer: &str) -> Option<&'v str> {
     value.pointer(pointer).and_then(Value::as_str)
 }
 
-fn name_of(tool: &Value) -> Option<&str> {
+pub(crate) fn name_of(tool: &Value) -> Option<&str> {
     tool.get("function")
         .and_then(|f| f.get("name"))
         .or_else(|| tool.get("name"))
@@ -103,18 +111,23 @@ fn answer_calls<'c>(
 ) -> Vec<String> {
     calls
         .map(|(id, name, args)| {
-            let result = guard
-                .as_mut()
-                .and_then(|m| m.handle_tool_call(name, args))
-                .unwrap_or_else(|| context_engine::engine::unknown_tool(name));
+            let result = answer(guard, name, args);
             serde_json::json!({ "role": "tool", "tool_call_id": id, "content": result }).to_string()
         })
         .collect()
 }
 
+/// The engine's answer to one call of its tool `name` with `args` (JSON).
+pub(crate) fn answer(guard: &mut Option<Managed>, name: &str, args: &str) -> String {
+    guard
+        .as_mut()
+        .and_then(|m| m.handle_tool_call(name, args))
+        .unwrap_or_else(|| context_engine::engine::unknown_tool(name))
+}
+
 /// The request again: `messages` with the `exchange` appended, `tools` as
 /// given (empty: removed), the other overrides kept.
-fn request_with(
+pub(crate) fn request_with(
     body: &ChatBody<'_>,
     overrides: &[(&str, String)],
     messages: &str,
@@ -144,7 +157,7 @@ fn request_with(
 
 /// The messages text a request goes out with: the managed one, else the
 /// client's.
-fn messages_of(body: &ChatBody<'_>, overrides: &[(&str, String)]) -> String {
+pub(crate) fn messages_of(body: &ChatBody<'_>, overrides: &[(&str, String)]) -> String {
     overrides
         .iter()
         .find(|(k, _)| *k == "messages")

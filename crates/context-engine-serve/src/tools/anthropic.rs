@@ -1,0 +1,562 @@
+//! Engine tools on the Anthropic Messages front (Claude Code): offered and
+//! resolved in the proxy by the rules of chat completions ([`super`]), in
+//! Anthropic's own format.
+//!
+//! - **Offered** when the client did not pin `tool_choice` (absent or
+//!   `{"type":"auto"}`): the engine's schemas, as `{name, description,
+//!   input_schema}`, are appended to the client's `tools` text, whose bytes
+//!   (cache breakpoints included) stay as they came. A name the client
+//!   already uses is not offered.
+//! - **Resolved**: an answer whose `tool_use` blocks all name engine tools
+//!   is answered here (`tool_result` blocks in a user message) and the
+//!   request re-sent with the exchange appended, for at most
+//!   `max_tool_rounds` rounds; the last round goes out without the engine
+//!   tools. The exchange is not added to the managed history: the client's
+//!   history does not contain it.
+//! - **Mixed** blocks: the client's `tool_use` blocks reach it unchanged
+//!   and the engine's are removed (the client never gets a call it cannot
+//!   run); an answer left without any `tool_use` ends as `end_turn`, and
+//!   one left empty gets a one-line text block, since the API refuses an
+//!   empty assistant message on the client's next request.
+//! - **Streams** ([`StreamRounds`]): events pass through at once until a
+//!   `content_block_start` opens an engine `tool_use` block; from there the
+//!   round's events are held. At `message_stop` the held calls are resolved
+//!   and the continuation's events are relayed as the rest of the same
+//!   message: its `message_start` is dropped and its block indices follow
+//!   the blocks the client already has. Otherwise the held events go out
+//!   with the engine blocks removed and the later indices closed up.
+//!   Thinking blocks keep their signatures in the exchange, as the API
+//!   requires of an assistant turn that calls a tool.
+
+use std::collections::BTreeSet;
+
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::{answer, appended, messages_of, name_of, request_with};
+use crate::AppState;
+use crate::body::ChatBody;
+use crate::error::ServeError;
+use crate::handlers::chat::send_collect;
+use crate::session::Managed;
+use crate::session::key::tool_names;
+use crate::sse::{data_of, first_event_end};
+
+/// What an answer left with no block says to the client.
+const NOTHING_LEFT: &str = "(The context tool is not available on this turn.)";
+
+/// The engine tools offered on one request.
+#[derive(Debug, Clone)]
+pub struct AnthropicTools {
+    /// The `tools` array: the client's text, then the engine's schemas.
+    pub tools_json: String,
+    /// The engine tools' names.
+    pub names: Vec<String>,
+}
+
+impl AnthropicTools {
+    fn is_engine(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+
+    /// Whether `block` is a `tool_use` block naming an engine tool.
+    fn is_engine_call(&self, block: &Value) -> bool {
+        is_tool_use(block) && block_name(block).is_some_and(|n| self.is_engine(n))
+    }
+}
+
+/// The engine's tools to offer with this Anthropic request, if any.
+pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<AnthropicTools> {
+    if let Some(choice) = body.field("tool_choice") {
+        let auto = serde_json::from_str::<Value>(choice.get())
+            .ok()
+            .is_some_and(|c| c.get("type").and_then(Value::as_str) == Some("auto"));
+        if !auto {
+            return None;
+        }
+    }
+    let client = tool_names(body);
+    let added: Vec<Value> = m
+        .host()
+        .tools(&[])
+        .iter()
+        .filter_map(anthropic_schema)
+        .filter(|t| name_of(t).is_some_and(|n| !client.iter().any(|c| c == n)))
+        .collect();
+    if added.is_empty() {
+        return None;
+    }
+    let names = added
+        .iter()
+        .filter_map(|t| name_of(t).map(str::to_owned))
+        .collect();
+    Some(AnthropicTools {
+        tools_json: appended(body, &added),
+        names,
+    })
+}
+
+/// A chat-completions tool schema in Anthropic's format.
+fn anthropic_schema(chat: &Value) -> Option<Value> {
+    let f = chat.get("function")?;
+    let name = f.get("name")?.as_str()?;
+    let mut tool = json!({
+        "name": name,
+        "input_schema": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"})),
+    });
+    if let Some(d) = f.get("description").and_then(Value::as_str) {
+        tool["description"] = Value::String(d.to_owned());
+    }
+    Some(tool)
+}
+
+fn is_tool_use(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("tool_use")
+}
+
+fn block_name(block: &Value) -> Option<&str> {
+    block.get("name").and_then(Value::as_str)
+}
+
+/// The exchange of one resolved round: the assistant's turn as the model
+/// wrote it, and a user turn with the engine's `tool_result` for each call.
+fn exchange_of(guard: &mut Option<Managed>, content: &[Value]) -> [String; 2] {
+    let results: Vec<Value> = content
+        .iter()
+        .filter(|b| is_tool_use(b))
+        .map(|call| {
+            let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+            let name = block_name(call).unwrap_or_default();
+            let input = call.get("input").cloned().unwrap_or_else(|| json!({}));
+            let result = answer(guard, name, &input.to_string());
+            json!({"type": "tool_result", "tool_use_id": id, "content": result})
+        })
+        .collect();
+    [
+        json!({"role": "assistant", "content": content}).to_string(),
+        json!({"role": "user", "content": results}).to_string(),
+    ]
+}
+
+/// The client's tools, for the last round (empty: the field is removed).
+fn client_tools(body: &ChatBody<'_>) -> String {
+    body.field("tools")
+        .map(|t| t.get().to_owned())
+        .unwrap_or_default()
+}
+
+/// Sends the request, resolving engine-only `tool_use` answers in up to
+/// `max_tool_rounds` round trips, and returns the answer for the client.
+pub async fn resolve(
+    state: &AppState,
+    guard: &mut Option<Managed>,
+    body: &ChatBody<'_>,
+    overrides: &[(&str, String)],
+    tools: &AnthropicTools,
+    headers: HeaderMap,
+    url: &str,
+) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+    let messages = messages_of(body, overrides);
+    let client = client_tools(body);
+    let mut exchange: Vec<String> = Vec::new();
+    let rounds = state.options().max_tool_rounds;
+    let mut round = 0;
+    loop {
+        let last = round >= rounds;
+        let offered = if last { &client } else { &tools.tools_json };
+        let sent = request_with(body, overrides, &messages, &exchange, offered);
+        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
+        if !status.is_success() {
+            return Ok((status, resp_headers, bytes));
+        }
+        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+            return Ok((status, resp_headers, bytes));
+        };
+        let Some(content) = answer.get("content").and_then(Value::as_array).cloned() else {
+            return Ok((status, resp_headers, bytes));
+        };
+        let calls = content.iter().filter(|b| is_tool_use(b)).count();
+        let engine = content.iter().filter(|b| tools.is_engine_call(b)).count();
+        if engine == 0 {
+            return Ok((status, resp_headers, bytes));
+        }
+        if engine == calls && !last {
+            state.metrics().tool_round();
+            round += 1;
+            exchange.extend(exchange_of(guard, &content));
+            continue;
+        }
+        // Mixed, or engine calls on the last round: the client gets its
+        // own calls only.
+        strip_engine_calls(&mut answer, tools);
+        let mut resp_headers = resp_headers;
+        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
+        return Ok((status, resp_headers, Bytes::from(answer.to_string())));
+    }
+}
+
+/// Removes the engine's `tool_use` blocks from a Messages answer.
+fn strip_engine_calls(answer: &mut Value, tools: &AnthropicTools) {
+    let Some(content) = answer.get_mut("content").and_then(Value::as_array_mut) else {
+        return;
+    };
+    content.retain(|b| !tools.is_engine_call(b));
+    let calls_left = content.iter().any(is_tool_use);
+    if content.is_empty() {
+        content.push(json!({"type": "text", "text": NOTHING_LEFT}));
+    }
+    if !calls_left && answer.get("stop_reason").and_then(Value::as_str) == Some("tool_use") {
+        answer["stop_reason"] = Value::String("end_turn".into());
+    }
+}
+
+/// One content block of a streamed answer, rebuilt from its events.
+#[derive(Debug)]
+struct Block {
+    value: Value,
+    /// A `tool_use` block's input as streamed (`input_json_delta`).
+    input: String,
+}
+
+impl Block {
+    fn delta(&mut self, delta: &Value) {
+        let text = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or_default();
+        let mut append = |field: &str, part: &str| {
+            let old = self.value.get(field).and_then(Value::as_str).unwrap_or("");
+            self.value[field] = Value::String(format!("{old}{part}"));
+        };
+        match delta.get("type").and_then(Value::as_str) {
+            Some("text_delta") => append("text", text("text")),
+            Some("thinking_delta") => append("thinking", text("thinking")),
+            Some("signature_delta") => append("signature", text("signature")),
+            Some("input_json_delta") => self.input.push_str(text("partial_json")),
+            Some("citations_delta") => {
+                if let Some(c) = delta.get("citation") {
+                    match self
+                        .value
+                        .get_mut("citations")
+                        .and_then(Value::as_array_mut)
+                    {
+                        Some(list) => list.push(c.clone()),
+                        None => self.value["citations"] = json!([c]),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn stop(&mut self) {
+        if is_tool_use(&self.value)
+            && !self.input.trim().is_empty()
+            && let Ok(input) = serde_json::from_str::<Value>(&self.input)
+        {
+            self.value["input"] = input;
+        }
+    }
+}
+
+/// A stream's engine-tool rounds on the Anthropic front (see the module
+/// docs): reads the events of each round's stream, holds a round from its
+/// first engine call, and writes what the client gets.
+#[derive(Debug)]
+pub struct StreamRounds {
+    /// The tools offered.
+    pub tools: AnthropicTools,
+    body: Bytes,
+    overrides: Vec<(&'static str, String)>,
+    exchange: Vec<String>,
+    round: u32,
+    max_rounds: u32,
+    /// Unread bytes of the current stream.
+    buf: Vec<u8>,
+    /// The client's index of this round's block 0.
+    offset: usize,
+    /// This round's blocks, by index.
+    blocks: Vec<Option<Block>>,
+    /// The index of the round's first engine call: held from there.
+    hold_from: Option<usize>,
+    held: Vec<Vec<u8>>,
+    /// `message_stop` (or `error`) went by in this round.
+    ended: bool,
+    errored: bool,
+    /// Blocks the client has received.
+    sent: usize,
+}
+
+impl StreamRounds {
+    /// The rounds of a stream sent with `overrides` over the client's
+    /// `body`, at most `max_rounds`.
+    pub fn new(
+        tools: AnthropicTools,
+        body: Bytes,
+        overrides: Vec<(&'static str, String)>,
+        max_rounds: u32,
+    ) -> StreamRounds {
+        StreamRounds {
+            tools,
+            body,
+            overrides,
+            exchange: Vec::new(),
+            round: 0,
+            max_rounds,
+            buf: Vec::new(),
+            offset: 0,
+            blocks: Vec::new(),
+            hold_from: None,
+            held: Vec::new(),
+            ended: false,
+            errored: false,
+            sent: 0,
+        }
+    }
+
+    /// Reads a chunk of the current stream; returns what the client gets
+    /// now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        let mut consumed = 0;
+        while let Some(len) = first_event_end(&self.buf[consumed..]) {
+            let event = self.buf[consumed..consumed + len].to_vec();
+            consumed += len;
+            self.event(&event, &mut out);
+        }
+        self.buf.drain(..consumed);
+        out
+    }
+
+    /// The end of the current stream: reads an unterminated last event.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let rest = std::mem::take(&mut self.buf);
+        let mut out = Vec::new();
+        if !rest.iter().all(u8::is_ascii_whitespace) {
+            self.event(&rest, &mut out);
+        }
+        out
+    }
+
+    /// Whether events are being held (an engine tool was called).
+    pub fn holding(&self) -> bool {
+        self.hold_from.is_some()
+    }
+
+    /// Whether the current round's stream has ended.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Whether the held round may be resolved here: it ended cleanly, every
+    /// `tool_use` block it holds is an engine call, and a round is left.
+    pub fn resolvable(&self) -> bool {
+        let Some(from) = self.hold_from else {
+            return false;
+        };
+        self.ended
+            && !self.errored
+            && self.round < self.max_rounds
+            && self
+                .blocks
+                .iter()
+                .skip(from)
+                .flatten()
+                .filter(|b| is_tool_use(&b.value))
+                .all(|b| self.tools.is_engine_call(&b.value))
+    }
+
+    /// Resolves the held calls and returns the continuation's request
+    /// body; the next stream's events continue the client's message.
+    pub fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
+        self.round += 1;
+        let content: Vec<Value> = self
+            .blocks
+            .iter()
+            .flatten()
+            .map(|b| b.value.clone())
+            .collect();
+        self.exchange.extend(exchange_of(guard, &content));
+        self.offset = self.sent;
+        self.blocks.clear();
+        self.hold_from = None;
+        self.held.clear();
+        self.buf.clear();
+        self.ended = false;
+        let Ok(body) = ChatBody::parse(&self.body) else {
+            return self.body.clone();
+        };
+        let tools = if self.round < self.max_rounds {
+            self.tools.tools_json.clone()
+        } else {
+            client_tools(&body)
+        };
+        let messages = messages_of(&body, &self.overrides);
+        request_with(&body, &self.overrides, &messages, &self.exchange, &tools)
+    }
+
+    /// The held events for the client, the engine's blocks removed and the
+    /// later ones renumbered; holds nothing after.
+    pub fn release_held(&mut self) -> Vec<u8> {
+        let Some(from) = self.hold_from.take() else {
+            return Vec::new();
+        };
+        let removed: BTreeSet<usize> = self
+            .blocks
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, b)| {
+                b.as_ref()
+                    .is_some_and(|b| self.tools.is_engine_call(&b.value))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let calls_left = self
+            .blocks
+            .iter()
+            .flatten()
+            .any(|b| is_tool_use(&b.value) && !self.tools.is_engine_call(&b.value));
+        let mut out = Vec::new();
+        for raw in std::mem::take(&mut self.held) {
+            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
+                out.extend_from_slice(&raw);
+                continue;
+            };
+            let kind = v
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if let Some(i) = index_of(&v) {
+                if removed.contains(&i) {
+                    continue;
+                }
+                let shift = removed.range(..i).count();
+                self.forward(&kind, &mut v, i - shift, &mut out);
+                continue;
+            }
+            if (kind == "message_delta" || kind == "message_stop") && self.sent == 0 {
+                self.note_block(&mut out);
+            }
+            if kind == "message_delta"
+                && !calls_left
+                && v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("tool_use")
+            {
+                v["delta"]["stop_reason"] = Value::String("end_turn".into());
+                out.extend(encode(&kind, &v));
+                continue;
+            }
+            out.extend_from_slice(&raw);
+        }
+        out
+    }
+
+    /// A text block saying the engine's call was dropped, for an answer
+    /// that would reach the client with no block at all.
+    fn note_block(&mut self, out: &mut Vec<u8>) {
+        let index = self.sent;
+        self.sent += 1;
+        let events = [
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": NOTHING_LEFT}}),
+            json!({"type": "content_block_stop", "index": index}),
+        ];
+        for e in events {
+            let kind = e["type"].as_str().unwrap_or_default().to_owned();
+            out.extend(encode(&kind, &e));
+        }
+    }
+
+    /// Writes an event of this round's block `round_index` to the client
+    /// at the client's index for it.
+    fn forward(&mut self, kind: &str, v: &mut Value, round_index: usize, out: &mut Vec<u8>) {
+        let client_index = self.offset + round_index;
+        self.sent = self.sent.max(client_index + 1);
+        v["index"] = json!(client_index);
+        out.extend(encode(kind, v));
+    }
+
+    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(raw)) else {
+            // Not an event of the API (a comment, a keep-alive).
+            if self.holding() {
+                self.held.push(raw.to_vec());
+            } else {
+                out.extend_from_slice(raw);
+            }
+            return;
+        };
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let index = index_of(&v);
+        match kind.as_str() {
+            // A continuation's events are the rest of the client's message.
+            "message_start" if self.round > 0 => return,
+            "content_block_start" => {
+                if let Some(i) = index {
+                    let block = v.get("content_block").cloned().unwrap_or(Value::Null);
+                    if self.hold_from.is_none() && self.tools.is_engine_call(&block) {
+                        self.hold_from = Some(i);
+                    }
+                    if self.blocks.len() <= i {
+                        self.blocks.resize_with(i + 1, || None);
+                    }
+                    self.blocks[i] = Some(Block {
+                        value: block,
+                        input: String::new(),
+                    });
+                }
+            }
+            "content_block_delta" => {
+                if let (Some(b), Some(d)) = (self.block(index), v.get("delta")) {
+                    b.delta(d);
+                }
+            }
+            "content_block_stop" => {
+                if let Some(b) = self.block(index) {
+                    b.stop();
+                }
+            }
+            "message_stop" => self.ended = true,
+            "error" => {
+                self.ended = true;
+                self.errored = true;
+            }
+            _ => {}
+        }
+        if self.holding() {
+            self.held.push(raw.to_vec());
+            return;
+        }
+        match index {
+            Some(i) if self.offset > 0 => self.forward(&kind, &mut v, i, out),
+            Some(i) => {
+                self.sent = self.sent.max(i + 1);
+                out.extend_from_slice(raw);
+            }
+            None => out.extend_from_slice(raw),
+        }
+    }
+
+    fn block(&mut self, index: Option<usize>) -> Option<&mut Block> {
+        self.blocks.get_mut(index?)?.as_mut()
+    }
+}
+
+fn index_of(event: &Value) -> Option<usize> {
+    event
+        .get("index")
+        .and_then(Value::as_u64)
+        .and_then(|i| usize::try_from(i).ok())
+}
+
+/// An event as Anthropic writes it.
+fn encode(kind: &str, data: &Value) -> Vec<u8> {
+    format!("event: {kind}\ndata: {data}\n\n").into_bytes()
+}
+
+#[cfg(test)]
+mod tests;
