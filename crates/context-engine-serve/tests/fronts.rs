@@ -835,3 +835,193 @@ async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_and_by_default() {
     let seen = up.seen.lock().unwrap().clone();
     assert_eq!(seen[1].body, body.to_string().as_bytes(), "off by default");
 }
+
+/// A Responses upstream that calls `context_recall` on `call_0` until the
+/// input carries the proxy's output for it, then answers with a message.
+async fn recalling_responses(
+    State(up): State<Arc<Upstream>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    up.seen.lock().unwrap().push(Seen {
+        uri: uri.to_string(),
+        headers,
+        body,
+    });
+    let answered = request["input"]
+        .as_array()
+        .and_then(|i| i.last())
+        .is_some_and(|i| i["call_id"] == "call_recall" && i["type"] == "function_call_output");
+    let (id, output) = if answered {
+        (
+            "resp_2",
+            json!([{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": "t0 asserts parse.", "annotations": []}]}]),
+        )
+    } else {
+        (
+            "resp_1",
+            json!([{"type": "reasoning", "id": "rs_r", "summary": [], "encrypted_content": "gAAAAr"},
+                   {"type": "function_call", "id": "fc_r", "call_id": "call_recall", "status": "completed",
+                    "name": "context_recall", "arguments": "{\"handle\":\"call_0\"}"}]),
+        )
+    };
+    let usage = json!({"input_tokens": 700, "output_tokens": 9, "total_tokens": 709});
+    let stream = request["stream"] == json!(true);
+    let text = if stream {
+        let mut events = vec![
+            json!({"type": "response.created", "response": {"id": id, "output": [], "usage": null}}),
+            json!({"type": "response.in_progress", "response": {"id": id, "output": [], "usage": null}}),
+        ];
+        for (i, item) in output.as_array().unwrap().iter().enumerate() {
+            events.push(
+                json!({"type": "response.output_item.added", "output_index": i, "item": item}),
+            );
+            if item["type"] == "message" {
+                events.push(json!({"type": "response.output_text.delta", "output_index": i, "content_index": 0,
+                                   "item_id": item["id"], "delta": item["content"][0]["text"]}));
+            }
+            events.push(
+                json!({"type": "response.output_item.done", "output_index": i, "item": item}),
+            );
+        }
+        events.push(json!({"type": "response.completed", "response": {"id": id, "output": output, "usage": usage}}));
+        events
+            .iter()
+            .enumerate()
+            .map(|(n, e)| {
+                let mut e = e.clone();
+                e["sequence_number"] = json!(n);
+                format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())
+            })
+            .collect::<String>()
+    } else {
+        json!({"id": id, "object": "response", "output": output, "usage": usage}).to_string()
+    };
+    Response::builder()
+        .header(
+            "content-type",
+            if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
+        )
+        .body(Body::from(text))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn responses_engine_tools_are_offered_and_resolved_in_the_proxy() {
+    for stream in [false, true] {
+        let up = Arc::new(Upstream::default());
+        let app = Router::new()
+            .route("/v1/responses", route_post(recalling_responses))
+            .with_state(Arc::clone(&up));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (addr, state) = start_proxy(
+            options(&url).with_engine_tools(true),
+            compressor_context(counter(), 200_000),
+        )
+        .await;
+        let mut body: Value = serde_json::from_str(&codex_request(2, "")).unwrap();
+        body["stream"] = json!(stream);
+        body["tools"] = json!([{"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+                               {"type": "custom", "name": "apply_patch"}]);
+        let (code, text) = post(addr, "/v1/responses", &body.to_string(), &[]).await;
+        assert_eq!(code, 200, "{text}");
+
+        let response = if stream {
+            let events: Vec<Value> = text
+                .split("\n\n")
+                .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|e| e["type"] == "response.created")
+                    .count(),
+                1
+            );
+            let seqs: Vec<u64> = events
+                .iter()
+                .map(|e| e["sequence_number"].as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                seqs,
+                (0..seqs.len() as u64).collect::<Vec<_>>(),
+                "sequence numbers follow on"
+            );
+            let added: Vec<(u64, String)> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.added")
+                .map(|e| {
+                    (
+                        e["output_index"].as_u64().unwrap(),
+                        e["item"]["type"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            // The reasoning went out before the call: the continuation's
+            // message follows it; the engine's call never reaches the client.
+            assert_eq!(
+                added,
+                [(0, "reasoning".to_owned()), (1, "message".to_owned())]
+            );
+            events.last().unwrap()["response"].clone()
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        let output = response["output"].as_array().unwrap();
+        let texts: Vec<&str> = output
+            .iter()
+            .filter_map(|i| i["content"][0]["text"].as_str())
+            .collect();
+        assert_eq!(texts, ["t0 asserts parse."], "{response}");
+        assert!(
+            output.iter().all(|i| i["type"] != "function_call"),
+            "{response}"
+        );
+        if stream {
+            assert_eq!(response["id"], "resp_1", "one response for the client");
+        }
+
+        let seen = up.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        let first: Value = serde_json::from_slice(&seen[0].body).unwrap();
+        let offered: Vec<&str> = first["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(offered[..2], ["exec_command", "apply_patch"]);
+        assert!(offered.contains(&"context_recall"), "{offered:?}");
+        let second: Value = serde_json::from_slice(&seen[1].body).unwrap();
+        let input = second["input"].as_array().unwrap();
+        let n = input.len();
+        assert_eq!(
+            input[n - 3]["encrypted_content"],
+            "gAAAAr",
+            "reasoning goes back"
+        );
+        assert_eq!(input[n - 2]["name"], "context_recall");
+        assert_eq!(input[n - 1]["type"], "function_call_output");
+        assert!(
+            input[n - 1]["output"].as_str().unwrap().contains("# t0"),
+            "{}",
+            input[n - 1]
+        );
+        assert!(
+            state
+                .metrics()
+                .encode()
+                .contains("ctx_engine_tool_rounds_total 1")
+        );
+    }
+}

@@ -17,9 +17,8 @@
 //! (`previous_response_id`), an engine failure or a rebuilt request that
 //! would break its API's rules goes upstream as the client sent it (fail
 //! open; the reason is logged and counted). With `serve.engine_tools`,
-//! the Anthropic front offers the engine's tools and resolves their calls
-//! in Anthropic's format, streamed or not ([`tools::anthropic`]); the
-//! Responses front does not offer them yet.
+//! both fronts offer the engine's tools and resolve their calls in the
+//! client's own format, streamed or not ([`FrontTools`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,7 +40,7 @@ use crate::handlers::{Guard, open_stream, passthrough, release_with_usage, respo
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
-use crate::tools;
+use crate::tools::{FrontRounds, FrontTools};
 
 /// What one request of a front needs to know about itself.
 pub(crate) struct Call {
@@ -160,16 +159,15 @@ pub(crate) async fn handle(
             tracing::warn!(session = %key.id, front = %call.kind, reason = %why, "request sent unmanaged");
         }
     }
-    let engine_tools =
-        if state.options().engine_tools && managed && call.kind == FrontKind::Anthropic {
-            guard
-                .as_ref()
-                .and_then(|m| tools::anthropic::schemas(m, &split))
-        } else {
-            None
-        };
+    let engine_tools = if state.options().engine_tools && managed {
+        guard
+            .as_ref()
+            .and_then(|m| FrontTools::offer(call.kind, m, &split))
+    } else {
+        None
+    };
     if let Some(t) = &engine_tools {
-        fields.push(("tools", t.tools_json.clone()));
+        fields.push(("tools", t.tools_json().to_owned()));
     }
     tracing::debug!(session = %key.id, source = ?source, front = %call.kind, stream, "front request");
     let upstream_body = if fields.is_empty() {
@@ -183,8 +181,7 @@ pub(crate) async fn handle(
             .metrics()
             .ttfb_overhead(call.route, started.elapsed().as_secs_f64());
         let rounds = state.options().max_tool_rounds;
-        let tools = engine_tools
-            .map(|t| tools::anthropic::StreamRounds::new(t, body.clone(), fields, rounds));
+        let tools = engine_tools.map(|t| t.stream(body.clone(), fields, rounds));
         return relay(
             state,
             call,
@@ -200,7 +197,7 @@ pub(crate) async fn handle(
     let up_started = Instant::now();
     let result = match &engine_tools {
         Some(t) => {
-            tools::anthropic::resolve(&state, &mut guard, &split, &fields, t, out_headers, &url)
+            t.resolve(&state, &mut guard, &split, &fields, out_headers, &url)
                 .await
         }
         None => send_collect(&state, out_headers, &url, upstream_body).await,
@@ -361,7 +358,7 @@ async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -
 /// usage is fed to the engine then). With engine tools offered
 /// (`rounds`), a stream that calls one is held from that call, resolved
 /// and re-sent, and its continuation relayed in the same response (see
-/// [`tools::anthropic`]). A client that goes away drops the relay, which
+/// [`FrontRounds`]). A client that goes away drops the relay, which
 /// drops the upstream call.
 #[allow(clippy::too_many_arguments)]
 async fn relay(
@@ -372,7 +369,7 @@ async fn relay(
     body: Bytes,
     guard: Guard,
     started: Instant,
-    rounds: Option<tools::anthropic::StreamRounds>,
+    rounds: Option<Box<dyn FrontRounds>>,
 ) -> Response {
     let resend = rounds.as_ref().map(|_| (headers.clone(), url.to_owned()));
     let up_started = Instant::now();
@@ -393,7 +390,7 @@ async fn relay(
         started: Instant,
         up_started: Instant,
         ended: bool,
-        rounds: Option<tools::anthropic::StreamRounds>,
+        rounds: Option<Box<dyn FrontRounds>>,
         resend: Option<(HeaderMap, String)>,
     }
     impl Relaying {

@@ -34,40 +34,27 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{answer, appended, messages_of, name_of, request_with};
+use super::{
+    EngineTools, Events, FrontRounds, Resend, answer, client_tools, messages_of, offer,
+    request_with,
+};
 use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::send_collect;
 use crate::session::Managed;
-use crate::session::key::tool_names;
-use crate::sse::{data_of, first_event_end};
+use crate::sse::data_of;
 
 /// What an answer left with no block says to the client.
 const NOTHING_LEFT: &str = "(The context tool is not available on this turn.)";
 
-/// The engine tools offered on one request.
-#[derive(Debug, Clone)]
-pub struct AnthropicTools {
-    /// The `tools` array: the client's text, then the engine's schemas.
-    pub tools_json: String,
-    /// The engine tools' names.
-    pub names: Vec<String>,
-}
-
-impl AnthropicTools {
-    fn is_engine(&self, name: &str) -> bool {
-        self.names.iter().any(|n| n == name)
-    }
-
-    /// Whether `block` is a `tool_use` block naming an engine tool.
-    fn is_engine_call(&self, block: &Value) -> bool {
-        is_tool_use(block) && block_name(block).is_some_and(|n| self.is_engine(n))
-    }
+/// Whether `block` is a `tool_use` block naming an engine tool.
+fn is_engine_call(tools: &EngineTools, block: &Value) -> bool {
+    is_tool_use(block) && block_name(block).is_some_and(|n| tools.is_engine(n))
 }
 
 /// The engine's tools to offer with this Anthropic request, if any.
-pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<AnthropicTools> {
+pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     if let Some(choice) = body.field("tool_choice") {
         let auto = serde_json::from_str::<Value>(choice.get())
             .ok()
@@ -76,25 +63,7 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<AnthropicTools> {
             return None;
         }
     }
-    let client = tool_names(body);
-    let added: Vec<Value> = m
-        .host()
-        .tools(&[])
-        .iter()
-        .filter_map(anthropic_schema)
-        .filter(|t| name_of(t).is_some_and(|n| !client.iter().any(|c| c == n)))
-        .collect();
-    if added.is_empty() {
-        return None;
-    }
-    let names = added
-        .iter()
-        .filter_map(|t| name_of(t).map(str::to_owned))
-        .collect();
-    Some(AnthropicTools {
-        tools_json: appended(body, &added),
-        names,
-    })
+    offer(m, body, anthropic_schema)
 }
 
 /// A chat-completions tool schema in Anthropic's format.
@@ -139,13 +108,6 @@ fn exchange_of(guard: &mut Option<Managed>, content: &[Value]) -> [String; 2] {
     ]
 }
 
-/// The client's tools, for the last round (empty: the field is removed).
-fn client_tools(body: &ChatBody<'_>) -> String {
-    body.field("tools")
-        .map(|t| t.get().to_owned())
-        .unwrap_or_default()
-}
-
 /// Sends the request, resolving engine-only `tool_use` answers in up to
 /// `max_tool_rounds` round trips, and returns the answer for the client.
 pub async fn resolve(
@@ -153,7 +115,7 @@ pub async fn resolve(
     guard: &mut Option<Managed>,
     body: &ChatBody<'_>,
     overrides: &[(&str, String)],
-    tools: &AnthropicTools,
+    tools: &EngineTools,
     headers: HeaderMap,
     url: &str,
 ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
@@ -177,7 +139,7 @@ pub async fn resolve(
             return Ok((status, resp_headers, bytes));
         };
         let calls = content.iter().filter(|b| is_tool_use(b)).count();
-        let engine = content.iter().filter(|b| tools.is_engine_call(b)).count();
+        let engine = content.iter().filter(|b| is_engine_call(tools, b)).count();
         if engine == 0 {
             return Ok((status, resp_headers, bytes));
         }
@@ -197,11 +159,11 @@ pub async fn resolve(
 }
 
 /// Removes the engine's `tool_use` blocks from a Messages answer.
-fn strip_engine_calls(answer: &mut Value, tools: &AnthropicTools) {
+fn strip_engine_calls(answer: &mut Value, tools: &EngineTools) {
     let Some(content) = answer.get_mut("content").and_then(Value::as_array_mut) else {
         return;
     };
-    content.retain(|b| !tools.is_engine_call(b));
+    content.retain(|b| !is_engine_call(tools, b));
     let calls_left = content.iter().any(is_tool_use);
     if content.is_empty() {
         content.push(json!({"type": "text", "text": NOTHING_LEFT}));
@@ -263,14 +225,9 @@ impl Block {
 #[derive(Debug)]
 pub struct StreamRounds {
     /// The tools offered.
-    pub tools: AnthropicTools,
-    body: Bytes,
-    overrides: Vec<(&'static str, String)>,
-    exchange: Vec<String>,
-    round: u32,
-    max_rounds: u32,
-    /// Unread bytes of the current stream.
-    buf: Vec<u8>,
+    pub tools: EngineTools,
+    resend: Resend,
+    events: Events,
     /// The client's index of this round's block 0.
     offset: usize,
     /// This round's blocks, by index.
@@ -289,19 +246,15 @@ impl StreamRounds {
     /// The rounds of a stream sent with `overrides` over the client's
     /// `body`, at most `max_rounds`.
     pub fn new(
-        tools: AnthropicTools,
+        tools: EngineTools,
         body: Bytes,
         overrides: Vec<(&'static str, String)>,
         max_rounds: u32,
     ) -> StreamRounds {
         StreamRounds {
             tools,
-            body,
-            overrides,
-            exchange: Vec::new(),
-            round: 0,
-            max_rounds,
-            buf: Vec::new(),
+            resend: Resend::new(body, overrides, "messages", max_rounds),
+            events: Events::default(),
             offset: 0,
             blocks: Vec::new(),
             hold_from: None,
@@ -310,145 +263,6 @@ impl StreamRounds {
             errored: false,
             sent: 0,
         }
-    }
-
-    /// Reads a chunk of the current stream; returns what the client gets
-    /// now.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        let mut consumed = 0;
-        while let Some(len) = first_event_end(&self.buf[consumed..]) {
-            let event = self.buf[consumed..consumed + len].to_vec();
-            consumed += len;
-            self.event(&event, &mut out);
-        }
-        self.buf.drain(..consumed);
-        out
-    }
-
-    /// The end of the current stream: reads an unterminated last event.
-    pub fn finish(&mut self) -> Vec<u8> {
-        let rest = std::mem::take(&mut self.buf);
-        let mut out = Vec::new();
-        if !rest.iter().all(u8::is_ascii_whitespace) {
-            self.event(&rest, &mut out);
-        }
-        out
-    }
-
-    /// Whether events are being held (an engine tool was called).
-    pub fn holding(&self) -> bool {
-        self.hold_from.is_some()
-    }
-
-    /// Whether the current round's stream has ended.
-    pub fn ended(&self) -> bool {
-        self.ended
-    }
-
-    /// Whether the held round may be resolved here: it ended cleanly, every
-    /// `tool_use` block it holds is an engine call, and a round is left.
-    pub fn resolvable(&self) -> bool {
-        let Some(from) = self.hold_from else {
-            return false;
-        };
-        self.ended
-            && !self.errored
-            && self.round < self.max_rounds
-            && self
-                .blocks
-                .iter()
-                .skip(from)
-                .flatten()
-                .filter(|b| is_tool_use(&b.value))
-                .all(|b| self.tools.is_engine_call(&b.value))
-    }
-
-    /// Resolves the held calls and returns the continuation's request
-    /// body; the next stream's events continue the client's message.
-    pub fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
-        self.round += 1;
-        let content: Vec<Value> = self
-            .blocks
-            .iter()
-            .flatten()
-            .map(|b| b.value.clone())
-            .collect();
-        self.exchange.extend(exchange_of(guard, &content));
-        self.offset = self.sent;
-        self.blocks.clear();
-        self.hold_from = None;
-        self.held.clear();
-        self.buf.clear();
-        self.ended = false;
-        let Ok(body) = ChatBody::parse(&self.body) else {
-            return self.body.clone();
-        };
-        let tools = if self.round < self.max_rounds {
-            self.tools.tools_json.clone()
-        } else {
-            client_tools(&body)
-        };
-        let messages = messages_of(&body, &self.overrides);
-        request_with(&body, &self.overrides, &messages, &self.exchange, &tools)
-    }
-
-    /// The held events for the client, the engine's blocks removed and the
-    /// later ones renumbered; holds nothing after.
-    pub fn release_held(&mut self) -> Vec<u8> {
-        let Some(from) = self.hold_from.take() else {
-            return Vec::new();
-        };
-        let removed: BTreeSet<usize> = self
-            .blocks
-            .iter()
-            .enumerate()
-            .skip(from)
-            .filter(|(_, b)| {
-                b.as_ref()
-                    .is_some_and(|b| self.tools.is_engine_call(&b.value))
-            })
-            .map(|(i, _)| i)
-            .collect();
-        let calls_left = self
-            .blocks
-            .iter()
-            .flatten()
-            .any(|b| is_tool_use(&b.value) && !self.tools.is_engine_call(&b.value));
-        let mut out = Vec::new();
-        for raw in std::mem::take(&mut self.held) {
-            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
-                out.extend_from_slice(&raw);
-                continue;
-            };
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if let Some(i) = index_of(&v) {
-                if removed.contains(&i) {
-                    continue;
-                }
-                let shift = removed.range(..i).count();
-                self.forward(&kind, &mut v, i - shift, &mut out);
-                continue;
-            }
-            if (kind == "message_delta" || kind == "message_stop") && self.sent == 0 {
-                self.note_block(&mut out);
-            }
-            if kind == "message_delta"
-                && !calls_left
-                && v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("tool_use")
-            {
-                v["delta"]["stop_reason"] = Value::String("end_turn".into());
-                out.extend(encode(&kind, &v));
-                continue;
-            }
-            out.extend_from_slice(&raw);
-        }
-        out
     }
 
     /// A text block saying the engine's call was dropped, for an answer
@@ -494,11 +308,11 @@ impl StreamRounds {
         let index = index_of(&v);
         match kind.as_str() {
             // A continuation's events are the rest of the client's message.
-            "message_start" if self.round > 0 => return,
+            "message_start" if self.resend.continuing() => return,
             "content_block_start" => {
                 if let Some(i) = index {
                     let block = v.get("content_block").cloned().unwrap_or(Value::Null);
-                    if self.hold_from.is_none() && self.tools.is_engine_call(&block) {
+                    if self.hold_from.is_none() && is_engine_call(&self.tools, &block) {
                         self.hold_from = Some(i);
                     }
                     if self.blocks.len() <= i {
@@ -532,7 +346,7 @@ impl StreamRounds {
             return;
         }
         match index {
-            Some(i) if self.offset > 0 => self.forward(&kind, &mut v, i, out),
+            Some(i) if self.resend.continuing() => self.forward(&kind, &mut v, i, out),
             Some(i) => {
                 self.sent = self.sent.max(i + 1);
                 out.extend_from_slice(raw);
@@ -543,6 +357,120 @@ impl StreamRounds {
 
     fn block(&mut self, index: Option<usize>) -> Option<&mut Block> {
         self.blocks.get_mut(index?)?.as_mut()
+    }
+}
+
+impl FrontRounds for StreamRounds {
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for event in self.events.split(chunk) {
+            self.event(&event, &mut out);
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(rest) = self.events.rest() {
+            self.event(&rest, &mut out);
+        }
+        out
+    }
+
+    fn holding(&self) -> bool {
+        self.hold_from.is_some()
+    }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
+
+    fn resolvable(&self) -> bool {
+        let Some(from) = self.hold_from else {
+            return false;
+        };
+        self.ended
+            && !self.errored
+            && self.resend.may_resolve()
+            && self
+                .blocks
+                .iter()
+                .skip(from)
+                .flatten()
+                .filter(|b| is_tool_use(&b.value))
+                .all(|b| is_engine_call(&self.tools, &b.value))
+    }
+
+    fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
+        let round: Vec<Value> = self
+            .blocks
+            .iter()
+            .flatten()
+            .map(|b| b.value.clone())
+            .collect();
+        let items = exchange_of(guard, &round);
+        self.offset = self.sent;
+        self.blocks.clear();
+        self.hold_from = None;
+        self.held.clear();
+        self.events.clear();
+        self.ended = false;
+        self.resend.next(items.into(), &self.tools.tools_json)
+    }
+
+    fn release_held(&mut self) -> Vec<u8> {
+        let Some(from) = self.hold_from.take() else {
+            return Vec::new();
+        };
+        let removed: BTreeSet<usize> = self
+            .blocks
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, b)| {
+                b.as_ref()
+                    .is_some_and(|b| is_engine_call(&self.tools, &b.value))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let calls_left = self
+            .blocks
+            .iter()
+            .flatten()
+            .any(|b| is_tool_use(&b.value) && !is_engine_call(&self.tools, &b.value));
+        let mut out = Vec::new();
+        for raw in std::mem::take(&mut self.held) {
+            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
+                out.extend_from_slice(&raw);
+                continue;
+            };
+            let kind = v
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if let Some(i) = index_of(&v) {
+                if removed.contains(&i) {
+                    continue;
+                }
+                let shift = removed.range(..i).count();
+                self.forward(&kind, &mut v, i - shift, &mut out);
+                continue;
+            }
+            if (kind == "message_delta" || kind == "message_stop") && self.sent == 0 {
+                self.note_block(&mut out);
+            }
+            if kind == "message_delta"
+                && !calls_left
+                && v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("tool_use")
+            {
+                v["delta"]["stop_reason"] = Value::String("end_turn".into());
+                out.extend(encode(&kind, &v));
+                continue;
+            }
+            out.extend_from_slice(&raw);
+        }
+        out
     }
 }
 

@@ -28,15 +28,18 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use serde_json::Value;
 
+use context_engine::front::FrontKind;
+
 use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::send_collect;
 use crate::session::Managed;
 use crate::session::key::tool_names;
-use crate::sse::Held;
+use crate::sse::{Held, first_event_end};
 
 pub mod anthropic;
+pub mod responses;
 
 /// The engine tools offered on one request.
 #[derive(Debug, Clone)]
@@ -54,11 +57,23 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     {
         return None;
     }
+    offer(m, body, |t| Some(t.clone()))
+}
+
+/// The engine's tools the client does not name already, in the request's
+/// format (`format` turns a chat-completions schema into it), appended to
+/// the client's `tools`; `None` when there are none.
+pub(crate) fn offer(
+    m: &Managed,
+    body: &ChatBody<'_>,
+    format: impl Fn(&Value) -> Option<Value>,
+) -> Option<EngineTools> {
     let client = tool_names(body);
     let added: Vec<Value> = m
         .host()
         .tools(&[])
-        .into_iter()
+        .iter()
+        .filter_map(format)
         .filter(|t| name_of(t).is_some_and(|n| !client.iter().any(|c| c == n)))
         .collect();
     if added.is_empty() {
@@ -72,9 +87,16 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     Some(EngineTools { tools_json, names })
 }
 
+impl EngineTools {
+    /// Whether `name` is one of the engine tools offered.
+    pub(crate) fn is_engine(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+}
+
 /// The request's `tools` text (its bytes as they came) with `engine`'s
 /// schemas appended.
-pub(crate) fn appended(body: &ChatBody<'_>, engine: &[Value]) -> String {
+fn appended(body: &ChatBody<'_>, engine: &[Value]) -> String {
     let engine = engine
         .iter()
         .map(Value::to_string)
@@ -134,10 +156,23 @@ pub(crate) fn request_with(
     exchange: &[String],
     tools: &str,
 ) -> Bytes {
+    request_with_list(body, overrides, ("messages", messages), exchange, tools)
+}
+
+/// The request again: the conversation `list` (`(field, its text)`: chat's
+/// and Anthropic's `messages`, Responses' `input`) with the `exchange`
+/// appended, `tools` as given (empty: removed), the other overrides kept.
+pub(crate) fn request_with_list(
+    body: &ChatBody<'_>,
+    overrides: &[(&str, String)],
+    (field, list): (&str, &str),
+    exchange: &[String],
+    tools: &str,
+) -> Bytes {
     let with_exchange = if exchange.is_empty() {
-        messages.to_owned()
+        list.to_owned()
     } else {
-        let open = messages.trim_end().strip_suffix(']').unwrap_or(messages);
+        let open = list.trim_end().strip_suffix(']').unwrap_or(list);
         let sep = if open.trim_end().ends_with('[') {
             ""
         } else {
@@ -147,10 +182,10 @@ pub(crate) fn request_with(
     };
     let mut fields: Vec<(&str, &str)> = overrides
         .iter()
-        .filter(|(k, _)| *k != "messages" && *k != "tools")
+        .filter(|(k, _)| *k != field && *k != "tools")
         .map(|(k, v)| (*k, v.as_str()))
         .collect();
-    fields.push(("messages", &with_exchange));
+    fields.push((field, &with_exchange));
     fields.push(("tools", tools));
     Bytes::from(body.write(&fields))
 }
@@ -158,14 +193,213 @@ pub(crate) fn request_with(
 /// The messages text a request goes out with: the managed one, else the
 /// client's.
 pub(crate) fn messages_of(body: &ChatBody<'_>, overrides: &[(&str, String)]) -> String {
+    list_of(body, overrides, "messages")
+}
+
+/// The text of the conversation `field` a request goes out with: the
+/// managed one, else the client's.
+pub(crate) fn list_of(body: &ChatBody<'_>, overrides: &[(&str, String)], field: &str) -> String {
     overrides
         .iter()
-        .find(|(k, _)| *k == "messages")
+        .find(|(k, _)| *k == field)
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| {
-            body.field("messages")
+            body.field(field)
                 .map_or("[]".into(), |m| m.get().to_owned())
         })
+}
+
+/// The client's `tools` text, for a last round (empty: the field is
+/// removed).
+pub(crate) fn client_tools(body: &ChatBody<'_>) -> String {
+    body.field("tools")
+        .map(|t| t.get().to_owned())
+        .unwrap_or_default()
+}
+
+/// What a front's stream needs to re-send its request, round after round.
+#[derive(Debug)]
+pub(crate) struct Resend {
+    body: Bytes,
+    overrides: Vec<(&'static str, String)>,
+    /// The conversation's field: `messages` or `input`.
+    list: &'static str,
+    exchange: Vec<String>,
+    round: u32,
+    max_rounds: u32,
+}
+
+impl Resend {
+    /// The rounds of the client's `body` sent with `overrides`, at most
+    /// `max_rounds`, its conversation in the field `list`.
+    pub(crate) fn new(
+        body: Bytes,
+        overrides: Vec<(&'static str, String)>,
+        list: &'static str,
+        max_rounds: u32,
+    ) -> Resend {
+        Resend {
+            body,
+            overrides,
+            list,
+            exchange: Vec::new(),
+            round: 0,
+            max_rounds,
+        }
+    }
+
+    /// Whether another round may resolve calls.
+    pub(crate) fn may_resolve(&self) -> bool {
+        self.round < self.max_rounds
+    }
+
+    /// Whether the current stream is a continuation.
+    pub(crate) fn continuing(&self) -> bool {
+        self.round > 0
+    }
+
+    /// Appends one resolved round's `items` to the exchange and returns the
+    /// next request: the engine's tools (`offered`) again, unless it is the
+    /// last round.
+    pub(crate) fn next(&mut self, items: Vec<String>, offered: &str) -> Bytes {
+        self.round += 1;
+        self.exchange.extend(items);
+        let Ok(body) = ChatBody::parse_object(&self.body) else {
+            return self.body.clone();
+        };
+        let tools = if self.may_resolve() {
+            offered.to_owned()
+        } else {
+            client_tools(&body)
+        };
+        let list = list_of(&body, &self.overrides, self.list);
+        request_with_list(
+            &body,
+            &self.overrides,
+            (self.list, &list),
+            &self.exchange,
+            &tools,
+        )
+    }
+}
+
+/// The whole server-sent events of a stream read chunk by chunk.
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    buf: Vec<u8>,
+}
+
+impl Events {
+    /// The events `chunk` completes.
+    pub(crate) fn split(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+        self.buf.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        let mut consumed = 0;
+        while let Some(len) = first_event_end(&self.buf[consumed..]) {
+            events.push(self.buf[consumed..consumed + len].to_vec());
+            consumed += len;
+        }
+        self.buf.drain(..consumed);
+        events
+    }
+
+    /// An unterminated last event, at the end of the stream.
+    pub(crate) fn rest(&mut self) -> Option<Vec<u8>> {
+        let rest = std::mem::take(&mut self.buf);
+        (!rest.iter().all(u8::is_ascii_whitespace)).then_some(rest)
+    }
+
+    /// Forgets a partial event (a new stream starts).
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+    }
+}
+
+/// Engine tools offered on a request of one of the fronts, in its
+/// client's format ([`anthropic`], [`responses`]).
+#[derive(Debug, Clone)]
+pub enum FrontTools {
+    /// Anthropic Messages (Claude Code).
+    Anthropic(EngineTools),
+    /// OpenAI Responses (Codex).
+    Responses(EngineTools),
+}
+
+impl FrontTools {
+    /// The engine's tools to offer with this request of format `kind`.
+    pub fn offer(kind: FrontKind, m: &Managed, body: &ChatBody<'_>) -> Option<FrontTools> {
+        match kind {
+            FrontKind::Anthropic => anthropic::schemas(m, body).map(FrontTools::Anthropic),
+            FrontKind::Responses => responses::schemas(m, body).map(FrontTools::Responses),
+        }
+    }
+
+    /// The request's `tools` with the engine's appended.
+    pub fn tools_json(&self) -> &str {
+        match self {
+            FrontTools::Anthropic(t) => &t.tools_json,
+            FrontTools::Responses(t) => &t.tools_json,
+        }
+    }
+
+    /// Sends a non-streamed request, resolving engine-only answers; the
+    /// answer for the client.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn resolve(
+        &self,
+        state: &AppState,
+        guard: &mut Option<Managed>,
+        body: &ChatBody<'_>,
+        overrides: &[(&str, String)],
+        headers: HeaderMap,
+        url: &str,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+        match self {
+            FrontTools::Anthropic(t) => {
+                anthropic::resolve(state, guard, body, overrides, t, headers, url).await
+            }
+            FrontTools::Responses(t) => {
+                responses::resolve(state, guard, body, overrides, t, headers, url).await
+            }
+        }
+    }
+
+    /// The rounds of a stream sent with `overrides` over the client's
+    /// `body`, at most `max_rounds`.
+    pub fn stream(
+        self,
+        body: Bytes,
+        overrides: Vec<(&'static str, String)>,
+        max_rounds: u32,
+    ) -> Box<dyn FrontRounds> {
+        match self {
+            FrontTools::Anthropic(t) => {
+                Box::new(anthropic::StreamRounds::new(t, body, overrides, max_rounds))
+            }
+            FrontTools::Responses(t) => {
+                Box::new(responses::StreamRounds::new(t, body, overrides, max_rounds))
+            }
+        }
+    }
+}
+
+/// A front's stream under engine tools: reads each round's stream, holds
+/// a round from its first engine call, and writes what the client gets.
+pub trait FrontRounds: Send {
+    /// Reads a chunk of the current stream; what the client gets now.
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8>;
+    /// The end of the current stream: reads an unterminated last event.
+    fn finish(&mut self) -> Vec<u8>;
+    /// Whether events are being held (an engine tool was called).
+    fn holding(&self) -> bool;
+    /// Whether the current round's stream has ended.
+    fn ended(&self) -> bool;
+    /// Whether the held round's calls may be resolved here.
+    fn resolvable(&self) -> bool;
+    /// Resolves the held calls; the continuation's request body.
+    fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes;
+    /// The held events for the client, the engine's calls removed.
+    fn release_held(&mut self) -> Vec<u8>;
 }
 
 /// A stream's engine-tool rounds: what the proxy needs to re-send it.

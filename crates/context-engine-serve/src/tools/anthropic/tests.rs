@@ -1,7 +1,8 @@
 use super::*;
+use crate::tools::FrontRounds;
 
-fn tools() -> AnthropicTools {
-    AnthropicTools {
+fn tools() -> EngineTools {
+    EngineTools {
         tools_json: r#"[{"name":"Bash","input_schema":{"type":"object"}},{"name":"context_recall","input_schema":{"type":"object"}}]"#.into(),
         names: vec!["context_recall".into()],
     }

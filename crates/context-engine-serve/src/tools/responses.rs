@@ -1,0 +1,465 @@
+//! Engine tools on the Responses front (Codex): offered and resolved in the
+//! proxy by the rules of chat completions ([`super`]), in the Responses
+//! API's own format.
+//!
+//! - **Offered** when the client did not pin `tool_choice` (absent or
+//!   `"auto"`) and sends its conversation as an `input` array: the
+//!   engine's schemas, as `{"type":"function", name, description,
+//!   parameters}`, are appended to the client's `tools` text. A name the
+//!   client already uses is not offered.
+//! - **Resolved**: an answer whose calls all name engine tools is answered
+//!   here (`function_call_output` items) and the request re-sent with the
+//!   answer's output items and the outputs appended to `input`, for at
+//!   most `max_tool_rounds` rounds, the last without the engine tools.
+//!   Reasoning items go back as they came (with their encrypted content,
+//!   which a stateless client such as Codex asks for). The exchange is not
+//!   added to the managed history.
+//! - **Mixed** output: the client's calls (`function_call`,
+//!   `custom_tool_call`, `local_shell_call`, …) reach it unchanged and the
+//!   engine's are removed; an answer left with no item gets a one-line
+//!   assistant message.
+//! - **Streams** ([`StreamRounds`]): events pass through until a
+//!   `response.output_item.added` opens an engine call; from there the
+//!   round's events are held. At `response.completed` the held calls are
+//!   resolved and the continuation's events are relayed as the rest of the
+//!   same response: its `response.created` and `response.in_progress` are
+//!   dropped, its output indices follow the items the client already has,
+//!   its sequence numbers follow the last one sent, its response objects
+//!   carry the first round's id, and its `response.completed` lists every
+//!   item the client received. Otherwise the held events go out with the
+//!   engine's items removed and the later indices closed up.
+
+use std::collections::BTreeSet;
+
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::{
+    EngineTools, Events, FrontRounds, Resend, answer, client_tools, list_of, offer,
+    request_with_list,
+};
+use crate::AppState;
+use crate::body::ChatBody;
+use crate::error::ServeError;
+use crate::handlers::chat::send_collect;
+use crate::session::Managed;
+use crate::sse::data_of;
+
+/// What an answer left with no item says to the client.
+const NOTHING_LEFT: &str = "(The context tool is not available on this turn.)";
+
+/// Output items the provider runs itself: not calls the client answers.
+const SERVER_CALLS: &[&str] = &[
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+];
+
+/// Whether `item` is a `function_call` naming an engine tool.
+fn is_engine_call(tools: &EngineTools, item: &Value) -> bool {
+    kind_of(item) == "function_call"
+        && item
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| tools.is_engine(n))
+}
+
+/// Whether `item` is a call the client has to answer.
+fn is_client_call(tools: &EngineTools, item: &Value) -> bool {
+    let kind = kind_of(item);
+    kind.ends_with("_call") && !SERVER_CALLS.contains(&kind) && !is_engine_call(tools, item)
+}
+
+fn kind_of(item: &Value) -> &str {
+    item.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The engine's tools to offer with this Responses request, if any.
+pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
+    if let Some(choice) = body.field("tool_choice")
+        && choice.get().trim() != "\"auto\""
+    {
+        return None;
+    }
+    if !body.field("input")?.get().trim_start().starts_with('[') {
+        return None;
+    }
+    offer(m, body, responses_schema)
+}
+
+/// A chat-completions tool schema in the Responses format.
+fn responses_schema(chat: &Value) -> Option<Value> {
+    let f = chat.get("function")?;
+    let name = f.get("name")?.as_str()?;
+    let mut tool = json!({
+        "type": "function",
+        "name": name,
+        "parameters": f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"})),
+    });
+    if let Some(d) = f.get("description").and_then(Value::as_str) {
+        tool["description"] = Value::String(d.to_owned());
+    }
+    Some(tool)
+}
+
+/// The input items of one resolved round: the answer's output items as
+/// they came, then the engine's output for each call.
+fn exchange_of(guard: &mut Option<Managed>, output: &[Value]) -> Vec<String> {
+    let mut items: Vec<String> = output.iter().map(Value::to_string).collect();
+    for call in output.iter().filter(|i| kind_of(i) == "function_call") {
+        let id = call
+            .get("call_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
+        let args = call
+            .get("arguments")
+            .and_then(Value::as_str)
+            .unwrap_or("{}");
+        let result = answer(guard, name, args);
+        items.push(
+            json!({"type": "function_call_output", "call_id": id, "output": result}).to_string(),
+        );
+    }
+    items
+}
+
+/// The request of the next round.
+fn next_body(
+    body: &ChatBody<'_>,
+    overrides: &[(&str, String)],
+    exchange: &[String],
+    tools: &str,
+) -> Bytes {
+    let input = list_of(body, overrides, "input");
+    request_with_list(body, overrides, ("input", &input), exchange, tools)
+}
+
+/// A message item saying the engine's call was dropped.
+fn note_item() -> Value {
+    json!({"type": "message", "id": "msg_ctx_note", "status": "completed", "role": "assistant",
+           "content": [{"type": "output_text", "text": NOTHING_LEFT, "annotations": []}]})
+}
+
+/// Sends the request, resolving engine-only answers in up to
+/// `max_tool_rounds` round trips, and returns the answer for the client.
+pub async fn resolve(
+    state: &AppState,
+    guard: &mut Option<Managed>,
+    body: &ChatBody<'_>,
+    overrides: &[(&str, String)],
+    tools: &EngineTools,
+    headers: HeaderMap,
+    url: &str,
+) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+    let client = client_tools(body);
+    let mut exchange: Vec<String> = Vec::new();
+    let rounds = state.options().max_tool_rounds;
+    let mut round = 0;
+    loop {
+        let last = round >= rounds;
+        let offered = if last { &client } else { &tools.tools_json };
+        let sent = next_body(body, overrides, &exchange, offered);
+        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
+        if !status.is_success() {
+            return Ok((status, resp_headers, bytes));
+        }
+        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+            return Ok((status, resp_headers, bytes));
+        };
+        let Some(output) = answer.get("output").and_then(Value::as_array).cloned() else {
+            return Ok((status, resp_headers, bytes));
+        };
+        if !output.iter().any(|i| is_engine_call(tools, i)) {
+            return Ok((status, resp_headers, bytes));
+        }
+        if !output.iter().any(|i| is_client_call(tools, i)) && !last {
+            state.metrics().tool_round();
+            round += 1;
+            exchange.extend(exchange_of(guard, &output));
+            continue;
+        }
+        // Mixed, or engine calls on the last round: the client gets its
+        // own calls only.
+        if let Some(items) = answer.get_mut("output").and_then(Value::as_array_mut) {
+            items.retain(|i| !is_engine_call(tools, i));
+            if items.is_empty() {
+                items.push(note_item());
+            }
+        }
+        let mut resp_headers = resp_headers;
+        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
+        return Ok((status, resp_headers, Bytes::from(answer.to_string())));
+    }
+}
+
+/// A stream's engine-tool rounds on the Responses front (see the module
+/// docs).
+#[derive(Debug)]
+pub struct StreamRounds {
+    /// The tools offered.
+    pub tools: EngineTools,
+    resend: Resend,
+    events: Events,
+    /// The client's output index of this round's item 0.
+    offset: usize,
+    /// This round's items, by output index (complete once done).
+    items: Vec<Option<Value>>,
+    hold_from: Option<usize>,
+    held: Vec<Vec<u8>>,
+    ended: bool,
+    errored: bool,
+    /// Items the client has been told of.
+    sent: usize,
+    /// The complete items the client received, in its order.
+    delivered: Vec<Value>,
+    /// The first round's response id.
+    first_id: Option<String>,
+    /// The next sequence number the client expects.
+    seq: u64,
+}
+
+impl StreamRounds {
+    /// The rounds of a stream sent with `overrides` over the client's
+    /// `body`, at most `max_rounds`.
+    pub fn new(
+        tools: EngineTools,
+        body: Bytes,
+        overrides: Vec<(&'static str, String)>,
+        max_rounds: u32,
+    ) -> StreamRounds {
+        StreamRounds {
+            tools,
+            resend: Resend::new(body, overrides, "input", max_rounds),
+            events: Events::default(),
+            offset: 0,
+            items: Vec::new(),
+            hold_from: None,
+            held: Vec::new(),
+            ended: false,
+            errored: false,
+            sent: 0,
+            delivered: Vec::new(),
+            first_id: None,
+            seq: 0,
+        }
+    }
+
+    fn round_items(&self) -> impl Iterator<Item = &Value> {
+        self.items.iter().flatten()
+    }
+
+    /// A message item saying the engine's call was dropped, for a response
+    /// that would reach the client with no item.
+    fn note(&mut self, out: &mut Vec<u8>) {
+        let item = note_item();
+        let index = self.sent;
+        for kind in ["response.output_item.added", "response.output_item.done"] {
+            let mut v = json!({"type": kind, "output_index": index, "item": item});
+            self.write(kind, &mut v, Some(index), out);
+        }
+    }
+
+    /// Writes an event of this round's item `round_index` (if it is about
+    /// one) to the client, renumbered.
+    fn forward(
+        &mut self,
+        kind: &str,
+        v: &mut Value,
+        round_index: Option<usize>,
+        out: &mut Vec<u8>,
+    ) {
+        self.write(kind, v, round_index.map(|i| self.offset + i), out);
+    }
+
+    /// Writes `v` with the client's output index, the next sequence
+    /// number and the first round's response id; a completed response
+    /// lists every item the client received.
+    fn write(&mut self, kind: &str, v: &mut Value, client_index: Option<usize>, out: &mut Vec<u8>) {
+        if let Some(i) = client_index {
+            v["output_index"] = json!(i);
+            self.sent = self.sent.max(i + 1);
+        }
+        if kind == "response.output_item.done"
+            && let Some(item) = v.get("item")
+        {
+            self.delivered.push(item.clone());
+        }
+        if v.get("sequence_number").is_some() {
+            v["sequence_number"] = json!(self.seq);
+            self.seq += 1;
+        }
+        if let Some(response) = v.get_mut("response").and_then(Value::as_object_mut) {
+            if let Some(id) = &self.first_id {
+                response.insert("id".into(), Value::String(id.clone()));
+            }
+            if is_terminal(kind) && response.contains_key("output") {
+                response.insert("output".into(), Value::Array(self.delivered.clone()));
+            }
+        }
+        out.extend(format!("event: {kind}\ndata: {v}\n\n").into_bytes());
+    }
+
+    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(raw)) else {
+            if self.holding() {
+                self.held.push(raw.to_vec());
+            } else {
+                out.extend_from_slice(raw);
+            }
+            return;
+        };
+        let kind = kind_of(&v).to_owned();
+        let index = index_of(&v);
+        match kind.as_str() {
+            // A continuation's events are the rest of the client's response.
+            "response.created" | "response.in_progress" if self.resend.continuing() => return,
+            "response.created" => {
+                self.first_id = v
+                    .pointer("/response/id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                if let (Some(i), Some(item)) = (index, v.get("item")) {
+                    if self.hold_from.is_none() && is_engine_call(&self.tools, item) {
+                        self.hold_from = Some(i);
+                    }
+                    if self.items.len() <= i {
+                        self.items.resize_with(i + 1, || None);
+                    }
+                    self.items[i] = Some(item.clone());
+                }
+            }
+            "response.failed" | "error" => {
+                self.ended = true;
+                self.errored = true;
+            }
+            k if is_terminal(k) => self.ended = true,
+            _ => {}
+        }
+        if self.holding() {
+            self.held.push(raw.to_vec());
+            return;
+        }
+        if !self.resend.continuing() {
+            // The first round goes out as it came.
+            if let Some(i) = index {
+                self.sent = self.sent.max(i + 1);
+            }
+            if kind == "response.output_item.done"
+                && let Some(item) = v.get("item")
+            {
+                self.delivered.push(item.clone());
+            }
+            if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+                self.seq = self.seq.max(n + 1);
+            }
+            out.extend_from_slice(raw);
+            return;
+        }
+        self.forward(&kind, &mut v, index, out);
+    }
+}
+
+impl FrontRounds for StreamRounds {
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for event in self.events.split(chunk) {
+            self.event(&event, &mut out);
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(rest) = self.events.rest() {
+            self.event(&rest, &mut out);
+        }
+        out
+    }
+
+    fn holding(&self) -> bool {
+        self.hold_from.is_some()
+    }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
+
+    fn resolvable(&self) -> bool {
+        self.hold_from.is_some()
+            && self.ended
+            && !self.errored
+            && self.resend.may_resolve()
+            && !self.round_items().any(|i| is_client_call(&self.tools, i))
+    }
+
+    fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
+        let round: Vec<Value> = self.round_items().cloned().collect();
+        let items = exchange_of(guard, &round);
+        self.offset = self.sent;
+        self.items.clear();
+        self.hold_from = None;
+        self.held.clear();
+        self.events.clear();
+        self.ended = false;
+        self.resend.next(items, &self.tools.tools_json)
+    }
+
+    fn release_held(&mut self) -> Vec<u8> {
+        let Some(from) = self.hold_from.take() else {
+            return Vec::new();
+        };
+        let removed: BTreeSet<usize> = self
+            .items
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, i)| i.as_ref().is_some_and(|i| is_engine_call(&self.tools, i)))
+            .map(|(k, _)| k)
+            .collect();
+        let mut out = Vec::new();
+        for raw in std::mem::take(&mut self.held) {
+            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
+                out.extend_from_slice(&raw);
+                continue;
+            };
+            let kind = kind_of(&v).to_owned();
+            if let Some(i) = index_of(&v) {
+                if removed.contains(&i) {
+                    continue;
+                }
+                let shift = removed.range(..i).count();
+                self.forward(&kind, &mut v, Some(i - shift), &mut out);
+                continue;
+            }
+            if is_terminal(&kind) && self.sent == 0 {
+                self.note(&mut out);
+            }
+            self.forward(&kind, &mut v, None, &mut out);
+        }
+        out
+    }
+}
+
+/// The events that end a response.
+fn is_terminal(kind: &str) -> bool {
+    matches!(
+        kind,
+        "response.completed" | "response.incomplete" | "response.failed"
+    )
+}
+
+fn index_of(event: &Value) -> Option<usize> {
+    event
+        .get("output_index")
+        .and_then(Value::as_u64)
+        .and_then(|i| usize::try_from(i).ok())
+}
+
+#[cfg(test)]
+mod tests;

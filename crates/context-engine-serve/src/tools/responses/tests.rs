@@ -1,0 +1,206 @@
+use super::*;
+use crate::tools::FrontRounds;
+
+fn tools() -> EngineTools {
+    EngineTools {
+        tools_json: r#"[{"type":"function","name":"shell","parameters":{"type":"object"}},{"type":"function","name":"context_recall","parameters":{"type":"object"}}]"#.into(),
+        names: vec!["context_recall".into()],
+    }
+}
+
+const BODY: &str = r#"{"model":"gpt-5","tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"what was in a.txt?"}]}],"stream":true,"store":false}"#;
+
+fn rounds(max_rounds: u32) -> StreamRounds {
+    StreamRounds::new(
+        tools(),
+        Bytes::from_static(BODY.as_bytes()),
+        Vec::new(),
+        max_rounds,
+    )
+}
+
+/// A response's events: `items` (complete), each added, (a text delta for
+/// messages,) and done; sequence numbers from 0.
+fn stream(id: &str, items: &[Value]) -> String {
+    let mut events = vec![
+        json!({"type": "response.created", "response": {"id": id, "output": []}}),
+        json!({"type": "response.in_progress", "response": {"id": id, "output": []}}),
+    ];
+    for (i, item) in items.iter().enumerate() {
+        events.push(json!({"type": "response.output_item.added", "output_index": i, "item": item}));
+        if item["type"] == "message" {
+            events.push(json!({"type": "response.output_text.delta", "output_index": i, "item_id": item["id"], "content_index": 0, "delta": item["content"][0]["text"]}));
+        }
+        events.push(json!({"type": "response.output_item.done", "output_index": i, "item": item}));
+    }
+    events.push(json!({"type": "response.completed", "response": {"id": id, "output": items, "usage": {"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}}}));
+    events
+        .iter()
+        .enumerate()
+        .map(|(n, e)| {
+            let mut e = e.clone();
+            e["sequence_number"] = json!(n);
+            format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())
+        })
+        .collect()
+}
+
+fn events(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes)
+        .split("\n\n")
+        .filter_map(|e| {
+            let data = e.lines().find_map(|l| l.strip_prefix("data: "))?;
+            serde_json::from_str(data).ok()
+        })
+        .collect()
+}
+
+fn message(id: &str, text: &str) -> Value {
+    json!({"type": "message", "id": id, "role": "assistant", "status": "completed",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn call(call_id: &str, name: &str, args: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id, "name": name, "arguments": args, "status": "completed"})
+}
+
+fn reasoning() -> Value {
+    json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc=="})
+}
+
+#[test]
+fn an_engine_call_is_resolved_and_the_continuation_continues_the_response() {
+    let first = stream(
+        "resp_1",
+        &[
+            reasoning(),
+            call("c1", "context_recall", r#"{"handle":"call_7"}"#),
+        ],
+    );
+    let second = stream("resp_2", &[message("msg_2", "a.txt held the config.")]);
+    for cut in (0..first.len()).step_by(11) {
+        let mut r = rounds(3);
+        let (a, b) = first.as_bytes().split_at(cut);
+        let mut out = r.push(a);
+        out.extend(r.push(b));
+        out.extend(r.finish());
+        assert!(r.holding() && r.ended() && r.resolvable(), "cut {cut}");
+        let out = events(&out);
+        let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.output_item.done"
+            ]
+        );
+        let next: Value = serde_json::from_slice(&r.next_request(&mut None)).unwrap();
+        let input = next["input"].as_array().unwrap();
+        assert_eq!(input.len(), 4);
+        assert_eq!(input[1]["encrypted_content"], "enc==");
+        assert_eq!(input[2]["name"], "context_recall");
+        assert_eq!(input[3]["type"], "function_call_output");
+        assert_eq!(input[3]["call_id"], "c1");
+        assert_eq!(next["tools"].as_array().unwrap().len(), 2);
+
+        let out = events(&r.push(second.as_bytes()));
+        assert!(r.ended() && !r.holding());
+        let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert!(!kinds.contains(&"response.created"), "{kinds:?}");
+        // The message is the client's item 1, numbered on from item 0.
+        assert!(
+            out.iter()
+                .filter_map(|e| e["output_index"].as_u64())
+                .all(|i| i == 1)
+        );
+        let seqs: Vec<u64> = out
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, (4..4 + seqs.len() as u64).collect::<Vec<_>>());
+        let done = out.last().unwrap();
+        assert_eq!(done["type"], "response.completed");
+        assert_eq!(done["response"]["id"], "resp_1");
+        let output = done["response"]["output"].as_array().unwrap();
+        assert_eq!(output.len(), 2, "the reasoning and the message");
+        assert_eq!(output[1]["id"], "msg_2");
+        assert_eq!(done["response"]["usage"]["total_tokens"], 55);
+    }
+}
+
+#[test]
+fn mixed_calls_reach_the_client_without_the_engines_renumbered() {
+    let text = stream(
+        "resp_1",
+        &[
+            call("c1", "context_recall", "{}"),
+            call("c2", "shell", r#"{"command":["ls"]}"#),
+        ],
+    );
+    let mut r = rounds(3);
+    let mut out = r.push(text.as_bytes());
+    assert!(r.holding() && r.ended() && !r.resolvable());
+    out.extend(r.release_held());
+    let out = events(&out);
+    let added: Vec<&Value> = out
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .collect();
+    assert_eq!(added.len(), 1);
+    assert_eq!(added[0]["item"]["name"], "shell");
+    assert_eq!(added[0]["output_index"], 0);
+    let seqs: Vec<u64> = out
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+    let done = out.last().unwrap();
+    let output = done["response"]["output"].as_array().unwrap();
+    assert_eq!(output.len(), 1);
+    assert_eq!(output[0]["call_id"], "c2");
+}
+
+#[test]
+fn an_engine_call_past_the_last_round_leaves_a_note() {
+    let text = stream("resp_1", &[call("c1", "context_recall", "{}")]);
+    let mut r = rounds(0);
+    let mut out = r.push(text.as_bytes());
+    assert!(r.holding() && !r.resolvable());
+    out.extend(r.release_held());
+    let out = events(&out);
+    assert!(out.iter().all(|e| e["item"]["type"] != "function_call"));
+    let done = out.last().unwrap();
+    assert_eq!(
+        done["response"]["output"][0]["content"][0]["text"],
+        NOTHING_LEFT
+    );
+    let added = out
+        .iter()
+        .find(|e| e["type"] == "response.output_item.added")
+        .unwrap();
+    assert_eq!(added["output_index"], 0);
+}
+
+#[test]
+fn server_side_calls_are_not_the_clients() {
+    let t = tools();
+    assert!(!is_client_call(&t, &json!({"type": "web_search_call"})));
+    assert!(is_client_call(
+        &t,
+        &json!({"type": "custom_tool_call", "name": "apply_patch"})
+    ));
+    assert!(is_client_call(&t, &call("c", "shell", "{}")));
+    assert!(!is_client_call(&t, &call("c", "context_recall", "{}")));
+    assert!(is_engine_call(&t, &call("c", "context_recall", "{}")));
+}
+
+#[test]
+fn chat_schemas_become_responses_tools() {
+    let chat = json!({"type": "function", "function": {"name": "context_recall", "description": "d", "parameters": {"type": "object"}}});
+    assert_eq!(
+        responses_schema(&chat).unwrap(),
+        json!({"type": "function", "name": "context_recall", "description": "d", "parameters": {"type": "object"}})
+    );
+}
