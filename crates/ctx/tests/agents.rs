@@ -12,7 +12,11 @@
 //! API; after a compaction the task and a file read before it are still
 //! named; the agent's own session log on disk holds every file it read
 //! (the proxy changes what goes upstream, never the agent's transcript);
-//! `ctx validate` and `ctx replay` read that log. A missing binary fails
+//! `ctx validate` and `ctx replay` read that log. The proxy offers its
+//! engine tools (`--engine-tools`): the script calls `context_recall` once,
+//! on the output of an earlier call, and the proxy resolves it in the
+//! client's own format (in a stream, as the rest of the same message), so
+//! the agent never sees that call and carries on. A missing binary fails
 //! under `CI=true` and is skipped with the reason elsewhere.
 
 mod common;
@@ -132,6 +136,7 @@ fn serve(upstream: &str, log: &Path) -> (String, Running) {
             &format!("127.0.0.1:{port}"),
             "--context-length",
             WINDOW,
+            "--engine-tools",
         ])
         .env("CTX_LOG", "info")
         .stdout(Stdio::null())
@@ -340,6 +345,29 @@ fn check_session_log(log: &Path) {
     assert!(report.is_object());
 }
 
+/// The proxy answered the script's `context_recall` with the whole output
+/// of the call that read `file_1.txt`, and the agent never saw that call
+/// (its session log has no trace of it).
+fn check_recall(script: &Script, log: &Path) {
+    let recalled = script.recalled.lock().unwrap().clone();
+    let recalled = recalled.expect("the script called context_recall and got an answer");
+    assert!(
+        recalled.contains("FILE 1") && recalled.contains(&last_line(1)),
+        "the recall brought file 1 back whole: {recalled}"
+    );
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(
+        !text.contains("context_recall") && !text.contains(scripted::RECALL_ID),
+        "the agent never saw the engine's call"
+    );
+}
+
+/// Whether a request is the proxy's continuation after resolving the
+/// script's `context_recall` (not a request of the agent's).
+fn is_recall_round(body: &Value) -> bool {
+    body.to_string().contains(scripted::RECALL_ID)
+}
+
 fn find_file(dir: &Path, pred: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let p = entry.path();
@@ -423,6 +451,7 @@ fn claude_code_through_ctx_serve() {
         if s.body["tools"]
             .as_array()
             .is_some_and(|t| t.iter().any(|t| t["name"] == "Bash"))
+            && !is_recall_round(&s.body)
         {
             conversation.push(s.body.clone());
         }
@@ -437,6 +466,7 @@ fn claude_code_through_ctx_serve() {
     })
     .expect("Claude Code wrote its session log");
     check_session_log(&log);
+    check_recall(script, &log);
 }
 
 #[test]
@@ -506,7 +536,9 @@ fn codex_through_ctx_serve() {
             violations.is_empty(),
             "invalid upstream request: {violations:?}"
         );
-        conversation.push(s.body.clone());
+        if !is_recall_round(&s.body) {
+            conversation.push(s.body.clone());
+        }
     }
     check_conversation(&seen, &conversation, &serve_text, "input", false);
     assert!(
@@ -519,4 +551,5 @@ fn codex_through_ctx_serve() {
     })
     .expect("Codex wrote its rollout");
     check_session_log(&log);
+    check_recall(script, &log);
 }

@@ -6,6 +6,10 @@
 //! result names the file it showed, `FILE k`), so a compacted history
 //! (whose older turns are gone) gets the same answer as the full one.
 //! Every request is recorded (path, headers, body) for the test to check.
+//! When the proxy offers its `context_recall` tool, the script calls it
+//! once, at step [`RECALL_AT`], on the call that read `file_1.txt`, and
+//! records the answer; the proxy resolves that call, so the agent never
+//! sees it.
 //! Usage is reported with input tokens of about a quarter of the body's
 //! bytes, part of it as cache reads, so the proxy's usage path runs.
 
@@ -31,6 +35,10 @@ pub struct Seen {
 pub struct Script {
     pub files: usize,
     pub seen: Mutex<Vec<Seen>>,
+    /// What the proxy answered the one `context_recall` call the script
+    /// makes when the proxy offers its tools: at step [`RECALL_AT`], of the
+    /// output of `cat file_1.txt`.
+    pub recalled: Mutex<Option<String>>,
 }
 
 impl Script {
@@ -38,8 +46,28 @@ impl Script {
         Script {
             files,
             seen: Mutex::new(Vec::new()),
+            recalled: Mutex::new(None),
         }
     }
+
+    /// Whether to call `context_recall` now: offered, at the step, not
+    /// done yet.
+    fn recall_now(&self, offered: bool, step: usize) -> bool {
+        offered && step == RECALL_AT && self.recalled.lock().unwrap().is_none()
+    }
+}
+
+/// The step at which the script asks the proxy's `context_recall` for the
+/// output of the call that read `file_1.txt`.
+pub const RECALL_AT: usize = 5;
+/// The id of that call (the proxy answers it; the client never sees it).
+pub const RECALL_ID: &str = "ctx_recall_1";
+
+/// Whether a request offers the proxy's `context_recall`.
+fn offers_recall(request: &Value) -> bool {
+    request["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "context_recall"))
 }
 
 /// The step a conversation is at: the file after the one the newest tool
@@ -121,28 +149,51 @@ async fn messages(
     let id = format!("msg_{n:04}");
     let (input, cached) = usage_in(body.len());
     // The newest tool result (the client may put other messages after it).
-    let last_result = request["messages"].as_array().and_then(|messages| {
-        messages.iter().rev().find_map(|m| {
-            m["content"].as_array().and_then(|blocks| {
-                blocks
-                    .iter()
-                    .rev()
-                    .find(|b| b["type"] == "tool_result")
-                    .map(|b| text_of(&b["content"]))
-            })
-        })
-    });
+    let results: Vec<&Value> = request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    if let Some(r) = results.iter().find(|b| b["tool_use_id"] == RECALL_ID) {
+        *script.recalled.lock().unwrap() = Some(text_of(&r["content"]));
+    }
+    // The newest result of the agent's own tool (the client may put other
+    // messages after it).
+    let last_result = results
+        .iter()
+        .rev()
+        .find(|b| b["tool_use_id"] != RECALL_ID)
+        .map(|b| text_of(&b["content"]));
     let uses_bash = request["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["name"] == "Bash"));
     let k = next_file(last_result.as_deref());
-    let block = if uses_bash && k < script.files {
-        json!({"type": "tool_use", "id": format!("toolu_{n:04}"), "name": "Bash",
-               "input": {"command": format!("cat file_{k}.txt"), "description": format!("Read file {k}")}})
-    } else {
-        json!({"type": "text", "text": format!("Read all {} files. DONE", script.files)})
+    let file_1_call = request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_use" && b["input"]["command"] == "cat file_1.txt")
+        .map(|b| b["id"].clone());
+    let blocks = match file_1_call {
+        Some(id) if script.recall_now(offers_recall(&request), k) => vec![
+            json!({"type": "text", "text": "Let me look at file 1 again."}),
+            json!({"type": "tool_use", "id": RECALL_ID, "name": "context_recall",
+                   "input": {"handle": id}}),
+        ],
+        _ if uses_bash && k < script.files => vec![
+            json!({"type": "tool_use", "id": format!("toolu_{n:04}"), "name": "Bash",
+                   "input": {"command": format!("cat file_{k}.txt"), "description": format!("Read file {k}")}}),
+        ],
+        _ => {
+            vec![json!({"type": "text", "text": format!("Read all {} files. DONE", script.files)})]
+        }
     };
-    let stop = if block["type"] == "tool_use" {
+    let stop = if blocks.iter().any(|b| b["type"] == "tool_use") {
         "tool_use"
     } else {
         "end_turn"
@@ -151,46 +202,52 @@ async fn messages(
                        "cache_creation_input_tokens": 0, "output_tokens": 20});
     if request["stream"] != json!(true) {
         return json_response(&json!({"id": id, "type": "message", "role": "assistant",
-            "model": request["model"], "content": [block], "stop_reason": stop,
+            "model": request["model"], "content": blocks, "stop_reason": stop,
             "stop_sequence": null, "usage": usage}));
     }
-    let start_block = if block["type"] == "tool_use" {
-        json!({"type": "tool_use", "id": block["id"], "name": "Bash", "input": {}})
-    } else {
-        json!({"type": "text", "text": ""})
-    };
-    let delta = if block["type"] == "tool_use" {
-        json!({"type": "input_json_delta", "partial_json": block["input"].to_string()})
-    } else {
-        json!({"type": "text_delta", "text": block["text"]})
-    };
-    sse(&[
-        (
-            "message_start",
-            json!({"type": "message_start", "message": {"id": id, "type": "message",
-            "role": "assistant", "model": request["model"], "content": [], "stop_reason": null,
-            "stop_sequence": null, "usage": {"input_tokens": input - cached,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
-        ),
-        (
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": start_block}),
-        ),
-        (
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
-        ),
-        (
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": 0}),
-        ),
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": id, "type": "message",
+        "role": "assistant", "model": request["model"], "content": [], "stop_reason": null,
+        "stop_sequence": null, "usage": {"input_tokens": input - cached,
+        "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
+    )];
+    for (index, block) in blocks.iter().enumerate() {
+        let (start_block, delta) = if block["type"] == "tool_use" {
+            (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+            )
+        } else {
+            (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": block["text"]}),
+            )
+        };
+        events.extend([
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": start_block}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ),
+            (
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ),
+        ]);
+    }
+    events.extend([
         (
             "message_delta",
             json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
             "usage": {"output_tokens": 20}}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
-    ])
+    ]);
+    sse(&events)
 }
 
 /// `POST /v1/responses`.
@@ -203,24 +260,51 @@ async fn responses(
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let n = record(&script, &uri, headers, &request);
     let (input, cached) = usage_in(body.len());
-    let last_output = request["input"].as_array().and_then(|items| {
-        items
-            .iter()
-            .rev()
-            .find(|i| i["type"] == "function_call_output")
-            .map(|i| text_of(&i["output"]))
-    });
+    let outputs: Vec<&Value> = request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    if let Some(r) = outputs.iter().find(|i| i["call_id"] == RECALL_ID) {
+        *script.recalled.lock().unwrap() = Some(text_of(&r["output"]));
+    }
+    let last_output = outputs
+        .iter()
+        .rev()
+        .find(|i| i["call_id"] != RECALL_ID)
+        .map(|i| text_of(&i["output"]));
     let k = next_file(last_output.as_deref());
-    let item = if k < script.files {
-        json!({"type": "function_call", "id": format!("fc_{n:04}"), "status": "completed",
-               "call_id": format!("call_{n:04}"), "name": "exec_command",
-               "arguments": json!({"cmd": format!("cat file_{k}.txt")}).to_string()})
-    } else {
-        json!({"type": "message", "id": format!("msg_{n:04}"), "status": "completed", "role": "assistant",
-               "content": [{"type": "output_text", "text": format!("Read all {} files. DONE", script.files), "annotations": []}]})
+    let file_1_call = request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| {
+            i["type"] == "function_call"
+                && i["arguments"]
+                    .as_str()
+                    .is_some_and(|a| a.contains("cat file_1.txt"))
+        })
+        .map(|i| i["call_id"].clone());
+    let items = match file_1_call {
+        Some(id) if script.recall_now(offers_recall(&request), k) => vec![
+            json!({"type": "reasoning", "id": format!("rs_{n:04}"), "summary": [], "encrypted_content": "gAAAA"}),
+            json!({"type": "function_call", "id": format!("fc_{n:04}"), "status": "completed",
+                   "call_id": RECALL_ID, "name": "context_recall",
+                   "arguments": json!({"handle": id}).to_string()}),
+        ],
+        _ if k < script.files => vec![
+            json!({"type": "function_call", "id": format!("fc_{n:04}"), "status": "completed",
+                   "call_id": format!("call_{n:04}"), "name": "exec_command",
+                   "arguments": json!({"cmd": format!("cat file_{k}.txt")}).to_string()}),
+        ],
+        _ => vec![
+            json!({"type": "message", "id": format!("msg_{n:04}"), "status": "completed", "role": "assistant",
+                   "content": [{"type": "output_text", "text": format!("Read all {} files. DONE", script.files), "annotations": []}]}),
+        ],
     };
     let response = json!({"id": format!("resp_{n:04}"), "object": "response", "created_at": 1,
-        "status": "completed", "model": request["model"], "output": [item],
+        "status": "completed", "model": request["model"], "output": items,
         "usage": {"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
                   "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": input + 20}});
@@ -231,24 +315,27 @@ async fn responses(
     created["status"] = json!("in_progress");
     created["output"] = json!([]);
     created["usage"] = Value::Null;
-    sse(&[
-        (
-            "response.created",
-            json!({"type": "response.created", "response": created}),
-        ),
-        (
-            "response.output_item.added",
-            json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
-        ),
-        (
-            "response.output_item.done",
-            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
-        ),
-        (
-            "response.completed",
-            json!({"type": "response.completed", "response": response}),
-        ),
-    ])
+    let mut events = vec![(
+        "response.created",
+        json!({"type": "response.created", "response": created}),
+    )];
+    for (index, item) in items.iter().enumerate() {
+        events.extend([
+            (
+                "response.output_item.added",
+                json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+            ),
+            (
+                "response.output_item.done",
+                json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            ),
+        ]);
+    }
+    events.push((
+        "response.completed",
+        json!({"type": "response.completed", "response": response}),
+    ));
+    sse(&events)
 }
 
 /// Starts the upstream on a free loopback port of `runtime`; returns its
