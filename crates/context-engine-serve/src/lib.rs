@@ -70,7 +70,8 @@ pub struct ServeOptions {
     pub auth_token: Option<String>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
-    /// Offer and resolve the engine's tools.
+    /// Offer the engine's tools on requests that carry tools of their own,
+    /// and resolve their calls.
     pub engine_tools: bool,
     /// Upstream round trips per request for engine-tool calls.
     pub max_tool_rounds: u32,
@@ -92,7 +93,7 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
-    /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, no engine tools, 10 000
+    /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, engine tools, 10 000
     /// sessions idle for at most an hour, asleep after a minute idle, 30 s
     /// shutdown grace) for `upstream`.
     pub fn new(upstream: UpstreamOptions) -> ServeOptions {
@@ -101,7 +102,7 @@ impl ServeOptions {
             upstream,
             auth_token: None,
             max_body_bytes: 64 * 1024 * 1024,
-            engine_tools: false,
+            engine_tools: true,
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle: Duration::from_secs(3600),

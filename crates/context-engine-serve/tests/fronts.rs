@@ -800,15 +800,20 @@ async fn anthropic_engine_tools_are_offered_and_resolved_in_the_proxy() {
 }
 
 #[tokio::test]
-async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_and_by_default() {
+async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_a_toolless_client_and_when_off() {
     let up = Arc::new(Upstream::default());
     let url = start_upstream(Arc::clone(&up)).await;
-    let (addr, _state) = start_proxy(
-        options(&url).with_engine_tools(true),
-        compressor_context(counter(), 200_000),
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let mut body: Value = serde_json::from_str(&claude_request(1, false)).unwrap();
+    // No tools of its own (as from a text-action agent): nothing offered.
+    let (code, _) = post(
+        addr,
+        "/v1/messages",
+        &body.to_string(),
+        &[("x-api-key", "k")],
     )
     .await;
-    let mut body: Value = serde_json::from_str(&claude_request(1, false)).unwrap();
+    assert_eq!(code, 200);
     body["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
     body["tool_choice"] = json!({"type": "tool", "name": "Bash"});
     let (code, _) = post(
@@ -819,10 +824,9 @@ async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_and_by_default() {
     )
     .await;
     assert_eq!(code, 200);
-    let seen = up.seen.lock().unwrap().clone();
-    assert_eq!(seen[0].body, body.to_string().as_bytes(), "nothing offered");
 
-    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let off = options(&url).with_engine_tools(false);
+    let (addr, _state) = start_proxy(off, compressor_context(counter(), 200_000)).await;
     body.as_object_mut().unwrap().remove("tool_choice");
     let (code, _) = post(
         addr,
@@ -833,7 +837,16 @@ async fn anthropic_engine_tools_stay_off_a_pinned_tool_choice_and_by_default() {
     .await;
     assert_eq!(code, 200);
     let seen = up.seen.lock().unwrap().clone();
-    assert_eq!(seen[1].body, body.to_string().as_bytes(), "off by default");
+    assert_eq!(seen.len(), 3);
+    for s in &seen {
+        let sent: Value = serde_json::from_slice(&s.body).unwrap();
+        let names: Vec<&str> = sent["tools"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(!names.contains(&"context_recall"), "{names:?}");
+    }
+    assert_eq!(seen[2].body, body.to_string().as_bytes(), "off: as it came");
 }
 
 /// A Responses upstream that calls `context_recall` on `call_0` until the

@@ -27,6 +27,7 @@
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use context_engine::front::FrontKind;
 
@@ -68,6 +69,15 @@ pub(crate) fn offer(
     body: &ChatBody<'_>,
     format: impl Fn(&Value) -> Option<Value>,
 ) -> Option<EngineTools> {
+    // A client without tools of its own (a text-action agent) gets its
+    // request as it sent it.
+    let has_tools = body
+        .field("tools")
+        .and_then(|t| serde_json::from_str::<Vec<&RawValue>>(t.get()).ok())
+        .is_some_and(|t| !t.is_empty());
+    if !has_tools {
+        return None;
+    }
     let client = tool_names(body);
     let added: Vec<Value> = m
         .host()

@@ -398,8 +398,10 @@ pub struct ServeConfig {
     pub auth_token_env: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Offer the engine's tools (`context_recall`, ...) to the model and
-    /// resolve their calls in the proxy.
+    /// Offer the engine's tools (`context_recall`, ...) to the model on
+    /// requests that carry tools of their own, and resolve their calls in
+    /// the proxy (on by default: the digest's one-liners name
+    /// `context_recall`, which the model can then call).
     pub engine_tools: bool,
     /// Upstream round trips spent on engine-tool calls per request.
     pub max_tool_rounds: u32,
@@ -427,7 +429,7 @@ impl Default for ServeConfig {
             upstream: UpstreamConfig::default(),
             auth_token_env: None,
             max_body_bytes: 64 * 1024 * 1024,
-            engine_tools: false,
+            engine_tools: true,
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle_seconds: 3600,

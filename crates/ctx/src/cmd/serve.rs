@@ -28,10 +28,14 @@ pub struct ServeArgs {
     /// Provider rules every request must keep: `openai` or `strict`.
     #[arg(long, default_value = "openai")]
     pub profile: Profile,
-    /// Offer the engine's tools (`context_recall`) to the model
-    /// (overrides `serve.engine_tools`).
-    #[arg(long)]
+    /// Offer the engine's tools (`context_recall`) to the model on requests
+    /// that carry tools of their own (overrides `serve.engine_tools`, on by
+    /// default).
+    #[arg(long, overrides_with = "no_engine_tools")]
     pub engine_tools: bool,
+    /// Do not offer the engine's tools (overrides `serve.engine_tools`).
+    #[arg(long, overrides_with = "engine_tools")]
+    pub no_engine_tools: bool,
     /// Keep sessions in a store: a SQLite file, `:memory:`, or
     /// `postgres://user@host:port/db` shared by a fleet of instances (the
     /// password from the variable `store.password_env` names). Overrides
@@ -70,7 +74,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let options = ServeOptions::new(upstream)
         .with_listen(listen)
         .with_auth_token(token)
-        .with_engine_tools(args.engine_tools || s.engine_tools)
+        .with_engine_tools(!args.no_engine_tools && (args.engine_tools || s.engine_tools))
         .with_max_body_bytes(s.max_body_bytes)
         .with_max_tool_rounds(s.max_tool_rounds)
         .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
