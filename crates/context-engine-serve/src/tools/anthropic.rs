@@ -32,6 +32,10 @@ use std::collections::BTreeSet;
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
@@ -176,46 +180,103 @@ fn strip_engine_calls(answer: &mut Value, tools: &EngineTools) {
 /// One content block of a streamed answer, rebuilt from its events.
 #[derive(Debug)]
 struct Block {
+    /// As `content_block_start` opened it.
     value: Value,
+    /// Streamed text, thinking and signature (appended in place: a long
+    /// answer streams thousands of deltas).
+    text: String,
+    thinking: String,
+    signature: String,
+    citations: Vec<Value>,
     /// A `tool_use` block's input as streamed (`input_json_delta`).
     input: String,
 }
 
+/// The parts of an event the rounds read (borrowed: most events are
+/// small text deltas, read once).
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    index: Option<usize>,
+    #[serde(borrow)]
+    content_block: Option<&'a RawValue>,
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    citation: Option<Value>,
+}
+
 impl Block {
-    fn delta(&mut self, delta: &Value) {
-        let text = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or_default();
-        let mut append = |field: &str, part: &str| {
-            let old = self.value.get(field).and_then(Value::as_str).unwrap_or("");
-            self.value[field] = Value::String(format!("{old}{part}"));
-        };
-        match delta.get("type").and_then(Value::as_str) {
-            Some("text_delta") => append("text", text("text")),
-            Some("thinking_delta") => append("thinking", text("thinking")),
-            Some("signature_delta") => append("signature", text("signature")),
-            Some("input_json_delta") => self.input.push_str(text("partial_json")),
-            Some("citations_delta") => {
-                if let Some(c) = delta.get("citation") {
-                    match self
-                        .value
-                        .get_mut("citations")
-                        .and_then(Value::as_array_mut)
-                    {
-                        Some(list) => list.push(c.clone()),
-                        None => self.value["citations"] = json!([c]),
-                    }
-                }
-            }
-            _ => {}
+    fn new(value: Value) -> Block {
+        Block {
+            value,
+            text: String::new(),
+            thinking: String::new(),
+            signature: String::new(),
+            citations: Vec::new(),
+            input: String::new(),
         }
     }
 
-    fn stop(&mut self) {
-        if is_tool_use(&self.value)
+    fn delta(&mut self, delta: Delta<'_>) {
+        let (to, part) = match delta.kind.as_ref() {
+            "text_delta" => (&mut self.text, delta.text),
+            "thinking_delta" => (&mut self.thinking, delta.thinking),
+            "signature_delta" => (&mut self.signature, delta.signature),
+            "input_json_delta" => (&mut self.input, delta.partial_json),
+            "citations_delta" => {
+                self.citations.extend(delta.citation);
+                return;
+            }
+            _ => return,
+        };
+        to.push_str(part.as_deref().unwrap_or_default());
+    }
+
+    /// The block as the model wrote it: what it opened with, plus what
+    /// streamed.
+    fn finished(&self) -> Value {
+        let mut value = self.value.clone();
+        for (field, part) in [
+            ("text", &self.text),
+            ("thinking", &self.thinking),
+            ("signature", &self.signature),
+        ] {
+            if !part.is_empty() {
+                let start = value.get(field).and_then(Value::as_str).unwrap_or("");
+                value[field] = Value::String(format!("{start}{part}"));
+            }
+        }
+        if !self.citations.is_empty() {
+            let mut all = value
+                .get("citations")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            all.extend(self.citations.iter().cloned());
+            value["citations"] = Value::Array(all);
+        }
+        if is_tool_use(&value)
             && !self.input.trim().is_empty()
             && let Ok(input) = serde_json::from_str::<Value>(&self.input)
         {
-            self.value["input"] = input;
+            value["input"] = input;
         }
+        value
     }
 }
 
@@ -291,7 +352,8 @@ impl StreamRounds {
     }
 
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(raw)) else {
+        let data = data_of(raw);
+        let Ok(e) = serde_json::from_slice::<Event<'_>>(&data) else {
             // Not an event of the API (a comment, a keep-alive).
             if self.holding() {
                 self.held.push(raw.to_vec());
@@ -300,38 +362,28 @@ impl StreamRounds {
             }
             return;
         };
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let index = index_of(&v);
-        match kind.as_str() {
+        let index = e.index;
+        match e.kind.as_ref() {
             // A continuation's events are the rest of the client's message.
             "message_start" if self.resend.continuing() => return,
             "content_block_start" => {
                 if let Some(i) = index {
-                    let block = v.get("content_block").cloned().unwrap_or(Value::Null);
+                    let block = e
+                        .content_block
+                        .and_then(|b| serde_json::from_str(b.get()).ok())
+                        .unwrap_or(Value::Null);
                     if self.hold_from.is_none() && is_engine_call(&self.tools, &block) {
                         self.hold_from = Some(i);
                     }
                     if self.blocks.len() <= i {
                         self.blocks.resize_with(i + 1, || None);
                     }
-                    self.blocks[i] = Some(Block {
-                        value: block,
-                        input: String::new(),
-                    });
+                    self.blocks[i] = Some(Block::new(block));
                 }
             }
             "content_block_delta" => {
-                if let (Some(b), Some(d)) = (self.block(index), v.get("delta")) {
+                if let (Some(b), Some(d)) = (self.block(index), e.delta) {
                     b.delta(d);
-                }
-            }
-            "content_block_stop" => {
-                if let Some(b) = self.block(index) {
-                    b.stop();
                 }
             }
             "message_stop" => self.ended = true,
@@ -346,7 +398,12 @@ impl StreamRounds {
             return;
         }
         match index {
-            Some(i) if self.resend.continuing() => self.forward(&kind, &mut v, i, out),
+            Some(i) if self.resend.continuing() => {
+                if let Ok(mut v) = serde_json::from_slice::<Value>(&data) {
+                    let kind = e.kind.into_owned();
+                    self.forward(&kind, &mut v, i, out);
+                }
+            }
             Some(i) => {
                 self.sent = self.sent.max(i + 1);
                 out.extend_from_slice(raw);
@@ -402,12 +459,7 @@ impl FrontRounds for StreamRounds {
     }
 
     fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
-        let round: Vec<Value> = self
-            .blocks
-            .iter()
-            .flatten()
-            .map(|b| b.value.clone())
-            .collect();
+        let round: Vec<Value> = self.blocks.iter().flatten().map(Block::finished).collect();
         let items = exchange_of(guard, &round);
         self.offset = self.sent;
         self.blocks.clear();

@@ -33,6 +33,10 @@ use std::collections::BTreeSet;
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
@@ -304,7 +308,8 @@ impl StreamRounds {
     }
 
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(raw)) else {
+        let data = data_of(raw);
+        let Ok(e) = serde_json::from_slice::<Event<'_>>(&data) else {
             if self.holding() {
                 self.held.push(raw.to_vec());
             } else {
@@ -312,19 +317,17 @@ impl StreamRounds {
             }
             return;
         };
-        let kind = kind_of(&v).to_owned();
-        let index = index_of(&v);
-        match kind.as_str() {
+        let index = e.output_index;
+        // Only items are read whole (text deltas, most of a stream, are not).
+        let item: Option<Value> = e.item.and_then(|i| serde_json::from_str(i.get()).ok());
+        match e.kind.as_ref() {
             // A continuation's events are the rest of the client's response.
             "response.created" | "response.in_progress" if self.resend.continuing() => return,
             "response.created" => {
-                self.first_id = v
-                    .pointer("/response/id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                self.first_id = e.response.and_then(|r| r.id).map(Cow::into_owned);
             }
             "response.output_item.added" | "response.output_item.done" => {
-                if let (Some(i), Some(item)) = (index, v.get("item")) {
+                if let (Some(i), Some(item)) = (index, &item) {
                     if self.hold_from.is_none() && is_engine_call(&self.tools, item) {
                         self.hold_from = Some(i);
                     }
@@ -350,19 +353,42 @@ impl StreamRounds {
             if let Some(i) = index {
                 self.sent = self.sent.max(i + 1);
             }
-            if kind == "response.output_item.done"
-                && let Some(item) = v.get("item")
+            if e.kind == "response.output_item.done"
+                && let Some(item) = item
             {
-                self.delivered.push(item.clone());
+                self.delivered.push(item);
             }
-            if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+            if let Some(n) = e.sequence_number {
                 self.seq = self.seq.max(n + 1);
             }
             out.extend_from_slice(raw);
             return;
         }
-        self.forward(&kind, &mut v, index, out);
+        if let Ok(mut v) = serde_json::from_slice::<Value>(&data) {
+            let kind = e.kind.into_owned();
+            self.forward(&kind, &mut v, index, out);
+        }
     }
+}
+
+/// The parts of an event the rounds read (borrowed: most events are
+/// small text deltas, read once).
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    output_index: Option<usize>,
+    sequence_number: Option<u64>,
+    #[serde(borrow)]
+    item: Option<&'a RawValue>,
+    #[serde(borrow)]
+    response: Option<ResponseId<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResponseId<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
 }
 
 impl FrontRounds for StreamRounds {
