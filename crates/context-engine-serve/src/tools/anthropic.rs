@@ -196,7 +196,7 @@ struct Block {
 /// small text deltas, read once).
 #[derive(Deserialize)]
 struct Event<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
     index: Option<usize>,
     #[serde(borrow)]
@@ -205,9 +205,10 @@ struct Event<'a> {
     delta: Option<Delta<'a>>,
 }
 
+/// A `content_block_delta`'s delta (`message_delta`'s has no `type`).
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
     #[serde(borrow)]
     text: Option<Cow<'a, str>>,

@@ -375,7 +375,7 @@ impl StreamRounds {
 /// small text deltas, read once).
 #[derive(Deserialize)]
 struct Event<'a> {
-    #[serde(rename = "type", borrow)]
+    #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
     output_index: Option<usize>,
     sequence_number: Option<u64>,

@@ -238,3 +238,15 @@ fn chat_schemas_become_anthropic_tools() {
     );
     assert!(anthropic_schema(&json!({"name": "x"})).is_none());
 }
+
+#[test]
+fn every_event_of_the_api_reads_as_one() {
+    for data in [
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}"#,
+        r#"{"type":"ping"}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"future_delta","x":1}}"#,
+    ] {
+        let e: Event<'_> = serde_json::from_str(data).unwrap();
+        assert!(!e.kind.is_empty(), "{data}");
+    }
+}
