@@ -678,21 +678,40 @@ async fn recalling(
         .unwrap()
 }
 
+/// A proxy with engine tools in front of an upstream answering `route`
+/// with `handler` (one of the recalling upstreams): the upstream's record,
+/// the proxy's address and state.
+async fn proxy_to_recalling<H, T>(
+    route: &str,
+    handler: H,
+) -> (
+    Arc<Upstream>,
+    std::net::SocketAddr,
+    context_engine_serve::AppState,
+)
+where
+    H: axum::handler::Handler<T, Arc<Upstream>>,
+    T: 'static,
+{
+    let up = Arc::new(Upstream::default());
+    let app = Router::new()
+        .route(route, route_post(handler))
+        .with_state(Arc::clone(&up));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (addr, state) = start_proxy(
+        options(&url).with_engine_tools(true),
+        compressor_context(counter(), 200_000),
+    )
+    .await;
+    (up, addr, state)
+}
+
 #[tokio::test]
 async fn anthropic_engine_tools_are_offered_and_resolved_in_the_proxy() {
     for stream in [false, true] {
-        let up = Arc::new(Upstream::default());
-        let app = Router::new()
-            .route("/v1/messages", route_post(recalling))
-            .with_state(Arc::clone(&up));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let (addr, state) = start_proxy(
-            options(&url).with_engine_tools(true),
-            compressor_context(counter(), 200_000),
-        )
-        .await;
+        let (up, addr, state) = proxy_to_recalling("/v1/messages", recalling).await;
         let mut body: Value = serde_json::from_str(&claude_request(2, stream)).unwrap();
         body["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
         let (code, text) = post(
@@ -929,18 +948,7 @@ async fn recalling_responses(
 #[tokio::test]
 async fn responses_engine_tools_are_offered_and_resolved_in_the_proxy() {
     for stream in [false, true] {
-        let up = Arc::new(Upstream::default());
-        let app = Router::new()
-            .route("/v1/responses", route_post(recalling_responses))
-            .with_state(Arc::clone(&up));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let (addr, state) = start_proxy(
-            options(&url).with_engine_tools(true),
-            compressor_context(counter(), 200_000),
-        )
-        .await;
+        let (up, addr, state) = proxy_to_recalling("/v1/responses", recalling_responses).await;
         let mut body: Value = serde_json::from_str(&codex_request(2, "")).unwrap();
         body["stream"] = json!(stream);
         body["tools"] = json!([{"type": "function", "name": "exec_command", "parameters": {"type": "object"}},

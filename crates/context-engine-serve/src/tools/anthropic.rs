@@ -419,20 +419,12 @@ impl StreamRounds {
 }
 
 impl FrontRounds for StreamRounds {
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for event in self.events.split(chunk) {
-            self.event(&event, &mut out);
-        }
-        out
+    fn events(&mut self) -> &mut Events {
+        &mut self.events
     }
 
-    fn finish(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        if let Some(rest) = self.events.rest() {
-            self.event(&rest, &mut out);
-        }
-        out
+    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        StreamRounds::event(self, raw, out);
     }
 
     fn holding(&self) -> bool {

@@ -295,7 +295,7 @@ impl Resend {
 
 /// The whole server-sent events of a stream read chunk by chunk.
 #[derive(Debug, Default)]
-pub(crate) struct Events {
+pub struct Events {
     buf: Vec<u8>,
 }
 
@@ -396,10 +396,26 @@ impl FrontTools {
 /// A front's stream under engine tools: reads each round's stream, holds
 /// a round from its first engine call, and writes what the client gets.
 pub trait FrontRounds: Send {
+    /// The current stream's events, as its chunks complete them.
+    fn events(&mut self) -> &mut Events;
+    /// Reads one whole event; writes what the client gets of it to `out`.
+    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>);
     /// Reads a chunk of the current stream; what the client gets now.
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8>;
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for event in self.events().split(chunk) {
+            self.event(&event, &mut out);
+        }
+        out
+    }
     /// The end of the current stream: reads an unterminated last event.
-    fn finish(&mut self) -> Vec<u8>;
+    fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(rest) = self.events().rest() {
+            self.event(&rest, &mut out);
+        }
+        out
+    }
     /// Whether events are being held (an engine tool was called).
     fn holding(&self) -> bool;
     /// Whether the current round's stream has ended.
@@ -501,10 +517,7 @@ pub async fn resolve(
     url: &str,
 ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
     let messages = messages_of(body, overrides);
-    let client_tools = body
-        .field("tools")
-        .map(|t| t.get().to_owned())
-        .unwrap_or_default();
+    let client_tools = client_tools(body);
     let mut exchange: Vec<String> = Vec::new();
     let rounds = state.options().max_tool_rounds;
     let mut round = 0;
