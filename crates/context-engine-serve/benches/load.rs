@@ -542,7 +542,7 @@ fn front_phases(front: Front) {
         let plan = m.prepare(&refs).unwrap_or_else(|e| panic!("{e}"));
         drop(refs);
         let t3 = Instant::now();
-        let r = req.rebuild_with(&plan.request, items.as_deref());
+        let r = req.rebuild_with(&plan.request, items.as_deref(), plan.stable_prefix);
         let t4 = Instant::now();
         std::hint::black_box(r.ok());
         cache.keep(req);

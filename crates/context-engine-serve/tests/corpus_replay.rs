@@ -161,7 +161,7 @@ async fn corpus_through_the_proxy_matches_the_replay() {
             );
             // The cache serves the proxy's requests what the replay
             // counted.
-            let hit = cache.lookup_and_store(&parsed, record.sent_at, counter.as_ref());
+            let hit = cache.lookup_and_store(&parsed, &[], record.sent_at, counter.as_ref());
             assert_eq!(
                 hit.hit_tokens, record.cache_hit_tokens,
                 "{name} call {k}: cacheable prefix differs"

@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::post as route_post;
+use context_engine::anthropic::cache::without_cache_control;
 use context_engine::compressor::SUMMARY_PREFIX;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -269,6 +270,103 @@ async fn anthropic_compaction_is_valid_keeps_unknown_blocks_and_breakpoints() {
         "compacted after turn {turns}"
     );
     assert!(counted.len() < body.len());
+}
+
+/// The index of the last message of `request` with a breakpoint.
+fn last_marked(request: &Value) -> Option<usize> {
+    request["messages"]
+        .as_array()?
+        .iter()
+        .rposition(|m| m.to_string().contains("cache_control"))
+}
+
+/// Anthropic's cache stores a prefix only at a breakpoint and reads it
+/// only for a request that carries that prefix whole. The digest shortens
+/// the newest tool results once a newer batch arrives, so the client's
+/// breakpoint on them would write an entry no request reads: the proxy
+/// moves it to the tool call before them, which every later request
+/// carries as it is.
+#[tokio::test]
+async fn anthropic_breakpoints_move_off_results_the_next_request_digests() {
+    let up = Arc::new(Upstream::default());
+    let url = start_upstream(Arc::clone(&up)).await;
+    let (addr, _state) = start_proxy(options(&url), compressor_context(counter(), 200_000)).await;
+    let headers = [("x-api-key", "k"), ("x-claude-code-session-id", "moves")];
+    // Results of 5.4 KB: over the digest's 4 KB, so each is digested once
+    // the next batch arrives.
+    let request = |turns: usize| {
+        let mut v: Value = serde_json::from_str(&claude_request(turns, false)).unwrap();
+        for m in v["messages"].as_array_mut().unwrap() {
+            if let Some(blocks) = m["content"].as_array_mut()
+                && blocks[0]["type"] == "tool_result"
+            {
+                let text = blocks[0]["content"].as_str().unwrap().to_owned();
+                blocks[0]["content"] = json!(text.repeat(4));
+            }
+        }
+        v.to_string()
+    };
+    let mut sent = Vec::new();
+    for turns in 1..=6 {
+        let (code, text) = post(addr, "/v1/messages", &request(turns), &headers).await;
+        assert_eq!(code, 200, "{text}");
+        let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+        sent.push(serde_json::from_slice::<Value>(&seen.body).unwrap());
+    }
+    for (k, r) in sent.iter().enumerate() {
+        let messages = r["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        assert!(
+            !last.to_string().contains("cache_control"),
+            "request {k}: no breakpoint on the results the next request digests"
+        );
+        let call = &messages[messages.len() - 2];
+        assert_eq!(call["role"], "assistant");
+        assert_eq!(
+            call["content"][1]["cache_control"],
+            json!({"type": "ephemeral"}),
+            "request {k}: the breakpoint moved to the tool call: {call}"
+        );
+        assert!(
+            call["content"][0].get("cache_control").is_none(),
+            "never on thinking"
+        );
+        assert_eq!(r["system"][0]["cache_control"]["type"], "ephemeral");
+        let request = context_engine::anthropic::Request::from_value(r.clone()).unwrap();
+        assert!(context_engine::validate::anthropic::validate(&request).is_empty());
+        assert_eq!(context_engine::anthropic::cache::breakpoints(&request), 2);
+    }
+    // Each request carries the previous one's marked prefix whole: the
+    // cache reads all of it.
+    for (k, pair) in sent.windows(2).enumerate() {
+        let m = last_marked(&pair[0]).unwrap();
+        assert_eq!(m, pair[0]["messages"].as_array().unwrap().len() - 2);
+        let prefix =
+            |r: &Value| without_cache_control(&json!(r["messages"].as_array().unwrap()[..=m]));
+        assert_eq!(
+            prefix(&pair[0]),
+            prefix(&pair[1]),
+            "request {} reads request {k}'s entry",
+            k + 1
+        );
+    }
+    // The newest result of each request is digested in the next one.
+    let digested = sent[1]["messages"][2]["content"][0]["content"].to_string();
+    assert!(digested.contains("[digested]"), "{digested}");
+
+    // Small results stay whole, and so does the client's breakpoint.
+    let headers = [("x-api-key", "k"), ("x-claude-code-session-id", "small")];
+    for turns in 1..=3 {
+        let body = claude_request(turns, false);
+        let (code, _) = post(addr, "/v1/messages", &body, &headers).await;
+        assert_eq!(code, 200);
+        let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            seen.body,
+            body.as_bytes(),
+            "nothing to change: the same bytes"
+        );
+    }
 }
 
 /// Claude Code through the Anthropic front, on the wall clock with a

@@ -3,8 +3,8 @@
 //! `record_request`), and the whole scheduled digest of every request of a
 //! turn-by-turn replay of the largest corpus transcript next to the plain
 //! digest (the schedule's overhead: a second digest pass and token counts
-//! when steps are pending), and the compressor's preflight with the early
-//! compaction check.
+//! when steps are pending), the compressor's preflight with the early
+//! compaction check, and the stable prefix a breakpoint cache is marked at.
 //!
 //! `cargo bench -p context-engine --bench schedule -- --warm-up-time 1 --measurement-time 3`
 
@@ -111,6 +111,15 @@ fn bench_schedule(c: &mut Criterion) {
         b.iter(|| {
             for v in &views {
                 black_box(engine.should_compress_preflight(v));
+            }
+        })
+    });
+    // Where a breakpoint cache is marked: what the next request keeps of
+    // each digested request (one more digest pass over the view).
+    group.bench_function("stable_prefix_per_request", |b| {
+        b.iter(|| {
+            for v in &views {
+                black_box(engine.stable_prefix(v));
             }
         })
     });

@@ -428,7 +428,7 @@ impl FrontRequest {
     /// view unchanged (the body goes upstream as it came). `Err` when the
     /// rebuilt request would add a violation of its API's rules.
     pub fn rebuild(&self, output: &[Message]) -> Result<Rebuilt, Violation> {
-        self.rebuild_whole(output, None)
+        self.rebuild_whole(output, None, None)
     }
 
     /// [`rebuild`](Self::rebuild), writing each message (item) the engine
@@ -445,29 +445,77 @@ impl FrontRequest {
     /// every message's role, blocks, tool ids and thinking keeps the
     /// client's request's violations), and anything else takes the whole
     /// rebuild.
+    ///
+    /// `stable` is how many leading messages of `output` the engine expects
+    /// the next request to carry as they are (`output.len()` when all:
+    /// see [`crate::host::Prepared::stable_prefix`]). When the rest are
+    /// the client's own newest messages and it marked a breakpoint on
+    /// them, the breakpoint moves to the message before them
+    /// ([`anthropic::cache::move_tail_breakpoints`]): an entry written
+    /// on messages the next request changes is never read.
     pub fn rebuild_with(
         &mut self,
         output: &[Message],
         raw: Option<&[&RawValue]>,
+        stable: usize,
     ) -> Result<Rebuilt, Violation> {
-        if output == self.chat() {
+        let tail = self.breakpoint_tail(output, stable);
+        if output == self.chat() && tail.is_none() {
             return Ok(Rebuilt::default());
         }
         // A summary the engine added marks the end of the managed
         // prefix: the whole rebuild places its breakpoint.
         if let Some(raw) = raw
             && last_new(self.chat(), output).is_none()
-            && let Some(rebuilt) = self.rebuild_in_place(output, raw)
+            && let Some(rebuilt) = self.rebuild_in_place(output, raw, tail)
         {
             return Ok(rebuilt);
         }
         self.memo.clear();
-        self.rebuild_whole(output, raw)
+        self.rebuild_whole(output, raw, tail)
     }
 
-    /// The in-place rebuild of [`rebuild_with`](Self::rebuild_with);
-    /// `None` when it does not apply.
-    fn rebuild_in_place(&mut self, output: &[Message], raw: &[&RawValue]) -> Option<Rebuilt> {
+    /// How many messages at the end of this Anthropic request the next
+    /// call changes, when the client marked a breakpoint on them: the
+    /// messages past `output`'s first `stable` are the client's own (the
+    /// engine left them as they came), they start a message, and an
+    /// assistant message comes before them.
+    fn breakpoint_tail(&self, output: &[Message], stable: usize) -> Option<usize> {
+        let Inner::Anthropic { request, bridged } = &self.inner else {
+            return None;
+        };
+        let chat = self.chat();
+        let after = output.len().checked_sub(stable).filter(|&t| t > 0)?;
+        let first = chat.len().checked_sub(after)?;
+        if output.get(stable..)? != chat.get(first..)? {
+            return None;
+        }
+        let anthropic::bridge::Origin::Message { index, .. } = *bridged.origins.get(first)? else {
+            return None;
+        };
+        // The chat message before the tail comes from the message before.
+        let starts_message = first == 0
+            || !matches!(bridged.origins.get(first - 1),
+                Some(anthropic::bridge::Origin::Message { index: i, .. }) if *i == index);
+        let before = index.checked_sub(1).and_then(|i| request.messages.get(i))?;
+        let tail = &request.messages[index..];
+        let marked = tail
+            .iter()
+            .map(anthropic::cache::message_breakpoints)
+            .sum::<usize>()
+            > 0;
+        (starts_message && marked && before.role == "assistant").then_some(tail.len())
+    }
+
+    /// The in-place rebuild of [`rebuild_with`](Self::rebuild_with), with
+    /// the client's breakpoints on the last `tail` messages moved; `None`
+    /// when it does not apply.
+    fn rebuild_in_place(
+        &mut self,
+        output: &[Message],
+        raw: &[&RawValue],
+        tail: Option<usize>,
+    ) -> Option<Rebuilt> {
         let hashes = &self.hashes.as_ref()?.1;
         if hashes.len() != raw.len() || output.len() != self.chat().len() {
             return None;
@@ -484,6 +532,15 @@ impl FrontRequest {
         json.push('[');
         let field = match &self.inner {
             Inner::Anthropic { request, bridged } => {
+                // The messages the moved breakpoints change, as they go out.
+                let mut moved = HashMap::new();
+                if let Some(n) = tail {
+                    let from = request.messages.len().checked_sub(n + 1)?;
+                    let mut last: Vec<anthropic::Message> = request.messages[from..].to_vec();
+                    for k in anthropic::cache::move_tail_breakpoints(&mut last, n) {
+                        moved.insert(from + k, to_json(&last[k]));
+                    }
+                }
                 // The system prompt comes first and must come back as it was.
                 let system = usize::from(matches!(
                     bridged.origins.first(),
@@ -512,6 +569,15 @@ impl FrontRequest {
                             _ => None,
                         })
                         .collect();
+                    if let Some(text) = moved.remove(&i) {
+                        // The engine left it as it came (the tail is the
+                        // client's own): only its breakpoints differ.
+                        if !changes.is_empty() {
+                            return None;
+                        }
+                        json.push_str(&text);
+                        continue;
+                    }
                     if changes.is_empty() {
                         json.push_str(raw[i].get());
                         continue;
@@ -634,8 +700,9 @@ impl FrontRequest {
         &self,
         output: &[Message],
         raw: Option<&[&RawValue]>,
+        tail: Option<usize>,
     ) -> Result<Rebuilt, Violation> {
-        if output == self.chat() {
+        if output == self.chat() && tail.is_none() {
             return Ok(Rebuilt::default());
         }
         let prefix_end = last_new(self.chat(), output);
@@ -660,6 +727,13 @@ impl FrontRequest {
                     prefix_end.and_then(|t| anthropic::cache::mark_prefix_end_at(&mut out, &t));
                 if let Some(s) = marked.and_then(|i| sources.get_mut(i)) {
                     *s = None;
+                }
+                if let Some(n) = tail {
+                    for i in anthropic::cache::move_tail_breakpoints(&mut out.messages, n) {
+                        if let Some(s) = sources.get_mut(i) {
+                            *s = None;
+                        }
+                    }
                 }
                 let mut fields = Vec::with_capacity(2);
                 if out.system != request.system {
@@ -1002,7 +1076,9 @@ mod tests {
                 .collect();
             for output in [whole.chat().to_vec(), digested] {
                 let expected = whole.rebuild(&output).unwrap();
-                let spliced = front.rebuild_with(&output, items.as_deref()).unwrap();
+                let spliced = front
+                    .rebuild_with(&output, items.as_deref(), output.len())
+                    .unwrap();
                 if items.is_some() && !expected.fields.is_empty() {
                     assert!(!front.memo.is_empty(), "body {n}: rebuilt in place");
                 }
@@ -1137,7 +1213,7 @@ mod tests {
         .unwrap();
         let mut out = front.chat().to_vec();
         out[2].content = crate::message::Content::Text("[digest]".into());
-        let rebuilt = front.rebuild_with(&out, Some(&raw)).unwrap();
+        let rebuilt = front.rebuild_with(&out, Some(&raw), out.len()).unwrap();
         let messages = &rebuilt.fields[0].1;
         assert!(
             messages.contains(raw[1].get()),
@@ -1147,7 +1223,9 @@ mod tests {
         assert!(messages.contains("[digest]"));
         assert!(!messages.contains("long text"));
         // A conversation of another length is not spliced.
-        let other = front.rebuild_with(&out, Some(&raw[..3])).unwrap();
+        let other = front
+            .rebuild_with(&out, Some(&raw[..3]), out.len())
+            .unwrap();
         assert_eq!(other, front.rebuild(&out).unwrap());
     }
 }

@@ -371,12 +371,16 @@ fn check(name: &str, window: u64, price: &PriceModel, messages: &[Message]) -> C
     }
     // The unmanaged agent is a baseline only where its requests fit the
     // window; past it, size wins and the compactions that cost cache are
-    // what makes the session possible at all. Its bill is still beaten
-    // wherever the window holds a cacheable prefix (twice the cache's
-    // minimum): only the 1K windows, whose fitted requests are never
-    // cached, cost more than the requests a provider would refuse.
+    // what makes the session possible at all. Under an automatic cache its
+    // bill is still beaten wherever the window holds a cacheable prefix
+    // (twice the cache's minimum): only the 1K windows, whose fitted
+    // requests are never cached, cost more than the requests a provider
+    // would refuse. A breakpoint cache reads nothing a compaction changed
+    // and writes the rest at 1.25x: at windows of a few thousand tokens,
+    // compacting every two or three calls past a system prompt under the
+    // cache's minimum, the engine pays more than those requests would.
     if r.totals.largest_request_without_engine > window {
-        if window >= 2 * price.cache.min_prefix_tokens {
+        if window >= 2 * price.cache.min_prefix_tokens && price.cache.automatic {
             assert!(
                 c.scheduled.estimated_cost < c.unmanaged.estimated_cost,
                 "{name} at {window} ({}): {c:?}",

@@ -12,7 +12,10 @@
 //! API; after a compaction the task and a file read before it are still
 //! named; the agent's own session log on disk holds every file it read
 //! (the proxy changes what goes upstream, never the agent's transcript);
-//! `ctx validate` and `ctx replay` read that log. The proxy offers its
+//! `ctx validate` and `ctx replay` read that log. Every eighth file is
+//! over the digest's 4 KB: Claude Code's breakpoint on its result moves to
+//! the call before it, and each request carries the previous one's marked
+//! prefix whole (Anthropic's cache reads it). The proxy offers its
 //! engine tools (`--engine-tools`): the script calls `context_recall` once,
 //! on the output of an earlier call, and the proxy resolves it in the
 //! client's own format (in a stream, as the rest of the same message), so
@@ -29,6 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use context_engine::anthropic::cache::without_cache_control;
 use context_engine::compressor::SUMMARY_PREFIX;
 use serde_json::Value;
 
@@ -103,11 +107,19 @@ fn last_line(k: usize) -> String {
     )
 }
 
-/// Writes `file_0.txt`..: each starts with `FILE k` and holds about 2 KB.
+/// Files the digest shortens once the agent has read the next one (over
+/// its 4 KB): every eighth, from `file_3.txt`.
+fn is_big(k: usize) -> bool {
+    k % 8 == 3
+}
+
+/// Writes `file_0.txt`..: each starts with `FILE k` and holds about 2 KB,
+/// the [big](is_big) ones about 6 KB.
 fn write_files(dir: &Path) {
     for k in 0..FILES {
         let mut text = format!("FILE {k}\n");
-        for j in 0..40 {
+        let lines = if is_big(k) { 160 } else { 40 };
+        for j in 0..lines {
             text.push_str(&format!(
                 "file {k} line {j}: value {:08x}\n",
                 (k * 131 + j * 7919) as u32 ^ 0x5bd1_e995
@@ -255,25 +267,13 @@ fn check_compaction(seen: &[Seen], conversation: &[Value]) {
     }
 }
 
-/// Without `cache_control` anywhere (the client moves its breakpoint).
-fn without_cache_control(v: &Value) -> Value {
-    match v {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| *k != "cache_control")
-                .map(|(k, v)| (k.clone(), without_cache_control(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_cache_control).collect()),
-        other => other.clone(),
-    }
-}
-
 /// Prompt caching: between compactions each request's `field` array starts
-/// with the previous request's (the managed prefix stays, byte for byte
-/// for Codex; for Claude Code but for the breakpoints it moves and the
-/// newest message, which it re-encodes). Returns how many times the prefix
-/// broke, which must not exceed the compactions.
+/// with the previous request's but for its newest message (item), which
+/// the digest shortens once the next batch arrives when it is over 4 KB
+/// and which Claude Code re-encodes: the managed prefix stays, byte for
+/// byte for Codex, for Claude Code but for the breakpoints it moves.
+/// Returns how many times the prefix broke, which must not exceed the
+/// compactions.
 fn prefix_breaks(conversation: &[Value], field: &str, ignore_cache_control: bool) -> usize {
     let arrays: Vec<Vec<Value>> = conversation
         .iter()
@@ -290,10 +290,75 @@ fn prefix_breaks(conversation: &[Value], field: &str, ignore_cache_control: bool
         .windows(2)
         .filter(|w| {
             let (a, b) = (&w[0], &w[1]);
-            let stable = a.len().saturating_sub(usize::from(ignore_cache_control));
+            let stable = a.len().saturating_sub(1);
             b.len() < stable || a[..stable] != b[..stable]
         })
         .count()
+}
+
+/// An Anthropic message with string content as the one text block the API
+/// reads it as (Claude Code writes its newest message as blocks, to mark
+/// it, and as a string once the mark has moved on).
+fn as_blocks(message: &Value) -> Value {
+    let mut m = message.clone();
+    if let Some(text) = m["content"].as_str() {
+        m["content"] = serde_json::json!([{"type": "text", "text": text}]);
+    }
+    m
+}
+
+/// The index of the last message of an Anthropic request with a
+/// breakpoint.
+fn last_marked(request: &Value) -> Option<usize> {
+    request["messages"]
+        .as_array()?
+        .iter()
+        .rposition(|m| m.to_string().contains("cache_control"))
+}
+
+/// Anthropic's cache stores a prefix only at a breakpoint and reads it only
+/// for a request that carries it whole. Claude Code marks its system
+/// prompt and its newest message; the proxy moves that mark off tool
+/// results the next request digests (the [big](is_big) files) onto the
+/// call before them. So, between compactions, every request carries the
+/// previous one's prefix through its last breakpoint (breakpoints aside),
+/// and the move happened.
+fn check_breakpoints(conversation: &[Value], serve_text: &str) {
+    let compactions = serve_text.matches(" compacted ").count();
+    let messages = |r: &Value| r["messages"].as_array().cloned().unwrap_or_default();
+    let mut unread = 0;
+    for pair in conversation.windows(2) {
+        let Some(m) = last_marked(&pair[0]) else {
+            continue;
+        };
+        let (a, b) = (messages(&pair[0]), messages(&pair[1]));
+        let prefix = |v: &[Value]| {
+            Value::Array(
+                v[..=m]
+                    .iter()
+                    .map(|m| without_cache_control(&as_blocks(m)))
+                    .collect(),
+            )
+        };
+        if b.len() <= m || prefix(&a) != prefix(&b) {
+            unread += 1;
+        }
+    }
+    assert!(
+        unread <= compactions,
+        "{unread} requests did not carry the previous one's marked prefix, over {compactions} compactions"
+    );
+    let moved = conversation
+        .iter()
+        .filter(|r| {
+            let m = messages(r);
+            m.len() >= 2 && last_marked(r) == Some(m.len() - 2)
+        })
+        .count();
+    assert!(
+        moved >= 2,
+        "the breakpoint moved off the results of the big files: {moved} requests"
+    );
 }
 
 /// The agent ran more than [`FILES`] steps, the proxy compacted
@@ -457,6 +522,7 @@ fn claude_code_through_ctx_serve() {
         }
     }
     check_conversation(&seen, &conversation, &serve_text, "messages", true);
+    check_breakpoints(&conversation, &serve_text);
 
     let session = result["session_id"].as_str().unwrap().to_owned();
     let log = find_file(&home.join(".claude"), &|p| {

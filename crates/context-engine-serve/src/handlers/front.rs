@@ -275,7 +275,7 @@ fn prepare(
         };
         drop(refs);
         let rebuilt = front
-            .rebuild_with(&plan.request, items.as_deref())
+            .rebuild_with(&plan.request, items.as_deref(), plan.stable_prefix)
             .map_err(|v| {
                 format!(
                     "the managed {} request would break a rule: {v}",
@@ -329,7 +329,7 @@ pub(crate) async fn count_tokens(
         if let Some(m) = guard.as_ref() {
             let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
             if let Some(view) = m.peek(&refs) {
-                match front.rebuild_with(&view, items.as_deref()) {
+                match front.rebuild_with(&view, items.as_deref(), view.len()) {
                     Ok(r) => replace = r.fields,
                     Err(v) => {
                         tracing::debug!(violation = %v, "count_tokens on the client's request")

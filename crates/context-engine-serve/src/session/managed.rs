@@ -92,6 +92,10 @@ pub struct Plan {
     /// The managed request's messages (what `messages_json` holds); empty
     /// from [`Managed::prepare_json`] when the view was applied in place.
     pub request: Vec<Message>,
+    /// Leading messages of the managed request the next request should
+    /// carry as they are (where a front marks Anthropic's prompt cache;
+    /// see [`context_engine::host::Prepared::stable_prefix`]).
+    pub stable_prefix: usize,
 }
 
 /// One session: the host driver, the managed history and its figures.
@@ -314,7 +318,7 @@ impl Managed {
             self.host.use_model(model);
         }
 
-        let (rendered, request) = match self
+        let (rendered, request, stable_prefix) = match self
             .host
             .before_request_in_place(self.lineage.view_in_place())
         {
@@ -351,8 +355,9 @@ impl Managed {
                 } else {
                     Vec::new()
                 };
+                let stable_prefix = applied.stable_prefix;
                 applied.restore(self.lineage.view_in_place());
-                (rendered, request)
+                (rendered, request, stable_prefix)
             }
             InPlace::Prepared(prepared) => {
                 notices.extend(prepared.update.notices);
@@ -380,7 +385,11 @@ impl Managed {
                 }
                 self.stats.last_request_tokens = prepared.request_tokens;
                 self.stats.last_managed_messages = prepared.request.len();
-                (self.lineage.render(&prepared.request), prepared.request)
+                (
+                    self.lineage.render(&prepared.request),
+                    prepared.request,
+                    prepared.stable_prefix,
+                )
             }
         };
         if compaction.is_some() {
@@ -398,6 +407,7 @@ impl Managed {
             notices,
             summary_job,
             request,
+            stable_prefix,
         })
     }
 

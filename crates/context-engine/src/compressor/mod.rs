@@ -25,7 +25,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::digest::{
-    DigestOptions, RECALL_TOOL, handle_recall_call, recall_tool_schema, summarizer_input,
+    DigestOptions, RECALL_TOOL, handle_recall_call, recall_tool_schema, stable_len,
+    summarizer_input,
 };
 use crate::engine::{
     BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine,
@@ -1087,6 +1088,18 @@ impl ContextEngine for Compressor {
         let changed =
             report.results_digested + report.envelopes_digested + report.binary_parts_dropped > 0;
         changed.then_some(digest.view)
+    }
+
+    /// Under the schedule, the digest's [`stable_len`]: the next request
+    /// digests the newest batch's bulky results, so the cache is best
+    /// marked before them. With the schedule off, the whole request (the
+    /// engine's behaviour before cache-aware scheduling).
+    fn stable_prefix(&self, request: &[Message]) -> usize {
+        if self.scheduler.options().enabled {
+            stable_len(request, &self.options.digest)
+        } else {
+            request.len()
+        }
     }
 
     /// At the threshold (unless deferred to real usage), or before it when

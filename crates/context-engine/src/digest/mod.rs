@@ -201,6 +201,40 @@ pub fn digest_view<'a>(
     digest_until(messages, opts, kept_from, &reentries)
 }
 
+/// How many leading messages of the request `view` the next request will
+/// still carry as they are, as far as the digest can tell. When the next
+/// tool batch arrives, the oldest of the [`DigestOptions::keep_batches`]
+/// newest batches turns old and its bulky results are digested, so the
+/// next request differs from this one at the first such result;
+/// `view.len()` when nothing will change (the digest off, results under
+/// [`DigestOptions::min_bytes`], no batch).
+///
+/// This is where a prompt cache that needs breakpoints (Anthropic's
+/// `cache_control`) is best marked: an entry written past it is never read
+/// again, and what follows it is billed at the input price instead of the
+/// cache-write price. The digest is idempotent, so `view` may be a request
+/// the digest already made.
+pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
+    if !opts.enabled || opts.keep_batches == 0 {
+        return view.len();
+    }
+    let batches = Batches::of(view);
+    let starts = batches.starts();
+    let Some(turning) = starts
+        .len()
+        .checked_sub(opts.keep_batches)
+        .and_then(|k| starts.get(k))
+        .copied()
+    else {
+        return view.len();
+    };
+    let next_kept = kept_from_starts(starts, opts.keep_batches - 1);
+    let (next, _) = digest_until(view, opts, next_kept, &batches.reentries);
+    (turning..view.len())
+        .find(|&i| next.get(i).is_some_and(|m| m.as_ref() != &view[i]))
+        .unwrap_or(view.len())
+}
+
 /// The tool batches of `messages`, oldest first, by the index of the
 /// message that opens each: an assistant message with tool calls, a result
 /// with no call before it, or a text tool-result envelope. The unit a

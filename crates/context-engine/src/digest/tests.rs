@@ -534,3 +534,41 @@ fn options_deserialize_with_defaults_for_missing_fields() {
     let o: DigestOptions = toml::from_str("").unwrap();
     assert_eq!(o, DigestOptions::default());
 }
+
+#[test]
+fn the_stable_length_ends_before_the_result_the_next_request_digests() {
+    let opts = DigestOptions::default();
+    // system, user, c0 call, c0 result, c1 call, c1 result (newest, big).
+    let m = session(&[big(5000), big(6000)]);
+    let view = digest(&m, &opts);
+    assert_eq!(stable_len(&view, &opts), 5, "up to c1's call");
+    // The next request (one more batch) carries those five as they are and
+    // differs at the sixth.
+    let mut next = m.clone();
+    next.extend([call("c2", "step 2"), Message::tool_result("c2", "ok")]);
+    let next_view = digest(&next, &opts);
+    assert_eq!(next_view[..5], view[..5]);
+    assert_ne!(next_view[5], view[5]);
+    // A small newest result stays whole next time: all of it is stable.
+    let small = digest(&session(&[big(5000), "ok".into()]), &opts);
+    assert_eq!(stable_len(&small, &opts), small.len());
+    // So with the digest off, with no batch, or a user turn after the batch
+    // (the next batch still digests it).
+    let off = DigestOptions {
+        enabled: false,
+        ..DigestOptions::default()
+    };
+    assert_eq!(stable_len(&view, &off), view.len());
+    let plain = [Message::system("s"), Message::user("hi")];
+    assert_eq!(stable_len(&plain, &opts), 2);
+    let mut asked = view.clone();
+    asked.push(Message::user("and now?"));
+    assert_eq!(stable_len(&asked, &opts), 5);
+    // Two kept batches: the older of the two turns old next.
+    let two = DigestOptions {
+        keep_batches: 2,
+        ..DigestOptions::default()
+    };
+    let m3 = session(&[big(5000), big(6000), big(7000)]);
+    assert_eq!(stable_len(&digest(&m3, &two), &two), 5, "up to c1's call");
+}

@@ -178,6 +178,16 @@ pub trait ContextEngine: Send {
             .map(|v| v.into_iter().map(std::borrow::Cow::Owned).collect())
     }
 
+    /// How many leading messages of `request` (the view prepared for this
+    /// call) the engine expects the next call's request to carry as they
+    /// are. A host whose provider caches at explicit breakpoints
+    /// (Anthropic's `cache_control`) marks the last of them: an entry
+    /// written past it would never be read again. Default: all of them
+    /// (the engine promises an append-only request).
+    fn stable_prefix(&self, request: &[Message]) -> usize {
+        request.len()
+    }
+
     /// Observes a finished turn (the complement of
     /// [`select_context`](Self::select_context)) to index or update routing
     /// state. Best-effort: some abnormal exits skip it. `usage` is `None`

@@ -287,6 +287,10 @@ pub struct Prepared {
     /// window: no request can fit, so **do not send** `request`; the host
     /// decides (switch to a larger model, ask the user to shorten).
     pub unfittable: Option<Unfittable>,
+    /// Leading messages of `request` the next request should carry as they
+    /// are ([`ContextEngine::stable_prefix`]): where a host that places
+    /// prompt-cache breakpoints marks the cache.
+    pub stable_prefix: usize,
 }
 
 /// What [`Session::before_request_in_place`] did.
@@ -315,6 +319,9 @@ pub struct Applied {
     /// Notices of the preflight (never a compaction: that takes the full
     /// way).
     pub update: Update,
+    /// Leading messages of the request the next request should carry as
+    /// they are (see [`Prepared::stable_prefix`]).
+    pub stable_prefix: usize,
 }
 
 impl Applied {
@@ -659,11 +666,13 @@ impl Session {
         }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         self.last_request_tokens = request_tokens;
+        let stable_prefix = self.engine.stable_prefix(history);
         InPlace::Applied(Applied {
             originals: edits,
             selected,
             request_tokens,
             update,
+            stable_prefix,
         })
     }
 
@@ -756,6 +765,7 @@ impl Session {
         }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         self.last_request_tokens = request_tokens;
+        let stable_prefix = self.engine.stable_prefix(&request);
         Prepared {
             request,
             selected,
@@ -763,6 +773,7 @@ impl Session {
             update,
             fit: steps,
             unfittable,
+            stable_prefix,
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use cache::{CacheLookup, PromptCache};
+pub use cache::{CacheLookup, LOOKBACK, PromptCache};
 
 /// How a provider's prompt cache serves a request's leading tokens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,7 +32,8 @@ pub struct CacheModel {
     pub lifetime_secs: u64,
     /// `true` when the provider caches on its own (OpenAI, DeepSeek);
     /// `false` when the host marks breakpoints (Anthropic's
-    /// `cache_control`, assumed on the last message of each request).
+    /// `cache_control`): only a marked prefix is stored, and a request
+    /// reads one only by carrying it whole (see [`PromptCache`]).
     pub automatic: bool,
 }
 
@@ -193,41 +194,46 @@ impl PriceModel {
     }
 
     /// The cost of one call: `prompt` tokens of which `cached` were served
-    /// from the cache, and `output` completion tokens. The uncached part is
-    /// billed at the cache-write price (what the provider charges to store
-    /// it for the next call; the input price where writing is free).
-    pub fn cost(&self, prompt: u64, cached: u64, output: u64) -> f64 {
-        let cached = cached.min(prompt);
-        let write = if prompt >= self.cache.min_prefix_tokens {
-            self.cache_write_per_million
-        } else {
-            self.input_per_million
-        };
-        ((prompt - cached) as f64 * write
-            + cached as f64 * self.cached_input_per_million
-            + output as f64 * self.output_per_million)
-            / 1_000_000.0
+    /// from the cache and `written` (of the rest) were written to it (see
+    /// [`CacheLookup::written_tokens`]), and `output` completion tokens.
+    /// Written tokens are billed at the cache-write price, the other
+    /// uncached ones at the input price.
+    pub fn cost(&self, prompt: u64, cached: u64, written: u64, output: u64) -> f64 {
+        self.cost_parts(prompt, cached, written, 0, output).total()
     }
 
     /// [`cost`](Self::cost) split by what the tokens were billed as: of
     /// the `prompt - cached` uncached tokens, `resent` (at most all of
     /// them) are content an earlier request had cached and an edit before
     /// it made the provider read again (see
-    /// [`CacheLookup::resent_tokens`]); the rest is new content.
-    pub fn cost_parts(&self, prompt: u64, cached: u64, resent: u64, output: u64) -> CostParts {
+    /// [`CacheLookup::resent_tokens`]); the rest is new content. Re-sent
+    /// content comes first, so it is the first written.
+    pub fn cost_parts(
+        &self,
+        prompt: u64,
+        cached: u64,
+        written: u64,
+        resent: u64,
+        output: u64,
+    ) -> CostParts {
         let cached = cached.min(prompt);
         let uncached = prompt - cached;
+        let written = written.min(uncached);
         let resent = resent.min(uncached);
-        let write = if prompt >= self.cache.min_prefix_tokens {
-            self.cache_write_per_million
-        } else {
-            self.input_per_million
+        let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
+        let bill = |written: u64, plain: u64| {
+            per(written, self.cache_write_per_million) + per(plain, self.input_per_million)
         };
+        // Re-sent content comes before new content, so it is written first.
+        let resent_written = resent.min(written);
         CostParts {
-            cached: cached as f64 * self.cached_input_per_million / 1_000_000.0,
-            new: (uncached - resent) as f64 * write / 1_000_000.0,
-            resent: resent as f64 * write / 1_000_000.0,
-            output: output as f64 * self.output_per_million / 1_000_000.0,
+            cached: per(cached, self.cached_input_per_million),
+            new: bill(
+                written - resent_written,
+                uncached - written - (resent - resent_written),
+            ),
+            resent: bill(resent_written, resent - resent_written),
+            output: per(output, self.output_per_million),
         }
     }
 
@@ -250,21 +256,29 @@ mod tests {
     #[test]
     fn cached_tokens_are_billed_at_the_cached_price() {
         let p = PriceModel::new("t", 2.0, 0.5, 8.0);
-        assert_eq!(p.cost(1_000_000, 0, 0), 2.0);
-        assert_eq!(p.cost(1_000_000, 1_000_000, 0), 0.5);
-        assert_eq!(p.cost(1_000_000, 500_000, 1_000_000), 1.0 + 0.25 + 8.0);
+        assert_eq!(p.cost(1_000_000, 0, 1_000_000, 0), 2.0);
+        assert_eq!(p.cost(1_000_000, 1_000_000, 0, 0), 0.5);
+        assert_eq!(
+            p.cost(1_000_000, 500_000, 500_000, 1_000_000),
+            1.0 + 0.25 + 8.0
+        );
         // A cache hit larger than the prompt is clamped, never negative.
-        assert_eq!(p.cost(10, 20, 0), 10.0 * 0.5 / 1_000_000.0);
+        assert_eq!(p.cost(10, 20, 0, 0), 10.0 * 0.5 / 1_000_000.0);
     }
 
     #[test]
-    fn anthropic_writes_cost_a_premium_and_short_prompts_are_not_written() {
+    fn anthropic_writes_cost_a_premium_and_what_is_not_written_the_input_price() {
         let p = PriceModel::preset("anthropic").unwrap();
         assert_eq!(p.name, "anthropic");
-        assert!((p.cost(1_000_000, 0, 0) - 3.75).abs() < 1e-9);
-        assert!((p.cost(1_000_000, 1_000_000, 0) - 0.30).abs() < 1e-9);
-        // Under the minimum prefix nothing is written: the input price.
-        assert!((p.cost(1000, 0, 0) - 0.003).abs() < 1e-12);
+        assert!((p.cost(1_000_000, 0, 1_000_000, 0) - 3.75).abs() < 1e-9);
+        assert!((p.cost(1_000_000, 1_000_000, 0, 0) - 0.30).abs() < 1e-9);
+        // Past the last breakpoint (or under the minimum prefix) nothing is
+        // written: the input price.
+        assert!((p.cost(1_000_000, 0, 0, 0) - 3.0).abs() < 1e-9);
+        assert!((p.cost(1_000_000, 0, 500_000, 0) - 3.375).abs() < 1e-9);
+        let parts = p.cost_parts(1_000_000, 0, 500_000, 250_000, 0);
+        assert!((parts.resent - 0.25 * 3.75).abs() < 1e-9);
+        assert!((parts.total() - 3.375).abs() < 1e-9);
         assert_eq!(
             PriceModel::preset("anthropic-1h")
                 .unwrap()

@@ -125,6 +125,16 @@ pub struct CallRecord {
     pub cache_hit_tokens: u64,
     /// The same for the unmanaged agent.
     pub cache_hit_tokens_without_engine: u64,
+    /// Uncached tokens of the engine's request billed at the cache-write
+    /// price (see [`CacheLookup::written_tokens`](crate::pricing::CacheLookup));
+    /// the rest of the uncached ones pay the input price. Under a
+    /// breakpoint cache the engine's request is marked at its system
+    /// prompt and at the end of what the next request keeps
+    /// ([`Prepared::stable_prefix`](crate::host::Prepared)), the unmanaged
+    /// agent's at its system prompt and its last message.
+    pub cache_written_tokens: u64,
+    /// The same for the unmanaged agent.
+    pub cache_written_tokens_without_engine: u64,
     /// The engine's request changed something before content the previous
     /// request had, which is then sent again uncached (see
     /// [`CacheLookup::resent_tokens`](crate::pricing::CacheLookup)), or the
@@ -577,10 +587,13 @@ pub fn replay(
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
 
-        let hit = cache.lookup_and_store(&request, sent_at, counter);
+        let marks = cache_marks(&request, prepared.stable_prefix);
+        let hit = cache.lookup_and_store(&request, &marks, sent_at, counter);
         let cache_hit_tokens = hit.hit_tokens;
         let cache_broke = hit.resent_tokens > 0 || hit.expired;
-        let unmanaged_hit = unmanaged_cache.lookup_and_store(unmanaged, sent_at, counter);
+        let unmanaged_marks = cache_marks(unmanaged, unmanaged.len());
+        let unmanaged_hit =
+            unmanaged_cache.lookup_and_store(unmanaged, &unmanaged_marks, sent_at, counter);
 
         let answer = &recording[index];
         let recorded = recorded_prompt_tokens(answer);
@@ -620,6 +633,8 @@ pub fn replay(
             completion_tokens,
             cache_hit_tokens,
             cache_hit_tokens_without_engine: unmanaged_hit.hit_tokens,
+            cache_written_tokens: hit.written_tokens,
+            cache_written_tokens_without_engine: unmanaged_hit.written_tokens,
             cache_resent_tokens: hit.resent_tokens,
             cache_reusable_tokens: hit.common_tokens + hit.resent_tokens,
             cache_reusable_tokens_without_engine: unmanaged_hit.common_tokens
@@ -713,6 +728,18 @@ pub fn replay(
 /// When the call answered by `recording[index]` was made: the time of
 /// the newest message before it that has one (in this call's segment, else
 /// the answer's own), in seconds; `times` first, then the message's own.
+/// Where a host marks a breakpoint cache on `request`: the end of its
+/// leading system messages (the system prompt, when there is one) and
+/// `stable` messages in (the end of the request for an agent on its own).
+/// An automatic cache ignores them.
+fn cache_marks(request: &[Message], stable: usize) -> [usize; 2] {
+    let system = request
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    [system, stable]
+}
+
 fn call_time(
     recording: &[Message],
     times: &[Option<f64>],
@@ -755,28 +782,24 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         t.completion_tokens += c.completion_tokens;
         t.cache_hit_tokens += c.cache_hit_tokens;
         t.cache_hit_tokens_without_engine += c.cache_hit_tokens_without_engine;
-        t.estimated_cost_with_engine += price.cost(
+        let with_engine = price.cost_parts(
             c.tokens_with_engine,
             c.cache_hit_tokens,
-            c.completion_tokens,
-        );
-        t.estimated_cost_without_engine += price.cost(
-            c.tokens_without_engine,
-            c.cache_hit_tokens_without_engine,
-            c.completion_tokens,
-        );
-        t.cost_parts_with_engine.add(&price.cost_parts(
-            c.tokens_with_engine,
-            c.cache_hit_tokens,
+            c.cache_written_tokens,
             c.cache_resent_tokens,
             c.completion_tokens,
-        ));
-        t.cost_parts_without_engine.add(&price.cost_parts(
+        );
+        let without_engine = price.cost_parts(
             c.tokens_without_engine,
             c.cache_hit_tokens_without_engine,
+            c.cache_written_tokens_without_engine,
             0,
             c.completion_tokens,
-        ));
+        );
+        t.estimated_cost_with_engine += with_engine.total();
+        t.estimated_cost_without_engine += without_engine.total();
+        t.cost_parts_with_engine.add(&with_engine);
+        t.cost_parts_without_engine.add(&without_engine);
         t.resent_tokens += c.cache_resent_tokens;
         if c.compaction.is_some() {
             t.resent_tokens_at_compactions += c.cache_resent_tokens;

@@ -257,7 +257,7 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
     let n = thousands;
     let t = &r.totals;
     let mut s = format!(
-        "{file}: {} model calls replayed through engine `{}`\n  window {} tokens, compaction at {} tokens; prices: {} (${:.2} input, ${:.2} cached, ${:.2} cache write, ${:.2} output per 1M; cache from {} tokens in steps of {}, {} s lifetime)\n\n",
+        "{file}: {} model calls replayed through engine `{}`\n  window {} tokens, compaction at {} tokens; prices: {} (${:.2} input, ${:.2} cached, ${:.2} cache write, ${:.2} output per 1M; cache from {} tokens in steps of {}, {} s lifetime{})\n\n",
         t.calls,
         r.engine,
         n(r.context_length),
@@ -270,6 +270,11 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         n(r.price.cache.min_prefix_tokens),
         r.price.cache.granularity_tokens,
         r.price.cache.lifetime_secs,
+        if r.price.cache.automatic {
+            ""
+        } else {
+            "; breakpoints at the system prompt and the last message, the engine's before the results it digests next"
+        },
     );
     let mut table = Table::new(["", "without engine", "with engine", "change"]);
     table.row([
