@@ -213,6 +213,9 @@ pub struct StreamRounds {
     /// This round's items, by output index (complete once done).
     items: Vec<Option<Value>>,
     hold_from: Option<usize>,
+    /// The hold is of reasoning items only so far: the first item after
+    /// them decides whether they reach the client (see [`Self::event`]).
+    tentative: bool,
     held: Vec<Vec<u8>>,
     ended: bool,
     errored: bool,
@@ -242,6 +245,7 @@ impl StreamRounds {
             offset: 0,
             items: Vec::new(),
             hold_from: None,
+            tentative: false,
             held: Vec::new(),
             ended: false,
             errored: false,
@@ -307,6 +311,11 @@ impl StreamRounds {
         out.extend(format!("event: {kind}\ndata: {v}\n\n").into_bytes());
     }
 
+    /// Reads one event. A reasoning item is held until the item after it
+    /// shows: the API refuses a reasoning item sent back without the item
+    /// that followed it, so one followed by an engine call must not reach
+    /// the client (it goes upstream with the call in the re-send); one
+    /// followed by anything else is released then, as it came.
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
         let data = data_of(raw);
         let Ok(e) = serde_json::from_slice::<Event<'_>>(&data) else {
@@ -328,8 +337,19 @@ impl StreamRounds {
             }
             "response.output_item.added" | "response.output_item.done" => {
                 if let (Some(i), Some(item)) = (index, &item) {
-                    if self.hold_from.is_none() && is_engine_call(&self.tools, item) {
+                    let engine = is_engine_call(&self.tools, item);
+                    let reasoning = kind_of(item) == "reasoning";
+                    if self.hold_from.is_none() && (engine || reasoning) {
                         self.hold_from = Some(i);
+                        self.tentative = !engine;
+                    } else if self.tentative && !reasoning {
+                        if engine {
+                            self.tentative = false;
+                        } else {
+                            self.tentative = false;
+                            let released = self.release_held();
+                            out.extend(released);
+                        }
                     }
                     if self.items.len() <= i {
                         self.items.resize_with(i + 1, || None);
@@ -410,6 +430,7 @@ impl FrontRounds for StreamRounds {
 
     fn resolvable(&self) -> bool {
         self.hold_from.is_some()
+            && !self.tentative
             && self.ended
             && !self.errored
             && self.resend.may_resolve()
@@ -422,6 +443,7 @@ impl FrontRounds for StreamRounds {
         self.offset = self.sent;
         self.items.clear();
         self.hold_from = None;
+        self.tentative = false;
         self.held.clear();
         self.events.clear();
         self.ended = false;
@@ -429,6 +451,7 @@ impl FrontRounds for StreamRounds {
     }
 
     fn release_held(&mut self) -> Vec<u8> {
+        self.tentative = false;
         let Some(from) = self.hold_from.take() else {
             return Vec::new();
         };

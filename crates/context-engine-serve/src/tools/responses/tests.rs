@@ -85,17 +85,11 @@ fn an_engine_call_is_resolved_and_the_continuation_continues_the_response() {
         out.extend(r.push(b));
         out.extend(r.finish());
         assert!(r.holding() && r.ended() && r.resolvable(), "cut {cut}");
+        // The reasoning before the engine's call never reaches the client
+        // (sent back without the call, the API would refuse it).
         let out = events(&out);
         let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
-        assert_eq!(
-            kinds,
-            [
-                "response.created",
-                "response.in_progress",
-                "response.output_item.added",
-                "response.output_item.done"
-            ]
-        );
+        assert_eq!(kinds, ["response.created", "response.in_progress"]);
         let next: Value = serde_json::from_slice(&r.next_request(&mut None)).unwrap();
         let input = next["input"].as_array().unwrap();
         assert_eq!(input.len(), 4);
@@ -109,25 +103,49 @@ fn an_engine_call_is_resolved_and_the_continuation_continues_the_response() {
         assert!(r.ended() && !r.holding());
         let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert!(!kinds.contains(&"response.created"), "{kinds:?}");
-        // The message is the client's item 1, numbered on from item 0.
+        // The message is the client's item 0, numbered on.
         assert!(
             out.iter()
                 .filter_map(|e| e["output_index"].as_u64())
-                .all(|i| i == 1)
+                .all(|i| i == 0)
         );
         let seqs: Vec<u64> = out
             .iter()
             .map(|e| e["sequence_number"].as_u64().unwrap())
             .collect();
-        assert_eq!(seqs, (4..4 + seqs.len() as u64).collect::<Vec<_>>());
+        assert_eq!(seqs, (2..2 + seqs.len() as u64).collect::<Vec<_>>());
         let done = out.last().unwrap();
         assert_eq!(done["type"], "response.completed");
         assert_eq!(done["response"]["id"], "resp_1");
         let output = done["response"]["output"].as_array().unwrap();
-        assert_eq!(output.len(), 2, "the reasoning and the message");
-        assert_eq!(output[1]["id"], "msg_2");
+        assert_eq!(output.len(), 1, "the message only");
+        assert_eq!(output[0]["id"], "msg_2");
         assert_eq!(done["response"]["usage"]["total_tokens"], 55);
     }
+}
+
+#[test]
+fn reasoning_followed_by_the_clients_own_item_reaches_it_as_it_came() {
+    let text = stream(
+        "resp_1",
+        &[reasoning(), call("c2", "shell", r#"{"command":["ls"]}"#)],
+    );
+    for cut in (0..text.len()).step_by(13) {
+        let mut r = rounds(3);
+        let (a, b) = text.as_bytes().split_at(cut);
+        let mut out = r.push(a);
+        out.extend(r.push(b));
+        out.extend(r.finish());
+        assert!(!r.holding(), "cut {cut}: released once the call showed");
+        assert_eq!(out, text.as_bytes(), "cut {cut}: byte for byte");
+    }
+    // A response that ends on its reasoning: released at the end.
+    let text = stream("resp_1", &[reasoning()]);
+    let mut r = rounds(3);
+    let mut out = r.push(text.as_bytes());
+    assert!(r.holding() && r.ended() && !r.resolvable());
+    out.extend(r.release_held());
+    assert_eq!(events(&out), events(text.as_bytes()));
 }
 
 #[test]
