@@ -138,3 +138,39 @@ fn tokens_saved_on_the_corpus() {
         }
     }
 }
+
+/// `stable_len` reads only the tail of a request; it answers what the next
+/// request's digest says: the first message the digest changes once the
+/// oldest kept batch turns old (the whole request when none), on every
+/// request of every transcript, for one and two kept batches.
+#[test]
+fn the_stable_length_is_where_the_next_digest_first_changes_the_request() {
+    let all = transcripts();
+    if all.is_empty() {
+        return;
+    }
+    let mut shortened = 0;
+    for keep in [1, 2] {
+        let opts = DigestOptions {
+            keep_batches: keep,
+            ..DigestOptions::default()
+        };
+        let next = DigestOptions {
+            keep_batches: keep - 1,
+            ..opts.clone()
+        };
+        for (name, m) in &all {
+            for (k, request) in requests(m).enumerate() {
+                let view = digest(request, &opts);
+                let after = digest(&view, &next);
+                let expected = (0..view.len())
+                    .find(|&i| after[i] != view[i])
+                    .unwrap_or(view.len());
+                let stable = context_engine::digest::stable_len(&view, &opts);
+                assert_eq!(stable, expected, "{name} request {k}, keeping {keep}");
+                shortened += usize::from(stable < view.len());
+            }
+        }
+    }
+    assert!(shortened > 0, "some newest batch is digested next");
+}

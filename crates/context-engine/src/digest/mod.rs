@@ -218,20 +218,39 @@ pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
     if !opts.enabled || opts.keep_batches == 0 {
         return view.len();
     }
-    let batches = Batches::of(view);
-    let starts = batches.starts();
-    let Some(turning) = starts
-        .len()
-        .checked_sub(opts.keep_batches)
-        .and_then(|k| starts.get(k))
-        .copied()
-    else {
+    // The newest batches, found from the end as `batch_starts` finds them
+    // from the start (a result with no call anywhere before it opens a
+    // batch of its own), so only the tail's re-entries are read.
+    let actions = validate::text_actions();
+    let first_call = view.iter().position(starts_call_batch);
+    let opens = |i: usize| {
+        let m = &view[i];
+        if starts_call_batch(m) {
+            true
+        } else if m.is_tool_result() {
+            first_call.is_none_or(|f| f > i)
+        } else {
+            validate::is_reentry_with(view, i, &actions)
+        }
+    };
+    let mut newest = (0..view.len()).rev().filter(|&i| opens(i));
+    let kept: Vec<usize> = newest.by_ref().take(opts.keep_batches).collect();
+    let Some(&turning) = kept.get(opts.keep_batches - 1) else {
         return view.len();
     };
-    let next_kept = kept_from_starts(starts, opts.keep_batches - 1);
-    let (next, _) = digest_until(view, opts, next_kept, &batches.reentries);
+    // What the next request keeps whole: the batches after `turning`.
+    let next_kept = match opts.keep_batches {
+        1 => usize::MAX,
+        k => kept[k - 2],
+    };
+    // The tail from the message before the turning batch (an observation's
+    // action) is enough to digest it.
+    let from = turning.saturating_sub(1);
+    let tail = &view[from..];
+    let reentries = validate::reentries_with(tail, &actions);
+    let (next, _) = digest_until(tail, opts, next_kept.saturating_sub(from), &reentries);
     (turning..view.len())
-        .find(|&i| next.get(i).is_some_and(|m| m.as_ref() != &view[i]))
+        .find(|&i| next.get(i - from).is_some_and(|m| m.as_ref() != &view[i]))
         .unwrap_or(view.len())
 }
 
