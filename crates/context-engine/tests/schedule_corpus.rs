@@ -5,8 +5,9 @@
 //! and at 128K, with OpenAI's and Anthropic's cache models, the scheduled
 //! engine's estimated bill is no higher than the engine digesting on every
 //! call, lower than the unmanaged agent's wherever the unmanaged requests
-//! fit the window or the window holds a cacheable prefix (and equal where
-//! the engine changed nothing), no request passes the window, and the
+//! fit the window or (under an automatic cache) the window holds a
+//! cacheable prefix (and equal where the engine changed nothing), no
+//! request passes the window, and the
 //! schedule's edits re-send (almost) nothing cached between compactions.
 //! The steady hit share (calls neither at nor right after a compaction,
 //! against the unmanaged agent on the same calls) is at least 95% of the
