@@ -4,16 +4,23 @@
 //! Messages and OpenAI Responses, against reading and writing the same
 //! conversation as chat-completions messages (what the chat front does).
 //! `digested` adds the back-conversion of a digested view (one rewritten
-//! block per old result).
+//! block per old result). `rebuild_in_place` is the proxy's steady path
+//! for the same digested view (`FrontRequest::rebuild_with`, unchanged
+//! messages written as the client's bytes), with the client's breakpoint
+//! on the newest result left there or moved to the call before it.
 //!
 //! `cargo bench -p context-engine --bench formats -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 
-use context_engine::digest::{DigestOptions, digest};
+use std::collections::BTreeMap;
+
+use context_engine::digest::{DigestOptions, digest, stable_len};
+use context_engine::front::{FrontCache, FrontKind, FrontRequest, split_items};
 use context_engine::message::Message;
 use context_engine::{anthropic, responses};
 use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 const TURNS: usize = 200;
@@ -101,6 +108,38 @@ fn bench(c: &mut Criterion) {
             ))
         })
     });
+    // The proxy's steady path: the request ends on the newest result, which
+    // carries the client's breakpoint (Claude Code's).
+    let mut marked: Value = serde_json::from_str(&a).unwrap();
+    let messages = marked["messages"].as_array_mut().unwrap();
+    messages.pop();
+    let last = messages.len() - 1;
+    messages[last]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+    let marked = marked.to_string();
+    let owned: BTreeMap<String, Box<RawValue>> = serde_json::from_str(&marked).unwrap();
+    let fields: Vec<(&str, &RawValue)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_ref()))
+        .collect();
+    let raw = split_items(FrontKind::Anthropic, &fields).unwrap();
+    let mut front = FrontRequest::parse_parts(
+        FrontKind::Anthropic,
+        &fields,
+        Some(&raw),
+        &mut FrontCache::default(),
+    )
+    .unwrap();
+    let opts = DigestOptions::default();
+    let view = digest(front.chat(), &opts);
+    let stable = stable_len(&view, &opts);
+    assert!(stable < view.len());
+    g.bench_function("anthropic_rebuild_in_place_digested", |b| {
+        b.iter(|| black_box(front.rebuild_with(&view, Some(&raw), view.len()).unwrap()))
+    });
+    g.bench_function(
+        "anthropic_rebuild_in_place_digested_breakpoint_moved",
+        |b| b.iter(|| black_box(front.rebuild_with(&view, Some(&raw), stable).unwrap())),
+    );
     g.finish();
     eprintln!(
         "request sizes: anthropic {} B, responses {} B, chat {} B",
