@@ -55,6 +55,15 @@ fn events(bytes: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The events' sequence numbers run on from `first`, one by one.
+fn assert_numbered_from(events: &[Value], first: u64) {
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (first..first + seqs.len() as u64).collect::<Vec<_>>());
+}
+
 fn message(id: &str, text: &str) -> Value {
     json!({"type": "message", "id": id, "role": "assistant", "status": "completed",
            "content": [{"type": "output_text", "text": text, "annotations": []}]})
@@ -109,11 +118,7 @@ fn an_engine_call_is_resolved_and_the_continuation_continues_the_response() {
                 .filter_map(|e| e["output_index"].as_u64())
                 .all(|i| i == 0)
         );
-        let seqs: Vec<u64> = out
-            .iter()
-            .map(|e| e["sequence_number"].as_u64().unwrap())
-            .collect();
-        assert_eq!(seqs, (2..2 + seqs.len() as u64).collect::<Vec<_>>());
+        assert_numbered_from(&out, 2);
         let done = out.last().unwrap();
         assert_eq!(done["type"], "response.completed");
         assert_eq!(done["response"]["id"], "resp_1");
@@ -149,6 +154,36 @@ fn reasoning_followed_by_the_clients_own_item_reaches_it_as_it_came() {
 }
 
 #[test]
+fn a_continuations_reasoning_is_released_with_the_item_after_it() {
+    let first = stream("resp_1", &[reasoning(), call("c1", "context_recall", "{}")]);
+    let second = stream(
+        "resp_2",
+        &[reasoning(), message("msg_2", "a.txt held the config.")],
+    );
+    let mut r = rounds(3);
+    let mut out = r.push(first.as_bytes());
+    assert!(r.resolvable());
+    r.next_request(&mut None);
+    out.extend(r.push(second.as_bytes()));
+    assert!(r.ended() && !r.holding());
+    let out = events(&out);
+    let added: Vec<(u64, &str)> = out
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .map(|e| {
+            (
+                e["output_index"].as_u64().unwrap(),
+                e["item"]["type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(added, [(0, "reasoning"), (1, "message")]);
+    assert_numbered_from(&out, 0);
+    let done = out.last().unwrap();
+    assert_eq!(done["response"]["output"].as_array().unwrap().len(), 2);
+}
+
+#[test]
 fn mixed_calls_reach_the_client_without_the_engines_renumbered() {
     let text = stream(
         "resp_1",
@@ -169,11 +204,7 @@ fn mixed_calls_reach_the_client_without_the_engines_renumbered() {
     assert_eq!(added.len(), 1);
     assert_eq!(added[0]["item"]["name"], "shell");
     assert_eq!(added[0]["output_index"], 0);
-    let seqs: Vec<u64> = out
-        .iter()
-        .map(|e| e["sequence_number"].as_u64().unwrap())
-        .collect();
-    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+    assert_numbered_from(&out, 0);
     let done = out.last().unwrap();
     let output = done["response"]["output"].as_array().unwrap();
     assert_eq!(output.len(), 1);
