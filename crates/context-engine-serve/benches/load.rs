@@ -542,7 +542,13 @@ fn front_phases(front: Front) {
         let plan = m.prepare(&refs).unwrap_or_else(|e| panic!("{e}"));
         drop(refs);
         let t3 = Instant::now();
-        let r = req.rebuild_with(&plan.request, items.as_deref(), plan.stable_prefix);
+        // As the handler: only Anthropic's cache needs the stable prefix.
+        let stable = if kind == FrontKind::Anthropic {
+            m.stable_prefix(&plan.request)
+        } else {
+            plan.request.len()
+        };
+        let r = req.rebuild_with(&plan.request, items.as_deref(), stable);
         let t4 = Instant::now();
         std::hint::black_box(r.ok());
         cache.keep(req);

@@ -274,10 +274,11 @@ async fn anthropic_compaction_is_valid_keeps_unknown_blocks_and_breakpoints() {
 
 /// The index of the last message of `request` with a breakpoint.
 fn last_marked(request: &Value) -> Option<usize> {
-    request["messages"]
-        .as_array()?
+    let request = context_engine::anthropic::Request::from_value(request.clone()).ok()?;
+    request
+        .messages
         .iter()
-        .rposition(|m| m.to_string().contains("cache_control"))
+        .rposition(|m| context_engine::anthropic::cache::message_breakpoints(m) > 0)
 }
 
 /// Anthropic's cache stores a prefix only at a breakpoint and reads it

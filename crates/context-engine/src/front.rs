@@ -448,7 +448,7 @@ impl FrontRequest {
     ///
     /// `stable` is how many leading messages of `output` the engine expects
     /// the next request to carry as they are (`output.len()` when all:
-    /// see [`crate::host::Prepared::stable_prefix`]). When the rest are
+    /// see [`crate::host::Session::stable_prefix`]). When the rest are
     /// the client's own newest messages and it marked a breakpoint on
     /// them, the breakpoint moves to the message before them
     /// ([`anthropic::cache::move_tail_breakpoints`]): an entry written

@@ -310,10 +310,11 @@ fn as_blocks(message: &Value) -> Value {
 /// The index of the last message of an Anthropic request with a
 /// breakpoint.
 fn last_marked(request: &Value) -> Option<usize> {
-    request["messages"]
-        .as_array()?
+    let request = context_engine::anthropic::Request::from_value(request.clone()).ok()?;
+    request
+        .messages
         .iter()
-        .rposition(|m| m.to_string().contains("cache_control"))
+        .rposition(|m| context_engine::anthropic::cache::message_breakpoints(m) > 0)
 }
 
 /// Anthropic's cache stores a prefix only at a breakpoint and reads it only

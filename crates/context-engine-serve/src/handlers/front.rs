@@ -274,8 +274,13 @@ fn prepare(
             }
         };
         drop(refs);
+        // Only Anthropic's cache needs to know where to mark.
+        let stable = match (step.kind, slot.as_ref()) {
+            (FrontKind::Anthropic, Some(m)) => m.stable_prefix(&plan.request),
+            _ => plan.request.len(),
+        };
         let rebuilt = front
-            .rebuild_with(&plan.request, items.as_deref(), plan.stable_prefix)
+            .rebuild_with(&plan.request, items.as_deref(), stable)
             .map_err(|v| {
                 format!(
                     "the managed {} request would break a rule: {v}",

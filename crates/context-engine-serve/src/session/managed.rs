@@ -92,10 +92,6 @@ pub struct Plan {
     /// The managed request's messages (what `messages_json` holds); empty
     /// from [`Managed::prepare_json`] when the view was applied in place.
     pub request: Vec<Message>,
-    /// Leading messages of the managed request the next request should
-    /// carry as they are (where a front marks Anthropic's prompt cache;
-    /// see [`context_engine::host::Prepared::stable_prefix`]).
-    pub stable_prefix: usize,
 }
 
 /// One session: the host driver, the managed history and its figures.
@@ -318,7 +314,7 @@ impl Managed {
             self.host.use_model(model);
         }
 
-        let (rendered, request, stable_prefix) = match self
+        let (rendered, request) = match self
             .host
             .before_request_in_place(self.lineage.view_in_place())
         {
@@ -355,9 +351,8 @@ impl Managed {
                 } else {
                     Vec::new()
                 };
-                let stable_prefix = applied.stable_prefix;
                 applied.restore(self.lineage.view_in_place());
-                (rendered, request, stable_prefix)
+                (rendered, request)
             }
             InPlace::Prepared(prepared) => {
                 notices.extend(prepared.update.notices);
@@ -385,11 +380,7 @@ impl Managed {
                 }
                 self.stats.last_request_tokens = prepared.request_tokens;
                 self.stats.last_managed_messages = prepared.request.len();
-                (
-                    self.lineage.render(&prepared.request),
-                    prepared.request,
-                    prepared.stable_prefix,
-                )
+                (self.lineage.render(&prepared.request), prepared.request)
             }
         };
         if compaction.is_some() {
@@ -407,8 +398,15 @@ impl Managed {
             notices,
             summary_job,
             request,
-            stable_prefix,
         })
+    }
+
+    /// Leading messages of `request` (this session's managed request) the
+    /// next request should carry as they are: where a front marks
+    /// Anthropic's prompt cache (see
+    /// [`context_engine::host::Session::stable_prefix`]).
+    pub fn stable_prefix(&self, request: &[Message]) -> usize {
+        self.host.stable_prefix(request)
     }
 
     /// The next requests name `model` (the request's `model` field): the

@@ -287,10 +287,6 @@ pub struct Prepared {
     /// window: no request can fit, so **do not send** `request`; the host
     /// decides (switch to a larger model, ask the user to shorten).
     pub unfittable: Option<Unfittable>,
-    /// Leading messages of `request` the next request should carry as they
-    /// are ([`ContextEngine::stable_prefix`]): where a host that places
-    /// prompt-cache breakpoints marks the cache.
-    pub stable_prefix: usize,
 }
 
 /// What [`Session::before_request_in_place`] did.
@@ -319,9 +315,6 @@ pub struct Applied {
     /// Notices of the preflight (never a compaction: that takes the full
     /// way).
     pub update: Update,
-    /// Leading messages of the request the next request should carry as
-    /// they are (see [`Prepared::stable_prefix`]).
-    pub stable_prefix: usize,
 }
 
 impl Applied {
@@ -553,6 +546,14 @@ impl Session {
         self.model = Some((model.to_owned(), base));
     }
 
+    /// Leading messages of `request` (prepared by this session) the next
+    /// request should carry as they are ([`ContextEngine::stable_prefix`]):
+    /// where a host whose provider caches at breakpoints marks the cache.
+    /// Asked only by such hosts, so other requests never pay for it.
+    pub fn stable_prefix(&self, request: &[Message]) -> usize {
+        self.engine.stable_prefix(request)
+    }
+
     /// Preflight and context selection for the next model call on
     /// `history` (the persisted conversation, system prompt included).
     pub fn before_request(&mut self, history: &[Message]) -> Prepared {
@@ -666,13 +667,11 @@ impl Session {
         }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         self.last_request_tokens = request_tokens;
-        let stable_prefix = self.engine.stable_prefix(history);
         InPlace::Applied(Applied {
             originals: edits,
             selected,
             request_tokens,
             update,
-            stable_prefix,
         })
     }
 
@@ -765,7 +764,6 @@ impl Session {
         }
         self.calls_this_turn = self.calls_this_turn.saturating_add(1);
         self.last_request_tokens = request_tokens;
-        let stable_prefix = self.engine.stable_prefix(&request);
         Prepared {
             request,
             selected,
@@ -773,7 +771,6 @@ impl Session {
             update,
             fit: steps,
             unfittable,
-            stable_prefix,
         }
     }
 

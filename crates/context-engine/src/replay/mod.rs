@@ -130,7 +130,7 @@ pub struct CallRecord {
     /// the rest of the uncached ones pay the input price. Under a
     /// breakpoint cache the engine's request is marked at its system
     /// prompt and at the end of what the next request keeps
-    /// ([`Prepared::stable_prefix`](crate::host::Prepared)), the unmanaged
+    /// ([`Session::stable_prefix`]), the unmanaged
     /// agent's at its system prompt and its last message.
     pub cache_written_tokens: u64,
     /// The same for the unmanaged agent.
@@ -587,7 +587,13 @@ pub fn replay(
         let violations_introduced =
             usize::from(introduced_violation(unmanaged, &request, options.profile).is_some());
 
-        let marks = cache_marks(&request, prepared.stable_prefix);
+        // Only a breakpoint cache reads the marks.
+        let stable = if options.price.cache.automatic {
+            request.len()
+        } else {
+            session.stable_prefix(&request)
+        };
+        let marks = cache_marks(&request, stable);
         let hit = cache.lookup_and_store(&request, &marks, sent_at, counter);
         let cache_hit_tokens = hit.hit_tokens;
         let cache_broke = hit.resent_tokens > 0 || hit.expired;
