@@ -445,6 +445,8 @@ fn text_actions_are_pruned_like_tool_calls_in_the_agents_shape() {
         );
         assert!(t.contains(why), "{t}");
         assert!(t.ends_with("\n</output>"), "{t}");
+        // No recall hint: the agent has no tool to call it with.
+        assert!(!t.contains("context_recall"), "{t}");
     }
     // The newer outputs and the ask stay.
     assert_eq!(out[0], m[0]);

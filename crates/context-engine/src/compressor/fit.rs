@@ -32,7 +32,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::insert::{SUMMARY_END, SUMMARY_PREFIX, is_summary, without_summary};
-use crate::digest::{RECALL_TOOL, result_handle};
+use crate::digest::{RECALL_TOOL, names_recall_handle, result_handle};
 use crate::message::{Content, Message, Role};
 use crate::prune::clip_arguments;
 use crate::summarize::state::{STATE_RECORD_HEADING, StateRecord};
@@ -676,8 +676,8 @@ impl<'c> Work<'c> {
             }
             let m = &self.messages[i];
             let body = m.text();
-            let handle = result_handle(m, &body);
-            let clipped = clip_middle(&body, RESULT_KEEP_BYTES, Some(&handle));
+            let handle = names_recall_handle(m).then(|| result_handle(m, &body));
+            let clipped = clip_middle(&body, RESULT_KEEP_BYTES, handle.as_deref());
             let out = with_text(m, clipped);
             self.set(i, out);
             changed += 1;
@@ -748,12 +748,7 @@ impl<'c> Work<'c> {
             if self.total() <= budget {
                 break;
             }
-            if let Some(out) = clipped(
-                &self.messages[i],
-                is_reentry_at(&self.messages, i),
-                TEXT_KEEP_BYTES,
-                ARGUMENT_LEAF_CHARS,
-            ) {
+            if let Some(out) = clipped(&self.messages[i], TEXT_KEEP_BYTES, ARGUMENT_LEAF_CHARS) {
                 self.set(i, out);
                 changed += 1;
             }
@@ -912,12 +907,7 @@ impl<'c> Work<'c> {
                 continue;
             }
             if Some(i) != ask
-                && let Some(out) = clipped(
-                    &self.messages[i],
-                    is_reentry_at(&self.messages, i),
-                    TRUNCATE_KEEP_BYTES,
-                    32,
-                )
+                && let Some(out) = clipped(&self.messages[i], TRUNCATE_KEEP_BYTES, 32)
             {
                 self.set(i, out);
                 changed += 1;
@@ -982,15 +972,15 @@ fn with_text(message: &Message, text: String) -> Message {
 
 /// `message` with a long text content clipped to `keep` bytes at each end
 /// and the long string leaves of its tool-call arguments to `leaf_chars`;
-/// `None` when nothing was long. A tool result or a user message that is
-/// tool output (`reentry`) keeps a recall handle.
-fn clipped(message: &Message, reentry: bool, keep: usize, leaf_chars: usize) -> Option<Message> {
+/// `None` when nothing was long. Where the agent can call the recall tool
+/// ([`names_recall_handle`]) the marker names the handle.
+fn clipped(message: &Message, keep: usize, leaf_chars: usize) -> Option<Message> {
     let mut out = message.clone();
     let mut changed = false;
     if let Content::Text(text) = &message.content
         && text.len() > (2 * keep).max(TEXT_MIN_BYTES.min(4 * keep + 64))
     {
-        let handle = (message.role == Role::Tool || reentry).then(|| result_handle(message, text));
+        let handle = names_recall_handle(message).then(|| result_handle(message, text));
         out.content = Content::Text(clip_middle(text, keep, handle.as_deref()));
         changed = true;
     }
@@ -1210,5 +1200,25 @@ mod tests {
             "{last}"
         );
         assert!(last.starts_with("line 000000000 ok"));
+    }
+
+    #[test]
+    fn a_text_action_observation_is_clipped_without_a_recall_hint() {
+        let c = counter();
+        let body: String = (0..2_000).map(|j| format!("line {j:09} ok\n")).collect();
+        let m = vec![
+            Message::system("You are a helpful assistant."),
+            Message::user("Fix the bug in a.py."),
+            Message::assistant("THOUGHT: read it.\n\n```bash\ncat a.py\n```"),
+            Message::user(format!(
+                "<returncode>0</returncode>\n<output>\n{body}</output>"
+            )),
+        ];
+        assert!(crate::validate::observation(&m, 3).is_some());
+        let total = c.count_messages(&m) as u64;
+        let fitted = fit(&m, total / 2, &c, Profile::OpenAi).unwrap();
+        let last = fitted.messages.last().unwrap().text();
+        assert!(last.contains("bytes omitted to fit the window]"), "{last}");
+        assert!(!last.contains("context_recall"), "{last}");
     }
 }

@@ -494,6 +494,18 @@ fn hint(handle: &str) -> String {
     format!("full output: {RECALL_TOOL} {arg}")
 }
 
+/// Whether the agent that reads `message` has a tool channel to call
+/// [`RECALL_TOOL`] through: a tool result or a text tool-result envelope.
+/// The one rule for every line that shortens tool output (digest lines,
+/// prune markers, the fit's clipped results): those name their recall
+/// handle only where it can be called. A text-action agent's observation
+/// has none: such an agent writes its actions as text, its requests carry
+/// no tools (so `ctx serve` offers none of the engine's), and a hint would
+/// be read as a command to run.
+pub fn names_recall_handle(message: &Message) -> bool {
+    message.is_tool_result() || validate::is_tool_reentry(message)
+}
+
 /// Whether a tool result's text is a digest line.
 pub(crate) fn is_digest_line(text: &str) -> bool {
     text.starts_with(DIGEST_MARK)
@@ -604,12 +616,12 @@ fn digest_observation(
     } else {
         tool_output::one_line(&command)
     };
+    // No recall hint: see `names_recall_handle`.
     let outcome = tool_output::outcome(&body, Flags::of(&message.extra));
     let digest_line = format!(
-        "{DIGEST_MARK} {} → {}; {}",
+        "{DIGEST_MARK} {} → {}",
         clip(&writ, opts.writ_max_bytes),
         outcome.render(body.len(), opts.error_max_bytes),
-        hint(&hash_handle(&body)),
     );
     let mut lines = vec![digest_line];
     lines.extend(binaries);

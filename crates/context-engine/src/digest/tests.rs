@@ -572,3 +572,37 @@ fn the_stable_length_ends_before_the_result_the_next_request_digests() {
     let m3 = session(&[big(5000), big(6000), big(7000)]);
     assert_eq!(stable_len(&digest(&m3, &two), &two), 5, "up to c1's call");
 }
+
+#[test]
+fn an_observation_digest_names_no_tool_the_agent_lacks() {
+    // A mini-swe-agent text action and its observation, then the next one:
+    // the older observation is digested in the agent's shape, without the
+    // recall hint a text-action agent would try to run as a command.
+    let action = |cmd: &str| Message::assistant(format!("THOUGHT: look.\n\n```bash\n{cmd}\n```"));
+    let observe = |body: &str| {
+        Message::user(format!(
+            "<returncode>0</returncode>\n<output>\n{body}</output>"
+        ))
+    };
+    let m = vec![
+        Message::system("agent"),
+        Message::user("fix it"),
+        action("cat big.py"),
+        observe(&big(6000)),
+        action("ls"),
+        observe("big.py\n"),
+    ];
+    let view = digest(&m, &DigestOptions::default());
+    let t = view[3].text();
+    assert!(
+        t.starts_with("<returncode>0</returncode>\n<output>\n[digested] cat big.py → ok, "),
+        "{t}"
+    );
+    assert!(t.contains("bytes omitted"), "{t}");
+    assert!(!t.contains("context_recall"), "{t}");
+    // A tool result of the same size keeps its hint.
+    let calls = session(&[big(6000), big(10)]);
+    let digested = digest(&calls, &DigestOptions::default());
+    assert!(digested[3].text().contains("full output: context_recall"));
+    assert!(names_recall_handle(&calls[3]) && !names_recall_handle(&m[3]));
+}

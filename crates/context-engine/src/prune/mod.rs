@@ -408,9 +408,12 @@ fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, Prune
                 Some(c) => digest::clipped_writ(&c.name, &c.arguments, opts.digest.writ_max_bytes),
                 None => m.name.clone().unwrap_or_else(|| "tool result".to_owned()),
             };
-            let handle = serde_json::json!({ "handle": digest::result_handle(m, text) });
-            let marker =
-                format!("{PRUNE_MARK} {writ} → {what}; full output: {RECALL_TOOL} {handle}");
+            let marker = if digest::names_recall_handle(m) {
+                let handle = serde_json::json!({ "handle": digest::result_handle(m, text) });
+                format!("{PRUNE_MARK} {writ} → {what}; full output: {RECALL_TOOL} {handle}")
+            } else {
+                format!("{PRUNE_MARK} {writ} → {what}")
+            };
             let mut new = m.clone();
             new.content = crate::message::Content::Text(if m.is_tool_result() {
                 marker
