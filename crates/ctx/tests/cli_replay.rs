@@ -105,9 +105,21 @@ fn the_table_explains_itself() {
         "compactions  1",
         "engine time per call",
         "retention",
+        "re-sent after breaks",
+        "cache breaks cost",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
+    // The schedule against the every-call digest, in words.
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("schedule "))
+        .unwrap_or_else(|| panic!("no schedule line in:\n{text}"));
+    assert!(
+        line.contains("against digesting on every call")
+            || line.contains("the same bill as digesting on every call"),
+        "{line}"
+    );
 }
 
 #[test]

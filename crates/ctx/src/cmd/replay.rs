@@ -504,6 +504,7 @@ fn render_costs(c: &CostComparison) -> String {
         "between compactions",
         "steady calls",
         "cache breaks",
+        "re-sent after breaks",
     ]);
     let lines = [
         ("unmanaged agent", &c.unmanaged),
@@ -522,9 +523,45 @@ fn render_costs(c: &CostComparison) -> String {
             percent(l.cache_hit_share_between_compactions),
             percent(l.cache_hit_share_steady),
             l.cache_breaks.to_string(),
+            format!(
+                "{} tokens, {}",
+                thousands(l.resent_tokens),
+                money(l.parts.resent)
+            ),
         ]);
     }
-    format!("\n{}", table.render(2))
+    let (every, scheduled) = (&c.every_call_digest, &c.scheduled);
+    format!(
+        "\n{}\n  schedule    {}; cache breaks cost {} of its bill\n",
+        table.render(2),
+        against_every_call(every.estimated_cost, scheduled.estimated_cost),
+        percent_of(scheduled.parts.resent, scheduled.estimated_cost),
+    )
+}
+
+/// The scheduled bill against the every-call one, to a tenth of a percent.
+fn against_every_call(every: f64, scheduled: f64) -> String {
+    let pct = if every > 0.0 {
+        (scheduled - every) / every * 100.0
+    } else {
+        0.0
+    };
+    if pct.abs() < 0.05 {
+        return "the same bill as digesting on every call".into();
+    }
+    let sign = if scheduled < every { "-" } else { "+" };
+    format!(
+        "{pct:+.1}% against digesting on every call ({sign}{})",
+        money((every - scheduled).abs())
+    )
+}
+
+/// `part` as a share of `whole`, to a tenth of a percent.
+fn percent_of(part: f64, whole: f64) -> String {
+    if whole <= 0.0 {
+        return "0%".into();
+    }
+    format!("{:.1}%", part / whole * 100.0)
 }
 
 /// `-42%` style change from `before` to `after`.
