@@ -491,12 +491,15 @@ async fn engine_tools_are_resolved_in_the_proxy() {
         r["choices"][0]["finish_reason"] = json!("tool_calls");
         r
     };
-    // Round 1: only an engine call, resolved here; round 2: the answer.
-    script.push(Reply::Json(tool_reply(vec![call(
+    // Round 1: text and only an engine call, resolved here; round 2: the
+    // answer.
+    let mut first_round = tool_reply(vec![call(
         "r1",
         "context_recall",
         "{\"handle\":\"call_0\"}",
-    )])));
+    )]);
+    first_round["choices"][0]["message"]["content"] = json!("Let me check. ");
+    script.push(Reply::Json(first_round));
     script.push(Reply::Json(completion(
         json!({"role": "assistant", "content": "done"}),
         12,
@@ -507,7 +510,12 @@ async fn engine_tools_are_resolved_in_the_proxy() {
     messages.push(user("what did file0 say?"));
     let body = json!({"model": "m", "messages": messages, "tools": client_tools});
     let answer = json_of(post(addr, &body, &[("x-ctx-session", "t")]).await).await;
-    assert_eq!(answer["choices"][0]["message"]["content"], "done");
+    // As a stream shows it: the first round's text, then the answer's.
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "Let me check. done"
+    );
+    assert!(answer["choices"][0]["message"].get("tool_calls").is_none());
     let received = script.received();
     let first: Value = serde_json::from_slice(&received[received.len() - 2].body).unwrap();
     let names: Vec<&str> = first["tools"]

@@ -126,6 +126,9 @@ pub async fn resolve(
     let messages = messages_of(body, overrides);
     let client = client_tools(body);
     let mut exchange: Vec<String> = Vec::new();
+    // The blocks of the resolved rounds a stream shows (those before the
+    // first engine call); the answer shows them too.
+    let mut shown: Vec<Value> = Vec::new();
     let rounds = state.options().max_tool_rounds;
     let mut round = 0;
     loop {
@@ -144,17 +147,27 @@ pub async fn resolve(
         };
         let calls = content.iter().filter(|b| is_tool_use(b)).count();
         let engine = content.iter().filter(|b| is_engine_call(tools, b)).count();
-        if engine == 0 {
+        if engine == 0 && shown.is_empty() {
             return Ok((status, resp_headers, bytes));
         }
-        if engine == calls && !last {
+        if engine > 0 && engine == calls && !last {
             state.metrics().tool_round();
             round += 1;
+            shown.extend(
+                content
+                    .iter()
+                    .take_while(|b| !is_engine_call(tools, b))
+                    .cloned(),
+            );
             exchange.extend(exchange_of(guard, &content));
             continue;
         }
-        // Mixed, or engine calls on the last round: the client gets its
-        // own calls only.
+        // Mixed, engine calls on the last round, or an answer after
+        // resolved rounds: the client gets its own calls only, after the
+        // blocks it was not shown yet.
+        if let Some(content) = answer.get_mut("content").and_then(Value::as_array_mut) {
+            content.splice(0..0, std::mem::take(&mut shown));
+        }
         strip_engine_calls(&mut answer, tools);
         let mut resp_headers = resp_headers;
         resp_headers.remove(axum::http::header::CONTENT_LENGTH);

@@ -23,6 +23,11 @@
 //! client call is ever dropped and the client never receives a call it
 //! cannot execute. The exchange is not added to the managed history: the
 //! client's history does not contain it.
+//!
+//! **Streamed or not, the client gets the same answer**: what a stream
+//! shows of a resolved round (its text, the part before the first engine
+//! call) comes before the final answer's content in a non-streamed answer
+//! too, in each front's format.
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
@@ -519,6 +524,9 @@ pub async fn resolve(
     let messages = messages_of(body, overrides);
     let client_tools = client_tools(body);
     let mut exchange: Vec<String> = Vec::new();
+    // The text of the resolved rounds: a stream shows it before the
+    // answer's, and so does the answer.
+    let mut shown = String::new();
     let rounds = state.options().max_tool_rounds;
     let mut round = 0;
     loop {
@@ -551,12 +559,15 @@ pub async fn resolve(
                 .is_some_and(|n| tools.names.iter().any(|t| t == n))
         };
         let engine_calls = calls.iter().filter(|c| is_engine(c)).count();
-        if engine_calls == 0 {
+        if engine_calls == 0 && shown.is_empty() {
             return Ok((status, resp_headers, bytes));
         }
-        if engine_calls == calls.len() && !last {
+        if engine_calls > 0 && engine_calls == calls.len() && !last {
             state.metrics().tool_round();
             round += 1;
+            if let Some(text) = message.get("content").and_then(Value::as_str) {
+                shown.push_str(text);
+            }
             exchange.push(message.to_string());
             let answers = answer_calls(
                 guard,
@@ -571,13 +582,37 @@ pub async fn resolve(
             exchange.extend(answers);
             continue;
         }
-        // Mixed, or engine calls on the last round: the client gets its
-        // own calls only.
+        // Mixed, engine calls on the last round, or an answer after
+        // resolved rounds: the client gets its own calls only, and the
+        // text it was not shown yet.
         strip_engine_calls(&mut answer, &is_engine);
+        with_shown_text(&mut answer, &shown);
         let bytes = Bytes::from(answer.to_string());
         let mut resp_headers = resp_headers;
         resp_headers.remove(axum::http::header::CONTENT_LENGTH);
         return Ok((status, resp_headers, bytes));
+    }
+}
+
+/// Puts `shown` (the text of resolved rounds) before the text of choice 0.
+fn with_shown_text(answer: &mut Value, shown: &str) {
+    if shown.is_empty() {
+        return;
+    }
+    let Some(message) = answer
+        .pointer_mut("/choices/0/message")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    match message.get_mut("content") {
+        Some(Value::String(t)) => t.insert_str(0, shown),
+        Some(Value::Array(parts)) => {
+            parts.insert(0, serde_json::json!({"type": "text", "text": shown}))
+        }
+        _ => {
+            message.insert("content".into(), Value::String(shown.to_owned()));
+        }
     }
 }
 

@@ -16,8 +16,9 @@
 //!   added to the managed history.
 //! - **Mixed** output: the client's calls (`function_call`,
 //!   `custom_tool_call`, `local_shell_call`, …) reach it unchanged and the
-//!   engine's are removed; an answer left with no item gets a one-line
-//!   assistant message.
+//!   engine's are removed, with the reasoning items right before each
+//!   (a reasoning item sent back without the item it led to is refused);
+//!   an answer left with no item gets a one-line assistant message.
 //! - **Streams** ([`StreamRounds`]): events pass through until a
 //!   `response.output_item.added` opens an engine call; from there the
 //!   round's events are held. At `response.completed` the held calls are
@@ -161,6 +162,10 @@ pub async fn resolve(
 ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
     let client = client_tools(body);
     let mut exchange: Vec<String> = Vec::new();
+    // The items of the resolved rounds a stream shows: those before the
+    // first engine call, less the reasoning right before it (a reasoning
+    // item needs the item that followed it); the answer shows them too.
+    let mut shown: Vec<Value> = Vec::new();
     let rounds = state.options().max_tool_rounds;
     let mut round = 0;
     loop {
@@ -177,19 +182,38 @@ pub async fn resolve(
         let Some(output) = answer.get("output").and_then(Value::as_array).cloned() else {
             return Ok((status, resp_headers, bytes));
         };
-        if !output.iter().any(|i| is_engine_call(tools, i)) {
+        let engine = output.iter().any(|i| is_engine_call(tools, i));
+        if !engine && shown.is_empty() {
             return Ok((status, resp_headers, bytes));
         }
-        if !output.iter().any(|i| is_client_call(tools, i)) && !last {
+        if engine && !output.iter().any(|i| is_client_call(tools, i)) && !last {
             state.metrics().tool_round();
             round += 1;
+            let before = output
+                .iter()
+                .position(|i| is_engine_call(tools, i))
+                .unwrap_or(output.len());
+            let mut visible = &output[..before];
+            while let Some((last, rest)) = visible.split_last()
+                && kind_of(last) == "reasoning"
+            {
+                visible = rest;
+            }
+            shown.extend(visible.iter().cloned());
             exchange.extend(exchange_of(guard, &output));
             continue;
         }
-        // Mixed, or engine calls on the last round: the client gets its
-        // own calls only.
+        // Mixed, engine calls on the last round, or an answer after
+        // resolved rounds: the client gets its own calls only, after the
+        // items it was not shown yet.
         if let Some(items) = answer.get_mut("output").and_then(Value::as_array_mut) {
-            items.retain(|i| !is_engine_call(tools, i));
+            items.splice(0..0, std::mem::take(&mut shown));
+            let dropped = engine_items(tools, items.iter().map(Some));
+            let mut k = 0;
+            items.retain(|_| {
+                k += 1;
+                !dropped.contains(&(k - 1))
+            });
             if items.is_empty() {
                 items.push(note_item());
             }
@@ -455,14 +479,11 @@ impl FrontRounds for StreamRounds {
         let Some(from) = self.hold_from.take() else {
             return Vec::new();
         };
-        let removed: BTreeSet<usize> = self
-            .items
-            .iter()
-            .enumerate()
-            .skip(from)
-            .filter(|(_, i)| i.as_ref().is_some_and(|i| is_engine_call(&self.tools, i)))
-            .map(|(k, _)| k)
-            .collect();
+        let removed: BTreeSet<usize> =
+            engine_items(&self.tools, self.items.iter().map(Option::as_ref))
+                .into_iter()
+                .filter(|&k| k >= from)
+                .collect();
         let mut out = Vec::new();
         for raw in std::mem::take(&mut self.held) {
             let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
@@ -485,6 +506,28 @@ impl FrontRounds for StreamRounds {
         }
         out
     }
+}
+
+/// The indices of the items a client must not get: the engine's calls,
+/// and the reasoning items right before one (a reasoning item is valid in
+/// a later request only followed by the item it led to).
+fn engine_items<'a>(
+    tools: &EngineTools,
+    items: impl Iterator<Item = Option<&'a Value>>,
+) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut reasoning = Vec::new();
+    for (k, item) in items.enumerate() {
+        match item {
+            Some(i) if is_engine_call(tools, i) => {
+                out.insert(k);
+                out.extend(reasoning.drain(..));
+            }
+            Some(i) if kind_of(i) == "reasoning" => reasoning.push(k),
+            _ => reasoning.clear(),
+        }
+    }
+    out
 }
 
 /// The events that end a response.

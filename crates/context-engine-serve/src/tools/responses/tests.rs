@@ -185,9 +185,12 @@ fn a_continuations_reasoning_is_released_with_the_item_after_it() {
 
 #[test]
 fn mixed_calls_reach_the_client_without_the_engines_renumbered() {
+    // The reasoning that led to the engine's call goes with it: sent back
+    // without its call, the API would refuse it.
     let text = stream(
         "resp_1",
         &[
+            reasoning(),
             call("c1", "context_recall", "{}"),
             call("c2", "shell", r#"{"command":["ls"]}"#),
         ],
@@ -252,4 +255,27 @@ fn chat_schemas_become_responses_tools() {
         responses_schema(&chat).unwrap(),
         json!({"type": "function", "name": "context_recall", "description": "d", "parameters": {"type": "object"}})
     );
+}
+
+#[test]
+fn the_reasoning_before_a_dropped_engine_call_is_dropped_with_it() {
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gA"});
+    let engine = json!({"type": "function_call", "call_id": "c1", "name": "context_recall", "arguments": "{}"});
+    let client =
+        json!({"type": "function_call", "call_id": "c2", "name": "shell", "arguments": "{}"});
+    let message = json!({"type": "message", "role": "assistant", "content": []});
+    let items = [
+        reasoning.clone(),
+        message.clone(),
+        reasoning.clone(),
+        reasoning.clone(),
+        engine.clone(),
+        reasoning.clone(),
+        client.clone(),
+        engine,
+    ];
+    let dropped = engine_items(&tools(), items.iter().map(Some));
+    // The reasoning that led to the message and to the client's call stays;
+    // the two before the first engine call go with it.
+    assert_eq!(dropped.into_iter().collect::<Vec<_>>(), [2, 3, 4, 7]);
 }
