@@ -30,7 +30,6 @@
 
 use std::collections::BTreeSet;
 
-use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use std::borrow::Cow;
 
@@ -39,13 +38,10 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    EngineTools, Events, FrontRounds, Resend, answer, client_tools, messages_of, offer,
+    Answers, Calls, EngineTools, Events, FrontRounds, Resend, answer, messages_of, offer,
     request_with,
 };
-use crate::AppState;
 use crate::body::ChatBody;
-use crate::error::ServeError;
-use crate::handlers::chat::send_collect;
 use crate::session::Managed;
 use crate::sse::data_of;
 
@@ -112,66 +108,72 @@ fn exchange_of(guard: &mut Option<Managed>, content: &[Value]) -> [String; 2] {
     ]
 }
 
-/// Sends the request, resolving engine-only `tool_use` answers in up to
-/// `max_tool_rounds` round trips, and returns the answer for the client.
-pub async fn resolve(
-    state: &AppState,
-    guard: &mut Option<Managed>,
-    body: &ChatBody<'_>,
-    overrides: &[(&str, String)],
-    tools: &EngineTools,
-    headers: HeaderMap,
-    url: &str,
-) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
-    let messages = messages_of(body, overrides);
-    let client = client_tools(body);
-    let mut exchange: Vec<String> = Vec::new();
-    // The blocks of the resolved rounds a stream shows (those before the
-    // first engine call); the answer shows them too.
-    let mut shown: Vec<Value> = Vec::new();
-    let rounds = state.options().max_tool_rounds;
-    let mut round = 0;
-    loop {
-        let last = round >= rounds;
-        let offered = if last { &client } else { &tools.tools_json };
-        let sent = request_with(body, overrides, &messages, &exchange, offered);
-        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
-        if !status.is_success() {
-            return Ok((status, resp_headers, bytes));
-        }
-        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let Some(content) = answer.get("content").and_then(Value::as_array).cloned() else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let calls = content.iter().filter(|b| is_tool_use(b)).count();
-        let engine = content.iter().filter(|b| is_engine_call(tools, b)).count();
-        if engine == 0 && shown.is_empty() {
-            return Ok((status, resp_headers, bytes));
-        }
-        if engine > 0 && engine == calls && !last {
-            state.metrics().tool_round();
-            round += 1;
-            shown.extend(
-                content
-                    .iter()
-                    .take_while(|b| !is_engine_call(tools, b))
-                    .cloned(),
-            );
-            exchange.extend(exchange_of(guard, &content));
-            continue;
-        }
-        // Mixed, engine calls on the last round, or an answer after
-        // resolved rounds: the client gets its own calls only, after the
-        // blocks it was not shown yet.
+/// The Messages API's answers.
+pub(crate) struct MessagesAnswers<'a, 'b> {
+    body: &'a ChatBody<'b>,
+    overrides: &'a [(&'a str, String)],
+    messages: String,
+    tools: &'a EngineTools,
+}
+
+impl Answers for MessagesAnswers<'_, '_> {
+    fn request(&self, exchange: &[String], tools: &str) -> Bytes {
+        request_with(self.body, self.overrides, &self.messages, exchange, tools)
+    }
+
+    fn calls(&self, answer: &Value) -> Option<Calls> {
+        let content = answer.get("content").and_then(Value::as_array)?;
+        let all = content.iter().filter(|b| is_tool_use(b)).count();
+        let engine = content
+            .iter()
+            .filter(|b| is_engine_call(self.tools, b))
+            .count();
+        Some(Calls {
+            engine,
+            client: all - engine,
+        })
+    }
+
+    fn exchange(&self, guard: &mut Option<Managed>, answer: &Value) -> Vec<String> {
+        let content = answer
+            .get("content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        exchange_of(guard, content).into()
+    }
+
+    /// The blocks before the first engine call (a stream holds from there).
+    fn shown(&self, answer: &Value) -> Vec<Value> {
+        let content = answer.get("content").and_then(Value::as_array);
+        content
+            .into_iter()
+            .flatten()
+            .take_while(|b| !is_engine_call(self.tools, b))
+            .cloned()
+            .collect()
+    }
+
+    fn finish(&self, answer: &mut Value, shown: Vec<Value>) {
         if let Some(content) = answer.get_mut("content").and_then(Value::as_array_mut) {
-            content.splice(0..0, std::mem::take(&mut shown));
+            content.splice(0..0, shown);
         }
-        strip_engine_calls(&mut answer, tools);
-        let mut resp_headers = resp_headers;
-        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
-        return Ok((status, resp_headers, Bytes::from(answer.to_string())));
+        strip_engine_calls(answer, self.tools);
+    }
+}
+
+/// The answers of a request sent with `overrides` over the client's
+/// `body`, `tools` offered.
+pub(crate) fn answers<'a, 'b>(
+    body: &'a ChatBody<'b>,
+    overrides: &'a [(&'a str, String)],
+    tools: &'a EngineTools,
+) -> MessagesAnswers<'a, 'b> {
+    MessagesAnswers {
+        body,
+        overrides,
+        messages: messages_of(body, overrides),
+        tools,
     }
 }
 

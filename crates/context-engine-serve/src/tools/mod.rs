@@ -369,12 +369,15 @@ impl FrontTools {
         headers: HeaderMap,
         url: &str,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+        let client = client_tools(body);
         match self {
             FrontTools::Anthropic(t) => {
-                anthropic::resolve(state, guard, body, overrides, t, headers, url).await
+                let api = anthropic::answers(body, overrides, t);
+                resolve_with(state, guard, &api, t, &client, headers, url).await
             }
             FrontTools::Responses(t) => {
-                responses::resolve(state, guard, body, overrides, t, headers, url).await
+                let api = responses::answers(body, overrides, t);
+                resolve_with(state, guard, &api, t, &client, headers, url).await
             }
         }
     }
@@ -510,6 +513,160 @@ impl StreamTools {
     }
 }
 
+/// How many calls of each kind a non-streamed answer makes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Calls {
+    /// Calls of the engine's tools.
+    pub(crate) engine: usize,
+    /// Calls the client has to run.
+    pub(crate) client: usize,
+}
+
+/// One API's non-streamed answers, as the rounds loop ([`resolve_with`])
+/// reads and writes them.
+pub(crate) trait Answers {
+    /// The request of a round: the exchange so far appended, `tools`
+    /// offered (empty: the field removed).
+    fn request(&self, exchange: &[String], tools: &str) -> Bytes;
+    /// The calls `answer` makes; `None` for an answer this API's reader
+    /// does not know, which goes to the client as it came.
+    fn calls(&self, answer: &Value) -> Option<Calls>;
+    /// The exchange of a resolved round: the answer as the model wrote it,
+    /// then the engine's answer to each of its calls.
+    fn exchange(&self, guard: &mut Option<Managed>, answer: &Value) -> Vec<String>;
+    /// What a stream shows the client of a resolved round.
+    fn shown(&self, answer: &Value) -> Vec<Value>;
+    /// The answer for the client: what it was shown of the resolved rounds
+    /// first, the engine's calls removed.
+    fn finish(&self, answer: &mut Value, shown: Vec<Value>);
+}
+
+/// Sends the request, resolving answers whose calls are all the engine's
+/// in up to `max_tool_rounds` round trips (the last without the engine's
+/// tools: `client_tools`), and returns the answer for the client.
+pub(crate) async fn resolve_with(
+    state: &AppState,
+    guard: &mut Option<Managed>,
+    api: &(dyn Answers + Sync),
+    tools: &EngineTools,
+    client_tools: &str,
+    headers: HeaderMap,
+    url: &str,
+) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+    let mut exchange: Vec<String> = Vec::new();
+    // What the client was not shown yet of the resolved rounds (a stream
+    // shows it as it comes).
+    let mut shown: Vec<Value> = Vec::new();
+    let rounds = state.options().max_tool_rounds;
+    let mut round = 0;
+    loop {
+        let last = round >= rounds;
+        let offered = if last {
+            client_tools
+        } else {
+            &tools.tools_json
+        };
+        let sent = api.request(&exchange, offered);
+        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
+        if !status.is_success() {
+            return Ok((status, resp_headers, bytes));
+        }
+        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+            return Ok((status, resp_headers, bytes));
+        };
+        let Some(calls) = api.calls(&answer) else {
+            return Ok((status, resp_headers, bytes));
+        };
+        if calls.engine == 0 && shown.is_empty() {
+            return Ok((status, resp_headers, bytes));
+        }
+        if calls.engine > 0 && calls.client == 0 && !last {
+            state.metrics().tool_round();
+            round += 1;
+            shown.extend(api.shown(&answer));
+            exchange.extend(api.exchange(guard, &answer));
+            continue;
+        }
+        // Mixed, engine calls on the last round, or an answer after
+        // resolved rounds: the client gets its own calls only, after what
+        // it was not shown yet.
+        api.finish(&mut answer, shown);
+        let mut resp_headers = resp_headers;
+        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
+        return Ok((status, resp_headers, Bytes::from(answer.to_string())));
+    }
+}
+
+/// Chat completions' answers.
+struct ChatAnswers<'a, 'b> {
+    body: &'a ChatBody<'b>,
+    overrides: &'a [(&'a str, String)],
+    messages: String,
+    tools: &'a EngineTools,
+}
+
+impl ChatAnswers<'_, '_> {
+    fn is_engine(&self, call: &Value) -> bool {
+        str_at(call, "/function/name").is_some_and(|n| self.tools.is_engine(n))
+    }
+}
+
+impl Answers for ChatAnswers<'_, '_> {
+    fn request(&self, exchange: &[String], tools: &str) -> Bytes {
+        request_with(self.body, self.overrides, &self.messages, exchange, tools)
+    }
+
+    fn calls(&self, answer: &Value) -> Option<Calls> {
+        let message = answer.pointer("/choices/0/message")?;
+        let calls = message.get("tool_calls").and_then(Value::as_array);
+        let all = calls.map_or(0, Vec::len);
+        let engine = calls.map_or(0, |c| c.iter().filter(|c| self.is_engine(c)).count());
+        Some(Calls {
+            engine,
+            client: all - engine,
+        })
+    }
+
+    fn exchange(&self, guard: &mut Option<Managed>, answer: &Value) -> Vec<String> {
+        let Some(message) = answer.pointer("/choices/0/message") else {
+            return Vec::new();
+        };
+        let calls = message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut out = vec![message.to_string()];
+        out.extend(answer_calls(
+            guard,
+            calls.iter().map(|c| {
+                (
+                    str_at(c, "/id").unwrap_or_default(),
+                    str_at(c, "/function/name").unwrap_or_default(),
+                    str_at(c, "/function/arguments").unwrap_or("{}"),
+                )
+            }),
+        ));
+        out
+    }
+
+    fn shown(&self, answer: &Value) -> Vec<Value> {
+        answer
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(|t| Value::String(t.to_owned()))
+            .into_iter()
+            .collect()
+    }
+
+    fn finish(&self, answer: &mut Value, shown: Vec<Value>) {
+        strip_engine_calls(answer, &|c| self.is_engine(c));
+        let text: String = shown.iter().filter_map(Value::as_str).collect();
+        with_shown_text(answer, &text);
+    }
+}
+
 /// Sends the request, resolving engine-only tool calls in up to
 /// `max_tool_rounds` round trips, and returns the answer for the client.
 pub async fn resolve(
@@ -521,77 +678,14 @@ pub async fn resolve(
     headers: HeaderMap,
     url: &str,
 ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
-    let messages = messages_of(body, overrides);
-    let client_tools = client_tools(body);
-    let mut exchange: Vec<String> = Vec::new();
-    // The text of the resolved rounds: a stream shows it before the
-    // answer's, and so does the answer.
-    let mut shown = String::new();
-    let rounds = state.options().max_tool_rounds;
-    let mut round = 0;
-    loop {
-        let last = round >= rounds;
-        // Empty removes the field (the client sent no tools).
-        let offered = if last {
-            &client_tools
-        } else {
-            &tools.tools_json
-        };
-        let sent = request_with(body, overrides, &messages, &exchange, offered);
-        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
-        if !status.is_success() {
-            return Ok((status, resp_headers, bytes));
-        }
-        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let Some(message) = answer.pointer("/choices/0/message").cloned() else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let calls = message
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let is_engine = |c: &Value| {
-            c.pointer("/function/name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| tools.names.iter().any(|t| t == n))
-        };
-        let engine_calls = calls.iter().filter(|c| is_engine(c)).count();
-        if engine_calls == 0 && shown.is_empty() {
-            return Ok((status, resp_headers, bytes));
-        }
-        if engine_calls > 0 && engine_calls == calls.len() && !last {
-            state.metrics().tool_round();
-            round += 1;
-            if let Some(text) = message.get("content").and_then(Value::as_str) {
-                shown.push_str(text);
-            }
-            exchange.push(message.to_string());
-            let answers = answer_calls(
-                guard,
-                calls.iter().map(|c| {
-                    (
-                        str_at(c, "/id").unwrap_or_default(),
-                        str_at(c, "/function/name").unwrap_or_default(),
-                        str_at(c, "/function/arguments").unwrap_or("{}"),
-                    )
-                }),
-            );
-            exchange.extend(answers);
-            continue;
-        }
-        // Mixed, engine calls on the last round, or an answer after
-        // resolved rounds: the client gets its own calls only, and the
-        // text it was not shown yet.
-        strip_engine_calls(&mut answer, &is_engine);
-        with_shown_text(&mut answer, &shown);
-        let bytes = Bytes::from(answer.to_string());
-        let mut resp_headers = resp_headers;
-        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
-        return Ok((status, resp_headers, bytes));
-    }
+    let api = ChatAnswers {
+        body,
+        overrides,
+        messages: messages_of(body, overrides),
+        tools,
+    };
+    let client = client_tools(body);
+    resolve_with(state, guard, &api, tools, &client, headers, url).await
 }
 
 /// Puts `shown` (the text of resolved rounds) before the text of choice 0.

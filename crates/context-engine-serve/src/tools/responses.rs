@@ -32,7 +32,6 @@
 
 use std::collections::BTreeSet;
 
-use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use std::borrow::Cow;
 
@@ -41,13 +40,10 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    EngineTools, Events, FrontRounds, Resend, answer, client_tools, list_of, offer,
+    Answers, Calls, EngineTools, Events, FrontRounds, Resend, answer, list_of, offer,
     request_with_list,
 };
-use crate::AppState;
 use crate::body::ChatBody;
-use crate::error::ServeError;
-use crate::handlers::chat::send_collect;
 use crate::session::Managed;
 use crate::sse::data_of;
 
@@ -149,78 +145,82 @@ fn note_item() -> Value {
            "content": [{"type": "output_text", "text": NOTHING_LEFT, "annotations": []}]})
 }
 
-/// Sends the request, resolving engine-only answers in up to
-/// `max_tool_rounds` round trips, and returns the answer for the client.
-pub async fn resolve(
-    state: &AppState,
-    guard: &mut Option<Managed>,
-    body: &ChatBody<'_>,
-    overrides: &[(&str, String)],
-    tools: &EngineTools,
-    headers: HeaderMap,
-    url: &str,
-) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
-    let client = client_tools(body);
-    let mut exchange: Vec<String> = Vec::new();
-    // The items of the resolved rounds a stream shows: those before the
-    // first engine call, less the reasoning right before it (a reasoning
-    // item needs the item that followed it); the answer shows them too.
-    let mut shown: Vec<Value> = Vec::new();
-    let rounds = state.options().max_tool_rounds;
-    let mut round = 0;
-    loop {
-        let last = round >= rounds;
-        let offered = if last { &client } else { &tools.tools_json };
-        let sent = next_body(body, overrides, &exchange, offered);
-        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
-        if !status.is_success() {
-            return Ok((status, resp_headers, bytes));
-        }
-        let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let Some(output) = answer.get("output").and_then(Value::as_array).cloned() else {
-            return Ok((status, resp_headers, bytes));
-        };
-        let engine = output.iter().any(|i| is_engine_call(tools, i));
-        if !engine && shown.is_empty() {
-            return Ok((status, resp_headers, bytes));
-        }
-        if engine && !output.iter().any(|i| is_client_call(tools, i)) && !last {
-            state.metrics().tool_round();
-            round += 1;
-            let before = output
+/// The Responses API's answers.
+pub(crate) struct ResponsesAnswers<'a, 'b> {
+    body: &'a ChatBody<'b>,
+    overrides: &'a [(&'a str, String)],
+    tools: &'a EngineTools,
+}
+
+fn output_of(answer: &Value) -> &[Value] {
+    answer
+        .get("output")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+impl Answers for ResponsesAnswers<'_, '_> {
+    fn request(&self, exchange: &[String], tools: &str) -> Bytes {
+        next_body(self.body, self.overrides, exchange, tools)
+    }
+
+    fn calls(&self, answer: &Value) -> Option<Calls> {
+        let output = answer.get("output").and_then(Value::as_array)?;
+        Some(Calls {
+            engine: output
                 .iter()
-                .position(|i| is_engine_call(tools, i))
-                .unwrap_or(output.len());
-            let mut visible = &output[..before];
-            while let Some((last, rest)) = visible.split_last()
-                && kind_of(last) == "reasoning"
-            {
-                visible = rest;
-            }
-            shown.extend(visible.iter().cloned());
-            exchange.extend(exchange_of(guard, &output));
-            continue;
+                .filter(|i| is_engine_call(self.tools, i))
+                .count(),
+            client: output
+                .iter()
+                .filter(|i| is_client_call(self.tools, i))
+                .count(),
+        })
+    }
+
+    fn exchange(&self, guard: &mut Option<Managed>, answer: &Value) -> Vec<String> {
+        exchange_of(guard, output_of(answer))
+    }
+
+    /// The items before the first engine call, less the reasoning right
+    /// before it (a stream holds a reasoning item until the item after it
+    /// shows, and never sends one that led to an engine call).
+    fn shown(&self, answer: &Value) -> Vec<Value> {
+        let output = output_of(answer);
+        let dropped = engine_items(self.tools, output.iter().map(Some));
+        let first = dropped.first().copied().unwrap_or(output.len());
+        output[..first].to_vec()
+    }
+
+    fn finish(&self, answer: &mut Value, shown: Vec<Value>) {
+        let Some(items) = answer.get_mut("output").and_then(Value::as_array_mut) else {
+            return;
+        };
+        items.splice(0..0, shown);
+        let dropped = engine_items(self.tools, items.iter().map(Some));
+        let mut k = 0;
+        items.retain(|_| {
+            k += 1;
+            !dropped.contains(&(k - 1))
+        });
+        if items.is_empty() {
+            items.push(note_item());
         }
-        // Mixed, engine calls on the last round, or an answer after
-        // resolved rounds: the client gets its own calls only, after the
-        // items it was not shown yet.
-        if let Some(items) = answer.get_mut("output").and_then(Value::as_array_mut) {
-            items.splice(0..0, std::mem::take(&mut shown));
-            let dropped = engine_items(tools, items.iter().map(Some));
-            let mut k = 0;
-            items.retain(|_| {
-                k += 1;
-                !dropped.contains(&(k - 1))
-            });
-            if items.is_empty() {
-                items.push(note_item());
-            }
-        }
-        let mut resp_headers = resp_headers;
-        resp_headers.remove(axum::http::header::CONTENT_LENGTH);
-        return Ok((status, resp_headers, Bytes::from(answer.to_string())));
+    }
+}
+
+/// The answers of a request sent with `overrides` over the client's
+/// `body`, `tools` offered.
+pub(crate) fn answers<'a, 'b>(
+    body: &'a ChatBody<'b>,
+    overrides: &'a [(&'a str, String)],
+    tools: &'a EngineTools,
+) -> ResponsesAnswers<'a, 'b> {
+    ResponsesAnswers {
+        body,
+        overrides,
+        tools,
     }
 }
 
