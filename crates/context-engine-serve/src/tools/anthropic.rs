@@ -38,8 +38,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    Answers, Calls, EngineTools, Events, FrontRounds, Resend, answer, messages_of, offer,
-    request_with,
+    Answers, Calls, EngineTools, Events, FrontRounds, HeldEvent, Resend, answer, messages_of,
+    offer, replay_held, request_with,
 };
 use crate::body::ChatBody;
 use crate::session::Managed;
@@ -498,47 +498,35 @@ impl FrontRounds for StreamRounds {
             .iter()
             .flatten()
             .any(|b| is_tool_use(&b.value) && !is_engine_call(&self.tools, &b.value));
-        let mut out = Vec::new();
-        for raw in std::mem::take(&mut self.held) {
-            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
-                out.extend_from_slice(&raw);
-                continue;
-            };
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if let Some(i) = index_of(&v) {
-                if removed.contains(&i) {
-                    continue;
+        let held = std::mem::take(&mut self.held);
+        replay_held(held, "index", &removed, |e, out| match e {
+            HeldEvent::Indexed {
+                kind,
+                mut event,
+                index,
+            } => self.forward(&kind, &mut event, index, out),
+            HeldEvent::Whole {
+                kind,
+                mut event,
+                raw,
+            } => {
+                if (kind == "message_delta" || kind == "message_stop") && self.sent == 0 {
+                    self.note_block(out);
                 }
-                let shift = removed.range(..i).count();
-                self.forward(&kind, &mut v, i - shift, &mut out);
-                continue;
+                if kind == "message_delta"
+                    && !calls_left
+                    && event.pointer("/delta/stop_reason").and_then(Value::as_str)
+                        == Some("tool_use")
+                {
+                    event["delta"]["stop_reason"] = Value::String("end_turn".into());
+                    out.extend(encode(&kind, &event));
+                } else {
+                    out.extend_from_slice(raw);
+                }
             }
-            if (kind == "message_delta" || kind == "message_stop") && self.sent == 0 {
-                self.note_block(&mut out);
-            }
-            if kind == "message_delta"
-                && !calls_left
-                && v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("tool_use")
-            {
-                v["delta"]["stop_reason"] = Value::String("end_turn".into());
-                out.extend(encode(&kind, &v));
-                continue;
-            }
-            out.extend_from_slice(&raw);
-        }
-        out
+            HeldEvent::Raw(raw) => out.extend_from_slice(raw),
+        })
     }
-}
-
-fn index_of(event: &Value) -> Option<usize> {
-    event
-        .get("index")
-        .and_then(Value::as_u64)
-        .and_then(|i| usize::try_from(i).ok())
 }
 
 /// An event as Anthropic writes it.

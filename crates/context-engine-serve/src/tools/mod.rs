@@ -401,6 +401,61 @@ impl FrontTools {
     }
 }
 
+/// One held event of a front's stream, as [`replay_held`] reads it.
+pub(crate) enum HeldEvent<'a> {
+    /// An event of the round's block or item `index`, closed up over the
+    /// removed ones before it.
+    Indexed {
+        kind: String,
+        event: Value,
+        index: usize,
+    },
+    /// An event of the whole message or response.
+    Whole {
+        kind: String,
+        event: Value,
+        raw: &'a [u8],
+    },
+    /// Not an event of the API (a comment, a keep-alive): as it came.
+    Raw(&'a [u8]),
+}
+
+/// Replays `held` events for the client: those of the blocks or items in
+/// `removed` (their indices under `index_key`) dropped, the later indices
+/// closed up; each event left goes to `write`.
+pub(crate) fn replay_held(
+    held: Vec<Vec<u8>>,
+    index_key: &str,
+    removed: &std::collections::BTreeSet<usize>,
+    mut write: impl FnMut(HeldEvent<'_>, &mut Vec<u8>),
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for raw in &held {
+        let Ok(event) = serde_json::from_slice::<Value>(&crate::sse::data_of(raw)) else {
+            write(HeldEvent::Raw(raw), &mut out);
+            continue;
+        };
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let index = event
+            .get(index_key)
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        match index {
+            Some(i) if removed.contains(&i) => {}
+            Some(i) => {
+                let index = i - removed.range(..i).count();
+                write(HeldEvent::Indexed { kind, event, index }, &mut out);
+            }
+            None => write(HeldEvent::Whole { kind, event, raw }, &mut out),
+        }
+    }
+    out
+}
+
 /// A front's stream under engine tools: reads each round's stream, holds
 /// a round from its first engine call, and writes what the client gets.
 pub trait FrontRounds: Send {

@@ -40,8 +40,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    Answers, Calls, EngineTools, Events, FrontRounds, Resend, answer, list_of, offer,
-    request_with_list,
+    Answers, Calls, EngineTools, Events, FrontRounds, HeldEvent, Resend, answer, list_of, offer,
+    replay_held, request_with_list,
 };
 use crate::body::ChatBody;
 use crate::session::Managed;
@@ -484,27 +484,23 @@ impl FrontRounds for StreamRounds {
                 .into_iter()
                 .filter(|&k| k >= from)
                 .collect();
-        let mut out = Vec::new();
-        for raw in std::mem::take(&mut self.held) {
-            let Ok(mut v) = serde_json::from_slice::<Value>(&data_of(&raw)) else {
-                out.extend_from_slice(&raw);
-                continue;
-            };
-            let kind = kind_of(&v).to_owned();
-            if let Some(i) = index_of(&v) {
-                if removed.contains(&i) {
-                    continue;
+        let held = std::mem::take(&mut self.held);
+        replay_held(held, "output_index", &removed, |e, out| match e {
+            HeldEvent::Indexed {
+                kind,
+                mut event,
+                index,
+            } => self.forward(&kind, &mut event, Some(index), out),
+            HeldEvent::Whole {
+                kind, mut event, ..
+            } => {
+                if is_terminal(&kind) && self.sent == 0 {
+                    self.note(out);
                 }
-                let shift = removed.range(..i).count();
-                self.forward(&kind, &mut v, Some(i - shift), &mut out);
-                continue;
+                self.forward(&kind, &mut event, None, out);
             }
-            if is_terminal(&kind) && self.sent == 0 {
-                self.note(&mut out);
-            }
-            self.forward(&kind, &mut v, None, &mut out);
-        }
-        out
+            HeldEvent::Raw(raw) => out.extend_from_slice(raw),
+        })
     }
 }
 
@@ -536,13 +532,6 @@ fn is_terminal(kind: &str) -> bool {
         kind,
         "response.completed" | "response.incomplete" | "response.failed"
     )
-}
-
-fn index_of(event: &Value) -> Option<usize> {
-    event
-        .get("output_index")
-        .and_then(Value::as_u64)
-        .and_then(|i| usize::try_from(i).ok())
 }
 
 #[cfg(test)]
