@@ -755,8 +755,10 @@ impl Session {
                     ))),
                 },
                 Err(e) => {
+                    // Whether it is sent is the caller's decision
+                    // (`Prepared::unfittable`): the notice says only what is.
                     update.notices.push(Notice::warning(format!(
-                        "the request cannot fit the window, not sending it: {e}"
+                        "the request cannot fit the window: {e}"
                     )));
                     unfittable = Some(e);
                 }
@@ -802,17 +804,22 @@ impl Session {
         if threshold > 0 && threshold < window {
             budgets.insert(0, threshold);
         }
+        // A request that cannot fit under the threshold may still fit the
+        // window: only the window says that no request can fit.
         let mut fallback = None;
         for require_asks in [true, false] {
             for &budget in &budgets {
                 match fit_noted(request, originals, budget, counter, profile, require_asks) {
                     Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
-                    Ok(f) => fallback = fallback.or(Some(Ok(f))),
-                    Err(e) => fallback = fallback.or(Some(Err(e))),
+                    Ok(f) => fallback = fallback.or(Some(f)),
+                    Err(_) => {}
                 }
             }
         }
-        fallback.unwrap_or_else(|| fit(request, window, counter, profile))
+        match fallback {
+            Some(f) => Ok(f),
+            None => fit(request, window, counter, profile),
+        }
     }
 
     /// With a store, archives the originals of what the fitted request left
