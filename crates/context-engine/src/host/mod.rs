@@ -444,6 +444,22 @@ impl Session {
         Ok(self)
     }
 
+    /// Compaction records this session has numbered in its store so far
+    /// (the next is numbered after them).
+    pub fn records_numbered(&self) -> u64 {
+        self.recorded
+    }
+
+    /// Numbers this session's next compaction records after the first `n`
+    /// its store holds under its name. A host that starts over under a
+    /// name that already compacted (a new conversation under a session id
+    /// a server reuses) continues the store's numbering instead of
+    /// clashing with the records there.
+    pub fn with_records_after(mut self, n: u64) -> Session {
+        self.recorded = self.recorded.max(n);
+        self
+    }
+
     /// The attached session store.
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.store.as_ref()
