@@ -544,9 +544,23 @@ fn a_window_the_system_prompt_and_ask_fit_is_never_unfittable() {
     let Some(file) = files.iter().find(|f| f.ends_with("sweagent_pydicom.traj")) else {
         return common::skip("no sweagent_pydicom.traj in the corpus");
     };
-    // At a window nothing fits, the report says how big the system prompt
-    // and the ask are.
-    let out = ctx(&["replay", file, "--context-length", "1000", "--json"]);
+    // Just over the system prompt nothing fits, and the report says how
+    // big the system prompt and the ask are.
+    let out = ctx(&["replay", file, "--context-length", "1", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let system: u64 = err
+        .split("system prompt alone (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no system prompt size in: {err}"));
+    let out = ctx(&[
+        "replay",
+        file,
+        "--context-length",
+        &(system + 1).to_string(),
+        "--json",
+    ]);
     let tiny: Value = serde_json::from_slice(&out.stdout).unwrap();
     let core = tiny["calls"]
         .as_array()
@@ -557,7 +571,7 @@ fn a_window_the_system_prompt_and_ask_fit_is_never_unfittable() {
             Some(u(&e["system_tokens"]) + u(&e["ask_tokens"]))
         })
         .max()
-        .expect("unfittable at 1,000 tokens");
+        .expect("unfittable just over the system prompt");
     let window = core + 30;
     let out = ctx(&[
         "replay",

@@ -25,7 +25,9 @@
 //!    changed (see [`history_delta`]), not whole. A writer that lost reloads and runs the step
 //!    again (at most [`RETRIES`] times): a compaction is committed once,
 //!    by one instance, and two instances never interleave a session's
-//!    writes.
+//!    writes. Only a lost compare-and-swap ([`StoreError::Conflict`]) is
+//!    retried: a step whose records clash with stored ones
+//!    ([`StoreError::Duplicate`]) would clash again, and goes unmanaged.
 //! 4. After the response, the usage is fed back and the state written the
 //!    same way (the lineage is unchanged, so only the small state), off
 //!    the client's path: the response goes out first, and the session
@@ -44,6 +46,11 @@
 //! Any store failure fails open: the request goes unmanaged, the cached
 //! copy is dropped (the next request reloads), and the store's health
 //! ([`StoreHealth`]) turns degraded until a store call succeeds again.
+//! While it is degraded the store's [breaker](super::breaker) is open:
+//! requests go unmanaged at once, without touching the store (a database
+//! that accepts connections and never answers would cost each its
+//! timeout), and a probe in the background, one at a time and ever less
+//! often, closes it when the store answers again.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,6 +60,7 @@ use context_engine::store::{
     Versioned,
 };
 
+use super::breaker::{Admit, Breaker};
 use super::lineage::{Lineage, RecordPrints};
 use serde_json::Value;
 
@@ -119,6 +127,9 @@ impl SharedStore {
     /// started twice. Release it with [`release`](Self::release) when done;
     /// a claim this instance never releases (it died) expires after `ttl`.
     pub fn claim(&self, sid: &str, job: &str, ttl: Duration) -> bool {
+        if !self.available() {
+            return false;
+        }
         let t = Instant::now();
         self.observe(t, self.store.try_claim(sid, job, &self.owner, ttl))
             .unwrap_or(false)
@@ -126,8 +137,45 @@ impl SharedStore {
 
     /// Gives up this instance's claim on `job` of `sid` (blocking).
     pub fn release(&self, sid: &str, job: &str) {
+        if !self.available() {
+            return;
+        }
         let t = Instant::now();
         let _ = self.observe(t, self.store.release(sid, job, &self.owner));
+    }
+
+    /// Whether the store may be used now: `false` while its breaker is
+    /// open (the caller goes on without the store, at once). When a probe
+    /// is due this starts it, in the background: no caller waits for it.
+    pub fn available(&self) -> bool {
+        match self.health.admit() {
+            Admit::Closed => true,
+            Admit::Skip => false,
+            Admit::Probe => {
+                self.probe();
+                false
+            }
+        }
+    }
+
+    /// Asks the store whether it answers again (one cheap read) on a
+    /// thread of its own; the answer closes the breaker or puts the next
+    /// probe further off.
+    fn probe(&self) {
+        let probe = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ctx-store-probe".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let answer = probe.store.version("");
+                if let Some(h) = probe.health.latency.get() {
+                    h.observe(t.elapsed().as_secs_f64());
+                }
+                probe.health.probed(t.elapsed(), answer.map(drop));
+            });
+        if spawned.is_err() {
+            self.health.probe_abandoned();
+        }
     }
 
     /// Records the outcome of a store call (its latency too) and passes it on.
@@ -137,7 +185,11 @@ impl SharedStore {
         }
         match &r {
             Ok(_) => self.health.ok(started.elapsed()),
-            Err(StoreError::Conflict { .. }) => self.health.ok(started.elapsed()),
+            // The store answered: a lost compare-and-swap or a clash of
+            // records is not an outage.
+            Err(StoreError::Conflict { .. } | StoreError::Duplicate { .. }) => {
+                self.health.ok(started.elapsed())
+            }
             Err(e) => self.health.failed(e),
         }
         r
@@ -165,6 +217,7 @@ struct HealthInner {
     since: Option<Instant>,
     calls: u64,
     busy: Duration,
+    breaker: Breaker,
 }
 
 impl StoreHealth {
@@ -173,6 +226,7 @@ impl StoreHealth {
         if h.error.take().is_some() {
             tracing::info!("session store reachable again: sessions are managed again");
         }
+        h.breaker.succeeded();
         h.since = None;
         h.calls += 1;
         h.busy += took;
@@ -182,10 +236,39 @@ impl StoreHealth {
         let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if h.error.is_none() {
             // Store errors carry the location without its password.
-            tracing::error!(error = %e, "session store unavailable: requests go unmanaged until it answers");
+            tracing::error!(error = %e, "session store unavailable: requests go unmanaged, without waiting for it, until a probe finds it answering");
             h.since = Some(Instant::now());
         }
+        h.breaker.failed(Instant::now());
         h.error = Some(e.to_string());
+    }
+
+    /// Whether a caller may use the store now (see [`Breaker::admit`]).
+    pub fn admit(&self) -> Admit {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        h.breaker.admit(Instant::now())
+    }
+
+    /// What the probe found.
+    fn probed(&self, took: Duration, answer: Result<(), StoreError>) {
+        match answer {
+            Ok(()) => self.ok(took),
+            Err(e) => {
+                let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+                tracing::debug!(error = %e, "session store probe: still unavailable");
+                h.breaker.probe_failed(Instant::now());
+                if h.since.is_none() {
+                    h.since = Some(Instant::now());
+                }
+                h.error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// The probe could not be started.
+    fn probe_abandoned(&self) {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        h.breaker.probe_abandoned();
     }
 
     /// `None` when healthy, else the last error and how long ago the
@@ -504,6 +587,14 @@ pub(crate) fn prepare_stored(
     store: &SharedStore,
 ) -> Result<super::Plan, String> {
     let sid = store_id(key);
+    if !store.available() {
+        // The store failed lately: skipped at once, not waited for.
+        *slot = None;
+        let why = store.health.degraded().map(|(why, _)| why).unwrap_or_default();
+        return Err(format!(
+            "session store unavailable, skipped until a probe finds it answering: {why}"
+        ));
+    }
     for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
         // record or what changed of it (or none: a new session). A copy
@@ -639,6 +730,12 @@ pub(crate) fn prepare_stored(
                 tracing::debug!(session = %sid, "session changed by another instance: step run again");
                 *slot = None;
             }
+            Err(e @ StoreError::Duplicate { .. }) => {
+                // Nobody else wrote: the step records what the store holds
+                // already, and running it again would clash again.
+                *slot = None;
+                return Err(format!("the session store refused the step: {e}"));
+            }
             Err(e) => {
                 *slot = None;
                 return Err(unavailable(&e));
@@ -730,6 +827,11 @@ pub(crate) fn after_response_stored(
     usage: Option<&context_engine::engine::Usage>,
     store: &SharedStore,
 ) {
+    if slot.is_some() && !store.available() {
+        // The store failed lately: the next request reloads the session.
+        *slot = None;
+        return;
+    }
     let Some(m) = slot.as_mut() else { return };
     let awaited = m.set_awaiting(None).is_some();
     if let Some(usage) = usage {
