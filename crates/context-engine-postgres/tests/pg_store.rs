@@ -359,7 +359,11 @@ fn a_recreated_database_is_migrated_again() {
         .expect("a write after the schema was dropped");
     assert_eq!(v, 1);
     assert_eq!(
-        store.load_versioned("s").expect("load").expect("record").state,
+        store
+            .load_versioned("s")
+            .expect("load")
+            .expect("record")
+            .state,
         json!({"n": 3})
     );
     assert_eq!(store.version("t").expect("version"), None);

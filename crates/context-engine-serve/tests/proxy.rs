@@ -431,7 +431,8 @@ async fn a_request_that_cannot_fit_the_window_is_sent_and_the_log_says_so() {
     assert_eq!(resp.status(), 200);
     assert_eq!(script.received().len(), 1, "the request went upstream");
     assert_eq!(
-        script.last_body()["messages"], messages,
+        script.last_body()["messages"],
+        messages,
         "as managed (nothing to fit it with)"
     );
     assert!(!state.metrics().encode().contains("ctx_fallbacks_total 1"));

@@ -48,7 +48,9 @@ fn conversation(topic: &str) -> Vec<Value> {
         let body: String = (0..8)
             .map(|j| format!("line {j} of {topic} file {i}: let {topic}{j} = compute({j});\n"))
             .collect();
-        m.push(json!({"role": "tool", "tool_call_id": format!("call_{topic}_{i}"), "content": body}));
+        m.push(
+            json!({"role": "tool", "tool_call_id": format!("call_{topic}_{i}"), "content": body}),
+        );
     }
     m
 }
@@ -69,7 +71,10 @@ struct Sent {
 /// Sends the calls `order` names (conversation, call) under one session id
 /// through a proxy with `store`; returns what went upstream and the
 /// proxy's fallbacks and compactions.
-async fn run(store: Arc<dyn SessionStore>, order: &[(&'static str, usize)]) -> (Vec<Sent>, u64, u64) {
+async fn run(
+    store: Arc<dyn SessionStore>,
+    order: &[(&'static str, usize)],
+) -> (Vec<Sent>, u64, u64) {
     let counter = counter();
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
@@ -132,7 +137,10 @@ async fn check(store: Arc<dyn SessionStore>) {
         .flat_map(|n| [("alpha", n), ("beta", n)])
         .collect();
     let mut recorded = 0;
-    for (name, order) in [("one after the other", sequential), ("interleaved", interleaved)] {
+    for (name, order) in [
+        ("one after the other", sequential),
+        ("interleaved", interleaved),
+    ] {
         let t = std::time::Instant::now();
         let (sent, fallbacks, compactions) = run(Arc::clone(&store), &order).await;
         eprintln!(

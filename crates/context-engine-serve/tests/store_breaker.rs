@@ -228,7 +228,10 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
     let calls = || store.calls.load(Ordering::SeqCst);
 
     let took = send("first").await;
-    eprintln!("managed, store answering: {:.1} ms", took.as_secs_f64() * 1e3);
+    eprintln!(
+        "managed, store answering: {:.1} ms",
+        took.as_secs_f64() * 1e3
+    );
     assert_eq!(fallbacks(), 0, "managed while the store answers");
     // The usage is written after the response.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -242,7 +245,11 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
         took.as_secs_f64() * 1e3
     );
     assert_eq!(fallbacks(), 1, "unmanaged");
-    assert!(healthz().await.starts_with("degraded: session store unavailable"));
+    assert!(
+        healthz()
+            .await
+            .starts_with("degraded: session store unavailable")
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = calls();
     for k in 0..8 {
@@ -269,7 +276,10 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
         health = healthz().await;
     }
     assert_eq!(health, "ok\n", "a probe found the database back");
-    eprintln!("breaker closed {:.1} s after the database came back", t.elapsed().as_secs_f64());
+    eprintln!(
+        "breaker closed {:.1} s after the database came back",
+        t.elapsed().as_secs_f64()
+    );
     let before = calls();
     let took = send("first").await;
     eprintln!("managed again: {:.1} ms", took.as_secs_f64() * 1e3);

@@ -114,7 +114,9 @@ impl TestDb {
                 client
                     .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
                     .await?;
-                client.batch_execute(&format!("CREATE DATABASE {name}")).await
+                client
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
+                    .await
             })
         })
         .expect("recreate the database");

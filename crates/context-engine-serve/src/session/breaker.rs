@@ -128,7 +128,10 @@ mod tests {
         for _ in 0..10 {
             b.probe_failed(now);
             interval = (interval * 2).min(MAX_PROBE_INTERVAL);
-            assert_eq!(b.admit(now + interval - Duration::from_millis(1)), Admit::Skip);
+            assert_eq!(
+                b.admit(now + interval - Duration::from_millis(1)),
+                Admit::Skip
+            );
             now += interval;
             assert_eq!(b.admit(now), Admit::Probe);
         }

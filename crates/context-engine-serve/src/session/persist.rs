@@ -590,7 +590,11 @@ pub(crate) fn prepare_stored(
     if !store.available() {
         // The store failed lately: skipped at once, not waited for.
         *slot = None;
-        let why = store.health.degraded().map(|(why, _)| why).unwrap_or_default();
+        let why = store
+            .health
+            .degraded()
+            .map(|(why, _)| why)
+            .unwrap_or_default();
         return Err(format!(
             "session store unavailable, skipped until a probe finds it answering: {why}"
         ));

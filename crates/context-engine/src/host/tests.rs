@@ -826,7 +826,11 @@ fn a_request_that_fits_the_window_but_not_the_threshold_is_fitted_not_unfittable
         Message::user("Look at the parser first."),
         Message::assistant_tool_calls(
             "",
-            vec![ToolCall::function("c1", "bash", r#"{"cmd":"cat src/parse.rs"}"#)],
+            vec![ToolCall::function(
+                "c1",
+                "bash",
+                r#"{"cmd":"cat src/parse.rs"}"#,
+            )],
         ),
         Message::tool_result("c1", "fn parse() {}\n".repeat(400)),
         Message::assistant("The parser ignores trailing commas."),
@@ -839,7 +843,11 @@ fn a_request_that_fits_the_window_but_not_the_threshold_is_fitted_not_unfittable
         prepared.unfittable
     );
     assert!(!prepared.fit.is_empty(), "the request was fitted");
-    assert!(prepared.request_tokens <= 1000, "{}", prepared.request_tokens);
+    assert!(
+        prepared.request_tokens <= 1000,
+        "{}",
+        prepared.request_tokens
+    );
 
     // Over the window itself, it is unfittable, against the window.
     let mut big = h.clone();

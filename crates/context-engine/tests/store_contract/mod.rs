@@ -357,12 +357,17 @@ pub fn records_of_two_conversations(store: &dyn SessionStore) {
         let input = vec![
             Message::system("You are a coding agent."),
             Message::user(format!("fix the {topic} bug")),
-            Message::assistant(format!("looked at src/{topic}.rs: the {topic} loop is off by one")),
+            Message::assistant(format!(
+                "looked at src/{topic}.rs: the {topic} loop is off by one"
+            )),
             Message::user(format!("now test the {topic} fix")),
         ];
         let span = &input[1..3];
         let handle = span_handle(span);
-        let summary = Message::user(format!("[CONTEXT SUMMARY]\n{}\n[END]", archive_note(1, 3, &handle)));
+        let summary = Message::user(format!(
+            "[CONTEXT SUMMARY]\n{}\n[END]",
+            archive_note(1, 3, &handle)
+        ));
         let output = vec![input[0].clone(), summary, input[3].clone()];
         (input, output, handle)
     };
@@ -381,15 +386,33 @@ pub fn records_of_two_conversations(store: &dyn SessionStore) {
     // clash, and nothing of it is written.
     let (clash, _) = record("beta", 1);
     let err = store
-        .commit_versioned("two", v, &[clash.clone()], &json!({"n": 2}), None)
+        .commit_versioned(
+            "two",
+            v,
+            std::slice::from_ref(&clash),
+            &json!({"n": 2}),
+            None,
+        )
         .expect_err("compaction 1 is recorded");
     assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
     assert!(err.to_string().contains("compaction 1"), "{err}");
     assert_eq!(store.version("two").expect("version"), Some(v));
-    assert!(store.search(Some("two"), "beta", 5).expect("search").is_empty());
-    let err = store.commit("two", &clash).expect_err("the plain commit too");
+    assert!(
+        store
+            .search(Some("two"), "beta", 5)
+            .expect("search")
+            .is_empty()
+    );
+    let err = store
+        .commit("two", &clash)
+        .expect_err("the plain commit too");
     assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
-    assert!(store.search(Some("two"), "beta", 5).expect("search").is_empty());
+    assert!(
+        store
+            .search(Some("two"), "beta", 5)
+            .expect("search")
+            .is_empty()
+    );
     // Numbered after the stored ones, it is kept beside them.
     let (second, beta) = record("beta", 2);
     store
