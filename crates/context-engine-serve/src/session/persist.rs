@@ -185,11 +185,15 @@ impl SharedStore {
         }
         match &r {
             Ok(_) => self.health.ok(started.elapsed()),
-            // The store answered: a lost compare-and-swap or a clash of
-            // records is not an outage.
-            Err(StoreError::Conflict { .. } | StoreError::Duplicate { .. }) => {
-                self.health.ok(started.elapsed())
-            }
+            // The store answered: a lost compare-and-swap, a clash of
+            // records or one session's unreadable record is not an outage
+            // (it must not open the breaker for every session).
+            Err(
+                StoreError::Conflict { .. }
+                | StoreError::Duplicate { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::NotFound { .. },
+            ) => self.health.ok(started.elapsed()),
             Err(e) => self.health.failed(e),
         }
         r
@@ -1020,6 +1024,102 @@ mod tests {
             held_mark.appended(&other, &segments[held..]).digest(),
             stored
         );
+    }
+
+    /// A store that fails while `down`, counting the calls it gets.
+    #[derive(Default)]
+    struct Flaky {
+        down: std::sync::atomic::AtomicBool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Flaky {
+        fn answer<T>(&self, ok: T) -> Result<T, StoreError> {
+            use std::sync::atomic::Ordering;
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend {
+                    location: "flaky".into(),
+                    detail: "no answer".into(),
+                });
+            }
+            Ok(ok)
+        }
+    }
+
+    impl SessionStore for Flaky {
+        fn location(&self) -> String {
+            "flaky".into()
+        }
+        fn commit(&self, _: &str, _: &Batch) -> Result<(), StoreError> {
+            self.answer(())
+        }
+        fn load_state(&self, _: &str) -> Result<Option<Value>, StoreError> {
+            self.answer(None)
+        }
+        fn resolve(&self, _: Option<&str>, _: &str) -> Result<Option<Entry>, StoreError> {
+            self.answer(None)
+        }
+        fn search(&self, _: Option<&str>, _: &str, _: usize) -> Result<Vec<SearchHit>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn compactions(&self, _: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn handles(&self, _: &str) -> Result<Vec<String>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn delete_session(&self, _: &str) -> Result<(), StoreError> {
+            self.answer(())
+        }
+        fn version(&self, _: &str) -> Result<Option<u64>, StoreError> {
+            self.answer(None)
+        }
+        fn try_claim(&self, _: &str, _: &str, _: &str, _: Duration) -> Result<bool, StoreError> {
+            self.answer(true)
+        }
+    }
+
+    /// A failed store is skipped at once (no call) until the probe in the
+    /// background finds it answering; one session's unreadable record is
+    /// not an outage.
+    #[test]
+    fn a_failed_store_is_skipped_until_the_probe_finds_it_back() {
+        use std::sync::atomic::Ordering;
+        let flaky = Arc::new(Flaky::default());
+        let shared = SharedStore::new(Arc::clone(&flaky) as Arc<dyn SessionStore>);
+        let ttl = Duration::from_secs(60);
+        let corrupt = StoreError::Corrupt {
+            location: "flaky".into(),
+            detail: "state of `-:s`: not JSON".into(),
+        };
+        assert!(
+            shared
+                .observe(Instant::now(), Err::<(), _>(corrupt))
+                .is_err()
+        );
+        assert!(shared.health.degraded().is_none() && shared.available());
+
+        flaky.down.store(true, Ordering::SeqCst);
+        assert!(!shared.claim("-:s", "summary", ttl), "the call fails");
+        assert!(shared.health.degraded().is_some());
+        let calls = flaky.calls.load(Ordering::SeqCst);
+        for _ in 0..5 {
+            assert!(!shared.claim("-:s", "summary", ttl));
+        }
+        assert_eq!(
+            flaky.calls.load(Ordering::SeqCst),
+            calls,
+            "skipped without a call"
+        );
+
+        flaky.down.store(false, Ordering::SeqCst);
+        let t = Instant::now();
+        while !shared.available() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(shared.health.degraded().is_none(), "the probe closed it");
+        assert!(shared.claim("-:s", "summary", ttl));
     }
 
     #[test]
