@@ -227,3 +227,47 @@ async fn two_conversations_under_one_id_are_managed_on_postgres() {
     check(Arc::new(store)).await;
     drop(db);
 }
+
+/// A session whose stored records run ahead of its own count (records
+/// another program wrote under its name): its first compaction clashes,
+/// and the step runs again once, numbered after the stored records, so
+/// the session stays managed instead of clashing on every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_behind_its_stored_records_numbers_after_them() {
+    use context_engine::store::{Batch, CompactionInfo};
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    // Records 1 to 3 under the name, with no record of the session.
+    for seq in 1..=3u64 {
+        let input = vec![
+            Message::system("s"),
+            Message::user(format!("old task {seq}")),
+            Message::assistant(format!("old answer {seq}")),
+            Message::user("next"),
+        ];
+        let output = vec![
+            input[0].clone(),
+            Message::user("[summary]"),
+            input[3].clone(),
+        ];
+        let mut batch = Batch::new();
+        batch.compaction(
+            &input,
+            &output,
+            &CompactionInfo::new(seq, "cli", "compressor"),
+        );
+        store.commit("-:reused", &batch).unwrap();
+    }
+    let order: Vec<(&'static str, usize)> = (0..=TURNS).map(|n| ("alpha", n)).collect();
+    let (sent, fallbacks, compactions) = run(Arc::clone(&store), &order).await;
+    assert_eq!(fallbacks, 0, "every request is managed");
+    assert!(compactions >= 1);
+    assert!(sent.iter().all(|s| s.tokens <= WINDOW));
+    let seqs: Vec<u64> = store
+        .compactions("-:reused")
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    let expected: Vec<u64> = (1..=3 + compactions).collect();
+    assert_eq!(seqs, expected, "numbered after the stored records");
+}

@@ -603,6 +603,9 @@ pub(crate) fn prepare_stored(
             "session store unavailable, skipped until a probe finds it answering: {why}"
         ));
     }
+    // Set when a step numbered a compaction record the store holds: the
+    // highest stored number, which the step run again numbers after.
+    let mut renumber: Option<u64> = None;
     for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
         // record or what changed of it (or none: a new session). A copy
@@ -691,6 +694,9 @@ pub(crate) fn prepare_stored(
         let Some(m) = slot.as_mut() else {
             return Err("no session".into());
         };
+        if let Some(n) = renumber {
+            m.host_mut().number_records_after(n);
+        }
         let t = Instant::now();
         let plan = match m.prepare(raw) {
             Ok(plan) => plan,
@@ -739,10 +745,19 @@ pub(crate) fn prepare_stored(
                 *slot = None;
             }
             Err(e @ StoreError::Duplicate { .. }) => {
-                // Nobody else wrote: the step records what the store holds
-                // already, and running it again would clash again.
+                // Nobody else wrote: the step numbered a record the store
+                // holds already (the session's count fell behind its
+                // records). Run as it was, it would clash again: once, the
+                // step runs again numbered after the stored records.
                 *slot = None;
-                return Err(format!("the session store refused the step: {e}"));
+                if renumber.is_some() {
+                    return Err(format!("the session store refused the step: {e}"));
+                }
+                let records = store
+                    .observe(Instant::now(), store.store.compactions(&sid))
+                    .map_err(|e| unavailable(&e))?;
+                tracing::warn!(session = %sid, error = %e, "compaction numbered like a stored one: numbered after the stored records and run again");
+                renumber = Some(records.iter().map(|r| r.seq).max().unwrap_or(0));
             }
             Err(e) => {
                 *slot = None;

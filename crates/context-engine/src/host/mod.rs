@@ -456,8 +456,14 @@ impl Session {
     /// a server reuses) continues the store's numbering instead of
     /// clashing with the records there.
     pub fn with_records_after(mut self, n: u64) -> Session {
-        self.recorded = self.recorded.max(n);
+        self.number_records_after(n);
         self
+    }
+
+    /// [`with_records_after`](Self::with_records_after) on a running
+    /// session (one whose count fell behind the store's records).
+    pub fn number_records_after(&mut self, n: u64) {
+        self.recorded = self.recorded.max(n);
     }
 
     /// The attached session store.
