@@ -26,8 +26,9 @@
 //!    again (at most [`RETRIES`] times): a compaction is committed once,
 //!    by one instance, and two instances never interleave a session's
 //!    writes. Only a lost compare-and-swap ([`StoreError::Conflict`]) is
-//!    retried: a step whose records clash with stored ones
-//!    ([`StoreError::Duplicate`]) would clash again, and goes unmanaged.
+//!    retried as a race: a step whose compaction record is numbered like a
+//!    stored one ([`StoreError::Duplicate`]: nobody else wrote, it would
+//!    clash again) runs again once, numbered after the stored records.
 //! 4. After the response, the usage is fed back and the state written the
 //!    same way (the lineage is unchanged, so only the small state), off
 //!    the client's path: the response goes out first, and the session
