@@ -32,7 +32,7 @@
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use context_engine::message::Message;
@@ -378,7 +378,12 @@ pub struct PgStore {
 struct Inner {
     pool: Pool,
     location: String,
+    /// The schema was created or checked since the store started or last
+    /// lost it (see [`Inner::client`]).
     migrated: AtomicBool,
+    /// Calls that found the schema gone (SQLSTATE 42P01): a call that
+    /// sees this move during its run migrates and runs once more.
+    schema_lost: AtomicU64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -452,6 +457,7 @@ impl PgStore {
                 pool,
                 location,
                 migrated: AtomicBool::new(false),
+                schema_lost: AtomicU64::new(0),
             }),
             timeout: options.timeout,
         })
@@ -562,8 +568,27 @@ impl PgStore {
     }
 
     /// Runs `job` on the store's runtime and waits for it, at most the
-    /// timeout.
+    /// timeout. A job that found the schema gone (the database was dropped
+    /// and created again, or its tables) runs once more: its connection
+    /// then migrates the schema first ([`Inner::client`]).
     fn call<T, F, Fut>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut + Clone,
+        Fut: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let lost = self.inner.schema_lost.load(Ordering::Acquire);
+        match self.call_once(job.clone()) {
+            Err(e) if self.inner.schema_lost.load(Ordering::Acquire) != lost => {
+                tracing::warn!(location = %self.inner.location, error = %e, "the store's tables are gone (a database dropped and created again?): migrating and trying again");
+                self.call_once(job)
+            }
+            out => out,
+        }
+    }
+
+    /// [`call`](Self::call) without the retry.
+    fn call_once<T, F, Fut>(&self, job: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(Arc<Inner>) -> Fut,
@@ -640,6 +665,11 @@ impl Inner {
     }
 
     fn err(&self, e: &tokio_postgres::Error) -> StoreError {
+        if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
+            // The schema is gone: the next connection handed out migrates.
+            self.migrated.store(false, Ordering::Release);
+            self.schema_lost.fetch_add(1, Ordering::AcqRel);
+        }
         let detail = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
             None => match std::error::Error::source(e) {
@@ -664,7 +694,10 @@ impl Inner {
         }
     }
 
-    /// A pooled connection, the schema migrated on first contact.
+    /// A pooled connection, the schema migrated on first contact and
+    /// checked on every new connection: a database dropped and created
+    /// again (which ends every connection to it) is migrated again before
+    /// its first call, not found without its tables by every call.
     async fn client(&self) -> Result<Client, StoreError> {
         let t = std::time::Instant::now();
         let mut client = self.pool.get().await.map_err(|e| {
@@ -683,8 +716,28 @@ impl Inner {
         if !self.migrated.load(Ordering::Acquire) {
             self.migrate(&mut client).await?;
             self.migrated.store(true, Ordering::Release);
+        } else if Client::metrics(&client).recycle_count == 0 {
+            self.check_schema(&mut client).await?;
         }
         Ok(client)
+    }
+
+    /// On a new connection: one read of the schema's version, and the
+    /// migrations when the schema is missing or older (a newer one is
+    /// [`StoreError::NewerSchema`]).
+    async fn check_schema(&self, client: &mut Client) -> Result<(), StoreError> {
+        let found = client
+            .query_opt("SELECT version FROM ctx_schema WHERE id = 1", &[])
+            .await;
+        match found {
+            Ok(Some(row)) if row.get::<_, i32>(0) == SCHEMA_VERSION => Ok(()),
+            Ok(_) => self.migrate(client).await,
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                tracing::warn!(location = %self.location, "the store's schema is gone (a database dropped and created again?): migrating");
+                self.migrate(client).await
+            }
+            Err(e) => Err(self.err(&e)),
+        }
     }
 
     /// Creates or upgrades the schema, once for all instances (advisory
@@ -819,10 +872,13 @@ impl Inner {
                 tx.execute(&compactions, &params).await.map_err(|e| {
                     if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
                         let seqs: Vec<String> = rows.seqs.iter().map(i64::to_string).collect();
-                        self.conflict(format!(
-                            "session `{session}` already has compaction {}",
-                            seqs.join(" or ")
-                        ))
+                        StoreError::Duplicate {
+                            location: self.location.clone(),
+                            detail: format!(
+                                "session `{session}` already has compaction {}",
+                                seqs.join(" or ")
+                            ),
+                        }
                     } else {
                         self.err(&e)
                     }

@@ -25,6 +25,7 @@ fn keeps_the_store_contract() {
     let store = store(&db);
     store_contract::archive(&store);
     store_contract::versioned(&store);
+    store_contract::records_of_two_conversations(&store);
     store_contract::claims(&store);
     // A second instance sees everything the first wrote.
     let other = self::store(&db);
@@ -275,11 +276,12 @@ fn an_archive_is_written_with_its_record_or_not_at_all() {
     assert_eq!(store.compactions("s").expect("records").len(), 2);
     assert!(store.search(None, "cword", 5).expect("search").is_empty());
     assert_eq!(store.version("s").expect("version"), Some(1));
-    // A compaction recorded twice is a conflict, and the record stays.
+    // A compaction recorded twice is a clash of records (not a lost
+    // race), and the record stays.
     let again =
         store.commit_versioned("s", 1, &[compaction(&span("d"), 2)], &json!({"n": 3}), None);
     assert!(
-        matches!(again, Err(StoreError::Conflict { .. })),
+        matches!(again, Err(StoreError::Duplicate { .. })),
         "{again:?}"
     );
     assert_eq!(store.version("s").expect("version"), Some(1));
@@ -321,4 +323,48 @@ fn sessions_archiving_the_same_messages_at_once_each_keep_them() {
             .expect("span");
         assert_eq!(entry.messages.len(), 21, "{sid}");
     }
+}
+
+/// A database dropped and created again while a store uses it (its
+/// connections ended) is migrated again: the next write and read succeed
+/// instead of every call failing on missing tables. So is a schema dropped
+/// under live connections (the call that finds it gone migrates and runs
+/// once more).
+#[test]
+fn a_recreated_database_is_migrated_again() {
+    let Some(db) = TestDb::create() else { return };
+    let store = store(&db);
+    assert_eq!(
+        store
+            .commit_versioned("s", 0, &[], &json!({"n": 1}), None)
+            .expect("first"),
+        1
+    );
+    db.recreate();
+    // Nothing survived: the new database's first record is version 1.
+    assert_eq!(store.version("s").expect("version after recreate"), None);
+    assert_eq!(
+        store
+            .commit_versioned("s", 0, &[], &json!({"n": 2}), None)
+            .expect("a write after the recreate"),
+        1
+    );
+    let rec = store.load_versioned("s").expect("load").expect("record");
+    assert_eq!(rec.state, json!({"n": 2}));
+
+    // The tables dropped while the store's connections stay open.
+    db.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;");
+    let v = store
+        .commit_versioned("s", 0, &[], &json!({"n": 3}), None)
+        .expect("a write after the schema was dropped");
+    assert_eq!(v, 1);
+    assert_eq!(
+        store
+            .load_versioned("s")
+            .expect("load")
+            .expect("record")
+            .state,
+        json!({"n": 3})
+    );
+    assert_eq!(store.version("t").expect("version"), None);
 }

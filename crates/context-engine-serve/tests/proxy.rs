@@ -414,6 +414,51 @@ impl ContextEngine for Panicky {
     }
 }
 
+/// A request even the system prompt and the latest ask of which exceed
+/// the window: the proxy sends the managed request (it drops no call) and
+/// says so; the log never claims it was not sent.
+#[tokio::test]
+async fn a_request_that_cannot_fit_the_window_is_sent_and_the_log_says_so() {
+    use context_engine_serve::session::Managed;
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let messages = json!([
+        {"role": "system", "content": "rules ".repeat(3000)},
+        user("Fix the failing test."),
+    ]);
+    let (addr, state) = start_proxy(options(&url), compressor_context(counter(), 1000)).await;
+    let resp = post(addr, &json!({"model": "m", "messages": messages}), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(script.received().len(), 1, "the request went upstream");
+    assert_eq!(
+        script.last_body()["messages"],
+        messages,
+        "as managed (nothing to fit it with)"
+    );
+    assert!(!state.metrics().encode().contains("ctx_fallbacks_total 1"));
+    // What the proxy logs of it.
+    let mut m = Managed::new(Arc::new(compressor_context(counter(), 1000)), "s").unwrap();
+    let raw: Vec<Box<serde_json::value::RawValue>> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| serde_json::value::RawValue::from_string(v.to_string()).unwrap())
+        .collect();
+    let refs: Vec<&serde_json::value::RawValue> = raw.iter().map(AsRef::as_ref).collect();
+    let plan = m.prepare(&refs).unwrap();
+    let logged: Vec<&str> = plan.notices.iter().map(|n| n.text.as_str()).collect();
+    assert!(
+        logged.iter().all(|n| !n.contains("not sending")),
+        "{logged:?}"
+    );
+    assert!(
+        logged
+            .iter()
+            .any(|n| n.contains("sent over the window") && n.contains("> window 1,000")),
+        "{logged:?}"
+    );
+}
+
 #[tokio::test]
 async fn engine_failures_fail_open() {
     let script = Arc::new(Script::default());

@@ -10,6 +10,7 @@ fn memory_store_keeps_the_contract() {
     let store = MemoryStore::new();
     store_contract::archive(&store);
     store_contract::versioned(&store);
+    store_contract::records_of_two_conversations(&store);
     store_contract::claims(&store);
 }
 
@@ -20,6 +21,7 @@ fn sqlite_store_keeps_the_contract() {
     let store = SqliteStore::open(&dir.join("store.db")).expect("open");
     store_contract::archive(&store);
     store_contract::versioned(&store);
+    store_contract::records_of_two_conversations(&store);
     store_contract::claims(&store);
     drop(store);
     let _ = std::fs::remove_dir_all(dir);

@@ -530,3 +530,68 @@ fn a_recorded_idle_gap_compacts_on_the_expired_cache_and_says_so() {
     assert!(expired[0]["compaction"].is_object(), "{}", expired[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A SWE-agent session at a window its system prompt and task fit, with
+/// little to spare: no call is unfittable (the check is against the
+/// window, not the compaction threshold) and none goes out over the window.
+/// It used to report every call unfittable against the threshold ("> window
+/// 1,650" at a 2,200-token window).
+#[test]
+fn a_window_the_system_prompt_and_ask_fit_is_never_unfittable() {
+    let Some(files) = corpus_files() else {
+        return;
+    };
+    let Some(file) = files.iter().find(|f| f.ends_with("sweagent_pydicom.traj")) else {
+        return common::skip("no sweagent_pydicom.traj in the corpus");
+    };
+    // Just over the system prompt nothing fits, and the report says how
+    // big the system prompt and the ask are.
+    let out = ctx(&["replay", file, "--context-length", "1", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let system: u64 = err
+        .split("system prompt alone (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no system prompt size in: {err}"));
+    let out = ctx(&[
+        "replay",
+        file,
+        "--context-length",
+        &(system + 1).to_string(),
+        "--json",
+    ]);
+    let tiny: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let core = tiny["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| {
+            let e = c.get("unfittable").filter(|e| !e.is_null())?;
+            Some(u(&e["system_tokens"]) + u(&e["ask_tokens"]))
+        })
+        .max()
+        .expect("unfittable just over the system prompt");
+    let window = core + 30;
+    let out = ctx(&[
+        "replay",
+        file,
+        "--context-length",
+        &window.to_string(),
+        "--json",
+    ]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &r["totals"];
+    assert_eq!(
+        t["unfittable_calls"].as_array().unwrap().len(),
+        0,
+        "window {window} (system prompt + ask {core}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(u(&t["over_window"]["requests"]), 0, "window {window}");
+    assert!(
+        u(&r["threshold_tokens"]) < core,
+        "the threshold is under the ask"
+    );
+    assert_eq!(out.status.code(), Some(0), "window {window}");
+}

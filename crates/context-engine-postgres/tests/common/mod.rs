@@ -103,6 +103,26 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// Drops the database (ending every connection to it) and creates it
+    /// again, empty, under the same name.
+    pub fn recreate(&self) {
+        let (admin_url, name) = (admin_url(), self.name.clone());
+        on_runtime(move |rt| {
+            rt.block_on(async move {
+                let client = admin(&admin_url).await?;
+                client
+                    .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                    .await?;
+                client
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
+                    .await
+            })
+        })
+        .expect("recreate the database");
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let admin_url = admin_url();

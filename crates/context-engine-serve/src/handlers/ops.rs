@@ -13,18 +13,15 @@ use crate::session::key::{SessionKey, scope};
 
 /// `GET /healthz`: `ok`, or `degraded: …` (still 200: the proxy keeps
 /// serving, unmanaged) while the session store does not answer. A degraded
-/// check probes the store, so recovery shows without traffic.
+/// check starts the store's probe when one is due (in the background, one
+/// at a time: see [`crate::session::breaker`]), so recovery shows without
+/// traffic; it never waits for the store.
 pub async fn healthz(State(state): State<AppState>) -> String {
     let Some(store) = state.sessions().store().cloned() else {
         return "ok\n".to_owned();
     };
     if store.health.degraded().is_some() {
-        let probe = store.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let t = std::time::Instant::now();
-            let _ = probe.observe(t, probe.store.version(""));
-        })
-        .await;
+        store.available();
     }
     match store.health.degraded() {
         None => "ok\n".to_owned(),

@@ -356,6 +356,15 @@ impl Managed {
             }
             InPlace::Prepared(prepared) => {
                 notices.extend(prepared.update.notices);
+                if let Some(e) = &prepared.unfittable {
+                    // A proxy does not drop a call: the managed request, the
+                    // smallest the engine made, goes out over the window and
+                    // the upstream answers it (or says it is too long).
+                    notices.push(Notice {
+                        kind: host::NoticeKind::Warning,
+                        text: format!("sent over the window as managed, the upstream decides: {e}"),
+                    });
+                }
                 if let Some(h) = prepared.update.new_history {
                     self.lineage.replace(h);
                 }
@@ -639,13 +648,16 @@ impl Managed {
     }
 
     /// A new host for this session (a divergence dropped the engine's
-    /// state), attached to the staging store when there is one.
+    /// state), attached to the staging store when there is one. The
+    /// store keeps the compaction records of every lineage the session
+    /// id named: the new host numbers its records after them.
     fn fresh_host(&self) -> Result<host::Session, String> {
         let host = new_host(&self.ctx, &self.id)?;
         match &self.stored {
-            Some((staged, _)) => host
+            Some((staged, _)) => Ok(host
                 .with_store(Arc::clone(staged) as Arc<dyn context_engine::store::SessionStore>)
-                .map_err(|e| e.to_string()),
+                .map_err(|e| e.to_string())?
+                .with_records_after(self.host.records_numbered())),
             None => Ok(host),
         }
     }

@@ -15,6 +15,7 @@
 //! request wakes it with the same bytes and the same engine state.
 
 pub mod background;
+pub mod breaker;
 pub mod key;
 pub mod lineage;
 pub mod managed;

@@ -25,7 +25,10 @@
 //!    changed (see [`history_delta`]), not whole. A writer that lost reloads and runs the step
 //!    again (at most [`RETRIES`] times): a compaction is committed once,
 //!    by one instance, and two instances never interleave a session's
-//!    writes.
+//!    writes. Only a lost compare-and-swap ([`StoreError::Conflict`]) is
+//!    retried as a race: a step whose compaction record is numbered like a
+//!    stored one ([`StoreError::Duplicate`]: nobody else wrote, it would
+//!    clash again) runs again once, numbered after the stored records.
 //! 4. After the response, the usage is fed back and the state written the
 //!    same way (the lineage is unchanged, so only the small state), off
 //!    the client's path: the response goes out first, and the session
@@ -44,6 +47,11 @@
 //! Any store failure fails open: the request goes unmanaged, the cached
 //! copy is dropped (the next request reloads), and the store's health
 //! ([`StoreHealth`]) turns degraded until a store call succeeds again.
+//! While it is degraded the store's [breaker](super::breaker) is open:
+//! requests go unmanaged at once, without touching the store (a database
+//! that accepts connections and never answers would cost each its
+//! timeout), and a probe in the background, one at a time and ever less
+//! often, closes it when the store answers again.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,6 +61,7 @@ use context_engine::store::{
     Versioned,
 };
 
+use super::breaker::{Admit, Breaker};
 use super::lineage::{Lineage, RecordPrints};
 use serde_json::Value;
 
@@ -119,6 +128,9 @@ impl SharedStore {
     /// started twice. Release it with [`release`](Self::release) when done;
     /// a claim this instance never releases (it died) expires after `ttl`.
     pub fn claim(&self, sid: &str, job: &str, ttl: Duration) -> bool {
+        if !self.available() {
+            return false;
+        }
         let t = Instant::now();
         self.observe(t, self.store.try_claim(sid, job, &self.owner, ttl))
             .unwrap_or(false)
@@ -126,8 +138,45 @@ impl SharedStore {
 
     /// Gives up this instance's claim on `job` of `sid` (blocking).
     pub fn release(&self, sid: &str, job: &str) {
+        if !self.available() {
+            return;
+        }
         let t = Instant::now();
         let _ = self.observe(t, self.store.release(sid, job, &self.owner));
+    }
+
+    /// Whether the store may be used now: `false` while its breaker is
+    /// open (the caller goes on without the store, at once). When a probe
+    /// is due this starts it, in the background: no caller waits for it.
+    pub fn available(&self) -> bool {
+        match self.health.admit() {
+            Admit::Closed => true,
+            Admit::Skip => false,
+            Admit::Probe => {
+                self.probe();
+                false
+            }
+        }
+    }
+
+    /// Asks the store whether it answers again (one cheap read) on a
+    /// thread of its own; the answer closes the breaker or puts the next
+    /// probe further off.
+    fn probe(&self) {
+        let probe = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ctx-store-probe".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let answer = probe.store.version("");
+                if let Some(h) = probe.health.latency.get() {
+                    h.observe(t.elapsed().as_secs_f64());
+                }
+                probe.health.probed(t.elapsed(), answer.map(drop));
+            });
+        if spawned.is_err() {
+            self.health.probe_abandoned();
+        }
     }
 
     /// Records the outcome of a store call (its latency too) and passes it on.
@@ -137,7 +186,15 @@ impl SharedStore {
         }
         match &r {
             Ok(_) => self.health.ok(started.elapsed()),
-            Err(StoreError::Conflict { .. }) => self.health.ok(started.elapsed()),
+            // The store answered: a lost compare-and-swap, a clash of
+            // records or one session's unreadable record is not an outage
+            // (it must not open the breaker for every session).
+            Err(
+                StoreError::Conflict { .. }
+                | StoreError::Duplicate { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::NotFound { .. },
+            ) => self.health.ok(started.elapsed()),
             Err(e) => self.health.failed(e),
         }
         r
@@ -165,6 +222,7 @@ struct HealthInner {
     since: Option<Instant>,
     calls: u64,
     busy: Duration,
+    breaker: Breaker,
 }
 
 impl StoreHealth {
@@ -173,6 +231,7 @@ impl StoreHealth {
         if h.error.take().is_some() {
             tracing::info!("session store reachable again: sessions are managed again");
         }
+        h.breaker.succeeded();
         h.since = None;
         h.calls += 1;
         h.busy += took;
@@ -182,10 +241,39 @@ impl StoreHealth {
         let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if h.error.is_none() {
             // Store errors carry the location without its password.
-            tracing::error!(error = %e, "session store unavailable: requests go unmanaged until it answers");
+            tracing::error!(error = %e, "session store unavailable: requests go unmanaged, without waiting for it, until a probe finds it answering");
             h.since = Some(Instant::now());
         }
+        h.breaker.failed(Instant::now());
         h.error = Some(e.to_string());
+    }
+
+    /// Whether a caller may use the store now (see [`Breaker::admit`]).
+    pub fn admit(&self) -> Admit {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        h.breaker.admit(Instant::now())
+    }
+
+    /// What the probe found.
+    fn probed(&self, took: Duration, answer: Result<(), StoreError>) {
+        match answer {
+            Ok(()) => self.ok(took),
+            Err(e) => {
+                let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+                tracing::debug!(error = %e, "session store probe: still unavailable");
+                h.breaker.probe_failed(Instant::now());
+                if h.since.is_none() {
+                    h.since = Some(Instant::now());
+                }
+                h.error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// The probe could not be started.
+    fn probe_abandoned(&self) {
+        let mut h = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        h.breaker.probe_abandoned();
     }
 
     /// `None` when healthy, else the last error and how long ago the
@@ -504,6 +592,21 @@ pub(crate) fn prepare_stored(
     store: &SharedStore,
 ) -> Result<super::Plan, String> {
     let sid = store_id(key);
+    if !store.available() {
+        // The store failed lately: skipped at once, not waited for.
+        *slot = None;
+        let why = store
+            .health
+            .degraded()
+            .map(|(why, _)| why)
+            .unwrap_or_default();
+        return Err(format!(
+            "session store unavailable, skipped until a probe finds it answering: {why}"
+        ));
+    }
+    // Set when a step numbered a compaction record the store holds: the
+    // highest stored number, which the step run again numbers after.
+    let mut renumber: Option<u64> = None;
     for attempt in 0..RETRIES {
         // One read: nothing when the copy held is current, else the
         // record or what changed of it (or none: a new session). A copy
@@ -592,6 +695,9 @@ pub(crate) fn prepare_stored(
         let Some(m) = slot.as_mut() else {
             return Err("no session".into());
         };
+        if let Some(n) = renumber {
+            m.host_mut().number_records_after(n);
+        }
         let t = Instant::now();
         let plan = match m.prepare(raw) {
             Ok(plan) => plan,
@@ -638,6 +744,21 @@ pub(crate) fn prepare_stored(
                 // run the step on its state.
                 tracing::debug!(session = %sid, "session changed by another instance: step run again");
                 *slot = None;
+            }
+            Err(e @ StoreError::Duplicate { .. }) => {
+                // Nobody else wrote: the step numbered a record the store
+                // holds already (the session's count fell behind its
+                // records). Run as it was, it would clash again: once, the
+                // step runs again numbered after the stored records.
+                *slot = None;
+                if renumber.is_some() {
+                    return Err(format!("the session store refused the step: {e}"));
+                }
+                let records = store
+                    .observe(Instant::now(), store.store.compactions(&sid))
+                    .map_err(|e| unavailable(&e))?;
+                tracing::warn!(session = %sid, error = %e, "compaction numbered like a stored one: numbered after the stored records and run again");
+                renumber = Some(records.iter().map(|r| r.seq).max().unwrap_or(0));
             }
             Err(e) => {
                 *slot = None;
@@ -730,6 +851,11 @@ pub(crate) fn after_response_stored(
     usage: Option<&context_engine::engine::Usage>,
     store: &SharedStore,
 ) {
+    if slot.is_some() && !store.available() {
+        // The store failed lately: the next request reloads the session.
+        *slot = None;
+        return;
+    }
     let Some(m) = slot.as_mut() else { return };
     let awaited = m.set_awaiting(None).is_some();
     if let Some(usage) = usage {
@@ -914,6 +1040,102 @@ mod tests {
             held_mark.appended(&other, &segments[held..]).digest(),
             stored
         );
+    }
+
+    /// A store that fails while `down`, counting the calls it gets.
+    #[derive(Default)]
+    struct Flaky {
+        down: std::sync::atomic::AtomicBool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Flaky {
+        fn answer<T>(&self, ok: T) -> Result<T, StoreError> {
+            use std::sync::atomic::Ordering;
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend {
+                    location: "flaky".into(),
+                    detail: "no answer".into(),
+                });
+            }
+            Ok(ok)
+        }
+    }
+
+    impl SessionStore for Flaky {
+        fn location(&self) -> String {
+            "flaky".into()
+        }
+        fn commit(&self, _: &str, _: &Batch) -> Result<(), StoreError> {
+            self.answer(())
+        }
+        fn load_state(&self, _: &str) -> Result<Option<Value>, StoreError> {
+            self.answer(None)
+        }
+        fn resolve(&self, _: Option<&str>, _: &str) -> Result<Option<Entry>, StoreError> {
+            self.answer(None)
+        }
+        fn search(&self, _: Option<&str>, _: &str, _: usize) -> Result<Vec<SearchHit>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn compactions(&self, _: &str) -> Result<Vec<CompactionRecord>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn handles(&self, _: &str) -> Result<Vec<String>, StoreError> {
+            self.answer(Vec::new())
+        }
+        fn delete_session(&self, _: &str) -> Result<(), StoreError> {
+            self.answer(())
+        }
+        fn version(&self, _: &str) -> Result<Option<u64>, StoreError> {
+            self.answer(None)
+        }
+        fn try_claim(&self, _: &str, _: &str, _: &str, _: Duration) -> Result<bool, StoreError> {
+            self.answer(true)
+        }
+    }
+
+    /// A failed store is skipped at once (no call) until the probe in the
+    /// background finds it answering; one session's unreadable record is
+    /// not an outage.
+    #[test]
+    fn a_failed_store_is_skipped_until_the_probe_finds_it_back() {
+        use std::sync::atomic::Ordering;
+        let flaky = Arc::new(Flaky::default());
+        let shared = SharedStore::new(Arc::clone(&flaky) as Arc<dyn SessionStore>);
+        let ttl = Duration::from_secs(60);
+        let corrupt = StoreError::Corrupt {
+            location: "flaky".into(),
+            detail: "state of `-:s`: not JSON".into(),
+        };
+        assert!(
+            shared
+                .observe(Instant::now(), Err::<(), _>(corrupt))
+                .is_err()
+        );
+        assert!(shared.health.degraded().is_none() && shared.available());
+
+        flaky.down.store(true, Ordering::SeqCst);
+        assert!(!shared.claim("-:s", "summary", ttl), "the call fails");
+        assert!(shared.health.degraded().is_some());
+        let calls = flaky.calls.load(Ordering::SeqCst);
+        for _ in 0..5 {
+            assert!(!shared.claim("-:s", "summary", ttl));
+        }
+        assert_eq!(
+            flaky.calls.load(Ordering::SeqCst),
+            calls,
+            "skipped without a call"
+        );
+
+        flaky.down.store(false, Ordering::SeqCst);
+        let t = Instant::now();
+        while !shared.available() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(shared.health.degraded().is_none(), "the probe closed it");
+        assert!(shared.claim("-:s", "summary", ttl));
     }
 
     #[test]

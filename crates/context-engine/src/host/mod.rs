@@ -444,6 +444,28 @@ impl Session {
         Ok(self)
     }
 
+    /// Compaction records this session has numbered in its store so far
+    /// (the next is numbered after them).
+    pub fn records_numbered(&self) -> u64 {
+        self.recorded
+    }
+
+    /// Numbers this session's next compaction records after the first `n`
+    /// its store holds under its name. A host that starts over under a
+    /// name that already compacted (a new conversation under a session id
+    /// a server reuses) continues the store's numbering instead of
+    /// clashing with the records there.
+    pub fn with_records_after(mut self, n: u64) -> Session {
+        self.number_records_after(n);
+        self
+    }
+
+    /// [`with_records_after`](Self::with_records_after) on a running
+    /// session (one whose count fell behind the store's records).
+    pub fn number_records_after(&mut self, n: u64) {
+        self.recorded = self.recorded.max(n);
+    }
+
     /// The attached session store.
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.store.as_ref()
@@ -755,8 +777,10 @@ impl Session {
                     ))),
                 },
                 Err(e) => {
+                    // Whether it is sent is the caller's decision
+                    // (`Prepared::unfittable`): the notice says only what is.
                     update.notices.push(Notice::warning(format!(
-                        "the request cannot fit the window, not sending it: {e}"
+                        "the request cannot fit the window: {e}"
                     )));
                     unfittable = Some(e);
                 }
@@ -802,17 +826,22 @@ impl Session {
         if threshold > 0 && threshold < window {
             budgets.insert(0, threshold);
         }
+        // A request that cannot fit under the threshold may still fit the
+        // window: only the window says that no request can fit.
         let mut fallback = None;
         for require_asks in [true, false] {
             for &budget in &budgets {
                 match fit_noted(request, originals, budget, counter, profile, require_asks) {
                     Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
-                    Ok(f) => fallback = fallback.or(Some(Ok(f))),
-                    Err(e) => fallback = fallback.or(Some(Err(e))),
+                    Ok(f) => fallback = fallback.or(Some(f)),
+                    Err(_) => {}
                 }
             }
         }
-        fallback.unwrap_or_else(|| fit(request, window, counter, profile))
+        match fallback {
+            Some(f) => Ok(f),
+            None => fit(request, window, counter, profile),
+        }
     }
 
     /// With a store, archives the originals of what the fitted request left

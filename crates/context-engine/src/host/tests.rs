@@ -549,7 +549,11 @@ fn a_request_that_cannot_fit_is_flagged_and_not_fitted() {
     assert!(e.system_tokens > 1000);
     assert!(e.to_string().contains("> window 1,000"), "{e}");
     assert_eq!(prepared.request, h);
-    assert!(prepared.update.notices[0].text.contains("not sending"));
+    assert!(
+        prepared.update.notices[0]
+            .text
+            .contains("the request cannot fit the window")
+    );
 }
 
 /// A summary model that counts its calls.
@@ -790,6 +794,67 @@ fn a_fitted_request_names_what_it_left_out_and_the_store_archives_it() {
             .iter()
             .all(|m| !m.text().contains("left out of this request"))
     );
+}
+
+/// A request whose system prompt and latest ask fit the window but not
+/// the compaction threshold, too tight for a note naming what it left out:
+/// fitted under the window, never called unfittable against the threshold
+/// (`ctx replay` counted SWE-agent calls unfittable at 1,650 "window"
+/// tokens, the threshold of a 2,200-token window).
+#[test]
+fn a_request_that_fits_the_window_but_not_the_threshold_is_fitted_not_unfittable() {
+    let log = Arc::default();
+    let store = Arc::new(crate::store::MemoryStore::new());
+    let mut s = session(Scripted::new(&log))
+        .with_store(store.clone())
+        .unwrap();
+    let counter = BpeCounter::new(Encoding::O200kBase);
+    let ask = Message::user(format!("Fix the parser. {}", "Details follow. ".repeat(60)));
+    // System prompt and ask 10 tokens under the 1,000-token window, far
+    // over the 100-token threshold.
+    let mut words = 600usize;
+    let mut system = Message::system("rules ".repeat(words));
+    for _ in 0..8 {
+        let n = counter.count_messages(&[system.clone(), ask.clone()]) as i64;
+        words = (words as i64 + 990 - n).max(1) as usize;
+        system = Message::system("rules ".repeat(words));
+    }
+    let core = counter.count_messages(&[system.clone(), ask.clone()]) as u64;
+    assert!((980..=1000).contains(&core), "{core}");
+    let h = vec![
+        system,
+        Message::user("Look at the parser first."),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "c1",
+                "bash",
+                r#"{"cmd":"cat src/parse.rs"}"#,
+            )],
+        ),
+        Message::tool_result("c1", "fn parse() {}\n".repeat(400)),
+        Message::assistant("The parser ignores trailing commas."),
+        ask,
+    ];
+    let prepared = s.before_request(&h);
+    assert!(
+        prepared.unfittable.is_none(),
+        "it fits the window: {:?}",
+        prepared.unfittable
+    );
+    assert!(!prepared.fit.is_empty(), "the request was fitted");
+    assert!(
+        prepared.request_tokens <= 1000,
+        "{}",
+        prepared.request_tokens
+    );
+
+    // Over the window itself, it is unfittable, against the window.
+    let mut big = h.clone();
+    big[0] = Message::system("rules ".repeat(words + 100));
+    let prepared = s.before_request(&big);
+    let e = prepared.unfittable.expect("over the window");
+    assert_eq!(e.window, 1000, "{e}");
 }
 
 #[test]

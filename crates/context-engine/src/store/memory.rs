@@ -10,7 +10,7 @@ use super::handle::{message_handle, result_handles};
 use super::text::{index_text, matches, query_words, snippet};
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, HandleEntry, MEMORY_PATH, SearchHit, SessionStore,
-    StoreError,
+    StoreError, duplicate_compaction,
 };
 use crate::message::Message;
 
@@ -64,10 +64,7 @@ impl SessionStore for MemoryStore {
         if let Some(s) = inner.sessions.get(session) {
             for c in batch.compactions() {
                 if s.compactions.iter().any(|k| k.seq == c.seq) {
-                    return Err(StoreError::Conflict {
-                        location: MEMORY_PATH.to_owned(),
-                        detail: format!("session `{session}` already has compaction {}", c.seq),
-                    });
+                    return Err(duplicate_compaction(MEMORY_PATH, session, c.seq));
                 }
             }
         }

@@ -75,7 +75,7 @@ pub mod backend {
     pub use super::memory::hit_handle;
     pub use super::now_ms;
     pub use super::text::{index_text, query_words, snippet};
-    pub use super::version_conflict;
+    pub use super::{duplicate_compaction, version_conflict};
 }
 
 /// The path that selects an in-memory store (replays, tests).
@@ -92,13 +92,25 @@ pub enum StoreError {
         /// What was looked for.
         what: String,
     },
-    /// The write contradicts what is stored (a compaction number recorded
-    /// twice).
+    /// Another writer changed the session's record since the version the
+    /// caller read (a lost compare-and-swap,
+    /// [`SessionStore::commit_versioned`]): nothing was written; read the
+    /// record again and run the step again.
     #[error("{location}: conflict: {detail}")]
     Conflict {
         /// The store.
         location: String,
-        /// What clashed.
+        /// What changed.
+        detail: String,
+    },
+    /// The write records what the store already holds (a compaction number
+    /// recorded twice): nothing was written. Not a race: writing it again
+    /// clashes again, so it is never retried as a [`Conflict`](Self::Conflict) is.
+    #[error("{location}: already recorded: {detail}")]
+    Duplicate {
+        /// The store.
+        location: String,
+        /// What is recorded already.
         detail: String,
     },
     /// The file is not a SQLite database, or one another program wrote.
@@ -356,7 +368,9 @@ pub trait SessionStore: Send + Sync {
     /// as `history` says: `None` keeps it) as version `expected + 1`,
     /// only when the stored version is `expected` (0: no record yet):
     /// compare-and-swap. [`StoreError::Conflict`] when another writer got
-    /// there first; nothing is written then. Returns the new version.
+    /// there first, [`StoreError::Duplicate`] when a batch records what is
+    /// recorded already (a compaction number); nothing is written then.
+    /// Returns the new version.
     ///
     /// The default (used by [`MemoryStore`]) checks and writes in separate
     /// steps: it serializes writers of one process that hold the session's
@@ -500,6 +514,16 @@ pub fn version_conflict(location: &str, session: &str, found: u64, expected: u64
         detail: format!(
             "session `{session}` is at version {found}, not {expected}: another writer changed it"
         ),
+    }
+}
+
+/// The clash of a compaction record numbered `seq` with one `session`
+/// already has.
+#[doc(hidden)]
+pub fn duplicate_compaction(location: &str, session: &str, seq: u64) -> StoreError {
+    StoreError::Duplicate {
+        location: location.to_owned(),
+        detail: format!("session `{session}` already has compaction {seq}"),
     }
 }
 

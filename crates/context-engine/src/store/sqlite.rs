@@ -36,7 +36,7 @@ use super::pack::{pack, unpack};
 use super::text::{fts_query, index_text, matches, query_words, snippet};
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, MEMORY_PATH, SearchHit, SessionStore,
-    Since, StoreError, Versioned, now_ms, version_conflict,
+    Since, StoreError, Versioned, duplicate_compaction, now_ms, version_conflict,
 };
 use crate::message::Message;
 
@@ -735,7 +735,7 @@ impl SessionStore for SqliteStore {
         let version = expected + 1;
         let json = Versioned::wrap(version, state, &[]).to_string();
         let location = self.location();
-        self.transact(session, &batches, |tx| {
+        let written = self.transact(session, &batches, |tx| {
             let err = |e| map_err(&self.path, e);
             let swapped = tx
                 .prepare_cached(
@@ -775,8 +775,21 @@ impl SessionStore for SqliteStore {
                 }
             }
             Ok(())
-        })?;
-        Ok(version)
+        });
+        match written {
+            Ok(()) => Ok(version),
+            Err(e @ StoreError::Duplicate { .. }) => {
+                // Another process may have recorded the same compaction
+                // since the check: then a lost race, not a clash.
+                let found = self.version(session)?.unwrap_or(0);
+                Err(if found == expected {
+                    e
+                } else {
+                    version_conflict(&location, session, found, expected)
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn try_claim(
@@ -1171,10 +1184,9 @@ impl SqliteStore {
                     c.tokens_after as i64
                 ])
                 .map_err(|e| match e.sqlite_error_code() {
-                    Some(ErrorCode::ConstraintViolation) => StoreError::Conflict {
-                        location: self.path.display().to_string(),
-                        detail: format!("session `{session}` already has compaction {}", c.seq),
-                    },
+                    Some(ErrorCode::ConstraintViolation) => {
+                        duplicate_compaction(&self.path.display().to_string(), session, c.seq)
+                    }
                     _ => map_err(&self.path, e),
                 })?;
         }

@@ -132,13 +132,14 @@ fn story(store: &dyn SessionStore) {
     );
     assert_eq!(store.load_state("nobody").expect("state"), None);
 
-    // The same compaction number twice is a conflict, and changes nothing.
+    // The same compaction number twice is a clash of records, and changes
+    // nothing.
     let mut again = Batch::new();
     again.compaction(&input, &output, &info);
     again.set_state(json!({"compression_count": 99}));
     assert!(matches!(
         store.commit("s1", &again),
-        Err(StoreError::Conflict { .. })
+        Err(StoreError::Duplicate { .. })
     ));
     assert_eq!(
         store.load_state("s1").expect("state"),
@@ -548,8 +549,8 @@ fn a_record_and_its_batches_commit_together_or_not_at_all() {
     again.compaction(&input, &output, &info);
     let err = store
         .commit_versioned("s", 1, &[archived, again], &json!({"n": 2}), None)
-        .expect_err("the repeated compaction conflicts");
-    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+        .expect_err("the repeated compaction clashes");
+    assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
     assert_eq!(store.version("s").expect("version"), Some(1));
     assert_eq!(
         store

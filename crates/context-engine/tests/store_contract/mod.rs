@@ -126,14 +126,14 @@ pub fn archive(store: &dyn SessionStore) {
     );
     assert_eq!(store.load_state("nobody").expect("state"), None);
 
-    // The same compaction number twice: a conflict that changes nothing.
+    // The same compaction number twice: a clash of records (not a lost
+    // race: never retried as one) that changes nothing.
     let mut again = Batch::new();
     again.compaction(&input, &output, &info);
     again.set_state(json!({"compression_count": 99}));
-    assert!(matches!(
-        store.commit("s1", &again),
-        Err(StoreError::Conflict { .. })
-    ));
+    let err = store.commit("s1", &again).expect_err("recorded twice");
+    assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
+    assert!(err.to_string().contains("compaction 1"), "{err}");
     assert_eq!(
         store.load_state("s1").expect("state"),
         Some(json!({"compression_count": 1}))
@@ -344,6 +344,93 @@ pub fn versioned(store: &dyn SessionStore) {
     let rec = store.load_versioned("v1").expect("load").expect("record");
     assert!(rec.history.is_empty(), "{:?}", rec.history);
     store.delete_session("v1").expect("delete");
+}
+
+/// Two conversations under one session name: the records of the second
+/// are numbered after the first's and kept beside them; a record numbered
+/// like a stored one is a clash of records ([`StoreError::Duplicate`], never
+/// a [`StoreError::Conflict`]: nobody else wrote, and writing it again
+/// clashes again) that writes nothing, record or archive, through either
+/// write path.
+pub fn records_of_two_conversations(store: &dyn SessionStore) {
+    let conversation = |topic: &str| -> (Vec<Message>, Vec<Message>, String) {
+        let input = vec![
+            Message::system("You are a coding agent."),
+            Message::user(format!("fix the {topic} bug")),
+            Message::assistant(format!(
+                "looked at src/{topic}.rs: the {topic} loop is off by one"
+            )),
+            Message::user(format!("now test the {topic} fix")),
+        ];
+        let span = &input[1..3];
+        let handle = span_handle(span);
+        let summary = Message::user(format!(
+            "[CONTEXT SUMMARY]\n{}\n[END]",
+            archive_note(1, 3, &handle)
+        ));
+        let output = vec![input[0].clone(), summary, input[3].clone()];
+        (input, output, handle)
+    };
+    let record = |topic: &str, seq: u64| -> (Batch, String) {
+        let (input, output, handle) = conversation(topic);
+        let mut batch = Batch::new();
+        let info = CompactionInfo::new(seq, "preflight", "compressor");
+        batch.compaction(&input, &output, &info).expect("archived");
+        (batch, handle)
+    };
+    let (first, alpha) = record("alpha", 1);
+    let v = store
+        .commit_versioned("two", 0, &[first], &json!({"n": 1}), None)
+        .expect("the first conversation's compaction");
+    // The second conversation, its first compaction numbered 1 again: a
+    // clash, and nothing of it is written.
+    let (clash, _) = record("beta", 1);
+    let err = store
+        .commit_versioned(
+            "two",
+            v,
+            std::slice::from_ref(&clash),
+            &json!({"n": 2}),
+            None,
+        )
+        .expect_err("compaction 1 is recorded");
+    assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
+    assert!(err.to_string().contains("compaction 1"), "{err}");
+    assert_eq!(store.version("two").expect("version"), Some(v));
+    assert!(
+        store
+            .search(Some("two"), "beta", 5)
+            .expect("search")
+            .is_empty()
+    );
+    let err = store
+        .commit("two", &clash)
+        .expect_err("the plain commit too");
+    assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
+    assert!(
+        store
+            .search(Some("two"), "beta", 5)
+            .expect("search")
+            .is_empty()
+    );
+    // Numbered after the stored ones, it is kept beside them.
+    let (second, beta) = record("beta", 2);
+    store
+        .commit_versioned("two", v, &[second], &json!({"n": 2}), None)
+        .expect("the second conversation's compaction");
+    let records = store.compactions("two").expect("records");
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [1, 2]);
+    assert_eq!(records[0].handle, alpha);
+    assert_eq!(records[1].handle, beta);
+    for (handle, topic) in [(&alpha, "alpha"), (&beta, "beta")] {
+        let entry = store
+            .resolve(Some("two"), handle)
+            .expect("resolve")
+            .expect("archived");
+        assert!(entry.messages[0].text().contains(topic));
+    }
+    store.delete_session("two").expect("delete");
 }
 
 /// Claims: one owner at a time, renewable, released, expiring.
