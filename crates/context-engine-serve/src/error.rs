@@ -15,6 +15,9 @@ pub enum ServeError {
     /// The upstream did not answer in time.
     #[error("upstream did not answer within the timeout")]
     UpstreamTimeout,
+    /// The request has no identity (see [`identity`](crate::identity)).
+    #[error("{0}")]
+    Forbidden(String),
     /// Missing or wrong access token.
     #[error(
         "missing or invalid access token (send `Authorization: Bearer <token>` or `x-ctx-token`)"
@@ -38,6 +41,7 @@ impl ServeError {
             ServeError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ServeError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
@@ -49,6 +53,7 @@ impl ServeError {
             ServeError::Upstream(_) => ("api_error", "upstream_error"),
             ServeError::UpstreamTimeout => ("api_error", "upstream_timeout"),
             ServeError::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+            ServeError::Forbidden(_) => ("permission_error", "no_identity"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),
@@ -98,6 +103,19 @@ pub enum StartError {
         /// The address asked for.
         addr: std::net::SocketAddr,
     },
+    /// `serve.identity_header` without an access token: anyone who reaches
+    /// the port could claim any user.
+    #[error(
+        "serve.identity_header `{0}` needs serve.auth_token_env: without the proxy's access token \
+         anyone who reaches the port can send the header and read that user's archive"
+    )]
+    IdentityHeaderNeedsToken(String),
+    /// `serve.identity_header` names a header that cannot name a user.
+    #[error(
+        "serve.identity_header `{0}` cannot name a user: give the header your gateway sets \
+         (e.g. x-user), not a credential, an x-ctx-* header or a standard one"
+    )]
+    BadIdentityHeader(String),
     /// A variable the configuration names is not set.
     #[error("environment variable `{name}` ({key}) is not set or empty")]
     MissingEnv {

@@ -36,6 +36,7 @@
 pub mod body;
 pub mod error;
 pub mod handlers;
+pub mod identity;
 pub mod metrics;
 pub mod router;
 pub mod routes;
@@ -68,6 +69,9 @@ pub struct ServeOptions {
     pub upstream: UpstreamOptions,
     /// The access token clients must present; required off loopback.
     pub auth_token: Option<String>,
+    /// The header the operator's gateway names each user in, behind the
+    /// access token (see [`identity`]); requires `auth_token`.
+    pub identity_header: Option<axum::http::HeaderName>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
     /// Offer the engine's tools on requests that carry tools of their own,
@@ -101,6 +105,7 @@ impl ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream,
             auth_token: None,
+            identity_header: None,
             max_body_bytes: 64 * 1024 * 1024,
             engine_tools: true,
             max_tool_rounds: 3,
@@ -131,6 +136,20 @@ impl ServeOptions {
     pub fn with_auth_token(mut self, token: Option<String>) -> ServeOptions {
         self.auth_token = token.filter(|t| !t.is_empty());
         self
+    }
+
+    /// Sets [`identity_header`](Self::identity_header) from its name
+    /// (`None` or empty: none); a name that is not a header name is an
+    /// error.
+    pub fn with_identity_header(mut self, name: Option<&str>) -> Result<ServeOptions, StartError> {
+        self.identity_header = match name.map(str::trim) {
+            None | Some("") => None,
+            Some(n) => Some(
+                axum::http::HeaderName::try_from(n)
+                    .map_err(|_| StartError::BadIdentityHeader(n.to_owned()))?,
+            ),
+        };
+        Ok(self)
     }
 
     /// Sets [`engine_tools`](Self::engine_tools).
@@ -188,12 +207,21 @@ struct Shared {
 
 impl AppState {
     /// The state for `options`; refuses a non-loopback address without an
-    /// access token.
+    /// access token, and an identity header without one or on a header
+    /// that cannot name a user.
     pub fn new(options: ServeOptions, ctx: SessionContext) -> Result<AppState, StartError> {
         if !options.listen.ip().is_loopback() && options.auth_token.is_none() {
             return Err(StartError::NeedsToken {
                 addr: options.listen,
             });
+        }
+        if let Some(name) = &options.identity_header {
+            if options.auth_token.is_none() {
+                return Err(StartError::IdentityHeaderNeedsToken(name.to_string()));
+            }
+            if !identity::usable_identity_header(name) {
+                return Err(StartError::BadIdentityHeader(name.to_string()));
+            }
         }
         let upstream = Upstream::new(&options.upstream)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)

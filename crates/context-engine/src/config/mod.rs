@@ -396,6 +396,13 @@ pub struct ServeConfig {
     /// must present (`Authorization: Bearer …` or `x-ctx-token`); required
     /// when `listen` is not a loopback address.
     pub auth_token_env: Option<String>,
+    /// The header the operator's gateway names each user in (e.g.
+    /// `x-user`): behind the access token every user shares, requests are
+    /// told apart (and may read their own archives) by its value. Requires
+    /// `auth_token_env`; configure it only behind a gateway that sets it on
+    /// every request (and drops a client's own), since whoever holds the
+    /// token can send any value.
+    pub identity_header: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// Offer the engine's tools (`context_recall`, ...) to the model on
@@ -428,6 +435,7 @@ impl Default for ServeConfig {
             listen: "127.0.0.1:8787".to_owned(),
             upstream: UpstreamConfig::default(),
             auth_token_env: None,
+            identity_header: None,
             max_body_bytes: 64 * 1024 * 1024,
             engine_tools: true,
             max_tool_rounds: 3,

@@ -74,6 +74,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let options = ServeOptions::new(upstream)
         .with_listen(listen)
         .with_auth_token(token)
+        .with_identity_header(s.identity_header.as_deref())?
         .with_engine_tools(!args.no_engine_tools && (args.engine_tools || s.engine_tools))
         .with_max_body_bytes(s.max_body_bytes)
         .with_max_tool_rounds(s.max_tool_rounds)
