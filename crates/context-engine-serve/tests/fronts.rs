@@ -108,7 +108,7 @@ async fn post(
     body: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    let mut req = reqwest::Client::new()
+    let mut req = common::client()
         .post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
         .body(body.to_owned());
@@ -121,7 +121,7 @@ async fn post(
 }
 
 async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) -> Value {
-    let mut req = reqwest::Client::new().get(format!("http://{addr}/ctx/sessions/{id}"));
+    let mut req = common::client().get(format!("http://{addr}/ctx/sessions/{id}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -129,7 +129,9 @@ async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) 
 }
 
 async fn metrics(addr: std::net::SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
+    common::client()
+        .get(format!("http://{addr}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -683,12 +685,14 @@ async fn responses_sessions_kept_in_a_store_move_between_instances() {
         assert!(a == b, "request {i} differs between one instance and two");
     }
     // Compacted once per compaction, archived in the shared store.
-    let records = shared.compactions("-:codex-fleet").unwrap();
+    let records = shared
+        .compactions(&common::store_id("codex-fleet"))
+        .unwrap();
     assert!(!records.is_empty(), "the session compacted at 6000 tokens");
     let handles = |rs: &[context_engine::store::CompactionRecord]| {
         rs.iter().map(|r| r.handle.clone()).collect::<Vec<_>>()
     };
-    let single = alone.compactions("-:codex-fleet").unwrap();
+    let single = alone.compactions(&common::store_id("codex-fleet")).unwrap();
     assert_eq!(
         handles(&records),
         handles(&single),
@@ -697,7 +701,7 @@ async fn responses_sessions_kept_in_a_store_move_between_instances() {
     for r in &records {
         assert!(
             shared
-                .resolve(Some("-:codex-fleet"), &r.handle)
+                .resolve(Some(&common::store_id("codex-fleet")), &r.handle)
                 .unwrap()
                 .is_some()
         );

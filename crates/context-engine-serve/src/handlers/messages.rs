@@ -28,7 +28,16 @@ pub async fn messages(
         kind: FrontKind::Anthropic,
         route: MESSAGES,
     };
-    front::handle(state, call, consumed.is_some(), identity, uri, headers, body).await
+    front::handle(
+        state,
+        call,
+        consumed.is_some(),
+        identity,
+        uri,
+        headers,
+        body,
+    )
+    .await
 }
 
 /// `POST /v1/messages/count_tokens`: counted upstream on the managed

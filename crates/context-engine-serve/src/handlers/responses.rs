@@ -28,5 +28,14 @@ pub async fn responses(
         kind: FrontKind::Responses,
         route: RESPONSES,
     };
-    front::handle(state, call, consumed.is_some(), identity, uri, headers, body).await
+    front::handle(
+        state,
+        call,
+        consumed.is_some(),
+        identity,
+        uri,
+        headers,
+        body,
+    )
+    .await
 }

@@ -259,7 +259,11 @@ mod tests {
 
     fn key(headers: &HeaderMap, body: &str) -> (SessionKey, KeySource) {
         let identity = Identity::of(headers, &crate::identity::Rules::default());
-        session_key(&identity, headers, &ChatBody::parse(body.as_bytes()).unwrap())
+        session_key(
+            &identity,
+            headers,
+            &ChatBody::parse(body.as_bytes()).unwrap(),
+        )
     }
 
     #[test]
