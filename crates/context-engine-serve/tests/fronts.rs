@@ -1149,3 +1149,58 @@ async fn responses_engine_tools_are_offered_and_resolved_in_the_proxy() {
         );
     }
 }
+
+/// A front request without an identity (no key of its own) is managed but
+/// offered no engine tool: the model's call to one reaches the client
+/// unresolved, streamed or not. With a key, the same request is offered
+/// them (the positive control).
+#[tokio::test]
+async fn anonymous_front_requests_are_offered_no_engine_tools() {
+    for stream in [false, true] {
+        for route in ["/v1/messages", "/v1/responses"] {
+            let anthropic = route == "/v1/messages";
+            let (up, addr, _) = if anthropic {
+                proxy_to_recalling(route, recalling).await
+            } else {
+                proxy_to_recalling(route, recalling_responses).await
+            };
+            let mut body: Value = if anthropic {
+                let mut b: Value = serde_json::from_str(&claude_request(2, stream)).unwrap();
+                b["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
+                b
+            } else {
+                let mut b: Value = serde_json::from_str(&codex_request(2, "")).unwrap();
+                b["tools"] = json!([{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]);
+                b
+            };
+            body["stream"] = json!(stream);
+            for (credential, offered) in [(None, false), (Some("Bearer sk-own"), true)] {
+                up.seen.lock().unwrap().clear();
+                let mut req = reqwest::Client::new()
+                    .post(format!("http://{addr}{route}"))
+                    .header("content-type", "application/json")
+                    .header("session-id", "anon")
+                    .body(body.to_string());
+                if let Some(c) = credential {
+                    req = req.header("authorization", c);
+                }
+                let resp = req.send().await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let text = resp.text().await.unwrap();
+                let seen = up.seen.lock().unwrap().clone();
+                let sent: Value = serde_json::from_slice(&seen[0].body).unwrap();
+                assert_eq!(
+                    sent["tools"].to_string().contains("context_recall"),
+                    offered,
+                    "{route} stream {stream} credential {credential:?}"
+                );
+                if !offered {
+                    assert_eq!(seen.len(), 1, "the model's call was not resolved");
+                    assert!(text.contains("context_recall"), "the client got the call");
+                } else {
+                    assert_eq!(seen.len(), 2, "the engine's call was resolved");
+                }
+            }
+        }
+    }
+}
