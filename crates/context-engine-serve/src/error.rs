@@ -103,19 +103,6 @@ pub enum StartError {
         /// The address asked for.
         addr: std::net::SocketAddr,
     },
-    /// `serve.identity_header` without an access token: anyone who reaches
-    /// the port could claim any user.
-    #[error(
-        "serve.identity_header `{0}` needs serve.auth_token_env: without the proxy's access token \
-         anyone who reaches the port can send the header and read that user's archive"
-    )]
-    IdentityHeaderNeedsToken(String),
-    /// `serve.identity_header` names a header that cannot name a user.
-    #[error(
-        "serve.identity_header `{0}` cannot name a user: give the header your gateway sets \
-         (e.g. x-user), not a credential, an x-ctx-* header or a standard one"
-    )]
-    BadIdentityHeader(String),
     /// A variable the configuration names is not set.
     #[error("environment variable `{name}` ({key}) is not set or empty")]
     MissingEnv {
@@ -135,6 +122,19 @@ pub enum StartError {
     /// The listen address does not parse.
     #[error("invalid listen address `{0}` (expected host:port, e.g. 127.0.0.1:8787)")]
     BadListen(String),
+    /// `serve.identity_header` without an access token: anyone who reaches
+    /// the port could claim any user.
+    #[error(
+        "serve.identity_header `{0}` needs serve.auth_token_env: without the proxy's access token \
+         anyone who reaches the port can send the header and read that user's archive"
+    )]
+    IdentityHeaderNeedsToken(String),
+    /// `serve.identity_header` names a header that cannot name a user.
+    #[error(
+        "serve.identity_header `{0}` cannot name a user: give the header your gateway sets \
+         (e.g. x-user), not a credential, an x-ctx-* header or a standard one"
+    )]
+    BadIdentityHeader(String),
     /// Binding or serving failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -150,6 +150,24 @@ impl FromRequestParts<AppState> for Identity {
     }
 }
 
+/// Refuses an identity header without the access token (anyone who
+/// reaches the port could claim any user) or on a header that cannot name
+/// a user.
+pub(crate) fn check_options(options: &crate::ServeOptions) -> Result<(), crate::StartError> {
+    let Some(name) = &options.identity_header else {
+        return Ok(());
+    };
+    if options.auth_token.is_none() {
+        return Err(crate::StartError::IdentityHeaderNeedsToken(
+            name.to_string(),
+        ));
+    }
+    if !usable_identity_header(name) {
+        return Err(crate::StartError::BadIdentityHeader(name.to_string()));
+    }
+    Ok(())
+}
+
 /// Whether `name` may be the trusted identity header: not a credential,
 /// not the proxy's own headers, not one every client sends.
 pub fn usable_identity_header(name: &HeaderName) -> bool {

@@ -69,14 +69,14 @@ pub struct ServeOptions {
     pub upstream: UpstreamOptions,
     /// The access token clients must present; required off loopback.
     pub auth_token: Option<String>,
-    /// The header the operator's gateway names each user in, behind the
-    /// access token (see [`identity`]); requires `auth_token`.
-    pub identity_header: Option<axum::http::HeaderName>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
     /// Offer the engine's tools on requests that carry tools of their own,
     /// and resolve their calls.
     pub engine_tools: bool,
+    /// The header the operator's gateway names each user in, behind the
+    /// access token (see [`identity`]); requires `auth_token`.
+    pub identity_header: Option<axum::http::HeaderName>,
     /// Upstream round trips per request for engine-tool calls.
     pub max_tool_rounds: u32,
     /// Sessions kept in memory.
@@ -105,9 +105,9 @@ impl ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream,
             auth_token: None,
-            identity_header: None,
             max_body_bytes: 64 * 1024 * 1024,
             engine_tools: true,
+            identity_header: None,
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle: Duration::from_secs(3600),
@@ -138,6 +138,12 @@ impl ServeOptions {
         self
     }
 
+    /// Sets [`engine_tools`](Self::engine_tools).
+    pub fn with_engine_tools(mut self, on: bool) -> ServeOptions {
+        self.engine_tools = on;
+        self
+    }
+
     /// Sets [`identity_header`](Self::identity_header) from its name
     /// (`None` or empty: none); a name that is not a header name is an
     /// error.
@@ -150,12 +156,6 @@ impl ServeOptions {
             ),
         };
         Ok(self)
-    }
-
-    /// Sets [`engine_tools`](Self::engine_tools).
-    pub fn with_engine_tools(mut self, on: bool) -> ServeOptions {
-        self.engine_tools = on;
-        self
     }
 
     /// Sets [`max_body_bytes`](Self::max_body_bytes).
@@ -207,23 +207,15 @@ struct Shared {
 
 impl AppState {
     /// The state for `options`; refuses a non-loopback address without an
-    /// access token, and an identity header without one or on a header
-    /// that cannot name a user.
+    /// access token.
     pub fn new(options: ServeOptions, ctx: SessionContext) -> Result<AppState, StartError> {
         if !options.listen.ip().is_loopback() && options.auth_token.is_none() {
             return Err(StartError::NeedsToken {
                 addr: options.listen,
             });
         }
-        if let Some(name) = &options.identity_header {
-            if options.auth_token.is_none() {
-                return Err(StartError::IdentityHeaderNeedsToken(name.to_string()));
-            }
-            if !identity::usable_identity_header(name) {
-                return Err(StartError::BadIdentityHeader(name.to_string()));
-            }
-        }
         let upstream = Upstream::new(&options.upstream)?;
+        identity::check_options(&options)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
             .with_hibernation(options.hibernate_after);

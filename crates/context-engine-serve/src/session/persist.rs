@@ -784,6 +784,27 @@ mod tests {
     use super::*;
     use context_engine::store::MemoryStore;
 
+    /// The store a session's host reads through answers within a named
+    /// session only: `None` (every session) finds nothing.
+    #[test]
+    fn a_sessions_store_never_reads_across_sessions() {
+        use context_engine::message::Message;
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+        let mut batch = Batch::new();
+        let handle = batch.archive_span(&[Message::user("secret AKIA-planted words")], 0, 1);
+        store.commit("a:s", &batch).unwrap();
+        let staged = Staged::new(Arc::clone(&store), None);
+        assert!(staged.resolve(Some("a:s"), &handle).unwrap().is_some());
+        assert!(staged.resolve(Some("b:s"), &handle).unwrap().is_none());
+        assert!(staged.resolve(None, &handle).unwrap().is_none());
+        assert_eq!(staged.search(Some("a:s"), "planted", 5).unwrap().len(), 1);
+        assert!(staged.search(None, "planted", 5).unwrap().is_empty());
+        assert!(
+            store.resolve(None, &handle).unwrap().is_some(),
+            "the store itself does"
+        );
+    }
+
     /// Feeds the client's history `raws` to `l` as the proxy does.
     fn feed(l: &mut Lineage, raws: &[Box<serde_json::value::RawValue>]) {
         let refs: Vec<&serde_json::value::RawValue> = raws.iter().map(AsRef::as_ref).collect();
@@ -922,27 +943,6 @@ mod tests {
         assert_ne!(
             held_mark.appended(&other, &segments[held..]).digest(),
             stored
-        );
-    }
-
-    /// The store a session's host reads through answers within a named
-    /// session only: `None` (every session) finds nothing.
-    #[test]
-    fn a_sessions_store_never_reads_across_sessions() {
-        use context_engine::message::Message;
-        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-        let mut batch = Batch::new();
-        let handle = batch.archive_span(&[Message::user("secret AKIA-planted words")], 0, 1);
-        store.commit("a:s", &batch).unwrap();
-        let staged = Staged::new(Arc::clone(&store), None);
-        assert!(staged.resolve(Some("a:s"), &handle).unwrap().is_some());
-        assert!(staged.resolve(Some("b:s"), &handle).unwrap().is_none());
-        assert!(staged.resolve(None, &handle).unwrap().is_none());
-        assert_eq!(staged.search(Some("a:s"), "planted", 5).unwrap().len(), 1);
-        assert!(staged.search(None, "planted", 5).unwrap().is_empty());
-        assert!(
-            store.resolve(None, &handle).unwrap().is_some(),
-            "the store itself does"
         );
     }
 
