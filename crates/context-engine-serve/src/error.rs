@@ -15,9 +15,10 @@ pub enum ServeError {
     /// The upstream did not answer in time.
     #[error("upstream did not answer within the timeout")]
     UpstreamTimeout,
-    /// The request has no identity (see [`identity`](crate::identity)).
+    /// A request without an identity asked for what only an identity may
+    /// read (see [`identity`](crate::identity)): 403.
     #[error("{0}")]
-    Forbidden(String),
+    NoIdentity(String),
     /// Missing or wrong access token.
     #[error(
         "missing or invalid access token (send `Authorization: Bearer <token>` or `x-ctx-token`)"
@@ -41,7 +42,7 @@ impl ServeError {
             ServeError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ServeError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ServeError::NoIdentity(_) => StatusCode::FORBIDDEN,
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
@@ -53,7 +54,7 @@ impl ServeError {
             ServeError::Upstream(_) => ("api_error", "upstream_error"),
             ServeError::UpstreamTimeout => ("api_error", "upstream_timeout"),
             ServeError::Unauthorized => ("invalid_request_error", "invalid_api_key"),
-            ServeError::Forbidden(_) => ("permission_error", "no_identity"),
+            ServeError::NoIdentity(_) => ("permission_error", "no_identity"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),

@@ -62,7 +62,7 @@ pub async fn session_status(
     identity: Identity,
 ) -> Result<Json<serde_json::Value>, ServeError> {
     if identity.reader().is_none() {
-        return Err(ServeError::Forbidden(NO_IDENTITY.to_owned()));
+        return Err(ServeError::NoIdentity(NO_IDENTITY.to_owned()));
     }
     let key = SessionKey {
         scope: identity.scope(),
