@@ -10,10 +10,10 @@
 //!    any user, so the proxy refuses to start with the header alone
 //!    ([`StartError::IdentityHeaderNeedsToken`](crate::StartError));
 //! 2. else the client's own credential (`Authorization`, `api-key` or
-//!    `x-api-key`, the first present) when it goes upstream as it came,
-//!    so the provider checks it: 16 hex digits of the SHA-256 of the
-//!    header's value (the scope the proxy always used, so stored sessions
-//!    stay reachable). Not a credential: the proxy's own access token (a
+//!    `x-api-key`: the first that is not the proxy's token) when it goes
+//!    upstream as it came, so the provider checks it: 16 hex digits of the
+//!    SHA-256 of the header's value (the scope the proxy always used, so
+//!    stored sessions stay reachable). Not a credential: the proxy's own access token (a
 //!    team token every user shares), nor anything when the proxy replaces
 //!    the client's key with its own provider key (nobody checks it then);
 //! 3. else none: [`Identity::Anonymous`], scope `-`.
@@ -92,10 +92,11 @@ impl Identity {
         }
         let credential = CREDENTIAL_HEADERS
             .iter()
-            .find_map(|h| headers.get(*h))
+            .filter_map(|h| headers.get(*h))
             .map(|v| v.as_bytes())
-            .filter(|v| !v.trim_ascii().is_empty())
-            .filter(|v| !rules.proxy_token.is_some_and(|t| is_token(v, t)));
+            .find(|v| {
+                !v.trim_ascii().is_empty() && !rules.proxy_token.is_some_and(|t| is_token(v, t))
+            });
         match credential {
             Some(c) => Identity::Credential(hex(&Sha256::digest(c)[..8])),
             None => Identity::Anonymous,
@@ -238,6 +239,13 @@ mod tests {
             &rules,
         );
         assert_eq!(own, a);
+        // The team token in Authorization, the client's own key in
+        // x-api-key: the key is the identity.
+        let beside = Identity::of(
+            &headers(&[("authorization", "Bearer team"), ("x-api-key", "sk-b")]),
+            &rules,
+        );
+        assert_eq!(beside, b);
         // A key the proxy replaces with its own is checked by nobody.
         let replaced = Rules {
             provider_key: true,
