@@ -15,6 +15,10 @@ pub enum ServeError {
     /// The upstream did not answer in time.
     #[error("upstream did not answer within the timeout")]
     UpstreamTimeout,
+    /// A request without an identity asked for what only an identity may
+    /// read (see [`identity`](crate::identity)): 403.
+    #[error("{0}")]
+    NoIdentity(String),
     /// Missing or wrong access token.
     #[error(
         "missing or invalid access token (send `Authorization: Bearer <token>` or `x-ctx-token`)"
@@ -38,6 +42,7 @@ impl ServeError {
             ServeError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ServeError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ServeError::NoIdentity(_) => StatusCode::FORBIDDEN,
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
@@ -49,6 +54,7 @@ impl ServeError {
             ServeError::Upstream(_) => ("api_error", "upstream_error"),
             ServeError::UpstreamTimeout => ("api_error", "upstream_timeout"),
             ServeError::Unauthorized => ("invalid_request_error", "invalid_api_key"),
+            ServeError::NoIdentity(_) => ("permission_error", "no_identity"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),
@@ -117,6 +123,19 @@ pub enum StartError {
     /// The listen address does not parse.
     #[error("invalid listen address `{0}` (expected host:port, e.g. 127.0.0.1:8787)")]
     BadListen(String),
+    /// `serve.identity_header` without an access token: anyone who reaches
+    /// the port could claim any user.
+    #[error(
+        "serve.identity_header `{0}` needs serve.auth_token_env: without the proxy's access token \
+         anyone who reaches the port can send the header and read that user's archive"
+    )]
+    IdentityHeaderNeedsToken(String),
+    /// `serve.identity_header` names a header that cannot name a user.
+    #[error(
+        "serve.identity_header `{0}` cannot name a user: give the header your gateway sets \
+         (e.g. x-user), not a credential, an x-ctx-* header or a standard one"
+    )]
+    BadIdentityHeader(String),
     /// Binding or serving failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -36,6 +36,7 @@
 pub mod body;
 pub mod error;
 pub mod handlers;
+pub mod identity;
 pub mod metrics;
 pub mod router;
 pub mod routes;
@@ -73,6 +74,9 @@ pub struct ServeOptions {
     /// Offer the engine's tools on requests that carry tools of their own,
     /// and resolve their calls.
     pub engine_tools: bool,
+    /// The header the operator's gateway names each user in, behind the
+    /// access token (see [`identity`]); requires `auth_token`.
+    pub identity_header: Option<axum::http::HeaderName>,
     /// Upstream round trips per request for engine-tool calls.
     pub max_tool_rounds: u32,
     /// Sessions kept in memory.
@@ -103,6 +107,7 @@ impl ServeOptions {
             auth_token: None,
             max_body_bytes: 64 * 1024 * 1024,
             engine_tools: true,
+            identity_header: None,
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle: Duration::from_secs(3600),
@@ -137,6 +142,20 @@ impl ServeOptions {
     pub fn with_engine_tools(mut self, on: bool) -> ServeOptions {
         self.engine_tools = on;
         self
+    }
+
+    /// Sets [`identity_header`](Self::identity_header) from its name
+    /// (`None` or empty: none); a name that is not a header name is an
+    /// error.
+    pub fn with_identity_header(mut self, name: Option<&str>) -> Result<ServeOptions, StartError> {
+        self.identity_header = match name.map(str::trim) {
+            None | Some("") => None,
+            Some(n) => Some(
+                axum::http::HeaderName::try_from(n)
+                    .map_err(|_| StartError::BadIdentityHeader(n.to_owned()))?,
+            ),
+        };
+        Ok(self)
     }
 
     /// Sets [`max_body_bytes`](Self::max_body_bytes).
@@ -196,6 +215,7 @@ impl AppState {
             });
         }
         let upstream = Upstream::new(&options.upstream)?;
+        identity::check_options(&options)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
             .with_hibernation(options.hibernate_after);

@@ -103,7 +103,7 @@ async fn send(
     id: &str,
 ) -> Sent {
     exact_usage(script, counter);
-    let resp = reqwest::Client::new()
+    let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
         .header("x-ctx-session", id)
         .header("content-type", "application/json")
@@ -120,7 +120,9 @@ async fn send(
 }
 
 async fn stats(addr: std::net::SocketAddr, id: &str) -> Value {
-    let r = reqwest::get(format!("http://{addr}/ctx/sessions/{id}"))
+    let r = common::client()
+        .get(format!("http://{addr}/ctx/sessions/{id}"))
+        .send()
         .await
         .unwrap();
     let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();

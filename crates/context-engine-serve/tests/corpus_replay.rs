@@ -69,7 +69,7 @@ async fn corpus_through_the_proxy_matches_the_replay() {
             compressor_context(Arc::clone(&counter), window),
         )
         .await;
-        let client = reqwest::Client::new();
+        let client = common::client();
         let calls: Vec<usize> = recording
             .iter()
             .enumerate()

@@ -108,7 +108,7 @@ async fn post(
     body: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    let mut req = reqwest::Client::new()
+    let mut req = common::client()
         .post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
         .body(body.to_owned());
@@ -121,7 +121,7 @@ async fn post(
 }
 
 async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) -> Value {
-    let mut req = reqwest::Client::new().get(format!("http://{addr}/ctx/sessions/{id}"));
+    let mut req = common::client().get(format!("http://{addr}/ctx/sessions/{id}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -129,7 +129,9 @@ async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) 
 }
 
 async fn metrics(addr: std::net::SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
+    common::client()
+        .get(format!("http://{addr}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -683,12 +685,14 @@ async fn responses_sessions_kept_in_a_store_move_between_instances() {
         assert!(a == b, "request {i} differs between one instance and two");
     }
     // Compacted once per compaction, archived in the shared store.
-    let records = shared.compactions("-:codex-fleet").unwrap();
+    let records = shared
+        .compactions(&common::store_id("codex-fleet"))
+        .unwrap();
     assert!(!records.is_empty(), "the session compacted at 6000 tokens");
     let handles = |rs: &[context_engine::store::CompactionRecord]| {
         rs.iter().map(|r| r.handle.clone()).collect::<Vec<_>>()
     };
-    let single = alone.compactions("-:codex-fleet").unwrap();
+    let single = alone.compactions(&common::store_id("codex-fleet")).unwrap();
     assert_eq!(
         handles(&records),
         handles(&single),
@@ -697,7 +701,7 @@ async fn responses_sessions_kept_in_a_store_move_between_instances() {
     for r in &records {
         assert!(
             shared
-                .resolve(Some("-:codex-fleet"), &r.handle)
+                .resolve(Some(&common::store_id("codex-fleet")), &r.handle)
                 .unwrap()
                 .is_some()
         );
@@ -1143,5 +1147,60 @@ async fn responses_engine_tools_are_offered_and_resolved_in_the_proxy() {
                 .encode()
                 .contains("ctx_engine_tool_rounds_total 1")
         );
+    }
+}
+
+/// A front request without an identity (no key of its own) is managed but
+/// offered no engine tool: the model's call to one reaches the client
+/// unresolved, streamed or not. With a key, the same request is offered
+/// them (the positive control).
+#[tokio::test]
+async fn anonymous_front_requests_are_offered_no_engine_tools() {
+    for stream in [false, true] {
+        for route in ["/v1/messages", "/v1/responses"] {
+            let anthropic = route == "/v1/messages";
+            let (up, addr, _) = if anthropic {
+                proxy_to_recalling(route, recalling).await
+            } else {
+                proxy_to_recalling(route, recalling_responses).await
+            };
+            let mut body: Value = if anthropic {
+                let mut b: Value = serde_json::from_str(&claude_request(2, stream)).unwrap();
+                b["tools"] = json!([{"name": "Bash", "input_schema": {"type": "object"}}]);
+                b
+            } else {
+                let mut b: Value = serde_json::from_str(&codex_request(2, "")).unwrap();
+                b["tools"] = json!([{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]);
+                b
+            };
+            body["stream"] = json!(stream);
+            for (credential, offered) in [(None, false), (Some("Bearer sk-own"), true)] {
+                up.seen.lock().unwrap().clear();
+                let mut req = reqwest::Client::new()
+                    .post(format!("http://{addr}{route}"))
+                    .header("content-type", "application/json")
+                    .header("session-id", "anon")
+                    .body(body.to_string());
+                if let Some(c) = credential {
+                    req = req.header("authorization", c);
+                }
+                let resp = req.send().await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let text = resp.text().await.unwrap();
+                let seen = up.seen.lock().unwrap().clone();
+                let sent: Value = serde_json::from_slice(&seen[0].body).unwrap();
+                assert_eq!(
+                    sent["tools"].to_string().contains("context_recall"),
+                    offered,
+                    "{route} stream {stream} credential {credential:?}"
+                );
+                if !offered {
+                    assert_eq!(seen.len(), 1, "the model's call was not resolved");
+                    assert!(text.contains("context_recall"), "the client got the call");
+                } else {
+                    assert_eq!(seen.len(), 2, "the engine's call was resolved");
+                }
+            }
+        }
     }
 }

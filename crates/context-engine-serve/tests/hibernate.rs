@@ -148,7 +148,7 @@ async fn post(addr: std::net::SocketAddr, messages: &[Value]) {
 }
 
 async fn post_as(addr: std::net::SocketAddr, session: &str, messages: &[Value]) {
-    let resp = reqwest::Client::new()
+    let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
         .header("x-ctx-session", session)
         .header("content-type", "application/json")
@@ -174,7 +174,9 @@ fn sent_messages(script: &Script) -> String {
 }
 
 async fn status(addr: std::net::SocketAddr) -> Value {
-    let resp = reqwest::get(format!("http://{addr}/ctx/sessions/h"))
+    let resp = common::client()
+        .get(format!("http://{addr}/ctx/sessions/h"))
+        .send()
         .await
         .unwrap();
     serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()

@@ -24,7 +24,7 @@ async fn post(
     body: &Value,
     headers: &[(&str, &str)],
 ) -> reqwest::Response {
-    let mut req = reqwest::Client::new()
+    let mut req = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(serde_json::to_vec(body).unwrap());
@@ -72,7 +72,9 @@ async fn stream_relays_to_done_and_strips_the_usage_chunk_it_added() {
     assert!(text.ends_with("data: [DONE]\n\n"));
     assert!(text.contains("hello ") && !text.contains("prompt_tokens"));
     // The usage reached the engine and the metrics.
-    let status = reqwest::get(format!("http://{addr}/ctx/sessions/s"))
+    let status = common::client()
+        .get(format!("http://{addr}/ctx/sessions/s"))
+        .send()
         .await
         .unwrap();
     let status = json_of(status).await;
@@ -132,7 +134,9 @@ async fn a_stream_settles_its_usage_by_done_even_if_the_upstream_holds_the_conne
     );
     // The session reflects the call as soon as the client has seen [DONE].
     let status = json_of(
-        reqwest::get(format!("http://{addr}/ctx/sessions/held"))
+        common::client()
+            .get(format!("http://{addr}/ctx/sessions/held"))
+            .send()
             .await
             .unwrap(),
     )
@@ -181,12 +185,16 @@ async fn other_paths_pass_through_and_headers_are_filtered() {
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
     let (addr, _) = start_proxy(options(&url), compressor_context(counter(), 128_000)).await;
-    let models = reqwest::get(format!("http://{addr}/v1/models"))
+    let models = common::client()
+        .get(format!("http://{addr}/v1/models"))
+        .send()
         .await
         .unwrap();
     assert_eq!(models.status(), 200);
     assert_eq!(json_of(models).await["data"][0]["id"], "scripted");
-    let missing = reqwest::get(format!("http://{addr}/v1/nothing"))
+    let missing = common::client()
+        .get(format!("http://{addr}/v1/nothing"))
+        .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), 404, "the upstream's own status");
@@ -212,11 +220,15 @@ async fn other_paths_pass_through_and_headers_are_filtered() {
     );
     assert_eq!(script.last_body()["vendor_field"], json!({"keep": [1, 2]}));
 
-    let healthz = reqwest::get(format!("http://{addr}/healthz"))
+    let healthz = common::client()
+        .get(format!("http://{addr}/healthz"))
+        .send()
         .await
         .unwrap();
     assert_eq!(healthz.status(), 200);
-    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+    let metrics = common::client()
+        .get(format!("http://{addr}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -293,14 +305,18 @@ async fn off_loopback_needs_a_token_compared_in_full() {
     );
     // Liveness needs no token; metrics do.
     assert_eq!(
-        reqwest::get(format!("http://{addr}/healthz"))
+        common::client()
+            .get(format!("http://{addr}/healthz"))
+            .send()
             .await
             .unwrap()
             .status(),
         200
     );
     assert_eq!(
-        reqwest::get(format!("http://{addr}/metrics"))
+        common::client()
+            .get(format!("http://{addr}/metrics"))
+            .send()
             .await
             .unwrap()
             .status(),
@@ -340,7 +356,9 @@ async fn divergence_starts_a_new_lineage_and_never_mixes() {
         }
     }
     let status = json_of(
-        reqwest::get(format!("http://{addr}/ctx/sessions/d"))
+        common::client()
+            .get(format!("http://{addr}/ctx/sessions/d"))
+            .send()
             .await
             .unwrap(),
     )
@@ -377,7 +395,9 @@ async fn divergence_starts_a_new_lineage_and_never_mixes() {
         "the branch alone, unmanaged-equal"
     );
     let status = json_of(
-        reqwest::get(format!("http://{addr}/ctx/sessions/d"))
+        common::client()
+            .get(format!("http://{addr}/ctx/sessions/d"))
+            .send()
             .await
             .unwrap(),
     )
@@ -477,7 +497,7 @@ async fn engine_failures_fail_open() {
     };
     let (addr, state) = start_proxy(options(&url), ctx).await;
     let raw = r#"{"model":"m","messages":[ {"role": "user", "content": "hi"} ],"x":1}"#;
-    let resp = reqwest::Client::new()
+    let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
         .body(raw)
         .send()
@@ -504,7 +524,7 @@ async fn engine_failures_fail_open() {
     let resp = post(addr, &json!({"model": "m", "messages": [user("hi")]}), &[]).await;
     assert_eq!(resp.status(), 200);
     // A body that is not a chat request goes upstream as it came.
-    let resp = reqwest::Client::new()
+    let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
         .body("not json")
         .send()
@@ -817,7 +837,9 @@ async fn each_request_gets_the_window_of_the_model_it_names() {
     let window = |v: Value| v["status"]["context_length"].as_u64().unwrap();
     let status = || async {
         json_of(
-            reqwest::get(format!("http://{addr}/ctx/sessions/w"))
+            common::client()
+                .get(format!("http://{addr}/ctx/sessions/w"))
+                .send()
                 .await
                 .unwrap(),
         )

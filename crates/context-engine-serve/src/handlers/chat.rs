@@ -24,6 +24,7 @@ use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
 use crate::handlers::{Guard, open_stream, release_with_usage, report_plan, respond};
+use crate::identity::Identity;
 use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
@@ -36,6 +37,7 @@ use crate::upstream::response_headers;
 pub async fn chat_completions(
     State(state): State<AppState>,
     consumed: Option<Extension<AuthorizationConsumed>>,
+    identity: Identity,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -52,7 +54,7 @@ pub async fn chat_completions(
         }
     };
     let stream = parsed.stream();
-    let (key, source) = session_key(&headers, &parsed);
+    let (key, source) = session_key(&identity, &headers, &parsed);
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
@@ -117,13 +119,11 @@ pub async fn chat_completions(
             with_include_usage(parsed.field("stream_options")),
         ));
     }
-    let engine_tools = if offer_tools && managed {
-        guard
+    let engine_tools = match identity.reader() {
+        Some(reader) if offer_tools && managed => guard
             .as_ref()
-            .map(|m| tools::schemas(m, &parsed))
-            .unwrap_or_default()
-    } else {
-        None
+            .and_then(|m| tools::schemas(reader, m, &parsed)),
+        _ => None,
     };
     if let Some(t) = &engine_tools {
         overrides.push(("tools", t.tools_json.clone()));

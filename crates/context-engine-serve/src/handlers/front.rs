@@ -37,6 +37,7 @@ use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
 use crate::handlers::{Guard, open_stream, passthrough, release_with_usage, respond};
+use crate::identity::Identity;
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
 use crate::sse_wire::{WireRelay, error_event};
@@ -60,6 +61,7 @@ pub(crate) async fn handle(
     state: AppState,
     call: Call,
     consumed: bool,
+    identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -83,7 +85,7 @@ pub(crate) async fn handle(
         return forward(&state, &url, out_headers, body).await;
     }
     let stream = split.stream();
-    let (key, source) = front_session_key(&headers, call.kind, &split);
+    let (key, source) = front_session_key(&identity, &headers, call.kind, &split);
     let slot = state.sessions().slot(&key);
     let guard = Arc::clone(&slot.state).lock_owned().await;
     let ctx = Arc::clone(state.sessions().context());
@@ -159,12 +161,11 @@ pub(crate) async fn handle(
             tracing::warn!(session = %key.id, front = %call.kind, reason = %why, "request sent unmanaged");
         }
     }
-    let engine_tools = if state.options().engine_tools && managed {
-        guard
+    let engine_tools = match identity.reader() {
+        Some(reader) if state.options().engine_tools && managed => guard
             .as_ref()
-            .and_then(|m| FrontTools::offer(call.kind, m, &split))
-    } else {
-        None
+            .and_then(|m| FrontTools::offer(reader, call.kind, m, &split)),
+        _ => None,
     };
     if let Some(t) = &engine_tools {
         fields.push(("tools", t.tools_json().to_owned()));
@@ -310,6 +311,7 @@ fn prepare(
 pub(crate) async fn count_tokens(
     state: AppState,
     consumed: bool,
+    identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -327,7 +329,7 @@ pub(crate) async fn count_tokens(
     else {
         return forward(&state, &url, out_headers, body).await;
     };
-    let (key, _) = front_session_key(&headers, kind, &split);
+    let (key, _) = front_session_key(&identity, &headers, kind, &split);
     let mut replace = Vec::new();
     if let Some(slot) = state.sessions().get(&key) {
         let guard = slot.state.lock().await;

@@ -10,6 +10,7 @@ use context_engine::front::FrontKind;
 
 use crate::AppState;
 use crate::handlers::front::{self, Call};
+use crate::identity::Identity;
 use crate::router::AuthorizationConsumed;
 use crate::routes::MESSAGES;
 
@@ -18,6 +19,7 @@ use crate::routes::MESSAGES;
 pub async fn messages(
     State(state): State<AppState>,
     consumed: Option<Extension<AuthorizationConsumed>>,
+    identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -26,7 +28,16 @@ pub async fn messages(
         kind: FrontKind::Anthropic,
         route: MESSAGES,
     };
-    front::handle(state, call, consumed.is_some(), uri, headers, body).await
+    front::handle(
+        state,
+        call,
+        consumed.is_some(),
+        identity,
+        uri,
+        headers,
+        body,
+    )
+    .await
 }
 
 /// `POST /v1/messages/count_tokens`: counted upstream on the managed
@@ -34,9 +45,10 @@ pub async fn messages(
 pub async fn count_tokens(
     State(state): State<AppState>,
     consumed: Option<Extension<AuthorizationConsumed>>,
+    identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    front::count_tokens(state, consumed.is_some(), uri, headers, body).await
+    front::count_tokens(state, consumed.is_some(), identity, uri, headers, body).await
 }

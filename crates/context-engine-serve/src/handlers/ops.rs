@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::error::ServeError;
-use crate::session::key::{SessionKey, scope};
+use crate::identity::Identity;
+use crate::session::key::SessionKey;
 
 /// `GET /healthz`: `ok`, or `degraded: …` (still 200: the proxy keeps
 /// serving, unmanaged) while the session store does not answer. A degraded
@@ -32,6 +33,11 @@ pub async fn healthz(State(state): State<AppState>) -> String {
     }
 }
 
+/// Why a request without an identity gets no session status.
+const NO_IDENTITY: &str = "session status needs an identity: send your own provider key \
+     (Authorization, api-key or x-api-key), or, behind the proxy's access token, the \
+     identity header the operator configured (serve.identity_header)";
+
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics().set_sessions(state.sessions().len());
@@ -44,14 +50,19 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /ctx/sessions/{id}`: the engine's status and the session's
-/// figures, for a session of the caller's own credential.
+/// figures, for a session of the caller's own identity; refused (403) to
+/// a request without one, whose sessions any other anonymous client
+/// shares.
 pub async fn session_status(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    identity: Identity,
 ) -> Result<Json<serde_json::Value>, ServeError> {
+    if identity.reader().is_none() {
+        return Err(ServeError::NoIdentity(NO_IDENTITY.to_owned()));
+    }
     let key = SessionKey {
-        scope: scope(&headers),
+        scope: identity.scope(),
         id: id.clone(),
     };
     let slot = state

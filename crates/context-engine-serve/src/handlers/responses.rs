@@ -10,6 +10,7 @@ use context_engine::front::FrontKind;
 
 use crate::AppState;
 use crate::handlers::front::{self, Call};
+use crate::identity::Identity;
 use crate::router::AuthorizationConsumed;
 use crate::routes::RESPONSES;
 
@@ -18,6 +19,7 @@ use crate::routes::RESPONSES;
 pub async fn responses(
     State(state): State<AppState>,
     consumed: Option<Extension<AuthorizationConsumed>>,
+    identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -26,5 +28,14 @@ pub async fn responses(
         kind: FrontKind::Responses,
         route: RESPONSES,
     };
-    front::handle(state, call, consumed.is_some(), uri, headers, body).await
+    front::handle(
+        state,
+        call,
+        consumed.is_some(),
+        identity,
+        uri,
+        headers,
+        body,
+    )
+    .await
 }

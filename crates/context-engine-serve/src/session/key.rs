@@ -4,9 +4,10 @@
 //! id (the `session_id` header Codex CLI sends, `x-session-id`, or the
 //! body's `metadata.session_id`, or its `prompt_cache_key`); else a hash of
 //! the first system (or developer) message, the tool names and the first
-//! user message. Every key is scoped by a hash of the client's credential
-//! (`Authorization`, `api-key` or `x-api-key`), so two tenants never share
-//! a session even with the same id.
+//! user message. Every key is scoped by the request's
+//! [`Identity`](crate::identity::Identity), so two identities never share
+//! a session even with the same id (or the same fallback hash); anonymous
+//! requests share the scope `-`, and so never read an archive.
 //!
 //! The fallback collides when two conversations start identically (same
 //! system prompt, tools and first user message, e.g. one task run twice in
@@ -20,6 +21,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::body::ChatBody;
+use crate::identity::Identity;
 
 /// The header a client names its session with.
 pub const SESSION_HEADER: &str = "x-ctx-session";
@@ -38,30 +40,22 @@ pub enum KeySource {
     Fallback,
 }
 
-/// A session's key: the credential scope and the id within it.
+/// A session's key: the identity's scope and the id within it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionKey {
-    /// First 16 hex digits of the credential's SHA-256 (`-` without one).
+    /// [`Identity::scope`]: `-` for anonymous requests.
     pub scope: String,
     /// The session id (the client's, or a hash).
     pub id: String,
 }
 
-/// The credential scope of a request.
-pub fn scope(headers: &HeaderMap) -> String {
-    let credential = ["authorization", "api-key", "x-api-key"]
-        .iter()
-        .find_map(|h| headers.get(*h))
-        .map(|v| v.as_bytes());
-    match credential {
-        Some(c) => hex(&Sha256::digest(c)[..8]),
-        None => "-".to_owned(),
-    }
-}
-
-/// The session key of a chat request.
-pub fn session_key(headers: &HeaderMap, body: &ChatBody<'_>) -> (SessionKey, KeySource) {
-    let scope = scope(headers);
+/// The session key of a chat request of `identity`.
+pub fn session_key(
+    identity: &Identity,
+    headers: &HeaderMap,
+    body: &ChatBody<'_>,
+) -> (SessionKey, KeySource) {
+    let scope = identity.scope();
     if let Some(id) = header_str(headers, SESSION_HEADER) {
         return (SessionKey { scope, id }, KeySource::Header);
     }
@@ -176,12 +170,13 @@ const FRONT_SESSION_HEADERS: &[&str] = &[
 /// Only the fields named are read from `body` (a request of format
 /// `kind`); the conversation is read whole only for the fallback.
 pub fn front_session_key(
+    identity: &Identity,
     headers: &HeaderMap,
     kind: context_engine::front::FrontKind,
     body: &ChatBody<'_>,
 ) -> (SessionKey, KeySource) {
     use context_engine::front::{FrontCache, FrontRequest};
-    let scope = scope(headers);
+    let scope = identity.scope();
     if let Some(id) = header_str(headers, SESSION_HEADER) {
         return (SessionKey { scope, id }, KeySource::Header);
     }
@@ -263,7 +258,12 @@ mod tests {
     use super::*;
 
     fn key(headers: &HeaderMap, body: &str) -> (SessionKey, KeySource) {
-        session_key(headers, &ChatBody::parse(body.as_bytes()).unwrap())
+        let identity = Identity::of(headers, &crate::identity::Rules::default());
+        session_key(
+            &identity,
+            headers,
+            &ChatBody::parse(body.as_bytes()).unwrap(),
+        )
     }
 
     #[test]

@@ -377,17 +377,26 @@ impl SessionStore for Staged {
             .take())
     }
 
+    /// Only within a named session: a session's view of the store never
+    /// answers from every session's archive (`None` finds nothing).
     fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError> {
-        self.inner.resolve(session, handle)
+        match session {
+            Some(s) => self.inner.resolve(Some(s), handle),
+            None => Ok(None),
+        }
     }
 
+    /// Only within a named session, as [`resolve`](Self::resolve).
     fn search(
         &self,
         session: Option<&str>,
         query: &str,
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        self.inner.search(session, query, limit)
+        match session {
+            Some(s) => self.inner.search(Some(s), query, limit),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError> {
@@ -900,6 +909,27 @@ pub(crate) fn after_response_stored(
 mod tests {
     use super::*;
     use context_engine::store::MemoryStore;
+
+    /// The store a session's host reads through answers within a named
+    /// session only: `None` (every session) finds nothing.
+    #[test]
+    fn a_sessions_store_never_reads_across_sessions() {
+        use context_engine::message::Message;
+        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+        let mut batch = Batch::new();
+        let handle = batch.archive_span(&[Message::user("secret AKIA-planted words")], 0, 1);
+        store.commit("a:s", &batch).unwrap();
+        let staged = Staged::new(Arc::clone(&store), None);
+        assert!(staged.resolve(Some("a:s"), &handle).unwrap().is_some());
+        assert!(staged.resolve(Some("b:s"), &handle).unwrap().is_none());
+        assert!(staged.resolve(None, &handle).unwrap().is_none());
+        assert_eq!(staged.search(Some("a:s"), "planted", 5).unwrap().len(), 1);
+        assert!(staged.search(None, "planted", 5).unwrap().is_empty());
+        assert!(
+            store.resolve(None, &handle).unwrap().is_some(),
+            "the store itself does"
+        );
+    }
 
     /// Feeds the client's history `raws` to `l` as the proxy does.
     fn feed(l: &mut Lineage, raws: &[Box<serde_json::value::RawValue>]) {

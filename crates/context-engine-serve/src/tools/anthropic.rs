@@ -42,6 +42,7 @@ use super::{
     offer, replay_held, request_with,
 };
 use crate::body::ChatBody;
+use crate::identity::Reader;
 use crate::session::Managed;
 use crate::sse::data_of;
 
@@ -54,7 +55,7 @@ fn is_engine_call(tools: &EngineTools, block: &Value) -> bool {
 }
 
 /// The engine's tools to offer with this Anthropic request, if any.
-pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
+pub fn schemas(reader: Reader, m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     if let Some(choice) = body.field("tool_choice") {
         let auto = serde_json::from_str::<Value>(choice.get())
             .ok()
@@ -63,7 +64,7 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
             return None;
         }
     }
-    offer(m, body, anthropic_schema)
+    offer(reader, m, body, anthropic_schema)
 }
 
 /// A chat-completions tool schema in Anthropic's format.

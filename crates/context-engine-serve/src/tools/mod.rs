@@ -1,8 +1,10 @@
 //! Engine tools (`context_recall`, …) offered to the model and resolved in
 //! the proxy, so the client never sees them.
 //!
-//! Offered only when the client did not pin `tool_choice`. The engine's
-//! schemas are appended to the client's own `tools` text (whose bytes stay
+//! Offered only to a request with an identity (a
+//! [`Reader`]: an anonymous request never reads an archive, see
+//! [`identity`](crate::identity)) and only when the client did not pin
+//! `tool_choice`. The engine's schemas are appended to the client's own `tools` text (whose bytes stay
 //! as they came).
 //!
 //! **Streams**: text passes through at once; from the event whose tool
@@ -40,6 +42,7 @@ use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::chat::send_collect;
+use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
 use crate::sse::{Held, first_event_end};
@@ -57,19 +60,22 @@ pub struct EngineTools {
 }
 
 /// The engine's tools to offer with this request, if any.
-pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
+pub fn schemas(reader: Reader, m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     if let Some(choice) = body.field("tool_choice")
         && choice.get().trim() != "\"auto\""
     {
         return None;
     }
-    offer(m, body, |t| Some(t.clone()))
+    offer(reader, m, body, |t| Some(t.clone()))
 }
 
 /// The engine's tools the client does not name already, in the request's
 /// format (`format` turns a chat-completions schema into it), appended to
-/// the client's `tools`; `None` when there are none.
+/// the client's `tools`; `None` when there are none. Only a request with
+/// an identity (its [`Reader`]) is offered them: their calls are resolved
+/// only on what an offer returns.
 pub(crate) fn offer(
+    _reader: Reader,
     m: &Managed,
     body: &ChatBody<'_>,
     format: impl Fn(&Value) -> Option<Value>,
@@ -342,10 +348,15 @@ pub enum FrontTools {
 
 impl FrontTools {
     /// The engine's tools to offer with this request of format `kind`.
-    pub fn offer(kind: FrontKind, m: &Managed, body: &ChatBody<'_>) -> Option<FrontTools> {
+    pub fn offer(
+        reader: Reader,
+        kind: FrontKind,
+        m: &Managed,
+        body: &ChatBody<'_>,
+    ) -> Option<FrontTools> {
         match kind {
-            FrontKind::Anthropic => anthropic::schemas(m, body).map(FrontTools::Anthropic),
-            FrontKind::Responses => responses::schemas(m, body).map(FrontTools::Responses),
+            FrontKind::Anthropic => anthropic::schemas(reader, m, body).map(FrontTools::Anthropic),
+            FrontKind::Responses => responses::schemas(reader, m, body).map(FrontTools::Responses),
         }
     }
 

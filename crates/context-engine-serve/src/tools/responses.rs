@@ -44,6 +44,7 @@ use super::{
     replay_held, request_with_list,
 };
 use crate::body::ChatBody;
+use crate::identity::Reader;
 use crate::session::Managed;
 use crate::sse::data_of;
 
@@ -79,7 +80,7 @@ fn kind_of(item: &Value) -> &str {
 }
 
 /// The engine's tools to offer with this Responses request, if any.
-pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
+pub fn schemas(reader: Reader, m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     if let Some(choice) = body.field("tool_choice")
         && choice.get().trim() != "\"auto\""
     {
@@ -88,7 +89,7 @@ pub fn schemas(m: &Managed, body: &ChatBody<'_>) -> Option<EngineTools> {
     if !body.field("input")?.get().trim_start().starts_with('[') {
         return None;
     }
-    offer(m, body, responses_schema)
+    offer(reader, m, body, responses_schema)
 }
 
 /// A chat-completions tool schema in the Responses format.

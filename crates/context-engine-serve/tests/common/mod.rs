@@ -336,3 +336,34 @@ pub fn metric(text: &str, name: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
+
+/// The credential [`client`] sends: the tests' clients have an identity
+/// (see `context_engine_serve::identity`), as a client with its own
+/// provider key does.
+pub const TEST_CREDENTIAL: &str = "Bearer sk-test";
+
+/// An HTTP client whose requests carry [`TEST_CREDENTIAL`] in
+/// `Authorization` unless they set that header themselves.
+pub fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_static(TEST_CREDENTIAL),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// The store's name of session `id` of a [`client`] (its identity's scope
+/// and the id).
+pub fn store_id(id: &str) -> String {
+    use context_engine_serve::identity::{Identity, Rules};
+    let mut h = HeaderMap::new();
+    h.insert(
+        axum::http::header::AUTHORIZATION,
+        axum::http::HeaderValue::from_static(TEST_CREDENTIAL),
+    );
+    format!("{}:{id}", Identity::of(&h, &Rules::default()).scope())
+}

@@ -403,6 +403,13 @@ pub struct ServeConfig {
     /// the proxy (on by default: the digest's one-liners name
     /// `context_recall`, which the model can then call).
     pub engine_tools: bool,
+    /// The header the operator's gateway names each user in (e.g.
+    /// `x-user`): behind the access token every user shares, requests are
+    /// told apart (and may read their own archives) by its value. Requires
+    /// `auth_token_env`; configure it only behind a gateway that sets it on
+    /// every request (and drops a client's own), since whoever holds the
+    /// token can send any value.
+    pub identity_header: Option<String>,
     /// Upstream round trips spent on engine-tool calls per request.
     pub max_tool_rounds: u32,
     /// Sessions kept in memory; the least recently used goes first.
@@ -430,6 +437,7 @@ impl Default for ServeConfig {
             auth_token_env: None,
             max_body_bytes: 64 * 1024 * 1024,
             engine_tools: true,
+            identity_header: None,
             max_tool_rounds: 3,
             max_sessions: 10_000,
             session_idle_seconds: 3600,

@@ -75,6 +75,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_listen(listen)
         .with_auth_token(token)
         .with_engine_tools(!args.no_engine_tools && (args.engine_tools || s.engine_tools))
+        .with_identity_header(s.identity_header.as_deref())?
         .with_max_body_bytes(s.max_body_bytes)
         .with_max_tool_rounds(s.max_tool_rounds)
         .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
