@@ -4,19 +4,21 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::error::ServeError;
 use crate::session::key::{SessionKey, scope};
 
-/// `GET /healthz`: `ok`, or `degraded: …` (still 200: the proxy keeps
-/// serving, unmanaged) while the session store does not answer. A degraded
-/// check probes the store, so recovery shows without traffic.
-pub async fn healthz(State(state): State<AppState>) -> String {
+/// `GET /healthz`: 200 `ok`, or 503 `degraded: …` while the session store
+/// does not answer (the proxy keeps serving, unmanaged, but a balancer
+/// should prefer a healthy instance). The reason names no URL, host or
+/// credential (the store's error, which may, is in the logs only). A
+/// degraded check probes the store, so recovery shows without traffic.
+pub async fn healthz(State(state): State<AppState>) -> Response {
     let Some(store) = state.sessions().store().cloned() else {
-        return "ok\n".to_owned();
+        return "ok\n".into_response();
     };
     if store.health.degraded().is_some() {
         let probe = store.clone();
@@ -27,11 +29,15 @@ pub async fn healthz(State(state): State<AppState>) -> String {
         .await;
     }
     match store.health.degraded() {
-        None => "ok\n".to_owned(),
-        Some((why, since)) => format!(
-            "degraded: session store unavailable for {} s, requests go unmanaged: {why}\n",
-            since.as_secs()
-        ),
+        None => "ok\n".into_response(),
+        Some((_, since)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "degraded: session store unavailable for {} s, requests go unmanaged\n",
+                since.as_secs()
+            ),
+        )
+            .into_response(),
     }
 }
 
