@@ -434,6 +434,7 @@ async fn engine_failures_fail_open() {
     let raw = r#"{"model":"m","messages":[ {"role": "user", "content": "hi"} ],"x":1}"#;
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body(raw)
         .send()
         .await
@@ -461,6 +462,7 @@ async fn engine_failures_fail_open() {
     // A body that is not a chat request goes upstream as it came.
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body("not json")
         .send()
         .await
