@@ -13,6 +13,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -76,9 +77,17 @@ async fn record(
         tokio::time::sleep(delay).await;
     }
     if body.len() < 1 << 20 && contains(&body, b"\"stream\":true") {
+        // Event by event, a few milliseconds apart, as a model streams:
+        // the response head goes out before the first event.
+        let events: Vec<String> = STREAM.split_inclusive("\n\n").map(str::to_owned).collect();
+        let paced = futures_util::stream::unfold(events.into_iter(), |mut events| async move {
+            let event = events.next()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Some((Ok::<_, std::io::Error>(Bytes::from(event)), events))
+        });
         return Response::builder()
             .header("content-type", "text/event-stream")
-            .body(Body::from(STREAM))
+            .body(Body::from_stream(paced))
             .unwrap();
     }
     Response::builder()
@@ -95,6 +104,10 @@ pub async fn start_recorder(rec: Arc<Recorder>) -> String {
         .with_state(rec);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // Its own streams must not stall on Nagle either.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("http://{addr}/v1")
 }
