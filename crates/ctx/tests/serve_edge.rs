@@ -274,7 +274,8 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
     let url = start_recorder(Arc::clone(&rec)).await;
     // The upstream takes its time: the bodies are all in flight at once.
     *rec.delay.lock().unwrap() = Duration::from_millis(500);
-    let mut serve = Serve::spawn("memory", &upstream_yaml(&url), "");
+    let cap = std::env::var("CTX_EDGE_TEST_INFLIGHT").map_or_else(|_| String::new(), |v| format!("  max_inflight_bytes: {v}\n"));
+    let mut serve = Serve::spawn("memory", &format!("{}{cap}", upstream_yaml(&url)), "");
     serve.ready().await;
     let addr = serve.addr;
     let before = serve.peak_rss();
@@ -289,8 +290,10 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
         body.len()
     );
     let started = Instant::now();
-    let sends = (0..6).map(|_| {
-        let (head, body) = (head.clone(), body.clone());
+    // Six sessions: their engine steps run at once, not one after another.
+    let sends = (0..6).map(|i| {
+        let head = head.replacen("\r\n", &format!("\r\nx-ctx-session: big-{i}\r\n"), 1);
+        let body = body.clone();
         tokio::spawn(async move { send_big(addr, head, body).await })
     });
     let mut answers = Vec::new();
@@ -313,6 +316,10 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
         }
     }
     assert!(answers.iter().any(|a| a.0 == 200), "some bodies are admitted");
+    assert!(
+        answers.iter().any(|a| a.0 == 503),
+        "360 MB at once is past the default cap: some wait their turn"
+    );
     assert!(peak < 1 << 30, "peak RSS {} MiB", peak >> 20);
 }
 

@@ -449,7 +449,7 @@ impl Default for ServeConfig {
             auth_token_env: None,
             allowed_hosts: Vec::new(),
             max_body_bytes: 64 * 1024 * 1024,
-            max_inflight_bytes: 256 * 1024 * 1024,
+            max_inflight_bytes: 96 * 1024 * 1024,
             header_read_timeout_seconds: 10,
             body_read_timeout_seconds: 60,
             keepalive_idle_seconds: 90,
