@@ -14,6 +14,9 @@
 //!   or 503 with `Retry-After`;
 //! - a session store that does not answer: `/healthz` 503, naming no host,
 //!   port or credential.
+//!
+//! `CTX_EDGE_TEST_INFLIGHT=n` runs the memory test with another cap, to
+//! measure it (the test's own assertion of a refusal then may not hold).
 
 mod common;
 #[path = "../../context-engine-serve/tests/common/raw.rs"]
