@@ -167,9 +167,7 @@ pub enum StartError {
     },
     /// `serve.max_inflight_bytes` is below `serve.max_body_bytes`: a body
     /// the limit accepts could never be admitted.
-    #[error(
-        "serve.max_inflight_bytes ({inflight}) must be at least serve.max_body_bytes ({body})"
-    )]
+    #[error("serve.max_inflight_bytes ({inflight}) must be at least serve.max_body_bytes ({body})")]
     InflightBelowBody {
         /// `serve.max_inflight_bytes`.
         inflight: usize,

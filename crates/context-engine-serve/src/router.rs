@@ -31,7 +31,10 @@ pub struct AuthorizationConsumed;
 pub fn app(state: AppState) -> Router {
     let limit = state.options().max_body_bytes;
     routes()
-        .layer(middleware::from_fn_with_state(state.clone(), edge::read_body))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            edge::read_body,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
         .layer(middleware::from_fn_with_state(state.clone(), observe))

@@ -117,8 +117,9 @@ impl Upstream {
     pub fn passthrough_url(&self, rest: &str, query: Option<&str>) -> Result<String, ServeError> {
         crate::edge::path::check(rest)?;
         let url = self.url(rest, query);
-        let parsed = reqwest::Url::parse(&url)
-            .map_err(|e| ServeError::BadRequest(format!("the path is not a valid URL path: {e}")))?;
+        let parsed = reqwest::Url::parse(&url).map_err(|e| {
+            ServeError::BadRequest(format!("the path is not a valid URL path: {e}"))
+        })?;
         if !parsed.path().starts_with(&self.base_path) {
             return Err(ServeError::BadRequest(
                 "the path leaves the upstream's base path: paths must stay under /v1".into(),
@@ -236,7 +237,8 @@ mod tests {
         assert!(Upstream::new(&UpstreamOptions::new("ftp://x")).is_err());
         let up = Upstream::new(&UpstreamOptions::new("http://127.0.0.1:9/api/v1/")).unwrap();
         assert_eq!(
-            up.passthrough_url("/files/f-1/content", Some("a=..")).unwrap(),
+            up.passthrough_url("/files/f-1/content", Some("a=.."))
+                .unwrap(),
             "http://127.0.0.1:9/api/v1/files/f-1/content?a=.."
         );
         for bad in ["/../admin", "/%2e%2E/admin", "/x%2f..%2f..%2fadmin"] {

@@ -54,31 +54,86 @@ async fn cross_site_requests_never_reach_upstream() {
     let refused: Vec<(&str, &str, Vec<&str>, u16)> = vec![
         ("POST", chat, vec![&host, "Content-Type: text/plain"], 415),
         ("POST", chat, vec![&host], 415),
-        ("POST", "/v1/messages", vec![&host, "Content-Type: application/x-www-form-urlencoded"], 415),
-        ("POST", chat, vec![&host, json, "Origin: https://evil.example"], 403),
+        (
+            "POST",
+            "/v1/messages",
+            vec![&host, "Content-Type: application/x-www-form-urlencoded"],
+            415,
+        ),
+        (
+            "POST",
+            chat,
+            vec![&host, json, "Origin: https://evil.example"],
+            403,
+        ),
         ("POST", chat, vec![&host, json, "Origin: null"], 403),
         ("POST", chat, vec!["Host: evil.example:8787", json], 403),
-        ("POST", chat, vec!["Host: ctx.internal.evil.example", json], 403),
-        ("POST", chat, vec![&host, json, "Sec-Fetch-Site: cross-site"], 403),
-        ("POST", chat, vec![&host, json, "Sec-Fetch-Site: same-site"], 403),
-        ("POST", "/v1/embeddings", vec![&host, "Content-Type: text/plain"], 415),
-        ("POST", "/v1/files", vec![&host, "Content-Type: multipart/form-data; boundary=x", "Sec-Fetch-Mode: no-cors"], 415),
+        (
+            "POST",
+            chat,
+            vec!["Host: ctx.internal.evil.example", json],
+            403,
+        ),
+        (
+            "POST",
+            chat,
+            vec![&host, json, "Sec-Fetch-Site: cross-site"],
+            403,
+        ),
+        (
+            "POST",
+            chat,
+            vec![&host, json, "Sec-Fetch-Site: same-site"],
+            403,
+        ),
+        (
+            "POST",
+            "/v1/embeddings",
+            vec![&host, "Content-Type: text/plain"],
+            415,
+        ),
+        (
+            "POST",
+            "/v1/files",
+            vec![
+                &host,
+                "Content-Type: multipart/form-data; boundary=x",
+                "Sec-Fetch-Mode: no-cors",
+            ],
+            415,
+        ),
         ("GET", "/v1/models", vec!["Host: evil.example"], 403),
     ];
     for (method, path, headers, status) in &refused {
         let r = raw(addr, &request(method, path, headers, CHAT)).await;
         assert_eq!(r.status, *status, "{method} {path} {headers:?}: {}", r.text);
     }
-    assert!(rec.seen().is_empty(), "refused requests reached upstream: {:?}", rec.seen());
+    assert!(
+        rec.seen().is_empty(),
+        "refused requests reached upstream: {:?}",
+        rec.seen()
+    );
 
     // What real clients send still goes through.
     let accepted: Vec<(&str, &str, Vec<&str>)> = vec![
-        ("POST", chat, vec![&host, "Content-Type: application/json; charset=utf-8"]),
+        (
+            "POST",
+            chat,
+            vec![&host, "Content-Type: application/json; charset=utf-8"],
+        ),
         ("POST", chat, vec!["Host: localhost:1234", json]),
         ("POST", chat, vec!["Host: [::1]", json]),
         ("POST", chat, vec!["Host: ctx.internal", json]),
-        ("POST", chat, vec![&host, json, "Sec-Fetch-Site: same-origin"]),
-        ("POST", "/v1/files", vec![&host, "Content-Type: multipart/form-data; boundary=x"]),
+        (
+            "POST",
+            chat,
+            vec![&host, json, "Sec-Fetch-Site: same-origin"],
+        ),
+        (
+            "POST",
+            "/v1/files",
+            vec![&host, "Content-Type: multipart/form-data; boundary=x"],
+        ),
         ("GET", "/v1/models", vec![&host]),
     ];
     for (method, path, headers) in &accepted {
@@ -146,7 +201,9 @@ async fn stalled_connections_are_closed_within_their_timeouts() {
         let mut s = TcpStream::connect(addr).await.unwrap();
         let text = if i % 2 == 0 {
             // Headers never finished.
-            format!("POST /v1/chat/completions HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\n")
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\n"
+            )
         } else {
             // A body never finished.
             format!(
@@ -159,13 +216,20 @@ async fn stalled_connections_are_closed_within_their_timeouts() {
     // One that sends nothing at all, and one kept alive after an answer.
     stalled.push(TcpStream::connect(addr).await.unwrap());
     let mut kept = TcpStream::connect(addr).await.unwrap();
-    let keep_alive = format!(
-        "GET /v1/models HTTP/1.1\r\n{host}\r\n\r\n"
-    );
+    let keep_alive = format!("GET /v1/models HTTP/1.1\r\n{host}\r\n\r\n");
     kept.write_all(keep_alive.as_bytes()).await.unwrap();
 
     // Meanwhile a normal request is served.
-    let r = raw(addr, &request("POST", "/v1/chat/completions", &[&host, "Content-Type: application/json"], CHAT)).await;
+    let r = raw(
+        addr,
+        &request(
+            "POST",
+            "/v1/chat/completions",
+            &[&host, "Content-Type: application/json"],
+            CHAT,
+        ),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
 
     let mut slowest = Duration::ZERO;
@@ -175,9 +239,15 @@ async fn stalled_connections_are_closed_within_their_timeouts() {
         slowest = slowest.max(took);
     }
     let idle = closed_within(&mut kept, Duration::from_secs(6)).await;
-    println!("stalled connections closed within {slowest:?}; kept-alive idle closed after {idle:?}");
+    println!(
+        "stalled connections closed within {slowest:?}; kept-alive idle closed after {idle:?}"
+    );
     assert!(idle.is_some(), "an idle kept-alive connection is closed");
-    assert_eq!(rec.seen().len(), 2, "only the complete requests went upstream");
+    assert_eq!(
+        rec.seen().len(),
+        2,
+        "only the complete requests went upstream"
+    );
 }
 
 #[tokio::test]
@@ -220,11 +290,15 @@ async fn request_bytes_in_flight_are_capped() {
     let declared = post(big(6 * MB).into()).await.unwrap();
     assert_eq!(declared.status(), 503);
     assert_eq!(declared.headers()["retry-after"], "1");
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        big(6 * MB).chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
-    let streamed = post(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
-        .await
-        .unwrap();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big(6 * MB)
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let streamed = post(reqwest::Body::wrap_stream(futures_util::stream::iter(
+        chunks,
+    )))
+    .await
+    .unwrap();
     assert_eq!(streamed.status(), 503);
     assert_eq!(streamed.headers()["retry-after"], "1");
     assert_eq!(held.await.unwrap().unwrap().status(), 200);
@@ -234,13 +308,21 @@ async fn request_bytes_in_flight_are_capped() {
 
     // Past the body limit: 413, declared or streamed.
     assert_eq!(post(big(13 * MB).into()).await.unwrap().status(), 413);
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        big(13 * MB).chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
-    let r = post(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
-        .await
-        .unwrap();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big(13 * MB)
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let r = post(reqwest::Body::wrap_stream(futures_util::stream::iter(
+        chunks,
+    )))
+    .await
+    .unwrap();
     assert_eq!(r.status(), 413);
-    assert_eq!(rec.seen().len(), 2, "only the admitted bodies went upstream");
+    assert_eq!(
+        rec.seen().len(),
+        2,
+        "only the admitted bodies went upstream"
+    );
     assert_eq!(state.inflight().used(), 0);
 }
 

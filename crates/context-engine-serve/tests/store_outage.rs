@@ -125,7 +125,10 @@ async fn an_unreachable_database_fails_open_and_recovers() {
         health.starts_with("degraded: session store unavailable"),
         "{health}"
     );
-    assert!(!health.contains("127.0.0.1"), "no host in the reason: {health}");
+    assert!(
+        !health.contains("127.0.0.1"),
+        "no host in the reason: {health}"
+    );
     let status = client
         .get(format!("http://{proxy}/healthz"))
         .send()

@@ -69,7 +69,8 @@ impl Serve {
     fn spawn(name: &str, serve_yaml: &str, extra: &str) -> Serve {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let dir = std::env::temp_dir().join(format!("ctx-serve-edge-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("ctx-serve-edge-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("config.yaml");
         std::fs::write(
@@ -97,8 +98,13 @@ impl Serve {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(mut s) = TcpStream::connect(self.addr).await {
-                let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").await;
-                if closed_within(&mut s, Duration::from_secs(5)).await.is_some() {
+                let _ = s
+                    .write_all(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+                    .await;
+                if closed_within(&mut s, Duration::from_secs(5))
+                    .await
+                    .is_some()
+                {
                     return;
                 }
             }
@@ -108,7 +114,11 @@ impl Serve {
                 let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
                 panic!("ctx serve exited ({status}): {err}");
             }
-            assert!(Instant::now() < deadline, "ctx serve did not start on {}", self.addr);
+            assert!(
+                Instant::now() < deadline,
+                "ctx serve did not start on {}",
+                self.addr
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -184,16 +194,41 @@ async fn foreign_requests_and_escaping_paths_never_reach_upstream() {
         ("POST", chat, vec![&host, json], 401),
         ("GET", "/v1/models", vec![&host], 401),
         // What a web page can send.
-        ("POST", chat, vec![&host, &auth, "Content-Type: text/plain"], 415),
-        ("POST", chat, vec![&host, &auth, json, "Origin: https://evil.example"], 403),
+        (
+            "POST",
+            chat,
+            vec![&host, &auth, "Content-Type: text/plain"],
+            415,
+        ),
+        (
+            "POST",
+            chat,
+            vec![&host, &auth, json, "Origin: https://evil.example"],
+            403,
+        ),
         ("POST", chat, vec!["Host: evil.example", &auth, json], 403),
-        ("POST", chat, vec![&host, &auth, json, "Sec-Fetch-Site: cross-site"], 403),
-        ("POST", "/v1/embeddings", vec![&host, &auth, "Content-Type: text/plain"], 415),
+        (
+            "POST",
+            chat,
+            vec![&host, &auth, json, "Sec-Fetch-Site: cross-site"],
+            403,
+        ),
+        (
+            "POST",
+            "/v1/embeddings",
+            vec![&host, &auth, "Content-Type: text/plain"],
+            415,
+        ),
         // Paths leaving /v1.
         ("GET", "/v1/../secret-admin", vec![&host, &auth], 400),
         ("GET", "/v1/%2e%2e/secret-admin", vec![&host, &auth], 400),
         ("GET", "/v1/%2E%2e/secret-admin", vec![&host, &auth], 400),
-        ("GET", "/v1/models%2f..%2f..%2fsecret-admin", vec![&host, &auth], 400),
+        (
+            "GET",
+            "/v1/models%2f..%2f..%2fsecret-admin",
+            vec![&host, &auth],
+            400,
+        ),
         ("GET", "/v1/..%5csecret-admin", vec![&host, &auth], 400),
         ("GET", "/v1/..\\secret-admin", vec![&host, &auth], 400),
     ];
@@ -250,10 +285,19 @@ async fn stalled_connections_are_closed_while_others_are_served() {
     let started = Instant::now();
     let r = raw(
         addr,
-        &request("POST", "/v1/chat/completions", &[&host, &auth, "Content-Type: application/json"], CHAT),
+        &request(
+            "POST",
+            "/v1/chat/completions",
+            &[&host, &auth, "Content-Type: application/json"],
+            CHAT,
+        ),
     )
     .await;
-    assert_eq!(r.status, 200, "served while 100 connections stall: {}", r.text);
+    assert_eq!(
+        r.status, 200,
+        "served while 100 connections stall: {}",
+        r.text
+    );
     let served = started.elapsed();
     let mut slowest = Duration::ZERO;
     for (i, s) in stalled.iter_mut().enumerate() {
@@ -267,7 +311,11 @@ async fn stalled_connections_are_closed_while_others_are_served() {
         served.as_secs_f64() * 1e3,
         slowest.as_secs_f64()
     );
-    assert_eq!(rec.seen().len(), 1, "only the complete request went upstream");
+    assert_eq!(
+        rec.seen().len(),
+        1,
+        "only the complete request went upstream"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +325,10 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
     let url = start_recorder(Arc::clone(&rec)).await;
     // The upstream takes its time: the bodies are all in flight at once.
     *rec.delay.lock().unwrap() = Duration::from_millis(500);
-    let cap = std::env::var("CTX_EDGE_TEST_INFLIGHT").map_or_else(|_| String::new(), |v| format!("  max_inflight_bytes: {v}\n"));
+    let cap = std::env::var("CTX_EDGE_TEST_INFLIGHT").map_or_else(
+        |_| String::new(),
+        |v| format!("  max_inflight_bytes: {v}\n"),
+    );
     let mut serve = Serve::spawn("memory", &format!("{}{cap}", upstream_yaml(&url)), "");
     serve.ready().await;
     let addr = serve.addr;
@@ -318,7 +369,10 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
             other => panic!("neither an answer nor 503: {other}"),
         }
     }
-    assert!(answers.iter().any(|a| a.0 == 200), "some bodies are admitted");
+    assert!(
+        answers.iter().any(|a| a.0 == 200),
+        "some bodies are admitted"
+    );
     assert!(
         answers.iter().any(|a| a.0 == 503),
         "360 MB at once is past the default cap: some wait their turn"
@@ -368,13 +422,28 @@ async fn an_unanswering_store_makes_health_503_without_naming_it() {
     // A request finds the store down (and is served unmanaged).
     let r = raw(
         addr,
-        &request("POST", "/v1/chat/completions", &[&host, &auth, "Content-Type: application/json", "x-ctx-session: s1"], CHAT),
+        &request(
+            "POST",
+            "/v1/chat/completions",
+            &[
+                &host,
+                &auth,
+                "Content-Type: application/json",
+                "x-ctx-session: s1",
+            ],
+            CHAT,
+        ),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let health = raw(addr, &request("GET", "/healthz", &[&host], "")).await;
     assert_eq!(health.status, 503, "{}", health.text);
-    let body = health.text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    let body = health
+        .text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
     assert!(body.contains("degraded"), "{body}");
     for secret in [
         "127.0.0.1",
@@ -386,6 +455,10 @@ async fn an_unanswering_store_makes_health_503_without_naming_it() {
         KEY,
         TOKEN,
     ] {
-        assert!(!health.text.contains(secret), "`{secret}` in {}", health.text);
+        assert!(
+            !health.text.contains(secret),
+            "`{secret}` in {}",
+            health.text
+        );
     }
 }

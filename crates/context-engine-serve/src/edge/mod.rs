@@ -29,19 +29,17 @@ use site::RouteKind;
 
 /// The site rule, on the routes that reach upstream.
 pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let kind = match req.extensions().get::<MatchedPath>().map(MatchedPath::as_str) {
+    let kind = match req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+    {
         Some(p) if routes::MANAGED.contains(&p) => RouteKind::Managed,
         Some(routes::V1_ANY) => RouteKind::Passthrough,
         _ => return next.run(req).await,
     };
     let local = req.extensions().get::<LocalAddr>().map(|l| l.0.ip());
-    if let Err(e) = site::check(
-        state.allowed_hosts(),
-        req.headers(),
-        req.uri(),
-        local,
-        kind,
-    ) {
+    if let Err(e) = site::check(state.allowed_hosts(), req.headers(), req.uri(), local, kind) {
         return e.into_response();
     }
     next.run(req).await

@@ -194,9 +194,7 @@ pub fn check(
         .and_then(|v| v.split(';').next())
         .map(str::trim);
     let browser = headers.contains_key(ORIGIN)
-        || headers
-            .keys()
-            .any(|k| k.as_str().starts_with("sec-fetch-"));
+        || headers.keys().any(|k| k.as_str().starts_with("sec-fetch-"));
     match essence {
         Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
         Some(t)
@@ -281,35 +279,77 @@ mod tests {
     fn browsers_cross_site_and_bodies() {
         let h = hosts(&[]);
         let uri = Uri::from_static("/v1/chat/completions");
-        let json = [("host", "127.0.0.1:8787"), ("content-type", "application/json; charset=utf-8")];
+        let json = [
+            ("host", "127.0.0.1:8787"),
+            ("content-type", "application/json; charset=utf-8"),
+        ];
         let status = |pairs: &[(&'static str, &'static str)], kind| {
             check(&h, &headers(pairs), &uri, None, kind).map_err(|e| e.status().as_u16())
         };
         assert_eq!(status(&json, RouteKind::Managed), Ok(()));
-        assert_eq!(status(&[("content-type", "text/plain")], RouteKind::Managed), Err(415));
+        assert_eq!(
+            status(&[("content-type", "text/plain")], RouteKind::Managed),
+            Err(415)
+        );
         assert_eq!(status(&[], RouteKind::Managed), Err(415));
-        assert_eq!(status(&[("host", "evil.example")], RouteKind::Managed), Err(403));
+        assert_eq!(
+            status(&[("host", "evil.example")], RouteKind::Managed),
+            Err(403)
+        );
         let with = |extra: (&'static str, &'static str)| {
             let mut v = json.to_vec();
             v.push(extra);
             v
         };
-        assert_eq!(status(&with(("origin", "https://evil.example")), RouteKind::Managed), Err(403));
-        assert_eq!(status(&with(("origin", "null")), RouteKind::Managed), Err(403));
-        assert_eq!(status(&with(("origin", "http://localhost:3000")), RouteKind::Managed), Ok(()));
-        assert_eq!(status(&with(("sec-fetch-site", "cross-site")), RouteKind::Managed), Err(403));
-        assert_eq!(status(&with(("sec-fetch-site", "same-site")), RouteKind::Managed), Err(403));
-        assert_eq!(status(&with(("sec-fetch-site", "same-origin")), RouteKind::Managed), Ok(()));
+        assert_eq!(
+            status(
+                &with(("origin", "https://evil.example")),
+                RouteKind::Managed
+            ),
+            Err(403)
+        );
+        assert_eq!(
+            status(&with(("origin", "null")), RouteKind::Managed),
+            Err(403)
+        );
+        assert_eq!(
+            status(
+                &with(("origin", "http://localhost:3000")),
+                RouteKind::Managed
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            status(&with(("sec-fetch-site", "cross-site")), RouteKind::Managed),
+            Err(403)
+        );
+        assert_eq!(
+            status(&with(("sec-fetch-site", "same-site")), RouteKind::Managed),
+            Err(403)
+        );
+        assert_eq!(
+            status(&with(("sec-fetch-site", "same-origin")), RouteKind::Managed),
+            Ok(())
+        );
         // Passthrough: no body, no type needed; multipart only from a non-browser.
         assert_eq!(status(&[], RouteKind::Passthrough), Ok(()));
-        let multipart = [("content-type", "multipart/form-data; boundary=x"), ("content-length", "10")];
+        let multipart = [
+            ("content-type", "multipart/form-data; boundary=x"),
+            ("content-length", "10"),
+        ];
         assert_eq!(status(&multipart, RouteKind::Passthrough), Ok(()));
         assert_eq!(status(&multipart, RouteKind::Managed), Err(415));
         let mut browser = multipart.to_vec();
         browser.push(("sec-fetch-mode", "cors"));
         assert_eq!(status(&browser, RouteKind::Passthrough), Err(415));
         assert_eq!(
-            status(&[("content-type", "text/plain"), ("transfer-encoding", "chunked")], RouteKind::Passthrough),
+            status(
+                &[
+                    ("content-type", "text/plain"),
+                    ("transfer-encoding", "chunked")
+                ],
+                RouteKind::Passthrough
+            ),
             Err(415)
         );
     }
