@@ -132,7 +132,10 @@ async fn edge_cost(direct: &str) {
     let (with, _) = proxy(direct).await;
     let without = proxy_without_edge(direct).await;
     let client = reqwest::Client::new();
-    let rounds: usize = std::env::var("LOAD_EDGE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let rounds: usize = std::env::var("LOAD_EDGE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let (mut a, mut b) = (Vec::new(), Vec::new());
     // Warm-up.
     sequential(&client, &with, "edge-warm", 10).await;

@@ -286,6 +286,18 @@ async fn request_bytes_in_flight_are_capped() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(state.inflight().used(), 12 * MB);
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!("ctx_inflight_request_bytes {}", 12 * MB)),
+        "the gauge shows the bytes held"
+    );
     // ...so 6 MB more, declared or streamed, does not fit: 503 at once.
     let declared = post(big(6 * MB).into()).await.unwrap();
     assert_eq!(declared.status(), 503);

@@ -44,6 +44,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics().set_sessions(state.sessions().len());
+    state.metrics().set_inflight_bytes(state.inflight().used());
     let mut response = state.metrics().encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
