@@ -103,9 +103,12 @@ async fn cross_site_requests_never_reach_upstream() {
             415,
         ),
         ("GET", "/v1/models", vec!["Host: evil.example"], 403),
+        // A managed route takes only POST, whatever the body type.
+        ("GET", chat, vec![&host], 405),
     ];
     for (method, path, headers, status) in &refused {
-        let r = raw(addr, &request(method, path, headers, CHAT)).await;
+        let body = if *method == "GET" { "" } else { CHAT };
+        let r = raw(addr, &request(method, path, headers, body)).await;
         assert_eq!(r.status, *status, "{method} {path} {headers:?}: {}", r.text);
     }
     assert!(

@@ -17,6 +17,7 @@ pub mod path;
 pub mod site;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::http::header::CONTENT_LENGTH;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -34,7 +35,11 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map(MatchedPath::as_str)
     {
-        Some(p) if routes::MANAGED.contains(&p) => RouteKind::Managed,
+        // A managed route answers only POST (405 otherwise).
+        Some(p) if routes::MANAGED.contains(&p) && req.method() == Method::POST => {
+            RouteKind::Managed
+        }
+        Some(p) if routes::MANAGED.contains(&p) => RouteKind::Passthrough,
         Some(routes::V1_ANY) => RouteKind::Passthrough,
         _ => return next.run(req).await,
     };
