@@ -13,6 +13,9 @@
 //! The same sequential session is also sent as Anthropic Messages
 //! (`/v1/messages`) and Responses (`/v1/responses`), so the three fronts'
 //! added latencies compare; `LOAD_FRONTS_ONLY=1` runs only that part.
+//! `LOAD_ONLY=edge` compares the chat path with and without the edge (the
+//! site rule, the body read under its limits and the in-flight budget,
+//! the accept loop's timeouts and `TCP_NODELAY`) in one run, interleaved.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,6 +111,50 @@ async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState
         async move { context_engine_serve::serve(listener, s, std::future::pending()).await },
     );
     (format!("http://{addr}/v1"), state)
+}
+
+/// A proxy served without the edge: `axum::serve` (no connection
+/// timeouts, no `TCP_NODELAY`) on the router without the edge's layers.
+async fn proxy_without_edge(url: &str) -> String {
+    let (_, state) = proxy(url).await;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let app = context_engine_serve::router::app_without_edge(state);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// The chat path's latency with and without the edge, interleaved in
+/// rounds so that both see the same machine load.
+async fn edge_cost(direct: &str) {
+    let (with, _) = proxy(direct).await;
+    let without = proxy_without_edge(direct).await;
+    let client = reqwest::Client::new();
+    let rounds: usize = std::env::var("LOAD_EDGE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    // Warm-up.
+    sequential(&client, &with, "edge-warm", 10).await;
+    sequential(&client, &without, "bare-warm", 10).await;
+    for r in 0..rounds {
+        a.extend(sequential(&client, &with, &format!("edge-{r}"), 50).await);
+        b.extend(sequential(&client, &without, &format!("bare-{r}"), 50).await);
+    }
+    a.sort_by(f64::total_cmp);
+    b.sort_by(f64::total_cmp);
+    println!(
+        "edge cost, chat ~100 messages, {} requests each, interleaved: with the edge p50 {:.3} ms p99 {:.3} ms; without p50 {:.3} ms p99 {:.3} ms; p50 difference {:+.3} ms",
+        a.len(),
+        pct(&a, 0.5),
+        pct(&a, 0.99),
+        pct(&b, 0.5),
+        pct(&b, 0.99),
+        pct(&a, 0.5) - pct(&b, 0.5)
+    );
 }
 
 /// A coding-agent history of `n` messages: system, task, then tool calls
@@ -691,6 +738,13 @@ fn main() {
             }
             woken.sort_by(f64::total_cmp);
             println!("engine step after a sleep (wake: inflate + parse, then the step), {} messages: p50 {:.3} ms", h.len(), pct(&woken, 0.5));
+        }
+        if phase("edge") {
+            let direct = upstream().await;
+            edge_cost(&direct).await;
+        }
+        if only == "edge" {
+            return;
         }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
         let direct = upstream().await;

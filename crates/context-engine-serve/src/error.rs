@@ -33,7 +33,35 @@ pub enum ServeError {
     /// No such session for this credential.
     #[error("no session `{0}` for this credential")]
     SessionNotFound(String),
+    /// A request the proxy refuses to forward: a cross-site or foreign-host
+    /// request (what a web page could send).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// A body of a type the route does not take.
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
+    /// A body larger than `serve.max_body_bytes`.
+    #[error("request body larger than {limit} bytes (serve.max_body_bytes)")]
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body did not arrive within `serve.body_read_timeout_seconds`.
+    #[error("the request body did not arrive within {seconds} s")]
+    BodyTimeout {
+        /// The deadline, in seconds.
+        seconds: u64,
+    },
+    /// Too many request bytes in flight (`serve.max_inflight_bytes`):
+    /// answered at once with `Retry-After`.
+    #[error(
+        "the proxy is holding its limit of request bytes in flight (serve.max_inflight_bytes); retry shortly"
+    )]
+    Overloaded,
 }
+
+/// Seconds a client is asked to wait after [`ServeError::Overloaded`].
+pub const RETRY_AFTER_SECONDS: u32 = 1;
 
 impl ServeError {
     /// The HTTP status this error answers with.
@@ -46,6 +74,11 @@ impl ServeError {
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
+            ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ServeError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ServeError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ServeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ServeError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -58,6 +91,13 @@ impl ServeError {
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),
+            ServeError::Forbidden(_) => ("invalid_request_error", "forbidden"),
+            ServeError::UnsupportedMediaType(_) => {
+                ("invalid_request_error", "unsupported_media_type")
+            }
+            ServeError::PayloadTooLarge { .. } => ("invalid_request_error", "payload_too_large"),
+            ServeError::BodyTimeout { .. } => ("invalid_request_error", "request_timeout"),
+            ServeError::Overloaded => ("api_error", "overloaded"),
         }
     }
 
@@ -88,7 +128,14 @@ impl ServeError {
 
 impl IntoResponse for ServeError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(self.body())).into_response()
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if matches!(self, ServeError::Overloaded) {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
     }
 }
 
@@ -103,6 +150,35 @@ pub enum StartError {
     NeedsToken {
         /// The address asked for.
         addr: std::net::SocketAddr,
+    },
+    /// A provider key is configured but no access token: any caller
+    /// could spend the key.
+    #[error(
+        "refusing to start: serve.upstream.api_key_env is set, so every request would go \
+         upstream with that key, but no client authentication is configured; set \
+         serve.auth_token_env to the name of a variable holding the token clients must send \
+         (or unset serve.upstream.api_key_env so that each client's own key goes upstream)"
+    )]
+    KeyNeedsToken,
+    /// An entry of `serve.allowed_hosts` is not a host name.
+    #[error(
+        "invalid serve.allowed_hosts entry `{entry}`: {why} (expected a host name or IP address, \
+         optionally with a port and a leading `*.`, or `*`)"
+    )]
+    BadAllowedHost {
+        /// The entry as given.
+        entry: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `serve.max_inflight_bytes` is below `serve.max_body_bytes`: a body
+    /// the limit accepts could never be admitted.
+    #[error("serve.max_inflight_bytes ({inflight}) must be at least serve.max_body_bytes ({body})")]
+    InflightBelowBody {
+        /// `serve.max_inflight_bytes`.
+        inflight: usize,
+        /// `serve.max_body_bytes`.
+        body: usize,
     },
     /// A variable the configuration names is not set.
     #[error("environment variable `{name}` ({key}) is not set or empty")]

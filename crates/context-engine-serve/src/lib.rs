@@ -8,8 +8,10 @@
 //! ([`context_engine::host::Session`]), with the prefix sent before kept
 //! byte for byte so the provider's prompt cache keeps matching.
 //!
-//! Layout: [`routes`] (paths), [`router`] (layers: access token, body
-//! limit, metrics), [`handlers`] (thin), [`upstream`] (the HTTP client),
+//! Layout: [`routes`] (paths), [`router`] (layers: edge checks, access
+//! token, body limit, metrics), [`edge`] (what a request must be: host,
+//! origin, body type, passthrough path, size, deadline, bytes in flight),
+//! [`accept`] (connections: timeouts, `TCP_NODELAY`), [`handlers`] (thin), [`upstream`] (the HTTP client),
 //! [`session`] (keying, lineage, the driver per session), [`sse`] (stream
 //! relay), [`tools`] (engine tools), [`metrics`], [`error`] (OpenAI's
 //! error shape). No engine logic lives here: it is all in `context_engine`.
@@ -33,7 +35,9 @@
 //! # Ok::<(), context_engine_serve::StartError>(())
 //! ```
 
+pub mod accept;
 pub mod body;
+pub mod edge;
 pub mod error;
 pub mod handlers;
 pub mod identity;
@@ -46,7 +50,7 @@ pub mod sse_wire;
 pub mod tools;
 pub mod upstream;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,10 +71,24 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The provider.
     pub upstream: UpstreamOptions,
-    /// The access token clients must present; required off loopback.
+    /// The access token clients must present; required off loopback and
+    /// whenever the upstream options carry a provider key.
     pub auth_token: Option<String>,
+    /// Hosts a request may name besides the loopback names, the listen
+    /// address and the address a connection arrived on (see
+    /// [`edge::site`]).
+    pub allowed_hosts: Vec<String>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// Request body bytes all requests together may hold; past it a
+    /// request is refused at once (503, `Retry-After`).
+    pub max_inflight_bytes: usize,
+    /// Time from a request's first byte to the end of its headers.
+    pub header_read_timeout: Duration,
+    /// Time from the start of a body's read to its last byte.
+    pub body_read_timeout: Duration,
+    /// Time a connection may stay open without a request.
+    pub keepalive_idle: Duration,
     /// Offer the engine's tools on requests that carry tools of their own,
     /// and resolve their calls.
     pub engine_tools: bool,
@@ -97,15 +115,21 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
-    /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, engine tools, 10 000
-    /// sessions idle for at most an hour, asleep after a minute idle, 30 s
-    /// shutdown grace) for `upstream`.
+    /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, 96 MiB of bodies in
+    /// flight, header / body / keep-alive timeouts of 10 / 60 / 90 s,
+    /// engine tools, 10 000 sessions idle for at most an hour, asleep after
+    /// a minute idle, 30 s shutdown grace) for `upstream`.
     pub fn new(upstream: UpstreamOptions) -> ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream,
             auth_token: None,
+            allowed_hosts: Vec::new(),
             max_body_bytes: 64 * 1024 * 1024,
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            keepalive_idle: Duration::from_secs(90),
             engine_tools: true,
             identity_header: None,
             max_tool_rounds: 3,
@@ -135,6 +159,31 @@ impl ServeOptions {
     /// Sets [`auth_token`](Self::auth_token).
     pub fn with_auth_token(mut self, token: Option<String>) -> ServeOptions {
         self.auth_token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Sets [`allowed_hosts`](Self::allowed_hosts).
+    pub fn with_allowed_hosts(mut self, hosts: Vec<String>) -> ServeOptions {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// Sets [`max_inflight_bytes`](Self::max_inflight_bytes).
+    pub fn with_max_inflight_bytes(mut self, n: usize) -> ServeOptions {
+        self.max_inflight_bytes = n;
+        self
+    }
+
+    /// Sets the header read, body read and keep-alive idle timeouts.
+    pub fn with_timeouts(
+        mut self,
+        header_read: Duration,
+        body_read: Duration,
+        keepalive_idle: Duration,
+    ) -> ServeOptions {
+        self.header_read_timeout = header_read;
+        self.body_read_timeout = body_read;
+        self.keepalive_idle = keepalive_idle;
         self
     }
 
@@ -191,6 +240,14 @@ impl ServeOptions {
     }
 }
 
+/// The default of [`ServeOptions::max_inflight_bytes`]: 96 MiB, one body
+/// of the largest default size and room for many ordinary ones. A managed
+/// request peaks at about six times its body (its parsed history, the
+/// engine's work, the body it sends): six concurrent 60 MB chat requests
+/// in six sessions peaked at 1.5 GiB RSS with 256 MiB in flight, 790 MiB
+/// with 128 MiB, and stay near 450 MiB with this default.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 96 * 1024 * 1024;
+
 /// What every handler shares: options, the upstream client, the sessions,
 /// the metrics.
 #[derive(Clone, Debug)]
@@ -203,17 +260,32 @@ struct Shared {
     sessions: Sessions,
     metrics: Metrics,
     token: Option<[u8; 32]>,
+    allowed_hosts: edge::site::AllowedHosts,
+    inflight: Arc<edge::budget::InflightBudget>,
 }
 
 impl AppState {
-    /// The state for `options`; refuses a non-loopback address without an
-    /// access token.
+    /// The state for `options`; refuses a non-loopback address or a
+    /// provider key without an access token, a bad `allowed_hosts` entry,
+    /// and an in-flight cap below the body limit.
     pub fn new(options: ServeOptions, ctx: SessionContext) -> Result<AppState, StartError> {
         if !options.listen.ip().is_loopback() && options.auth_token.is_none() {
             return Err(StartError::NeedsToken {
                 addr: options.listen,
             });
         }
+        if options.upstream.api_key.is_some() && options.auth_token.is_none() {
+            return Err(StartError::KeyNeedsToken);
+        }
+        if options.max_inflight_bytes < options.max_body_bytes {
+            return Err(StartError::InflightBelowBody {
+                inflight: options.max_inflight_bytes,
+                body: options.max_body_bytes,
+            });
+        }
+        let allowed_hosts =
+            edge::site::AllowedHosts::new(options.listen.ip(), &options.allowed_hosts)?;
+        let inflight = edge::budget::InflightBudget::new(options.max_inflight_bytes);
         let upstream = Upstream::new(&options.upstream)?;
         identity::check_options(&options)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
@@ -234,6 +306,8 @@ impl AppState {
             sessions,
             metrics,
             token,
+            allowed_hosts,
+            inflight,
         })))
     }
 
@@ -257,6 +331,16 @@ impl AppState {
         &self.0.metrics
     }
 
+    /// The hosts requests may name.
+    pub(crate) fn allowed_hosts(&self) -> &edge::site::AllowedHosts {
+        &self.0.allowed_hosts
+    }
+
+    /// The budget of request bytes in flight.
+    pub fn inflight(&self) -> &Arc<edge::budget::InflightBudget> {
+        &self.0.inflight
+    }
+
     /// SHA-256 of the access token, when one is required.
     pub(crate) fn token_digest(&self) -> Option<&[u8; 32]> {
         self.0.token.as_ref()
@@ -265,7 +349,8 @@ impl AppState {
 
 /// Serves `state` on `listener` until `shutdown` resolves, then lets
 /// in-flight requests (streams included) finish for at most the shutdown
-/// grace. Idle sessions are swept once a minute by one task, which also
+/// grace. Connections are served by [`accept::accept`] (timeouts,
+/// `TCP_NODELAY`). Idle sessions are swept once a minute by one task, which also
 /// puts sessions to sleep (on the blocking pool: it deflates) as often as
 /// the hibernation time asks (at most once a second).
 pub async fn serve(
@@ -306,12 +391,11 @@ pub async fn serve(
         })
     };
     let grace = state.options().shutdown_grace;
-    let mut stop = rx.clone();
-    let server = axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .into_future();
+    let timeouts = accept::Timeouts {
+        header_read: state.options().header_read_timeout,
+        keepalive_idle: state.options().keepalive_idle,
+    };
+    let server = accept::accept(listener, app(state), timeouts, rx.clone());
     let mut expired = rx;
     tokio::spawn(async move {
         shutdown.await;

@@ -56,6 +56,7 @@ pub struct Metrics {
     prefix_bytes: Counter,
     cache_share: Gauge<f64, AtomicU64>,
     sessions: Gauge,
+    inflight_bytes: Gauge,
     prompt_total: AtomicU64,
     prefix_total: AtomicU64,
     store_latency: Histogram,
@@ -100,6 +101,7 @@ impl Metrics {
             prefix_bytes: Counter::default(),
             cache_share: Gauge::default(),
             sessions: Gauge::default(),
+            inflight_bytes: Gauge::default(),
             prompt_total: AtomicU64::new(0),
             prefix_total: AtomicU64::new(0),
             store_latency: latency_histogram(),
@@ -186,6 +188,11 @@ impl Metrics {
             m.cache_share.clone(),
         );
         registry.register("sessions", "Sessions held in memory", m.sessions.clone());
+        registry.register(
+            "inflight_request_bytes",
+            "Request body bytes held by requests in flight (capped by serve.max_inflight_bytes)",
+            m.inflight_bytes.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -277,6 +284,12 @@ impl Metrics {
     /// Sessions held now.
     pub fn set_sessions(&self, n: usize) {
         self.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Request body bytes in flight now.
+    pub fn set_inflight_bytes(&self, n: usize) {
+        self.inflight_bytes
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The histogram session store calls are timed into.

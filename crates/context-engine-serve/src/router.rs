@@ -1,5 +1,7 @@
-//! The layers around the routes: access token, body limit, request
-//! metrics and logs. Paths are in [`routes`](crate::routes).
+//! The layers around the routes, outermost first: request metrics and
+//! logs, the edge's site rule ([`edge::guard`]), the access token, the
+//! body read under its limits and the in-flight budget
+//! ([`edge::read_body`]). Paths are in [`routes`](crate::routes).
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -11,6 +13,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::AppState;
+use crate::edge;
 use crate::error::ServeError;
 use crate::routes::{UNAUTHENTICATED, routes};
 
@@ -26,6 +29,23 @@ pub struct AuthorizationConsumed;
 /// The whole application: routes and layers, ready to serve or to call in
 /// tests with `tower::ServiceExt::oneshot`.
 pub fn app(state: AppState) -> Router {
+    let limit = state.options().max_body_bytes;
+    routes()
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            edge::read_body,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// [`app`] without the edge's layers (site rule, body read, in-flight
+/// budget): only for the load benchmark's comparison of their cost.
+#[doc(hidden)]
+pub fn app_without_edge(state: AppState) -> Router {
     let limit = state.options().max_body_bytes;
     routes()
         .layer(middleware::from_fn_with_state(state.clone(), auth))

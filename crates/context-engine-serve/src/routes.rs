@@ -24,6 +24,10 @@ pub const METRICS: &str = "/metrics";
 /// One session's engine status.
 pub const SESSION: &str = "/ctx/sessions/{id}";
 
+/// The managed routes: JSON bodies only (see
+/// [`edge::site`](crate::edge::site)).
+pub const MANAGED: &[&str] = &[CHAT_COMPLETIONS, MESSAGES, MESSAGES_COUNT_TOKENS, RESPONSES];
+
 /// Paths that need no access token.
 pub const UNAUTHENTICATED: &[&str] = &[HEALTHZ];
 

@@ -41,6 +41,9 @@ impl UpstreamOptions {
 pub struct Upstream {
     client: reqwest::Client,
     base: String,
+    /// The base URL's path, with a trailing `/`: every passthrough URL's
+    /// path starts with it.
+    base_path: String,
     authorization: Option<HeaderValue>,
     timeout: Duration,
 }
@@ -88,9 +91,11 @@ impl Upstream {
         if let Some(v) = authorization.as_mut() {
             v.set_sensitive(true);
         }
+        let base_path = format!("{}/", parsed.path().trim_end_matches('/'));
         Ok(Upstream {
             client,
             base: options.url.trim_end_matches('/').to_owned(),
+            base_path,
             authorization,
             timeout: options.timeout,
         })
@@ -103,6 +108,24 @@ impl Upstream {
             Some(q) if !q.is_empty() => format!("{}/{rest}?{q}", self.base),
             _ => format!("{}/{rest}", self.base),
         }
+    }
+
+    /// The upstream URL of the passthrough path `/v1/{rest}` (`rest` as
+    /// received, still percent-encoded): refused when `rest` breaks the
+    /// path rule ([`edge::path`](crate::edge::path)) or the URL would not
+    /// stay under the base path.
+    pub fn passthrough_url(&self, rest: &str, query: Option<&str>) -> Result<String, ServeError> {
+        crate::edge::path::check(rest)?;
+        let url = self.url(rest, query);
+        let parsed = reqwest::Url::parse(&url).map_err(|e| {
+            ServeError::BadRequest(format!("the path is not a valid URL path: {e}"))
+        })?;
+        if !parsed.path().starts_with(&self.base_path) {
+            return Err(ServeError::BadRequest(
+                "the path leaves the upstream's base path: paths must stay under /v1".into(),
+            ));
+        }
+        Ok(url)
     }
 
     /// The headers to send upstream: the client's, less hop-by-hop headers,
@@ -212,6 +235,15 @@ mod tests {
             "Bearer sk-conf"
         );
         assert!(Upstream::new(&UpstreamOptions::new("ftp://x")).is_err());
+        let up = Upstream::new(&UpstreamOptions::new("http://127.0.0.1:9/api/v1/")).unwrap();
+        assert_eq!(
+            up.passthrough_url("/files/f-1/content", Some("a=.."))
+                .unwrap(),
+            "http://127.0.0.1:9/api/v1/files/f-1/content?a=.."
+        );
+        for bad in ["/../admin", "/%2e%2E/admin", "/x%2f..%2f..%2fadmin"] {
+            assert!(up.passthrough_url(bad, None).is_err(), "{bad}");
+        }
         assert!(Upstream::new(&UpstreamOptions::new("not a url")).is_err());
     }
 }

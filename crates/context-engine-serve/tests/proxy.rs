@@ -499,6 +499,7 @@ async fn engine_failures_fail_open() {
     let raw = r#"{"model":"m","messages":[ {"role": "user", "content": "hi"} ],"x":1}"#;
     let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body(raw)
         .send()
         .await
@@ -526,6 +527,7 @@ async fn engine_failures_fail_open() {
     // A body that is not a chat request goes upstream as it came.
     let resp = common::client()
         .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body("not json")
         .send()
         .await

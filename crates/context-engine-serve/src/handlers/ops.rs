@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
@@ -12,24 +12,30 @@ use crate::error::ServeError;
 use crate::identity::Identity;
 use crate::session::key::SessionKey;
 
-/// `GET /healthz`: `ok`, or `degraded: …` (still 200: the proxy keeps
-/// serving, unmanaged) while the session store does not answer. A degraded
-/// check starts the store's probe when one is due (in the background, one
-/// at a time: see [`crate::session::breaker`]), so recovery shows without
-/// traffic; it never waits for the store.
-pub async fn healthz(State(state): State<AppState>) -> String {
+/// `GET /healthz`: 200 `ok`, or 503 `degraded: …` while the session store
+/// does not answer (the proxy keeps serving, unmanaged, but a balancer
+/// should prefer a healthy instance). The reason names no URL, host or
+/// credential (the store's error, which may, is in the logs only). A
+/// degraded check starts the store's probe when one is due (in the
+/// background, one at a time: see [`crate::session::breaker`]), so
+/// recovery shows without traffic; it never waits for the store.
+pub async fn healthz(State(state): State<AppState>) -> Response {
     let Some(store) = state.sessions().store().cloned() else {
-        return "ok\n".to_owned();
+        return "ok\n".into_response();
     };
     if store.health.degraded().is_some() {
         store.available();
     }
     match store.health.degraded() {
-        None => "ok\n".to_owned(),
-        Some((why, since)) => format!(
-            "degraded: session store unavailable for {} s, requests go unmanaged: {why}\n",
-            since.as_secs()
-        ),
+        None => "ok\n".into_response(),
+        Some((_, since)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "degraded: session store unavailable for {} s, requests go unmanaged\n",
+                since.as_secs()
+            ),
+        )
+            .into_response(),
     }
 }
 
@@ -41,6 +47,7 @@ const NO_IDENTITY: &str = "session status needs an identity: send your own provi
 /// `GET /metrics`: Prometheus (OpenMetrics) text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics().set_sessions(state.sessions().len());
+    state.metrics().set_inflight_bytes(state.inflight().used());
     let mut response = state.metrics().encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -1,6 +1,7 @@
-//! Every `/v1/*` path but chat completions: forwarded unchanged (method,
+//! Every `/v1/*` path but the managed ones: forwarded unchanged (method,
 //! query, headers less hop-by-hop and `x-ctx-*`, body), the answer streamed
-//! back as it comes.
+//! back as it comes; a path that would leave the upstream's base path is
+//! refused (400).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
@@ -22,7 +23,10 @@ pub async fn passthrough(
     body: Bytes,
 ) -> Response {
     let rest = uri.path().strip_prefix("/v1").unwrap_or(uri.path());
-    let url = state.upstream().url(rest, uri.query());
+    let url = match state.upstream().passthrough_url(rest, uri.query()) {
+        Ok(url) => url,
+        Err(e) => return e.into_response(),
+    };
     let out_headers = state
         .upstream()
         .headers(&headers, consumed.is_some(), false);

@@ -394,10 +394,29 @@ pub struct ServeConfig {
     pub upstream: UpstreamConfig,
     /// NAME of the environment variable holding the access token clients
     /// must present (`Authorization: Bearer …` or `x-ctx-token`); required
-    /// when `listen` is not a loopback address.
+    /// when `listen` is not a loopback address, and when
+    /// `upstream.api_key_env` is set (else anyone could spend the key).
     pub auth_token_env: Option<String>,
+    /// Host names (`name`, `name:port`, `*.domain`, an IP, or `*` for
+    /// any) requests may name in `Host` and `Origin` besides the loopback
+    /// names, the listen address and the address a connection arrived on:
+    /// the names clients (or a load balancer passing their `Host` on)
+    /// reach the proxy under. Anything else is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Request body bytes all requests in flight may hold together; a
+    /// request past it is refused at once (503 with `Retry-After`). At
+    /// least `max_body_bytes`.
+    pub max_inflight_bytes: usize,
+    /// Seconds from a request's first byte (a new connection's accept) to
+    /// the end of its headers; past it the connection is closed.
+    pub header_read_timeout_seconds: u64,
+    /// Seconds from the start of a request body's read to its last byte;
+    /// past it the request is answered 408.
+    pub body_read_timeout_seconds: u64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    pub keepalive_idle_seconds: u64,
     /// Offer the engine's tools (`context_recall`, ...) to the model on
     /// requests that carry tools of their own, and resolve their calls in
     /// the proxy (on by default: the digest's one-liners name
@@ -435,7 +454,12 @@ impl Default for ServeConfig {
             listen: "127.0.0.1:8787".to_owned(),
             upstream: UpstreamConfig::default(),
             auth_token_env: None,
+            allowed_hosts: Vec::new(),
             max_body_bytes: 64 * 1024 * 1024,
+            max_inflight_bytes: 96 * 1024 * 1024,
+            header_read_timeout_seconds: 10,
+            body_read_timeout_seconds: 60,
+            keepalive_idle_seconds: 90,
             engine_tools: true,
             identity_header: None,
             max_tool_rounds: 3,

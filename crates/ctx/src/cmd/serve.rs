@@ -74,6 +74,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let options = ServeOptions::new(upstream)
         .with_listen(listen)
         .with_auth_token(token)
+        .with_allowed_hosts(s.allowed_hosts.clone())
+        .with_max_inflight_bytes(s.max_inflight_bytes)
+        .with_timeouts(
+            Duration::from_secs(s.header_read_timeout_seconds.max(1)),
+            Duration::from_secs(s.body_read_timeout_seconds.max(1)),
+            Duration::from_secs(s.keepalive_idle_seconds.max(1)),
+        )
         .with_engine_tools(!args.no_engine_tools && (args.engine_tools || s.engine_tools))
         .with_identity_header(s.identity_header.as_deref())?
         .with_max_body_bytes(s.max_body_bytes)
