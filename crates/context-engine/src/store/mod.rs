@@ -38,6 +38,7 @@
 //! # Ok::<(), context_engine::store::StoreError>(())
 //! ```
 
+mod at_rest;
 mod batch;
 pub mod handle;
 mod memory;
@@ -58,6 +59,7 @@ use thiserror::Error;
 
 use crate::message::Message;
 
+pub use at_rest::{AtRest, AtRestStore, KeyError, SEALED_FIELD, Seal};
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{
     archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
@@ -569,6 +571,12 @@ pub fn open(path: &Path) -> Result<Arc<dyn SessionStore>, StoreError> {
         return Ok(Arc::new(MemoryStore::new()));
     }
     Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+/// [`open`] with `at_rest` applied to everything written and read (what
+/// every command and server that turns configuration into a store uses).
+pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStore>, StoreError> {
+    Ok(at_rest.wrap(open(path)?))
 }
 
 /// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else

@@ -167,11 +167,15 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
             && !dir.exists()
         {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend {
+            private_dir(dir).map_err(|e| StoreError::Backend {
                 location: path.display().to_string(),
                 detail: format!("cannot create the folder {}: {e}", dir.display()),
             })?;
         }
+        private_file(path).map_err(|e| StoreError::Backend {
+            location: path.display().to_string(),
+            detail: format!("cannot make the store file private (mode 0600): {e}"),
+        })?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -226,6 +230,7 @@ impl SqliteStore {
             }
             conn.execute_batch(&format!(
                 "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                 PRAGMA secure_delete = ON; \
                  PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES};"
             ))
             .map_err(err)?;
@@ -848,8 +853,59 @@ impl SessionStore for SqliteStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        // The freed pages were zeroed (`secure_delete`), but the log still
+        // holds their old images: copy it back and empty it.
+        if self.path.as_os_str() != MEMORY_PATH {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(err)?;
+        }
         Ok(())
     }
+}
+
+/// Creates `dir` (and its missing parents) readable by its owner only
+/// (0700 on Unix).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Makes the store file `path` readable by its owner only (0600 on Unix):
+/// created so when missing (SQLite gives its `-wal` and `-shm` files the
+/// database's mode), and an existing file (and its log) that others can
+/// read is narrowed.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let file = Path::new(&name);
+            let Ok(meta) = std::fs::metadata(file) else {
+                continue;
+            };
+            if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// The id of the newest indexed message. Messages are indexed in id order,
