@@ -840,13 +840,31 @@ impl SessionStore for SqliteStore {
         // Messages no session archives any more, and the index entries of
         // those indexed (what waits is not in the index; what stays of it
         // still has ids above the newest indexed one).
-        tx.execute_batch(&format!(
-            "DELETE FROM message_fts WHERE rowid IN \
-               (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
-                AND id NOT IN (SELECT message FROM archive)); \
-             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);"
-        ))
+        let unindexed = tx
+            .execute(
+                &format!(
+                    "DELETE FROM message_fts WHERE rowid IN \
+                       (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
+                        AND id NOT IN (SELECT message FROM archive))"
+                ),
+                [],
+            )
+            .map_err(err)?;
+        tx.execute(
+            "DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive)",
+            [],
+        )
         .map_err(err)?;
+        if unindexed > 0 {
+            // A deletion only marks the index's entries deleted; merging
+            // its segments drops their tokens (and `secure_delete` zeroes
+            // the pages they leave).
+            tx.execute(
+                "INSERT INTO message_fts(message_fts) VALUES ('optimize')",
+                [],
+            )
+            .map_err(err)?;
+        }
         tx.commit().map_err(err)?;
         // What still waits is read back from the file when it is indexed.
         self.waiting
