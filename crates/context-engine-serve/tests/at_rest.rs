@@ -17,6 +17,8 @@ mod common;
 mod pg;
 #[path = "../../context-engine/tests/common/secrets.rs"]
 mod secrets;
+#[path = "../../context-engine/tests/common/sqlite_scan.rs"]
+mod sqlite_scan;
 
 use std::sync::Arc;
 
@@ -171,9 +173,9 @@ async fn the_default_sqlite_store_keeps_no_secret_and_a_restart_resumes() {
     // The state and history are in the store, the archive too.
     let record = store.load_versioned(SID).unwrap().expect("record");
     assert!(!record.history.is_empty());
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     drop(store);
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
@@ -187,7 +189,7 @@ async fn a_verbatim_sqlite_store_under_a_key_keeps_ciphertext_and_resumes() {
     resumed(&outcome, &store);
     // Verbatim: the moved session goes on with the texts as written.
     assert!(!secrets::found(outcome.second[0].as_bytes()).is_empty());
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 

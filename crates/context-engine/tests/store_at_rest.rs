@@ -12,6 +12,8 @@
 
 #[path = "common/secrets.rs"]
 mod secrets;
+#[path = "common/sqlite_scan.rs"]
+mod sqlite_scan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -152,7 +154,7 @@ fn the_default_store_keeps_no_secret_in_any_file() {
         assert!(secrets::found(text.as_bytes()).is_empty(), "{text}");
     }
     // While open (the log holds the latest pages) and after.
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     #[cfg(unix)]
     {
         for suffix in ["", "-wal", "-shm"] {
@@ -162,7 +164,7 @@ fn the_default_store_keeps_no_secret_in_any_file() {
         assert_eq!(secrets::mode(path.parent().unwrap()), 0o700);
     }
     drop(store);
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     // The search index holds the masked text: a secret is not found, its
     // masked neighbourhood is.
     let store = open_at_rest(&path, &AtRest::redacted(egress())).unwrap();
@@ -181,7 +183,7 @@ fn a_verbatim_store_with_a_key_keeps_ciphertext_and_recalls_the_verbatim_text() 
     let at_rest = AtRest::verbatim(egress(), Some(seal(KEY_HEX)));
     let store = open_at_rest(&path, &at_rest).unwrap();
     assert!(drive(&store, &recording) >= 2);
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     let handles = secret_handles(&recording);
     for (handle, i) in handles.iter().zip([3, 5, 13, 15]) {
         let entry = store.resolve(Some("leaky"), handle).unwrap().expect(handle);
@@ -193,7 +195,7 @@ fn a_verbatim_store_with_a_key_keeps_ciphertext_and_recalls_the_verbatim_text() 
     // The index holds the redacted text, never the verbatim.
     assert!(store.search(Some("leaky"), secrets::AWS, 5).unwrap().is_empty());
     drop(store);
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
 
     // Another key: an error that names the variable, never garbage.
     let wrong = open_at_rest(&path, &AtRest::verbatim(egress(), Some(seal(OTHER_KEY_HEX)))).unwrap();
@@ -253,15 +255,15 @@ fn a_verbatim_store_without_a_key_is_in_the_clear_until_the_session_is_deleted()
     let store = open_at_rest(&path, &at_rest).unwrap();
     assert!(drive(&store, &recording) >= 2);
     // The control: the scan sees what a verbatim store keeps.
-    let found = secrets::scan_sqlite(&path);
+    let found = sqlite_scan::scan_sqlite(&path);
     for name in ["aws", "github", "pem", "user-pattern"] {
         assert!(found.iter().any(|f| f.ends_with(name)), "{name}: {found:?}");
     }
     // Deleted: no page, no log frame and no index entry keeps them.
     store.delete_session("leaky").unwrap();
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
     drop(store);
-    assert_eq!(secrets::scan_sqlite(&path), Vec::<String>::new());
+    assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
 }
 
 #[cfg(unix)]

@@ -172,14 +172,18 @@ impl SqliteStore {
                 detail: format!("cannot create the folder {}: {e}", dir.display()),
             })?;
         }
-        private_file(path).map_err(|e| StoreError::Backend {
+        let private = |e: std::io::Error| StoreError::Backend {
             location: path.display().to_string(),
             detail: format!("cannot make the store file private (mode 0600): {e}"),
-        })?;
+        };
+        create_private(path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        SqliteStore::open_with(path, flags, true)
+        let store = SqliteStore::open_with(path, flags, true)?;
+        // Only a file found to be a store is touched.
+        narrow_private(path).map_err(private)?;
+        Ok(store)
     }
 
     /// Opens an existing store file for reading only (`ctx recall`,
@@ -891,24 +895,31 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     builder.create(dir)
 }
 
-/// Makes the store file `path` readable by its owner only (0600 on Unix):
-/// created so when missing (SQLite gives its `-wal` and `-shm` files the
-/// database's mode), and an existing file (and its log) that others can
-/// read is narrowed.
-fn private_file(path: &Path) -> std::io::Result<()> {
+/// Creates the store file `path` readable by its owner only (0600 on
+/// Unix) when it is missing: SQLite gives its `-wal` and `-shm` files the
+/// database's mode.
+fn create_private(path: &Path) {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        match std::fs::OpenOptions::new()
+        use std::os::unix::fs::OpenOptionsExt;
+        // An existing file is left alone; a folder that cannot be written
+        // fails here and SQLite's own error says so.
+        let _ = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path)
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// Narrows an existing store file `path` (and its log files) that others
+/// can read to 0600 (one an older version created 0644).
+fn narrow_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
         for suffix in ["", "-wal", "-shm"] {
             let mut name = path.as_os_str().to_owned();
             name.push(suffix);
