@@ -28,7 +28,10 @@ use context_engine::store::{AtRest, Seal, SessionStore, SqliteStore};
 use context_engine::tokens::TokenCounter;
 use context_engine_postgres::{PgOptions, PgStore};
 
-use common::{Reply, Script, completion, compressor_context, counter, metric, options, start_proxy, start_upstream};
+use common::{
+    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    start_upstream,
+};
 
 const SID: &str = "-:leaky";
 
@@ -120,7 +123,9 @@ async fn two_instances(store: Arc<dyn SessionStore>, switch: usize) -> Outcome {
         .iter()
         .map(|r| String::from_utf8(r.body.to_vec()).unwrap())
         .collect();
-    let count = |state: &context_engine_serve::AppState| metric(&state.metrics().encode(), "ctx_compactions_total");
+    let count = |state: &context_engine_serve::AppState| {
+        metric(&state.metrics().encode(), "ctx_compactions_total")
+    };
     Outcome {
         second: second_requests,
         metrics: second.1.metrics().encode(),
@@ -136,8 +141,16 @@ fn resumed(outcome: &Outcome, store: &Arc<dyn SessionStore>) {
     assert_eq!(metric(m, "ctx_unmanaged_total"), 0, "unmanaged: {m}");
     assert_eq!(metric(m, "ctx_fallbacks_total"), 0, "fell back: {m}");
     let (a, b) = outcome.compactions;
-    assert!(a > 0 && b > 0, "compactions before and after the move: {a}, {b}");
-    let seqs: Vec<u64> = store.compactions(SID).unwrap().iter().map(|r| r.seq).collect();
+    assert!(
+        a > 0 && b > 0,
+        "compactions before and after the move: {a}, {b}"
+    );
+    let seqs: Vec<u64> = store
+        .compactions(SID)
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
     assert_eq!(seqs, (1..=a + b).collect::<Vec<_>>(), "numbered on");
 }
 

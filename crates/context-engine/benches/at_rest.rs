@@ -26,11 +26,15 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 /// The corpus session, else a generated coding session of about the same
 /// size.
 fn session() -> (Vec<Message>, &'static str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/sweagent_pydicom.traj");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/sweagent_pydicom.traj");
     if let Ok(t) = Transcript::load(&path) {
         return (t.messages, "sweagent_pydicom.traj");
     }
-    let mut m = vec![Message::system("You are a coding agent."), Message::user("fix it")];
+    let mut m = vec![
+        Message::system("You are a coding agent."),
+        Message::user("fix it"),
+    ];
     for i in 0..60 {
         m.push(Message::assistant(format!("I'll look at file {i}.")));
         m.push(Message::user(
@@ -57,10 +61,16 @@ fn compaction(messages: &[Message], n: u64) -> Batch {
         .collect();
     let len = input.len();
     let mut output = input[..3].to_vec();
-    output.push(Message::user(format!("[summary {n}] the agent read and edited files")));
+    output.push(Message::user(format!(
+        "[summary {n}] the agent read and edited files"
+    )));
     output.extend_from_slice(&input[len - 6..]);
     let mut batch = Batch::new();
-    batch.compaction(&input, &output, &CompactionInfo::new(n + 1, "bench", "compressor"));
+    batch.compaction(
+        &input,
+        &output,
+        &CompactionInfo::new(n + 1, "bench", "compressor"),
+    );
     batch
 }
 
@@ -75,16 +85,28 @@ fn temp(name: &str) -> PathBuf {
 }
 
 fn stores() -> Vec<(&'static str, Arc<dyn SessionStore>)> {
-    let redactor = Redactor::builder().pattern("ACMESECRET[a-z0-9]{12}").build().unwrap();
+    let redactor = Redactor::builder()
+        .pattern("ACMESECRET[a-z0-9]{12}")
+        .build()
+        .unwrap();
     let egress = Egress::new(Some(Arc::new(redactor)));
     let key = Seal::from_text("BENCH_KEY", &"7a".repeat(32)).unwrap();
     let open = |name: &str| -> Arc<dyn SessionStore> {
         Arc::new(SqliteStore::open(&temp(&format!("{name}.db"))).unwrap())
     };
     vec![
-        ("verbatim", AtRest::verbatim(egress.clone(), None).wrap(open("verbatim"))),
-        ("redacted", AtRest::redacted(egress.clone()).wrap(open("redacted"))),
-        ("encrypted", AtRest::verbatim(egress, Some(key)).wrap(open("encrypted"))),
+        (
+            "verbatim",
+            AtRest::verbatim(egress.clone(), None).wrap(open("verbatim")),
+        ),
+        (
+            "redacted",
+            AtRest::redacted(egress.clone()).wrap(open("redacted")),
+        ),
+        (
+            "encrypted",
+            AtRest::verbatim(egress, Some(key)).wrap(open("encrypted")),
+        ),
     ]
 }
 

@@ -114,10 +114,8 @@ fn drive(store: &Arc<dyn SessionStore>, recording: &[Message]) -> usize {
 
 /// A fresh folder (not created yet) for a store file.
 fn fresh(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "ctx-at-rest-{}-{name}/private",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("ctx-at-rest-{}-{name}/private", std::process::id()));
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     dir.join("store.db")
 }
@@ -135,7 +133,10 @@ fn planted_secrets_are_what_egress_masks() {
     let e = egress();
     let text = secrets::planted("output");
     let masked = e.string(&text);
-    assert!(secrets::found(text.as_bytes()).len() == 4, "the scan finds all four in the clear");
+    assert!(
+        secrets::found(text.as_bytes()).len() == 4,
+        "the scan finds all four in the clear"
+    );
     assert!(secrets::found(masked.as_bytes()).is_empty(), "{masked}");
 }
 
@@ -148,7 +149,10 @@ fn the_default_store_keeps_no_secret_in_any_file() {
     assert!(compactions >= 2, "{compactions} compactions");
     // The planted outputs were archived (masked) and resolve.
     for handle in secret_handles(&recording) {
-        let entry = store.resolve(Some("leaky"), &handle).unwrap().expect(&handle);
+        let entry = store
+            .resolve(Some("leaky"), &handle)
+            .unwrap()
+            .expect(&handle);
         let text = entry.messages[0].text();
         assert!(text.contains("[REDACTED PRIVATE KEY]"), "{text}");
         assert!(secrets::found(text.as_bytes()).is_empty(), "{text}");
@@ -168,11 +172,20 @@ fn the_default_store_keeps_no_secret_in_any_file() {
     // The search index holds the masked text: a secret is not found, its
     // masked neighbourhood is.
     let store = open_at_rest(&path, &AtRest::redacted(egress())).unwrap();
-    assert!(store.search(Some("leaky"), secrets::AWS, 5).unwrap().is_empty());
+    assert!(
+        store
+            .search(Some("leaky"), secrets::AWS, 5)
+            .unwrap()
+            .is_empty()
+    );
     let hits = store.search(Some("leaky"), "aws_access_key_id", 5).unwrap();
     assert!(!hits.is_empty());
     for h in &hits {
-        assert!(secrets::found(h.snippet.as_bytes()).is_empty(), "{}", h.snippet);
+        assert!(
+            secrets::found(h.snippet.as_bytes()).is_empty(),
+            "{}",
+            h.snippet
+        );
     }
 }
 
@@ -191,14 +204,26 @@ fn a_verbatim_store_with_a_key_keeps_ciphertext_and_recalls_the_verbatim_text() 
     }
     // The state comes back whole.
     let state = store.load_state("leaky").unwrap().expect("state");
-    assert!(state.is_object() && state.get("ctx_sealed").is_none(), "{state}");
+    assert!(
+        state.is_object() && state.get("ctx_sealed").is_none(),
+        "{state}"
+    );
     // The index holds the redacted text, never the verbatim.
-    assert!(store.search(Some("leaky"), secrets::AWS, 5).unwrap().is_empty());
+    assert!(
+        store
+            .search(Some("leaky"), secrets::AWS, 5)
+            .unwrap()
+            .is_empty()
+    );
     drop(store);
     assert_eq!(sqlite_scan::scan_sqlite(&path), Vec::<String>::new());
 
     // Another key: an error that names the variable, never garbage.
-    let wrong = open_at_rest(&path, &AtRest::verbatim(egress(), Some(seal(OTHER_KEY_HEX)))).unwrap();
+    let wrong = open_at_rest(
+        &path,
+        &AtRest::verbatim(egress(), Some(seal(OTHER_KEY_HEX))),
+    )
+    .unwrap();
     let err = wrong.resolve(Some("leaky"), &handles[0]).unwrap_err();
     assert!(err.to_string().contains("CTX_TEST_STORE_KEY"), "{err}");
     let err = wrong.load_state("leaky").unwrap_err();
@@ -208,7 +233,8 @@ fn a_verbatim_store_with_a_key_keeps_ciphertext_and_recalls_the_verbatim_text() 
     let keyless = open_at_rest(&path, &AtRest::redacted(egress())).unwrap();
     let err = keyless.resolve(Some("leaky"), &handles[0]).unwrap_err();
     assert!(
-        matches!(err, StoreError::Backend { .. }) && err.to_string().contains("store.encryption_key_env"),
+        matches!(err, StoreError::Backend { .. })
+            && err.to_string().contains("store.encryption_key_env"),
         "{err}"
     );
 }
@@ -251,7 +277,11 @@ fn a_verbatim_store_without_a_key_is_in_the_clear_until_the_session_is_deleted()
     let path = fresh("clear");
     let recording = recording();
     let at_rest = AtRest::verbatim(egress(), None);
-    assert!(at_rest.warning().is_some_and(|w| w.contains("in the clear")));
+    assert!(
+        at_rest
+            .warning()
+            .is_some_and(|w| w.contains("in the clear"))
+    );
     let store = open_at_rest(&path, &at_rest).unwrap();
     assert!(drive(&store, &recording) >= 2);
     // The control: the scan sees what a verbatim store keeps.

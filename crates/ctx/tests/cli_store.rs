@@ -281,16 +281,34 @@ fn search_and_recall_print_no_secret_unless_unmasked() {
                 }
                 let r = ctx_with(&args, env);
                 assert_eq!(r.status.code(), Some(0), "{name}: {}", stderr(&r));
-                assert!(secrets::found(&r.stdout).is_empty(), "{name}: {}", stdout(&r));
+                assert!(
+                    secrets::found(&r.stdout).is_empty(),
+                    "{name}: {}",
+                    stdout(&r)
+                );
                 assert!(stdout(&r).contains("[REDACTED PRIVATE KEY]"), "{name}");
             }
             args_unmasked(name, db, id, env);
         }
-        let s = ctx_with(&["search", "--store", db, "aws_access_key_id", "--json"], env);
-        assert_eq!(s.status.code(), Some(0), "{name}: {}", stderr(&s));
-        assert!(secrets::found(&s.stdout).is_empty(), "{name}: {}", stdout(&s));
         let s = ctx_with(
-            &["search", "--store", db, "aws_access_key_id", "--json", "--unmasked"],
+            &["search", "--store", db, "aws_access_key_id", "--json"],
+            env,
+        );
+        assert_eq!(s.status.code(), Some(0), "{name}: {}", stderr(&s));
+        assert!(
+            secrets::found(&s.stdout).is_empty(),
+            "{name}: {}",
+            stdout(&s)
+        );
+        let s = ctx_with(
+            &[
+                "search",
+                "--store",
+                db,
+                "aws_access_key_id",
+                "--json",
+                "--unmasked",
+            ],
             env,
         );
         assert_eq!(
@@ -303,11 +321,19 @@ fn search_and_recall_print_no_secret_unless_unmasked() {
             // Without the key: an error naming the setting, exit 2.
             let r = ctx_with(&["recall", "--store", db, &archived[0]], &default);
             assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
-            assert!(stderr(&r).contains("store.encryption_key_env"), "{}", stderr(&r));
+            assert!(
+                stderr(&r).contains("store.encryption_key_env"),
+                "{}",
+                stderr(&r)
+            );
             // The variable named but not set.
             let r = ctx_with(&["recall", "--store", db, &archived[0]], &sealed[..1]);
             assert_eq!(r.status.code(), Some(2));
-            assert!(stderr(&r).contains("`CTX_TEST_STORE_KEY`"), "{}", stderr(&r));
+            assert!(
+                stderr(&r).contains("`CTX_TEST_STORE_KEY`"),
+                "{}",
+                stderr(&r)
+            );
         }
     }
 }

@@ -86,7 +86,8 @@ impl Egress {
     /// `all`: also the legacy function call and the unknown fields.
     fn masked_message(&self, message: &Message, all: bool) -> Option<Message> {
         let mut out: Option<Message> = None;
-        let mut edit = |f: &mut dyn FnMut(&mut Message)| f(out.get_or_insert_with(|| message.clone()));
+        let mut edit =
+            |f: &mut dyn FnMut(&mut Message)| f(out.get_or_insert_with(|| message.clone()));
         // Only a changed text is written back.
         let changed = |text: &str| match self.text(text) {
             Cow::Owned(r) => Some(r),
@@ -376,6 +377,52 @@ mod tests {
         assert!(!out.contains("ACME-123456"), "{out}");
         assert!(!out.contains(TOKEN), "{out}");
         assert!(out.starts_with("ticket "), "{out}");
+    }
+
+    #[test]
+    fn a_json_text_at_rest_changes_only_what_holds_a_secret() {
+        let egress = user_patterns();
+        // Untouched: borrowed, byte for byte (spacing, escapes, order).
+        let clean = r#"{"b": 1,  "a": ["x\u00e9", null, true]}"#;
+        assert!(matches!(
+            egress.json_at_rest(clean).unwrap(),
+            Cow::Borrowed(_)
+        ));
+        let text = format!(
+            r#"{{"keep": {{"z": "as is" , "y": 2}}, "messages": [{{"role": "tool", "tool_call_id": "ACME-111111", "content": "token {TOKEN} ACME-222222"}}], "signature": "ACME-333333", "n": 1.50}}"#
+        );
+        let out = egress.json_at_rest(&text).unwrap();
+        assert!(
+            !out.contains(TOKEN) && !out.contains("ACME-222222"),
+            "{out}"
+        );
+        // Identifiers and signed blobs are never rewritten.
+        assert!(
+            out.contains("ACME-111111") && out.contains("ACME-333333"),
+            "{out}"
+        );
+        // What held no secret keeps its bytes.
+        assert!(out.contains(r#"{"z": "as is" , "y": 2}"#), "{out}");
+        assert!(out.ends_with(r#""n":1.50}"#), "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["messages"][0]["role"], "tool");
+        assert!(egress.json_at_rest("{not json").is_err());
+    }
+
+    #[test]
+    fn a_message_at_rest_masks_the_fields_a_model_does_not_know() {
+        let egress = user_patterns();
+        let m: Message = serde_json::from_str(&format!(
+            r#"{{"role": "assistant", "content": "ok", "thought": "use {TOKEN}", "id": "ACME-444444"}}"#
+        ))
+        .unwrap();
+        let out = egress.message_at_rest(&m).expect("masked");
+        let wire = serde_json::to_string(&out).unwrap();
+        assert!(
+            !wire.contains(TOKEN) && wire.contains("ACME-444444"),
+            "{wire}"
+        );
+        assert!(egress.message_at_rest(&Message::user("plain")).is_none());
     }
 
     #[test]

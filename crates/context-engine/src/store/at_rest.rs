@@ -122,7 +122,12 @@ impl AtRest {
 
     /// What the store keeps of archived message `message` (content hash
     /// `hash`).
-    fn message(&self, location: &str, hash: &str, message: &Message) -> Result<Message, StoreError> {
+    fn message(
+        &self,
+        location: &str,
+        hash: &str,
+        message: &Message,
+    ) -> Result<Message, StoreError> {
         if self.verbatim && self.seal.is_none() {
             return Ok(message.clone());
         }
@@ -161,7 +166,9 @@ impl AtRest {
         let message: Message = serde_json::from_slice(&plain)
             .map_err(|e| corrupt(&format!("not a message once decrypted: {e}")))?;
         if message_hash(&message) != hash {
-            return Err(corrupt("its content does not have the hash it is stored under"));
+            return Err(corrupt(
+                "its content does not have the hash it is stored under",
+            ));
         }
         Ok(message)
     }
@@ -191,7 +198,12 @@ impl AtRest {
     }
 
     /// The state a stored one was made from.
-    fn open_state(&self, location: &str, session: &str, stored: Value) -> Result<Value, StoreError> {
+    fn open_state(
+        &self,
+        location: &str,
+        session: &str,
+        stored: Value,
+    ) -> Result<Value, StoreError> {
         let data = match &stored {
             Value::Object(map) if map.len() == 1 => match map.get(SEALED_FIELD) {
                 Some(Value::String(data)) => data,
@@ -413,8 +425,9 @@ impl Seal {
             Ok(v) if !v.trim().is_empty() => Seal::from_text(name, &v),
             Ok(_) | Err(std::env::VarError::NotPresent) => Err(KeyError {
                 name: name.to_owned(),
-                detail: "is not set: it must hold the store's 32-byte key (64 hex digits or base64)"
-                    .to_owned(),
+                detail:
+                    "is not set: it must hold the store's 32-byte key (64 hex digits or base64)"
+                        .to_owned(),
             }),
             Err(std::env::VarError::NotUnicode(_)) => Err(KeyError {
                 name: name.to_owned(),

@@ -565,18 +565,22 @@ impl Versioned {
 }
 
 /// Opens the store at `path`: `:memory:` for a [`MemoryStore`], else a
-/// [`SqliteStore`] file (created when missing, migrated when older).
+/// [`SqliteStore`] file (created when missing, migrated when older), which
+/// keeps every text redacted with the built-in rules ([`AtRest`]'s
+/// default; [`open_at_rest`] for the user's patterns or a verbatim store).
 pub fn open(path: &Path) -> Result<Arc<dyn SessionStore>, StoreError> {
-    if path.as_os_str() == MEMORY_PATH {
-        return Ok(Arc::new(MemoryStore::new()));
-    }
-    Ok(Arc::new(SqliteStore::open(path)?))
+    open_at_rest(path, &AtRest::default())
 }
 
 /// [`open`] with `at_rest` applied to everything written and read (what
 /// every command and server that turns configuration into a store uses).
 pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStore>, StoreError> {
-    Ok(at_rest.wrap(open(path)?))
+    let backend: Arc<dyn SessionStore> = if path.as_os_str() == MEMORY_PATH {
+        Arc::new(MemoryStore::new())
+    } else {
+        Arc::new(SqliteStore::open(path)?)
+    };
+    Ok(at_rest.wrap(backend))
 }
 
 /// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else

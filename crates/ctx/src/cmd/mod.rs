@@ -103,7 +103,11 @@ impl StoreArgs {
     /// printed).
     pub fn open_read_only(
         &self,
-    ) -> anyhow::Result<(Arc<dyn SessionStore>, PathBuf, context_engine::store::AtRest)> {
+    ) -> anyhow::Result<(
+        Arc<dyn SessionStore>,
+        PathBuf,
+        context_engine::store::AtRest,
+    )> {
         let config = ConfigLoader::new().with_process_env().load()?.config;
         let path = self.path_in(&config)?;
         let at_rest = config.at_rest()?;
