@@ -229,16 +229,12 @@ impl AtRest {
         text: &str,
     ) -> Result<String, StoreError> {
         if !self.verbatim {
-            return self
-                .egress
-                .json_at_rest(text)
-                .map(Cow::into_owned)
-                .map_err(|e| StoreError::Backend {
-                    location: location.to_owned(),
-                    detail: format!(
-                        "history segment {index} of session `{session}` is not JSON, so it cannot be redacted: {e}"
-                    ),
-                });
+            // A server's segments are JSON: only their strings are masked,
+            // the rest kept byte for byte. Any other text is masked whole.
+            return Ok(match self.egress.json_at_rest(text) {
+                Ok(masked) => masked.into_owned(),
+                Err(_) => self.egress.string(text),
+            });
         }
         let Some(seal) = &self.seal else {
             return Ok(text.to_owned());
