@@ -40,7 +40,10 @@ fn at_rest_stores_keep_the_contract() {
     let seal = || Seal::from_text("CTX_TEST_STORE_KEY", &"5e".repeat(32)).expect("key");
     let policies = [
         ("redacted", AtRest::default()),
-        ("encrypted", AtRest::verbatim(Egress::builtin(), Some(seal()))),
+        (
+            "encrypted",
+            AtRest::verbatim(Egress::builtin(), Some(seal())),
+        ),
     ];
     for (name, policy) in policies {
         let memory = policy.wrap(Arc::new(MemoryStore::new()));
