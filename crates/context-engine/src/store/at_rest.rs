@@ -28,7 +28,6 @@
 //! key is an error that names the variable, never garbage. Without a key
 //! the texts are kept in the clear ([`AtRest::warning`]).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use base64::Engine as _;
