@@ -160,5 +160,58 @@ fn bench_at_rest(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_at_rest);
+/// What a server step writes (`ctx serve`): the state and a history
+/// segment with the step's new messages (a call and its ~2 KB result, as
+/// the lineage writes them), by compare-and-swap, under each policy.
+fn bench_server_step(c: &mut Criterion) {
+    let (messages, _) = session();
+    let stores = stores();
+    let result = messages
+        .iter()
+        .find(|m| m.text().len() > 1_500)
+        .cloned()
+        .unwrap_or_else(|| Message::user("x".repeat(2_000)));
+    let segment = |n: u64| {
+        let chain = format!("{:032x}", u128::from(n) * 0x9e37_79b9_7f4a_7c15);
+        serde_json::json!({
+            "keep": {"chain": n, "messages": n, "sent": n},
+            "chain": [chain],
+            "messages": [
+                {"json": serde_json::to_value(Message::assistant(format!("step {n}: I'll run the tests"))).unwrap(), "depends": n + 1, "engine_made": false},
+                {"json": serde_json::to_value(&result).unwrap(), "depends": n + 2, "engine_made": false},
+            ],
+            "sent": [n, n + 1],
+        })
+        .to_string()
+    };
+    let state = |n: u64| {
+        serde_json::json!({
+            "engine": "compressor",
+            "engine_state": {"state": {"last_prompt_tokens": {"known": 12000 + n}, "compression_count": 2,
+                "threshold_tokens": 96000, "context_length": 128000}},
+            "host": {"awaiting_usage": false, "calls_this_turn": 3, "recorded": 2},
+            "serve": {"calls": n, "lineage": format!("{:032x}", n)}
+        })
+    };
+    let mut group = c.benchmark_group("at_rest_server_step");
+    for (name, store) in &stores {
+        let mut version = 0u64;
+        group.bench_function(*name, |b| {
+            b.iter(|| {
+                let seg = [segment(version)];
+                let write = context_engine::store::HistoryWrite {
+                    // One segment per step: as many stored as versions.
+                    keep: version as usize,
+                    append: &seg,
+                };
+                version = store
+                    .commit_versioned("step", version, &[], &state(version), Some(write))
+                    .unwrap();
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_at_rest, bench_server_step);
 criterion_main!(benches);
