@@ -110,7 +110,7 @@ async fn instances(store: Arc<dyn SessionStore>, switch: usize, alternate: bool)
             completion(answer.clone(), c.count_messages(&msgs) as u64, 50)
         })));
         let body = serde_json::json!({"model": "scripted", "messages": &recording[..index]});
-        let on_second = k >= switch && (!alternate || (k - switch) % 2 == 0);
+        let on_second = k >= switch && (!alternate || (k - switch).is_multiple_of(2));
         let (addr, _) = if on_second { &second } else { &first };
         let resp = client
             .post(format!("http://{addr}/v1/chat/completions"))
