@@ -33,6 +33,26 @@ fn keeps_the_store_contract() {
     assert_eq!(other.search(None, "KeyError", 5).expect("search").len(), 1);
 }
 
+/// The at-rest policies keep the contract around Postgres: the default
+/// (redacted) and a verbatim store under a key (ciphertext segments read
+/// by what follows, as Postgres answers).
+#[test]
+fn keeps_the_store_contract_under_the_at_rest_policies() {
+    use context_engine::redact::Egress;
+    use context_engine::store::{AtRest, Seal};
+    let seal = Seal::from_text("CTX_TEST_STORE_KEY", &"3c".repeat(32)).expect("key");
+    for policy in [
+        AtRest::default(),
+        AtRest::verbatim(Egress::builtin(), Some(seal)),
+    ] {
+        let Some(db) = TestDb::create() else { return };
+        let wrapped = policy.wrap(Arc::new(store(&db)));
+        store_contract::archive(wrapped.as_ref());
+        store_contract::versioned(wrapped.as_ref());
+        store_contract::claims(wrapped.as_ref());
+    }
+}
+
 /// A server that holds a session's history reads only the segments
 /// written after the ones it holds (the contract allows a whole read;
 /// Postgres answers by what follows).

@@ -36,6 +36,9 @@ pub enum Error {
     /// A redactor could not be built ([`crate::redact`]).
     #[error(transparent)]
     Redact(#[from] crate::redact::RedactError),
+    /// The key of an encrypted session store.
+    #[error(transparent)]
+    StoreKey(#[from] crate::store::KeyError),
     /// A summarizer failed ([`crate::summarize`]).
     #[error(transparent)]
     Summarize(#[from] crate::summarize::SummarizeError),

@@ -26,3 +26,37 @@ fn sqlite_store_keeps_the_contract() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The at-rest policies keep the contract around either backend: the
+/// default (redacted) and a verbatim store under a key, whose record
+/// segments and state are ciphertext.
+#[test]
+fn at_rest_stores_keep_the_contract() {
+    use std::sync::Arc;
+
+    use context_engine::redact::Egress;
+    use context_engine::store::{AtRest, Seal, SessionStore};
+
+    let dir = std::env::temp_dir().join(format!("ctx-contract-at-rest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let seal = || Seal::from_text("CTX_TEST_STORE_KEY", &"5e".repeat(32)).expect("key");
+    let policies = [
+        ("redacted", AtRest::default()),
+        (
+            "encrypted",
+            AtRest::verbatim(Egress::builtin(), Some(seal())),
+        ),
+    ];
+    for (name, policy) in policies {
+        let memory = policy.wrap(Arc::new(MemoryStore::new()));
+        let file: Arc<dyn SessionStore> =
+            Arc::new(SqliteStore::open(&dir.join(format!("{name}.db"))).expect("open"));
+        let sqlite = policy.wrap(file);
+        for store in [memory, sqlite] {
+            store_contract::archive(store.as_ref());
+            store_contract::versioned(store.as_ref());
+            store_contract::claims(store.as_ref());
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -180,3 +180,174 @@ fn replay_with_a_store_makes_compacted_facts_recallable() {
     let again = args(&["--store", db.to_str().unwrap()]);
     assert_eq!(again["retention"], sqlite["retention"]);
 }
+
+#[path = "../../context-engine/tests/common/secrets.rs"]
+mod secrets;
+
+/// Runs `ctx ARGS` with `env` set.
+fn ctx_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = command();
+    cmd.args(args)
+        .env_remove("CTX_STORE__VERBATIM")
+        .env_remove("CTX_STORE__ENCRYPTION_KEY_ENV")
+        .env_remove("CTX_TEST_STORE_KEY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// `ctx search` and `ctx recall` never print what redaction masks unless
+/// `--unmasked`: on the default store (which keeps the masked text), on a
+/// verbatim store (the output is masked) and on an encrypted one (recall
+/// needs the key; its index holds the masked text).
+#[test]
+fn search_and_recall_print_no_secret_unless_unmasked() {
+    let mut session: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/coding-session.json")).unwrap(),
+    )
+    .unwrap();
+    let planted = [3, 5, 13, 15];
+    for i in planted {
+        let text = secrets::planted(session[i]["content"].as_str().unwrap());
+        session[i]["content"] = text.into();
+    }
+    let input = temp("leaky-session.json");
+    std::fs::write(&input, serde_json::to_string(&session).unwrap()).unwrap();
+    let key = "0f".repeat(32);
+    // The user's pattern, and the store's keys per case, from a file.
+    let config = |name: &str, store: &str| {
+        let file = temp(&format!("leaky-{name}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "security:\n  redact_patterns: ['{}']\n{store}",
+                secrets::USER_PATTERN
+            ),
+        )
+        .unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+    let default_config = config("default", "");
+    let verbatim_config = config("verbatim", "store:\n  verbatim: true\n");
+    let sealed_config = config(
+        "sealed",
+        "store:\n  verbatim: true\n  encryption_key_env: CTX_TEST_STORE_KEY\n",
+    );
+    let default = [("CTX_CONFIG", default_config.as_str())];
+    let verbatim = [("CTX_CONFIG", verbatim_config.as_str())];
+    let sealed = [
+        ("CTX_CONFIG", sealed_config.as_str()),
+        ("CTX_TEST_STORE_KEY", key.as_str()),
+    ];
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("default", &default),
+        ("verbatim", &verbatim),
+        ("sealed", &sealed),
+    ];
+    for (name, env) in cases {
+        let db = temp(&format!("leaky-{name}.db"));
+        let db = db.to_str().unwrap();
+        let o = ctx_with(
+            &[
+                "compact",
+                input.to_str().unwrap(),
+                "--context-length",
+                "16000",
+                "--store",
+                db,
+            ],
+            env,
+        );
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).contains("WARNING") && stderr(&o).contains("in the clear"),
+            name == "verbatim",
+            "{name}: the warning of a verbatim store without a key: {}",
+            stderr(&o)
+        );
+        // The planted outputs that were archived.
+        let archived: Vec<String> = planted
+            .iter()
+            .map(|&i| session[i]["tool_call_id"].as_str().unwrap().to_owned())
+            .filter(|id| ctx_with(&["recall", "--store", db, id], env).status.code() == Some(0))
+            .collect();
+        assert!(!archived.is_empty(), "{name}: nothing planted was archived");
+        for id in &archived {
+            for json in [false, true] {
+                let mut args = vec!["recall", "--store", db, id.as_str()];
+                if json {
+                    args.push("--json");
+                }
+                let r = ctx_with(&args, env);
+                assert_eq!(r.status.code(), Some(0), "{name}: {}", stderr(&r));
+                assert!(
+                    secrets::found(&r.stdout).is_empty(),
+                    "{name}: {}",
+                    stdout(&r)
+                );
+                assert!(stdout(&r).contains("[REDACTED PRIVATE KEY]"), "{name}");
+            }
+            args_unmasked(name, db, id, env);
+        }
+        let s = ctx_with(
+            &["search", "--store", db, "aws_access_key_id", "--json"],
+            env,
+        );
+        assert_eq!(s.status.code(), Some(0), "{name}: {}", stderr(&s));
+        assert!(
+            secrets::found(&s.stdout).is_empty(),
+            "{name}: {}",
+            stdout(&s)
+        );
+        let s = ctx_with(
+            &[
+                "search",
+                "--store",
+                db,
+                "aws_access_key_id",
+                "--json",
+                "--unmasked",
+            ],
+            env,
+        );
+        assert_eq!(
+            !secrets::found(&s.stdout).is_empty(),
+            name == "verbatim",
+            "{name}: only a verbatim store's index holds the secret: {}",
+            stdout(&s)
+        );
+        if name == "sealed" {
+            // Without the key: an error naming the setting, exit 2.
+            let r = ctx_with(&["recall", "--store", db, &archived[0]], &default);
+            assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+            assert!(
+                stderr(&r).contains("store.encryption_key_env"),
+                "{}",
+                stderr(&r)
+            );
+            // The variable named but not set.
+            let r = ctx_with(&["recall", "--store", db, &archived[0]], &sealed[..1]);
+            assert_eq!(r.status.code(), Some(2));
+            assert!(
+                stderr(&r).contains("`CTX_TEST_STORE_KEY`"),
+                "{}",
+                stderr(&r)
+            );
+        }
+    }
+}
+
+/// `ctx recall --unmasked`: the secrets of a verbatim store (an encrypted
+/// one decrypted with its key); still none from the default store, which
+/// never kept them.
+fn args_unmasked(name: &str, db: &str, id: &str, env: &[(&str, &str)]) {
+    let r = ctx_with(&["recall", "--store", db, id, "--unmasked"], env);
+    assert_eq!(r.status.code(), Some(0), "{name}: {}", stderr(&r));
+    assert_eq!(
+        secrets::found(&r.stdout).len(),
+        if name == "default" { 0 } else { 4 },
+        "{name}: {}",
+        stdout(&r)
+    );
+}

@@ -121,6 +121,41 @@ impl TestDb {
         })
         .expect("recreate the database");
     }
+
+    /// Every value of every column of every table of this database, as
+    /// text (`column::text`), each labelled `table.column`.
+    pub fn all_text(&self) -> Vec<(String, String)> {
+        let url = self.url.clone();
+        on_runtime(move |rt| {
+            rt.block_on(async move {
+                let client = admin(&url).await?;
+                let columns = client
+                    .query(
+                        "SELECT table_name::text, column_name::text FROM information_schema.columns \
+                         WHERE table_schema = 'public' ORDER BY 1, 2",
+                        &[],
+                    )
+                    .await?;
+                let mut out = Vec::new();
+                for c in columns {
+                    let (table, column): (String, String) = (c.get(0), c.get(1));
+                    let rows = client
+                        .query(
+                            &format!("SELECT \"{column}\"::text FROM \"{table}\""),
+                            &[],
+                        )
+                        .await?;
+                    for r in rows {
+                        if let Some(v) = r.get::<_, Option<String>>(0) {
+                            out.push((format!("{table}.{column}"), v));
+                        }
+                    }
+                }
+                Ok::<_, tokio_postgres::Error>(out)
+            })
+        })
+        .expect("reading every column")
+    }
 }
 
 impl Drop for TestDb {

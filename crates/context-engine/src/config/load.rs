@@ -699,7 +699,8 @@ fn check_api_keys(
                 if (lower.starts_with("api_key")
                     || lower.starts_with("apikey")
                     || lower.starts_with("auth_token")
-                    || lower.starts_with("password"))
+                    || lower.starts_with("password")
+                    || lower.starts_with("encryption_key"))
                     && let Value::String(s) = v
                     && (!is_env_name(s) || looks_secret(s))
                 {

@@ -360,6 +360,16 @@ pub struct StoreConfig {
     /// still holds what a lost archive held), as the SQLite store's
     /// `synchronous = NORMAL` does.
     pub durable_records: bool,
+    /// Keep archived messages, session state and history verbatim instead
+    /// of redacted (the default masks secrets before anything is stored).
+    /// With [`encryption_key_env`](Self::encryption_key_env) they are then
+    /// encrypted; without it they are at rest in the clear (a loud
+    /// warning at start-up).
+    pub verbatim: bool,
+    /// NAME of the environment variable holding the 32-byte key (64 hex
+    /// digits or base64) that encrypts every stored text of a verbatim
+    /// store (XChaCha20-Poly1305); needed to read such a store back.
+    pub encryption_key_env: Option<String>,
 }
 
 impl Default for StoreConfig {
@@ -371,6 +381,8 @@ impl Default for StoreConfig {
             pool_size: 16,
             timeout_seconds: 5,
             durable_records: false,
+            verbatim: false,
+            encryption_key_env: None,
         }
     }
 }
@@ -547,6 +559,23 @@ impl Config {
             .enabled(self.security.redact_secrets)
             .patterns(self.security.redact_patterns.iter().cloned())
             .build()
+    }
+
+    /// What the session store keeps ([`AtRest`](crate::store::AtRest)):
+    /// texts redacted with the user's redactor (forced, as egress), unless
+    /// `store.verbatim`; then encrypted with the key in the variable
+    /// `store.encryption_key_env` names, when one is named. An error names
+    /// a named variable that is unset or holds no 32-byte key.
+    pub fn at_rest(&self) -> Result<crate::store::AtRest, crate::Error> {
+        let egress = crate::redact::Egress::new(Some(std::sync::Arc::new(self.redactor()?)));
+        if !self.store.verbatim {
+            return Ok(crate::store::AtRest::redacted(egress));
+        }
+        let seal = match self.store.encryption_key_env.as_deref() {
+            Some(name) if !name.is_empty() => Some(crate::store::Seal::from_env(name)?),
+            _ => None,
+        };
+        Ok(crate::store::AtRest::verbatim(egress, seal))
     }
 
     /// Settings of the OpenAI-compatible summarizer (endpoint, model, key

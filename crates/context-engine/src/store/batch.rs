@@ -271,6 +271,28 @@ impl Batch {
         self.state.as_ref()
     }
 
+    /// The batch as a store keeps it ([`AtRest`](super::AtRest)): each
+    /// archived message replaced by `message(hash, message)` under the
+    /// same hash, the state by `state(state)`; handles and records as they
+    /// are.
+    pub(super) fn at_rest<E>(
+        &self,
+        mut message: impl FnMut(&str, &Message) -> Result<Message, E>,
+        state: impl FnOnce(&Value) -> Result<Value, E>,
+    ) -> Result<Batch, E> {
+        Ok(Batch {
+            messages: self
+                .messages
+                .iter()
+                .map(|(h, m)| Ok((h.clone(), message(h, m)?)))
+                .collect::<Result<_, E>>()?,
+            handles: self.handles.clone(),
+            compactions: self.compactions.clone(),
+            state: self.state.as_ref().map(state).transpose()?,
+            seen: self.seen.clone(),
+        })
+    }
+
     /// The batch without its state snapshot (a versioned record written
     /// with it supersedes the snapshot).
     pub(super) fn without_state(&self) -> Batch {

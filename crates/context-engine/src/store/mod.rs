@@ -38,6 +38,7 @@
 //! # Ok::<(), context_engine::store::StoreError>(())
 //! ```
 
+mod at_rest;
 mod batch;
 pub mod handle;
 mod memory;
@@ -58,6 +59,7 @@ use thiserror::Error;
 
 use crate::message::Message;
 
+pub use at_rest::{AtRest, AtRestStore, KeyError, SEALED_FIELD, Seal};
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{
     archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
@@ -587,12 +589,22 @@ impl Versioned {
 }
 
 /// Opens the store at `path`: `:memory:` for a [`MemoryStore`], else a
-/// [`SqliteStore`] file (created when missing, migrated when older).
+/// [`SqliteStore`] file (created when missing, migrated when older), which
+/// keeps every text redacted with the built-in rules ([`AtRest`]'s
+/// default; [`open_at_rest`] for the user's patterns or a verbatim store).
 pub fn open(path: &Path) -> Result<Arc<dyn SessionStore>, StoreError> {
-    if path.as_os_str() == MEMORY_PATH {
-        return Ok(Arc::new(MemoryStore::new()));
-    }
-    Ok(Arc::new(SqliteStore::open(path)?))
+    open_at_rest(path, &AtRest::default())
+}
+
+/// [`open`] with `at_rest` applied to everything written and read (what
+/// every command and server that turns configuration into a store uses).
+pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStore>, StoreError> {
+    let backend: Arc<dyn SessionStore> = if path.as_os_str() == MEMORY_PATH {
+        Arc::new(MemoryStore::new())
+    } else {
+        Arc::new(SqliteStore::open(path)?)
+    };
+    Ok(at_rest.wrap(backend))
 }
 
 /// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else

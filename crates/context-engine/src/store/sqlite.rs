@@ -167,15 +167,23 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
             && !dir.exists()
         {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend {
+            private_dir(dir).map_err(|e| StoreError::Backend {
                 location: path.display().to_string(),
                 detail: format!("cannot create the folder {}: {e}", dir.display()),
             })?;
         }
+        let private = |e: std::io::Error| StoreError::Backend {
+            location: path.display().to_string(),
+            detail: format!("cannot make the store file private (mode 0600): {e}"),
+        };
+        create_private(path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        SqliteStore::open_with(path, flags, true)
+        let store = SqliteStore::open_with(path, flags, true)?;
+        // Only a file found to be a store is touched.
+        narrow_private(path).map_err(private)?;
+        Ok(store)
     }
 
     /// Opens an existing store file for reading only (`ctx recall`,
@@ -226,6 +234,7 @@ impl SqliteStore {
             }
             conn.execute_batch(&format!(
                 "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                 PRAGMA secure_delete = ON; \
                  PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES};"
             ))
             .map_err(err)?;
@@ -848,21 +857,97 @@ impl SessionStore for SqliteStore {
         // Messages no session archives any more, and the index entries of
         // those indexed (what waits is not in the index; what stays of it
         // still has ids above the newest indexed one).
-        tx.execute_batch(&format!(
-            "DELETE FROM message_fts WHERE rowid IN \
-               (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
-                AND id NOT IN (SELECT message FROM archive)); \
-             DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive);"
-        ))
+        let unindexed = tx
+            .execute(
+                &format!(
+                    "DELETE FROM message_fts WHERE rowid IN \
+                       (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
+                        AND id NOT IN (SELECT message FROM archive))"
+                ),
+                [],
+            )
+            .map_err(err)?;
+        tx.execute(
+            "DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive)",
+            [],
+        )
         .map_err(err)?;
+        if unindexed > 0 {
+            // A deletion only marks the index's entries deleted; merging
+            // its segments drops their tokens (and `secure_delete` zeroes
+            // the pages they leave).
+            tx.execute(
+                "INSERT INTO message_fts(message_fts) VALUES ('optimize')",
+                [],
+            )
+            .map_err(err)?;
+        }
         tx.commit().map_err(err)?;
         // What still waits is read back from the file when it is indexed.
         self.waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        // The freed pages were zeroed (`secure_delete`), but the log still
+        // holds their old images: copy it back and empty it.
+        if self.path.as_os_str() != MEMORY_PATH {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(err)?;
+        }
         Ok(())
     }
+}
+
+/// Creates `dir` (and its missing parents) readable by its owner only
+/// (0700 on Unix).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Creates the store file `path` readable by its owner only (0600 on
+/// Unix) when it is missing: SQLite gives its `-wal` and `-shm` files the
+/// database's mode.
+fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // An existing file is left alone; a folder that cannot be written
+        // fails here and SQLite's own error says so.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// Narrows an existing store file `path` (and its log files) that others
+/// can read to 0600 (one an older version created 0644).
+fn narrow_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let file = Path::new(&name);
+            let Ok(meta) = std::fs::metadata(file) else {
+                continue;
+            };
+            if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// The id of the newest indexed message. Messages are indexed in id order,

@@ -87,7 +87,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let mut transcript = args.input.load()?;
     // A bad store fails before any work, and before anything is written.
     let store = match &args.store {
-        Some(path) => Some(context_engine::store::open(path)?),
+        Some(path) => Some(super::open_store(path, &args.engine)?),
         None => None,
     };
     let (mut engine, prepared) = args.engine.start(args.profile, &transcript.messages)?;

@@ -87,24 +87,49 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// The store file: the flag, else the configuration's `store.path`,
     /// else the default in the user data folder.
-    pub fn path(&self) -> anyhow::Result<PathBuf> {
+    fn path_in(&self, config: &context_engine::config::Config) -> anyhow::Result<PathBuf> {
         if let Some(p) = &self.store {
             return Ok(p.clone());
         }
-        let loaded = ConfigLoader::new().with_process_env().load()?;
-        loaded
-            .config
+        config
             .store
             .resolved_path()
             .context("no store given: pass --store DB or set store.path")
     }
 
-    /// The store, opened for reading (nothing is created or migrated).
-    pub fn open_read_only(&self) -> anyhow::Result<(Arc<dyn SessionStore>, PathBuf)> {
-        let path = self.path()?;
-        let store = SqliteStore::open_read_only(&path)?;
-        Ok((Arc::new(store), path))
+    /// The store, opened for reading (nothing is created or migrated),
+    /// with the configuration's [`AtRest`](context_engine::store::AtRest)
+    /// (whose key opens an encrypted store, whose redaction masks what is
+    /// printed).
+    pub fn open_read_only(
+        &self,
+    ) -> anyhow::Result<(
+        Arc<dyn SessionStore>,
+        PathBuf,
+        context_engine::store::AtRest,
+    )> {
+        let config = ConfigLoader::new().with_process_env().load()?.config;
+        let path = self.path_in(&config)?;
+        let at_rest = config.at_rest()?;
+        let store = at_rest.wrap(Arc::new(SqliteStore::open_read_only(&path)?));
+        Ok((store, path, at_rest))
     }
+}
+
+/// The store file at `path`, opened for writing as the configuration of
+/// `engine` says it keeps texts at rest (redacted unless `store.verbatim`,
+/// see [`context_engine::store::AtRest`]); a verbatim store without a key
+/// is announced loudly.
+pub fn open_store(
+    path: &std::path::Path,
+    engine: &engine::EngineArgs,
+) -> anyhow::Result<Arc<dyn SessionStore>> {
+    let (config, _, _) = engine.load_config()?;
+    let at_rest = config.at_rest()?;
+    if let Some(warning) = at_rest.warning() {
+        eprintln!("ctx: WARNING: {warning}");
+    }
+    Ok(context_engine::store::open_at_rest(path, &at_rest)?)
 }
 
 /// Refuses a window that cannot hold the system prompt of `messages` (an

@@ -1,6 +1,6 @@
 //! `ctx recall --store DB HANDLE [--session S] [--json]`: the original
 //! messages behind a handle a summary, digest line or search hit names,
-//! exactly as they were archived.
+//! as they were archived, what redaction masks masked unless `--unmasked`.
 
 use std::process::ExitCode;
 
@@ -17,16 +17,21 @@ pub struct RecallArgs {
     /// Only this session's archive (default: every session).
     #[arg(long)]
     pub session: Option<String>,
-    /// The messages as JSON objects, byte for byte as archived.
+    /// The messages as JSON objects, byte for byte as archived (masked
+    /// unless `--unmasked`).
     #[arg(long)]
     pub json: bool,
+    /// Show the messages as archived, without masking what redaction would
+    /// mask (a verbatim store's secrets; an encrypted store's need its key).
+    #[arg(long)]
+    pub unmasked: bool,
 }
 
 /// Run `ctx recall`. Exit 0 when found, 1 when the store has no such
 /// handle, 2 on errors.
 pub fn run(args: &RecallArgs) -> anyhow::Result<ExitCode> {
-    let (store, path) = args.store.open_read_only()?;
-    let Some(entry) = store.resolve(args.session.as_deref(), &args.handle)? else {
+    let (store, path, at_rest) = args.store.open_read_only()?;
+    let Some(mut entry) = store.resolve(args.session.as_deref(), &args.handle)? else {
         eprintln!(
             "ctx: no handle `{}` in {}{}",
             args.handle,
@@ -38,6 +43,13 @@ pub fn run(args: &RecallArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     };
+    if !args.unmasked {
+        for m in &mut entry.messages {
+            if let Some(masked) = at_rest.egress().message_at_rest(m) {
+                *m = masked;
+            }
+        }
+    }
     if args.json {
         let out = json!({
             "handle": entry.handle,

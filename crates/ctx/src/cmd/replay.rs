@@ -108,7 +108,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         .with_options(HostOptions::default().with_profile(args.profile));
     if !args.no_store {
         let store: Arc<dyn SessionStore> = match &args.store {
-            Some(path) => context_engine::store::open(path)?,
+            Some(path) => super::open_store(path, &engine_args)?,
             None => Arc::new(MemoryStore::new()),
         };
         // A replay starts afresh, whatever an earlier one left.

@@ -21,11 +21,15 @@ pub struct SearchArgs {
     /// One JSON array of hits.
     #[arg(long)]
     pub json: bool,
+    /// Show the snippets as stored, without masking what redaction would
+    /// mask (a verbatim store's secrets).
+    #[arg(long)]
+    pub unmasked: bool,
 }
 
 /// Run `ctx search`. Exit 0 with hits, 1 without, 2 on errors.
 pub fn run(args: &SearchArgs) -> anyhow::Result<ExitCode> {
-    let (store, _) = args.store.open_read_only()?;
+    let (store, _, at_rest) = args.store.open_read_only()?;
     if args
         .query
         .split_whitespace()
@@ -33,7 +37,12 @@ pub fn run(args: &SearchArgs) -> anyhow::Result<ExitCode> {
     {
         anyhow::bail!("the query has no words to search for");
     }
-    let hits = store.search(args.session.as_deref(), &args.query, args.limit)?;
+    let mut hits = store.search(args.session.as_deref(), &args.query, args.limit)?;
+    if !args.unmasked {
+        for h in &mut hits {
+            h.snippet = at_rest.egress().string(&h.snippet);
+        }
+    }
     if args.json {
         crate::output::json(&hits)?;
     } else if !hits.is_empty() {

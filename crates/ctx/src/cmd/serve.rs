@@ -90,7 +90,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             (s.hibernate_seconds > 0).then(|| Duration::from_secs(s.hibernate_seconds)),
         )
         .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
-        .with_store(open_store(args.store.as_deref(), &config.store)?);
+        .with_store(open_store(args.store.as_deref(), &config)?);
 
     // One engine now: a broken configuration fails at start, not on the
     // first request. Each session then builds its own the same way.
@@ -154,15 +154,22 @@ fn env_value(name: Option<&str>, key: &'static str) -> Result<Option<String>, St
 /// `store.url`, else an explicit `store.path`; `None` without any.
 fn open_store(
     flag: Option<&str>,
-    config: &context_engine::config::StoreConfig,
+    full: &context_engine::config::Config,
 ) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
+    let config = &full.store;
     let spec = flag
         .map(str::to_owned)
         .or_else(|| config.url.clone())
         .or_else(|| config.path.as_ref().map(|p| p.display().to_string()));
     let Some(spec) = spec else { return Ok(None) };
+    // What the store keeps: redacted unless store.verbatim (then encrypted
+    // with the key store.encryption_key_env names, or in the clear, loudly).
+    let at_rest = full.at_rest()?;
+    if let Some(warning) = at_rest.warning() {
+        eprintln!("ctx: WARNING: {warning}");
+    }
     if !context_engine_postgres::is_postgres_url(&spec) {
-        let store = context_engine::store::open(std::path::Path::new(&spec))?;
+        let store = context_engine::store::open_at_rest(std::path::Path::new(&spec), &at_rest)?;
         eprintln!("ctx serve: sessions kept in {}", store.location());
         return Ok(Some(store));
     }
@@ -194,5 +201,5 @@ fn open_store(
             "ctx: warning: session store unavailable, serving unmanaged until it answers: {e}"
         ),
     }
-    Ok(Some(Arc::new(store)))
+    Ok(Some(at_rest.wrap(Arc::new(store))))
 }
