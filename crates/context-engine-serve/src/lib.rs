@@ -34,6 +34,7 @@
 //! ```
 
 pub mod body;
+pub mod cut;
 pub mod error;
 pub mod handlers;
 pub mod metrics;

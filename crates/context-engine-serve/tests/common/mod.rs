@@ -4,6 +4,8 @@
 //! proxy in front of it.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
