@@ -196,11 +196,12 @@ impl AppState {
                 addr: options.listen,
             });
         }
-        let upstream = Upstream::new(&options.upstream)?;
+        let metrics = Metrics::new();
+        let upstream =
+            Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
             .with_hibernation(options.hibernate_after);
-        let metrics = Metrics::new();
         if let Some(store) = sessions.store() {
             store.health.time_into(metrics.store_latency());
             sessions.set_summary_claims(Arc::new(store.clone()));
