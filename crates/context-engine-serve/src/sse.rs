@@ -105,12 +105,13 @@ impl Relay {
     /// Takes a chunk; returns the complete events to forward now.
     pub fn push(&mut self, chunk: &[u8]) -> Bytes {
         if self.buf.is_empty() && !chunk.is_empty() && self.watch.is_none() {
-            // Fast path: a chunk of whole events with no usage in them.
+            // Fast path: a chunk of whole events with no usage and no end
+            // in them (`[DONE]` is read event by event, however written).
             if let Some(end) = last_event_end(chunk)
                 && end == chunk.len()
                 && memmem::find(chunk, b"\"usage\"").is_none()
+                && memmem::find(chunk, b"[DONE]").is_none()
             {
-                self.done |= memmem::find(chunk, b"data: [DONE]").is_some();
                 return Bytes::copy_from_slice(chunk);
             }
         }
@@ -413,5 +414,19 @@ mod tests {
         let unterminated = all.trim_end();
         assert_eq!(run(&mut r, &[unterminated.as_bytes()]), unterminated);
         assert!(r.done());
+    }
+
+    #[test]
+    fn done_is_read_however_it_is_written() {
+        for done in [
+            "data:[DONE]\n\n",
+            "data: [DONE]\r\n\r\n",
+            "data:  [DONE] \n\n",
+        ] {
+            let mut r = Relay::new(false);
+            let all = format!("{TEXT}{done}");
+            assert_eq!(run(&mut r, &[all.as_bytes()]), all);
+            assert!(r.done(), "{done:?}");
+        }
     }
 }

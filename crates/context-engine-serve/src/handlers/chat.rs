@@ -269,8 +269,9 @@ pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
 /// event by event, holding the session until it ends (its usage is fed to
 /// the engine then). With engine tools offered, a stream that calls one is
 /// held from that call, resolved and re-sent, its continuation relayed in
-/// the same response (see [`tools`]). A client that goes away drops the
-/// relay, which drops the upstream call.
+/// the same response (see [`tools`]). A stream that breaks off before
+/// `[DONE]` ends with an error event instead ([`cut`]). A client that goes
+/// away drops the relay, which drops the upstream call.
 #[allow(clippy::too_many_arguments)]
 async fn stream_response(
     state: AppState,

@@ -364,8 +364,9 @@ async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -
 /// usage is fed to the engine then). With engine tools offered
 /// (`rounds`), a stream that calls one is held from that call, resolved
 /// and re-sent, and its continuation relayed in the same response (see
-/// [`FrontRounds`]). A client that goes away drops the relay, which
-/// drops the upstream call.
+/// [`FrontRounds`]). A stream that breaks off before its last event ends
+/// with error events in the client's format instead ([`crate::cut`]). A
+/// client that goes away drops the relay, which drops the upstream call.
 #[allow(clippy::too_many_arguments)]
 async fn relay(
     state: AppState,
