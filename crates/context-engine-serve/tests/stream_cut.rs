@@ -22,11 +22,15 @@ const CHAT: &str = "/v1/chat/completions";
 const MESSAGES: &str = "/v1/messages";
 const RESPONSES: &str = "/v1/responses";
 
+/// The client's key (which goes upstream and never into a log).
+const CLIENT_KEY: &str = "Bearer sk-client-key-77";
+
 /// Posts `body` to `path` in session `id`; the status and the whole answer.
 async fn post(addr: SocketAddr, path: &str, body: &Value, id: &str) -> (u16, String) {
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}{path}"))
         .header("x-ctx-session", id)
+        .header("authorization", CLIENT_KEY)
         .header("content-type", "application/json")
         .body(body.to_string())
         .send()
@@ -38,7 +42,10 @@ async fn post(addr: SocketAddr, path: &str, body: &Value, id: &str) -> (u16, Str
 
 /// The session's prompt tokens fed back so far.
 async fn fed_prompt_tokens(addr: SocketAddr, id: &str) -> u64 {
-    let text = reqwest::get(format!("http://{addr}/ctx/sessions/{id}"))
+    let text = reqwest::Client::new()
+        .get(format!("http://{addr}/ctx/sessions/{id}"))
+        .header("authorization", CLIENT_KEY)
+        .send()
         .await
         .unwrap()
         .text()
@@ -463,4 +470,78 @@ async fn responses_a_cut_continuation_ends_failed_in_the_clients_numbering() {
     assert_eq!(failed["response"]["status"], "failed");
     assert_eq!(cuts(&state, RESPONSES, "closed"), 1);
     assert_eq!(fed_prompt_tokens(addr, "cont").await, 0);
+}
+
+/// A writer into a shared buffer, for the log.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_cut_is_logged_with_its_route_and_reason_never_a_body() {
+    // The whole binary's log (the other tests' cuts are in it too).
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let engine_call = format!(
+        "{}{}{CHAT_USAGE}data: [DONE]\n\n",
+        chat_chunk(call_delta(Some("r1"), Some("context_recall"), "{}"), None),
+        chat_chunk(json!({}), Some("tool_calls")),
+    );
+    let secret = "sk-body-secret-4242";
+    let raw = Raw::new([
+        // The continuation is refused with a body that must stay out of
+        // the log; then a stream that says the same and is cut.
+        RawReply::Unframed(engine_call),
+        RawReply::Status(429, format!("{{\"error\":{{\"message\":\"{secret}\"}}}}")),
+        RawReply::Unframed(chat_chunk(json!({"content": secret}), None)),
+    ]);
+    let (addr, state) = tools_proxy(&raw).await;
+    let (status, text) = post(addr, CHAT, &chat_tools_body(), "refused").await;
+    assert_eq!(status, 200);
+    let ev = events(&text);
+    let error: Value = serde_json::from_str(&ev.last().unwrap().1).unwrap();
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("429"),
+        "{text}"
+    );
+    assert_eq!(cuts(&state, CHAT, "continuation_refused"), 1);
+    let (status, _) = post(addr, CHAT, &chat_body(false), "said").await;
+    assert_eq!(status, 200);
+    assert_eq!(cuts(&state, CHAT, "closed"), 1);
+
+    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("broke off")).collect();
+    assert!(lines.iter().all(|l| l.contains("WARN")), "{log}");
+    let refused: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("continuation_refused"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(
+        refused[0].contains("429") && refused[0].contains(CHAT),
+        "{log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("reason=\"closed\"") && l.contains(CHAT)),
+        "{log}"
+    );
+    assert!(!log.contains(secret), "no body in the log: {log}");
+    assert!(!log.contains("sk-client-key"), "no key in the log: {log}");
 }

@@ -27,6 +27,8 @@ pub enum RawReply {
     Stall(String),
     /// The connection is reset once the request was read.
     Reset,
+    /// This status with this body (JSON), then the connection closes.
+    Status(u16, String),
     /// The request is read, then no answer ever comes.
     Silent,
 }
@@ -163,6 +165,14 @@ async fn answer(mut socket: TcpStream, raw: Arc<Raw>) {
             );
             let _ = socket.write_all(out.as_bytes()).await;
             tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        RawReply::Status(status, text) => {
+            let out = format!(
+                "HTTP/1.1 {status} Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            let _ = socket.write_all(out.as_bytes()).await;
+            let _ = socket.shutdown().await;
         }
         RawReply::Reset => {
             let _ = socket.set_zero_linger();
