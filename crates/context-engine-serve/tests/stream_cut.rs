@@ -545,3 +545,41 @@ async fn a_cut_is_logged_with_its_route_and_reason_never_a_body() {
     assert!(!log.contains(secret), "no body in the log: {log}");
     assert!(!log.contains("sk-client-key"), "no key in the log: {log}");
 }
+
+#[tokio::test]
+async fn responses_a_stream_passed_through_unmanaged_is_cut_the_same_way() {
+    // On server-side state: no session, but the same relay.
+    let head = responses_sse(&[
+        json!({"type": "response.created", "response": {"id": "resp_9", "output": [], "usage": null}}),
+    ]);
+    let complete = responses_sse(&[
+        json!({"type": "response.created", "response": {"id": "resp_9", "output": [], "usage": null}}),
+        json!({"type": "response.completed", "response": {"id": "resp_9", "output": [],
+               "usage": {"input_tokens": 7, "output_tokens": 1, "total_tokens": 8}}}),
+    ]);
+    let raw = Raw::new([
+        RawReply::Unframed(format!("{head}event: resp")),
+        RawReply::Unframed(complete.clone()),
+    ]);
+    let (addr, state) = proxy_to(&raw).await;
+    let mut body = responses_body();
+    body["previous_response_id"] = json!("resp_8");
+    let (status, text) = post(addr, RESPONSES, &body, "state").await;
+    assert_eq!(status, 200);
+    let ev = events(&text);
+    let kinds: Vec<&str> = ev.iter().map(|e| e.0.as_deref().unwrap()).collect();
+    assert_eq!(kinds, ["response.created", "error", "response.failed"]);
+    let failed: Value = serde_json::from_str(&ev[2].1).unwrap();
+    assert_eq!(failed["response"]["id"], "resp_9");
+    assert_eq!(cuts(&state, RESPONSES, "closed"), 1);
+
+    let (status, text) = post(addr, RESPONSES, &body, "state").await;
+    assert_eq!((status, text.as_str()), (200, complete.as_str()));
+    let metrics = state.metrics().encode();
+    assert_eq!(metric(&metrics, "ctx_unmanaged_total"), 2);
+    assert_eq!(
+        metric(&metrics, "ctx_prompt_tokens_total"),
+        0,
+        "an unmanaged call's usage is not counted, streamed or not"
+    );
+}

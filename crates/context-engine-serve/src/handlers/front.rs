@@ -81,6 +81,11 @@ pub(crate) async fn handle(
     if let Some(reason) = lib::unmanaged(call.kind, field) {
         tracing::debug!(front = %call.kind, reason = reason.name(), "request passed through unmanaged");
         state.metrics().unmanaged(call.route, reason.name());
+        if split.stream() {
+            // Relayed like a managed stream (a cut still ends in an
+            // error event), with no session to settle.
+            return relay(state, call, out_headers, &url, body, None, started, None).await;
+        }
         return forward(&state, &url, out_headers, body).await;
     }
     let stream = split.stream();
@@ -189,7 +194,7 @@ pub(crate) async fn handle(
             out_headers,
             &url,
             upstream_body,
-            guard,
+            Some(guard),
             started,
             tools,
         )
@@ -360,8 +365,9 @@ async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -
 }
 
 /// A streamed call: an error status comes back whole; a stream is relayed
-/// chunk by chunk unchanged, holding the session until its last event (the
-/// usage is fed to the engine then). With engine tools offered
+/// chunk by chunk unchanged, holding the session (`guard`; none for a
+/// request passed through unmanaged) until its last event (the usage is
+/// fed to the engine then). With engine tools offered
 /// (`rounds`), a stream that calls one is held from that call, resolved
 /// and re-sent, and its continuation relayed in the same response (see
 /// [`FrontRounds`]). A stream that breaks off before its last event ends
@@ -374,7 +380,7 @@ async fn relay(
     headers: HeaderMap,
     url: &str,
     body: Bytes,
-    guard: Guard,
+    guard: Option<Guard>,
     started: Instant,
     rounds: Option<Box<dyn FrontRounds>>,
 ) -> Response {
@@ -383,7 +389,7 @@ async fn relay(
     let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
         Ok(opened) => opened,
         Err(answer) => {
-            release_with_usage(&state, Some(guard), None);
+            release_with_usage(&state, guard, None);
             return answer;
         }
     };
@@ -408,7 +414,9 @@ async fn relay(
                 return;
             }
             self.ended = true;
-            if let Some(usage) = &usage {
+            // An unmanaged stream (no session) counts no usage, as when
+            // it is not streamed.
+            if let Some(usage) = usage.as_ref().filter(|_| self.guard.is_some()) {
                 settle(&self.state, None, usage);
             }
             release_with_usage(&self.state, self.guard.take(), usage);
@@ -501,7 +509,7 @@ async fn relay(
     let relaying = Relaying {
         upstream: resp.bytes_stream().boxed(),
         reader: WireRelay::new(call.kind),
-        guard: Some(guard),
+        guard,
         state,
         route: call.route,
         kind: call.kind,
