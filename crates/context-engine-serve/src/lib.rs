@@ -37,6 +37,7 @@
 
 pub mod accept;
 pub mod body;
+pub mod cut;
 pub mod edge;
 pub mod error;
 pub mod handlers;
@@ -286,12 +287,13 @@ impl AppState {
         let allowed_hosts =
             edge::site::AllowedHosts::new(options.listen.ip(), &options.allowed_hosts)?;
         let inflight = edge::budget::InflightBudget::new(options.max_inflight_bytes);
-        let upstream = Upstream::new(&options.upstream)?;
+        let metrics = Metrics::new();
+        let upstream =
+            Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
         identity::check_options(&options)?;
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
             .with_hibernation(options.hibernate_after);
-        let metrics = Metrics::new();
         if let Some(store) = sessions.store() {
             store.health.time_into(metrics.store_latency());
             sessions.set_summary_claims(Arc::new(store.clone()));

@@ -1,6 +1,6 @@
-//! Prometheus metrics, all prefixed `ctx_`, labelled by route and status
-//! only (session ids would make the label set unbounded; per-session
-//! figures are at `/ctx/sessions/{id}`).
+//! Prometheus metrics, all prefixed `ctx_`, labelled by route, status and
+//! a reason from a fixed set only (session ids would make the label set
+//! unbounded; per-session figures are at `/ctx/sessions/{id}`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,6 +48,8 @@ pub struct Metrics {
     compactions: Counter,
     fallbacks: Counter,
     unmanaged: Family<RouteReason, Counter>,
+    stream_cuts: Family<RouteReason, Counter>,
+    connect_retries: Counter,
     cache_read: Counter,
     cache_write: Counter,
     lineages: Counter,
@@ -93,6 +95,8 @@ impl Metrics {
             compactions: Counter::default(),
             fallbacks: Counter::default(),
             unmanaged: Family::default(),
+            stream_cuts: Family::default(),
+            connect_retries: Counter::default(),
             cache_read: Counter::default(),
             cache_write: Counter::default(),
             lineages: Counter::default(),
@@ -151,6 +155,16 @@ impl Metrics {
             "unmanaged",
             "Requests passed through without the engine by design, by route and reason (e.g. a Responses request on server-side state)",
             m.unmanaged.clone(),
+        );
+        registry.register(
+            "stream_cuts",
+            "Streams that broke off before their end (the client got an error event), by route and reason",
+            m.stream_cuts.clone(),
+        );
+        registry.register(
+            "upstream_connect_retries",
+            "Upstream connections retried after failing before any byte of the request was sent",
+            m.connect_retries.clone(),
         );
         registry.register(
             "cache_read_tokens",
@@ -244,6 +258,22 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// A stream on `route` broke off before its end, for `reason`.
+    pub fn stream_cut(&self, route: &str, reason: &str) {
+        self.stream_cuts
+            .get_or_create(&RouteReason {
+                route: route.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The counter of upstream connect retries (shared with the upstream
+    /// client, which counts into it).
+    pub fn connect_retries(&self) -> Counter {
+        self.connect_retries.clone()
     }
 
     /// A compaction was accepted.

@@ -105,12 +105,13 @@ impl Relay {
     /// Takes a chunk; returns the complete events to forward now.
     pub fn push(&mut self, chunk: &[u8]) -> Bytes {
         if self.buf.is_empty() && !chunk.is_empty() && self.watch.is_none() {
-            // Fast path: a chunk of whole events with no usage in them.
+            // Fast path: a chunk of whole events with no usage and no end
+            // in them (`[DONE]` is read event by event, however written).
             if let Some(end) = last_event_end(chunk)
                 && end == chunk.len()
                 && memmem::find(chunk, b"\"usage\"").is_none()
+                && memmem::find(chunk, b"[DONE]").is_none()
             {
-                self.done |= memmem::find(chunk, b"data: [DONE]").is_some();
                 return Bytes::copy_from_slice(chunk);
             }
         }
@@ -131,10 +132,13 @@ impl Relay {
         Bytes::from(out)
     }
 
-    /// The end of the stream: whatever is left (an unterminated event).
+    /// The end of the upstream's body: reads what is left (an
+    /// unterminated event) and returns it when the stream has ended with
+    /// it (a last event without its blank line); a partial event of a
+    /// stream cut short is dropped ([`crate::cut`]).
     pub fn finish(&mut self) -> Bytes {
         let rest = std::mem::take(&mut self.buf);
-        if !rest.is_empty() && self.keep(&rest) {
+        if !rest.is_empty() && self.keep(&rest) && self.done {
             Bytes::from(rest)
         } else {
             Bytes::new()
@@ -347,15 +351,6 @@ pub(crate) fn last_event_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-/// An SSE event carrying an error in OpenAI's shape, for a stream that
-/// broke off after it started.
-pub fn error_event(message: &str) -> Bytes {
-    let body = serde_json::json!({
-        "error": { "message": message, "type": "api_error", "param": null, "code": "upstream_error" }
-    });
-    Bytes::from(format!("data: {body}\n\n"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,5 +399,34 @@ mod tests {
             run(&mut r, &[crlf.as_bytes()]),
             format!("{TEXT}{DONE}").replace("\n\n", "\r\n\r\n")
         );
+    }
+
+    #[test]
+    fn a_cut_stream_relays_its_whole_events_only() {
+        let all = format!("{TEXT}{USAGE}{DONE}");
+        for cut in TEXT.len() + 1..all.len() - DONE.len() {
+            let mut r = Relay::new(false);
+            assert_eq!(run(&mut r, &[&all.as_bytes()[..cut]]), TEXT, "cut at {cut}");
+            assert!(!r.done());
+        }
+        // A last event without its blank line ends the stream whole.
+        let mut r = Relay::new(false);
+        let unterminated = all.trim_end();
+        assert_eq!(run(&mut r, &[unterminated.as_bytes()]), unterminated);
+        assert!(r.done());
+    }
+
+    #[test]
+    fn done_is_read_however_it_is_written() {
+        for done in [
+            "data:[DONE]\n\n",
+            "data: [DONE]\r\n\r\n",
+            "data:  [DONE] \n\n",
+        ] {
+            let mut r = Relay::new(false);
+            let all = format!("{TEXT}{done}");
+            assert_eq!(run(&mut r, &[all.as_bytes()]), all);
+            assert!(r.done(), "{done:?}");
+        }
     }
 }

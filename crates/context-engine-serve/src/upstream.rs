@@ -1,12 +1,24 @@
 //! The provider the proxy forwards to: one shared HTTP client (connection
-//! pool, timeouts), the URL mapping `/v1/X` → `{base}/X`, and which headers
-//! go upstream.
+//! pool, timeouts), the URL mapping `/v1/X` → `{base}/X`, which headers
+//! go upstream, and the retry of a connection that failed before any byte
+//! of the request was sent.
+//!
+//! **Connect retry.** A connection refused or reset while connecting (a
+//! burst that overflows the upstream's accept queue, a restarting
+//! upstream) never carried the request, so it is tried again, at most
+//! `connect_retries` times, after a jittered exponential backoff (a random
+//! point in the upper half of `connect_backoff`, then twice that, and so
+//! on: 12–25 ms, 25–50 ms, 50–100 ms by default). Nothing else is retried:
+//! once a connection is established the request may have reached the
+//! model (a reset after it, a timeout waiting for the answer), and a
+//! connect that timed out has already spent its deadline.
 
 use std::time::Duration;
 
 use axum::http::header::{self, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::error::{ServeError, StartError};
 
@@ -22,16 +34,25 @@ pub struct UpstreamOptions {
     pub timeout: Duration,
     /// TCP/TLS connect deadline.
     pub connect_timeout: Duration,
+    /// Retries of a connection that failed before any byte of the request
+    /// was sent (0: none).
+    pub connect_retries: u32,
+    /// The first retry's backoff, doubled for each next one; each wait is
+    /// a random point in its upper half.
+    pub connect_backoff: Duration,
 }
 
 impl UpstreamOptions {
-    /// Options for `url` with the default timeouts (600 s, connect 10 s).
+    /// Options for `url` with the default timeouts (600 s, connect 10 s)
+    /// and connect retries (3, from 25 ms).
     pub fn new(url: impl Into<String>) -> UpstreamOptions {
         UpstreamOptions {
             url: url.into(),
             api_key: None,
             timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(10),
+            connect_retries: 3,
+            connect_backoff: Duration::from_millis(25),
         }
     }
 }
@@ -46,6 +67,9 @@ pub struct Upstream {
     base_path: String,
     authorization: Option<HeaderValue>,
     timeout: Duration,
+    connect_retries: u32,
+    connect_backoff: Duration,
+    retried: Counter,
 }
 
 /// Headers that describe one hop, not the message: never forwarded.
@@ -98,7 +122,16 @@ impl Upstream {
             base_path,
             authorization,
             timeout: options.timeout,
+            connect_retries: options.connect_retries,
+            connect_backoff: options.connect_backoff,
+            retried: Counter::default(),
         })
+    }
+
+    /// Counts connect retries into `counter` (the metrics').
+    pub fn counting_retries(mut self, counter: Counter) -> Upstream {
+        self.retried = counter;
+        self
     }
 
     /// The upstream URL for proxy path `/v1/{rest}` and its query.
@@ -165,8 +198,10 @@ impl Upstream {
         out
     }
 
-    /// Sends one request. `stream` lifts the whole-request deadline (a
-    /// stream may run long; silence is still bounded by the read timeout).
+    /// Sends one request, retrying a connection that failed before the
+    /// request was sent (see the module docs). `stream` lifts the
+    /// whole-request deadline (a stream may run long; silence is still
+    /// bounded by the read timeout).
     pub async fn send(
         &self,
         method: Method,
@@ -175,12 +210,48 @@ impl Upstream {
         body: Bytes,
         stream: bool,
     ) -> Result<reqwest::Response, ServeError> {
-        let mut req = self.client.request(method, url).headers(headers).body(body);
-        if !stream {
-            req = req.timeout(self.timeout);
+        let mut retry = 0;
+        loop {
+            let mut req = self
+                .client
+                .request(method.clone(), url)
+                .headers(headers.clone())
+                .body(body.clone());
+            if !stream {
+                req = req.timeout(self.timeout);
+            }
+            match req.send().await {
+                Ok(resp) => return Ok(resp),
+                Err(e) if retry < self.connect_retries && never_sent(&e) => {
+                    retry += 1;
+                    self.retried.inc();
+                    let wait = backoff(self.connect_backoff, retry);
+                    tracing::debug!(
+                        retry,
+                        wait_ms = wait.as_millis(),
+                        "upstream connection failed before the request was sent; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(ServeError::from_reqwest(&e)),
+            }
         }
-        req.send().await.map_err(|e| ServeError::from_reqwest(&e))
     }
+}
+
+/// Whether `e` failed the connection before any byte of the request went
+/// out: a connect error (refused, reset while connecting), not a connect
+/// that ran out of its deadline.
+fn never_sent(e: &reqwest::Error) -> bool {
+    e.is_connect() && !e.is_timeout()
+}
+
+/// The wait before retry `n` (from 1): a random point in the upper half of
+/// `first` doubled `n - 1` times.
+fn backoff(first: Duration, n: u32) -> Duration {
+    let full = first.saturating_mul(1 << n.saturating_sub(1).min(16));
+    let half = full / 2;
+    half + half.mul_f64(fastrand::f64())
 }
 
 /// The response headers to pass back to the client: the upstream's, less
@@ -198,6 +269,19 @@ pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_in_its_upper_half() {
+        let first = Duration::from_millis(25);
+        for _ in 0..200 {
+            for (n, full) in [(1, 25), (2, 50), (3, 100)] {
+                let wait = backoff(first, n);
+                let full = Duration::from_millis(full);
+                assert!(wait >= full / 2 && wait <= full, "retry {n}: {wait:?}");
+            }
+        }
+        assert!(backoff(first, u32::MAX) > Duration::ZERO, "no overflow");
+    }
 
     #[test]
     fn urls_and_headers() {

@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
+use crate::cut::{self, Cut};
 use crate::error::ServeError;
 use crate::handlers::{Guard, open_stream, release_with_usage, report_plan, respond};
 use crate::identity::Identity;
@@ -29,7 +30,7 @@ use crate::router::AuthorizationConsumed;
 use crate::routes::CHAT_COMPLETIONS;
 use crate::session::key::session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
-use crate::sse::{Relay, error_event};
+use crate::sse::Relay;
 use crate::tools;
 use crate::upstream::response_headers;
 
@@ -268,8 +269,9 @@ pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
 /// event by event, holding the session until it ends (its usage is fed to
 /// the engine then). With engine tools offered, a stream that calls one is
 /// held from that call, resolved and re-sent, its continuation relayed in
-/// the same response (see [`tools`]). A client that goes away drops the
-/// relay, which drops the upstream call.
+/// the same response (see [`tools`]). A stream that breaks off before
+/// `[DONE]` ends with an error event instead ([`cut`]). A client that goes
+/// away drops the relay, which drops the upstream call.
 #[allow(clippy::too_many_arguments)]
 async fn stream_response(
     state: AppState,
@@ -312,16 +314,22 @@ async fn stream_response(
         }
 
         /// The stream ended while holding an engine call: resolves it and
-        /// switches to the continuation (`None`), or returns what the
-        /// client gets instead (the held events, engine calls removed, or
-        /// an error event).
-        async fn settle_held(&mut self) -> Option<Bytes> {
-            let held = self.relay.take_held()?;
-            let t = self.tools.as_mut()?;
+        /// switches to the continuation (`Ok(None)`), or returns what the
+        /// client gets instead (the held events, engine calls removed), or
+        /// why the continuation could not be had.
+        async fn settle_held(&mut self) -> Result<Option<Bytes>, Cut> {
+            let Some(held) = self.relay.take_held() else {
+                return Ok(None);
+            };
+            let Some(t) = self.tools.as_mut() else {
+                return Ok(None);
+            };
             if !(held.only_engine_calls(&t.tools.names) && t.may_resolve()) {
-                return Some(held.for_client(&t.tools.names));
+                return Ok(Some(held.for_client(&t.tools.names)));
             }
-            let (headers, url) = self.resend.clone()?;
+            let Some((headers, url)) = self.resend.clone() else {
+                return Ok(None);
+            };
             let mut guard = self.guard.take();
             let next = t.next_request(guard.as_deref_mut().unwrap_or(&mut None), &held);
             self.guard = guard;
@@ -335,23 +343,21 @@ async fn stream_response(
                 Ok(resp) if resp.status().is_success() => {
                     self.upstream = resp.bytes_stream().boxed();
                     self.relay = self.new_relay();
-                    None
+                    Ok(None)
                 }
                 Ok(resp) => {
                     let status = resp.status();
-                    let text = resp.text().await.unwrap_or_default();
-                    tracing::warn!(%status, "upstream refused the engine-tool continuation");
-                    Some(error_event(&format!(
-                        "upstream error {status} after an engine tool call: {text}"
-                    )))
+                    let body = resp.text().await.unwrap_or_default();
+                    Err(Cut::Refused { status, body })
                 }
-                Err(e) => Some(error_event(&e.to_string())),
+                Err(e) => Err(Cut::Unsent(e)),
             }
         }
 
-        fn end(&mut self) {
+        /// The stream has ended: its usage (none for a stream cut short)
+        /// goes to the metrics and the session, which is released.
+        fn end(&mut self, usage: Option<Usage>) {
             self.ended = true;
-            let usage = self.relay.usage();
             if let Some(usage) = &usage {
                 self.state
                     .metrics()
@@ -365,6 +371,16 @@ async fn stream_response(
                 up.as_secs_f64(),
                 total.saturating_sub(up).as_secs_f64(),
             );
+        }
+
+        /// The stream broke off: what it held is dropped, the cut logged
+        /// and counted, the session released without usage; the client's
+        /// error event.
+        fn fail(&mut self, cut: Cut) -> Bytes {
+            cut.report(self.state.metrics(), CHAT_COMPLETIONS);
+            drop(self.relay.take_held());
+            self.end(None);
+            cut::chat_event(&cut.message())
         }
     }
     // A stream dropped before its end (the client went away) still
@@ -400,40 +416,48 @@ async fn stream_response(
                     if r.relay.done() && r.relay.holding() {
                         match r.settle_held().await {
                             // The continuation is relayed next.
-                            None => {
+                            Ok(None) => {
                                 if !out.is_empty() {
                                     return Some((Ok(out), r));
                                 }
                                 continue;
                             }
-                            Some(rest) => out = [out, rest].concat().into(),
+                            Ok(Some(rest)) => out = [out, rest].concat().into(),
+                            Err(cut) => out = [out, r.fail(cut)].concat().into(),
                         }
                     }
-                    if r.relay.done() {
+                    if r.relay.done() && !r.ended {
                         // Usage and the session are settled before the
                         // client sees `[DONE]`: a client that reads the
                         // session right after its stream sees this call.
-                        r.end();
+                        let usage = r.relay.usage();
+                        r.end(usage);
                     }
                     if !out.is_empty() {
                         return Some((Ok::<Bytes, std::io::Error>(out), r));
                     }
                 }
                 Some(Err(e)) => {
-                    let err = ServeError::from_reqwest(&e);
-                    tracing::warn!(error = %err, "upstream stream broke off");
-                    r.end();
-                    return Some((Ok(error_event(&err.to_string())), r));
+                    let out = r.fail(Cut::Broken(ServeError::from_reqwest(&e)));
+                    return Some((Ok(out), r));
                 }
                 None => {
                     let mut rest = r.relay.finish();
+                    if !r.relay.done() {
+                        let out = r.fail(Cut::Closed);
+                        return Some((Ok(out), r));
+                    }
                     if r.relay.holding() {
                         match r.settle_held().await {
-                            None => continue,
-                            Some(held) => rest = [rest, held].concat().into(),
+                            Ok(None) => continue,
+                            Ok(Some(held)) => rest = [rest, held].concat().into(),
+                            Err(cut) => rest = [rest, r.fail(cut)].concat().into(),
                         }
                     }
-                    r.end();
+                    if !r.ended {
+                        let usage = r.relay.usage();
+                        r.end(usage);
+                    }
                     if rest.is_empty() {
                         return None;
                     }

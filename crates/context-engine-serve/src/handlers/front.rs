@@ -34,13 +34,14 @@ use serde_json::value::RawValue;
 
 use crate::AppState;
 use crate::body::ChatBody;
+use crate::cut::Cut;
 use crate::error::ServeError;
 use crate::handlers::chat::{send_collect, usage_of};
 use crate::handlers::{Guard, open_stream, passthrough, release_with_usage, respond};
 use crate::identity::Identity;
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, background, persist};
-use crate::sse_wire::{WireRelay, error_event};
+use crate::sse_wire::WireRelay;
 use crate::tools::{FrontRounds, FrontTools};
 
 /// What one request of a front needs to know about itself.
@@ -82,6 +83,11 @@ pub(crate) async fn handle(
     if let Some(reason) = lib::unmanaged(call.kind, field) {
         tracing::debug!(front = %call.kind, reason = reason.name(), "request passed through unmanaged");
         state.metrics().unmanaged(call.route, reason.name());
+        if split.stream() {
+            // Relayed like a managed stream (a cut still ends in an
+            // error event), with no session to settle.
+            return relay(state, call, out_headers, &url, body, None, started, None).await;
+        }
         return forward(&state, &url, out_headers, body).await;
     }
     let stream = split.stream();
@@ -189,7 +195,7 @@ pub(crate) async fn handle(
             out_headers,
             &url,
             upstream_body,
-            guard,
+            Some(guard),
             started,
             tools,
         )
@@ -361,12 +367,14 @@ async fn forward(state: &AppState, url: &str, headers: HeaderMap, body: Bytes) -
 }
 
 /// A streamed call: an error status comes back whole; a stream is relayed
-/// chunk by chunk unchanged, holding the session until its last event (the
-/// usage is fed to the engine then). With engine tools offered
+/// chunk by chunk unchanged, holding the session (`guard`; none for a
+/// request passed through unmanaged) until its last event (the usage is
+/// fed to the engine then). With engine tools offered
 /// (`rounds`), a stream that calls one is held from that call, resolved
 /// and re-sent, and its continuation relayed in the same response (see
-/// [`FrontRounds`]). A client that goes away drops the relay, which
-/// drops the upstream call.
+/// [`FrontRounds`]). A stream that breaks off before its last event ends
+/// with error events in the client's format instead ([`crate::cut`]). A
+/// client that goes away drops the relay, which drops the upstream call.
 #[allow(clippy::too_many_arguments)]
 async fn relay(
     state: AppState,
@@ -374,7 +382,7 @@ async fn relay(
     headers: HeaderMap,
     url: &str,
     body: Bytes,
-    guard: Guard,
+    guard: Option<Guard>,
     started: Instant,
     rounds: Option<Box<dyn FrontRounds>>,
 ) -> Response {
@@ -383,7 +391,7 @@ async fn relay(
     let (status, resp_headers, resp) = match open_stream(&state, url, headers, body).await {
         Ok(opened) => opened,
         Err(answer) => {
-            release_with_usage(&state, Some(guard), None);
+            release_with_usage(&state, guard, None);
             return answer;
         }
     };
@@ -401,13 +409,16 @@ async fn relay(
         resend: Option<(HeaderMap, String)>,
     }
     impl Relaying {
-        fn end(&mut self) {
+        /// The stream has ended: its usage (none for a stream cut short)
+        /// goes to the metrics and the session, which is released.
+        fn end(&mut self, usage: Option<Usage>) {
             if self.ended {
                 return;
             }
             self.ended = true;
-            let usage = self.reader.usage();
-            if let Some(usage) = &usage {
+            // An unmanaged stream (no session) counts no usage, as when
+            // it is not streamed.
+            if let Some(usage) = usage.as_ref().filter(|_| self.guard.is_some()) {
                 settle(&self.state, None, usage);
             }
             release_with_usage(&self.state, self.guard.take(), usage);
@@ -420,26 +431,46 @@ async fn relay(
             );
         }
 
-        /// What the client gets of `chunk` (all of it without engine
-        /// tools).
+        /// The stream broke off: what a round held is dropped, the cut
+        /// logged and counted, the session released without usage; the
+        /// client's error events, in its format and numbering.
+        fn fail(&mut self, cut: Cut) -> Bytes {
+            cut.report(self.state.metrics(), self.route);
+            let message = cut.message();
+            let out = match self.rounds.as_mut() {
+                Some(r) => Bytes::from(r.fail(&message)),
+                None => self.reader.failure(&message),
+            };
+            self.end(None);
+            out
+        }
+
+        /// What the client gets of `chunk` now: its whole events (with
+        /// engine tools, what the rounds let through).
         fn pass(&mut self, chunk: Bytes) -> Bytes {
-            self.reader.push(&chunk);
             match self.rounds.as_mut() {
-                Some(r) => Bytes::from(r.push(&chunk)),
-                None => chunk,
+                Some(r) => {
+                    self.reader.push(chunk.clone());
+                    Bytes::from(r.push(&chunk))
+                }
+                None => self.reader.push(chunk),
             }
         }
 
         /// The round ended holding an engine call: resolves it and
-        /// switches to the continuation (`None`), or returns what the
-        /// client gets instead (the held events, engine calls removed, or
-        /// an error event).
-        async fn settle_held(&mut self) -> Option<Bytes> {
-            let r = self.rounds.as_mut()?;
+        /// switches to the continuation (`Ok(None)`), or returns what the
+        /// client gets instead (the held events, engine calls removed), or
+        /// why the continuation could not be had.
+        async fn settle_held(&mut self) -> Result<Option<Bytes>, Cut> {
+            let Some(r) = self.rounds.as_mut() else {
+                return Ok(None);
+            };
             if !r.resolvable() {
-                return Some(Bytes::from(r.release_held()));
+                return Ok(Some(Bytes::from(r.release_held())));
             }
-            let (headers, url) = self.resend.clone()?;
+            let Some((headers, url)) = self.resend.clone() else {
+                return Ok(None);
+            };
             let mut guard = self.guard.take();
             let next = r.next_request(guard.as_deref_mut().unwrap_or(&mut None));
             self.guard = guard;
@@ -453,18 +484,14 @@ async fn relay(
                 Ok(resp) if resp.status().is_success() => {
                     self.upstream = resp.bytes_stream().boxed();
                     self.reader = WireRelay::new(self.kind);
-                    None
+                    Ok(None)
                 }
                 Ok(resp) => {
                     let status = resp.status();
-                    let text = resp.text().await.unwrap_or_default();
-                    tracing::warn!(%status, "upstream refused the engine-tool continuation");
-                    Some(error_event(
-                        self.kind,
-                        &format!("upstream error {status} after an engine tool call: {text}"),
-                    ))
+                    let body = resp.text().await.unwrap_or_default();
+                    Err(Cut::Refused { status, body })
                 }
-                Err(e) => Some(error_event(self.kind, &e.to_string())),
+                Err(e) => Err(Cut::Unsent(e)),
             }
         }
 
@@ -484,7 +511,7 @@ async fn relay(
     let relaying = Relaying {
         upstream: resp.bytes_stream().boxed(),
         reader: WireRelay::new(call.kind),
-        guard: Some(guard),
+        guard,
         state,
         route: call.route,
         kind: call.kind,
@@ -506,46 +533,49 @@ async fn relay(
                     if round_over && r.holding() {
                         match r.settle_held().await {
                             // The continuation is relayed next.
-                            None => {
+                            Ok(None) => {
                                 if !out.is_empty() {
                                     return Some((Ok(out), r));
                                 }
                                 continue;
                             }
-                            Some(rest) => out = [out, rest].concat().into(),
+                            Ok(Some(rest)) => out = [out, rest].concat().into(),
+                            Err(cut) => out = [out, r.fail(cut)].concat().into(),
                         }
                     }
                     if r.reader.done() {
                         // Usage and the session are settled before the
                         // client sees the last event.
-                        r.end();
+                        let usage = r.reader.usage();
+                        r.end(usage);
                     }
                     if !out.is_empty() {
                         return Some((Ok::<Bytes, std::io::Error>(out), r));
                     }
                 }
                 Some(Err(e)) => {
-                    let err = ServeError::from_reqwest(&e);
-                    tracing::warn!(error = %err, "upstream stream broke off");
-                    let held = r
-                        .rounds
-                        .as_mut()
-                        .map(|t| t.release_held())
-                        .unwrap_or_default();
-                    r.end();
-                    let out = [held.as_slice(), &error_event(r.kind, &err.to_string())].concat();
-                    return Some((Ok(out.into()), r));
+                    let out = r.fail(Cut::Broken(ServeError::from_reqwest(&e)));
+                    return Some((Ok(out), r));
                 }
                 None => {
-                    r.reader.finish();
-                    let mut rest = r.rounds.as_mut().map(|t| t.finish()).unwrap_or_default();
+                    let tail = r.reader.finish();
+                    if !r.reader.done() {
+                        let out = r.fail(Cut::Closed);
+                        return Some((Ok(out), r));
+                    }
+                    let mut rest = match r.rounds.as_mut() {
+                        Some(t) => t.finish(),
+                        None => tail.to_vec(),
+                    };
                     if r.holding() {
                         match r.settle_held().await {
-                            None => continue,
-                            Some(held) => rest.extend_from_slice(&held),
+                            Ok(None) => continue,
+                            Ok(Some(held)) => rest.extend_from_slice(&held),
+                            Err(cut) => rest.extend_from_slice(&r.fail(cut)),
                         }
                     }
-                    r.end();
+                    let usage = r.reader.usage();
+                    r.end(usage);
                     if rest.is_empty() {
                         return None;
                     }

@@ -528,6 +528,12 @@ impl FrontRounds for StreamRounds {
             HeldEvent::Raw(raw) => out.extend_from_slice(raw),
         })
     }
+
+    fn fail(&mut self, message: &str) -> Vec<u8> {
+        self.hold_from = None;
+        self.held.clear();
+        crate::cut::anthropic_event(message).to_vec()
+    }
 }
 
 /// An event as Anthropic writes it.

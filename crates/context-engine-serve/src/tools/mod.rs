@@ -500,6 +500,10 @@ pub trait FrontRounds: Send {
     fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes;
     /// The held events for the client, the engine's calls removed.
     fn release_held(&mut self) -> Vec<u8>;
+    /// The stream broke off ([`crate::cut`]): drops what the round held
+    /// and returns the events that end the client's stream as failed with
+    /// `message`, in its numbering.
+    fn fail(&mut self, message: &str) -> Vec<u8>;
 }
 
 /// A stream's engine-tool rounds: what the proxy needs to re-send it.

@@ -503,6 +503,17 @@ impl FrontRounds for StreamRounds {
             HeldEvent::Raw(raw) => out.extend_from_slice(raw),
         })
     }
+
+    fn fail(&mut self, message: &str) -> Vec<u8> {
+        self.hold_from = None;
+        self.tentative = false;
+        self.held.clear();
+        let mut out = Vec::new();
+        for (kind, mut event) in crate::cut::responses_events(message) {
+            self.write(kind, &mut event, None, &mut out);
+        }
+        out
+    }
 }
 
 /// The indices of the items a client must not get: the engine's calls,

@@ -4,6 +4,9 @@
 //! proxy in front of it.
 #![allow(dead_code)]
 
+pub mod raw;
+pub mod raw_upstream;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;

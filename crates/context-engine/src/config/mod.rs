@@ -500,6 +500,11 @@ pub struct UpstreamConfig {
     pub timeout_seconds: u64,
     /// Deadline of the TCP/TLS connect, in seconds.
     pub connect_timeout_seconds: u64,
+    /// Retries of an upstream connection that failed before any byte of
+    /// the request was sent (refused, reset while connecting), with a
+    /// jittered exponential backoff from 25 ms; 0: none. A request that
+    /// may have reached the model is never retried.
+    pub connect_retries: u32,
 }
 
 impl Default for UpstreamConfig {
@@ -509,6 +514,7 @@ impl Default for UpstreamConfig {
             api_key_env: None,
             timeout_seconds: 600,
             connect_timeout_seconds: 10,
+            connect_retries: 3,
         }
     }
 }

@@ -70,6 +70,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     upstream.timeout = Duration::from_secs(s.upstream.timeout_seconds.max(1));
     upstream.connect_timeout = Duration::from_secs(s.upstream.connect_timeout_seconds.max(1));
+    upstream.connect_retries = s.upstream.connect_retries;
     let token = env_value(s.auth_token_env.as_deref(), "serve.auth_token_env")?;
     let options = ServeOptions::new(upstream)
         .with_listen(listen)
