@@ -21,6 +21,7 @@ pub struct Relay {
     strip_usage_chunk: bool,
     usage: Option<Usage>,
     done: bool,
+    finished: bool,
     watch: Option<Watch>,
 }
 
@@ -65,6 +66,7 @@ impl Relay {
             strip_usage_chunk,
             usage: None,
             done: false,
+            finished: false,
             watch: None,
         }
     }
@@ -102,6 +104,15 @@ impl Relay {
         self.done
     }
 
+    /// Whether the body may end here, the upstream having closed it
+    /// cleanly: after `[DONE]`, or after a choice's `finish_reason` with
+    /// no unterminated event left (some OpenAI-compatible servers never
+    /// send `[DONE]`; a close that leaves part of an event is a cut).
+    /// Call before [`finish`](Self::finish).
+    pub fn may_end(&self) -> bool {
+        self.done || (self.finished && self.buf.trim_ascii().is_empty())
+    }
+
     /// Takes a chunk; returns the complete events to forward now.
     pub fn push(&mut self, chunk: &[u8]) -> Bytes {
         if self.buf.is_empty() && !chunk.is_empty() && self.watch.is_none() {
@@ -111,6 +122,7 @@ impl Relay {
                 && end == chunk.len()
                 && memmem::find(chunk, b"\"usage\"").is_none()
                 && memmem::find(chunk, b"[DONE]").is_none()
+                && !names_finish_reason(chunk)
             {
                 return Bytes::copy_from_slice(chunk);
             }
@@ -168,6 +180,9 @@ impl Relay {
             self.done = true;
             return true;
         }
+        if names_finish_reason(data) {
+            self.finished = true;
+        }
         if memmem::find(data, b"\"usage\"").is_none() {
             return true;
         }
@@ -187,6 +202,17 @@ impl Relay {
         }
         !(self.strip_usage_chunk && chunk.choices.is_some_and(|c| c.is_empty()))
     }
+}
+
+/// Whether `data` gives a `finish_reason` a value (a string, not `null`).
+fn names_finish_reason(data: &[u8]) -> bool {
+    memmem::find_iter(data, b"\"finish_reason\"").any(|at| {
+        let after = &data[at + b"\"finish_reason\"".len()..];
+        let after = after.trim_ascii_start();
+        after
+            .strip_prefix(b":")
+            .is_some_and(|v| v.trim_ascii_start().starts_with(b"\""))
+    })
 }
 
 impl Watch {
@@ -414,6 +440,18 @@ mod tests {
         let unterminated = all.trim_end();
         assert_eq!(run(&mut r, &[unterminated.as_bytes()]), unterminated);
         assert!(r.done());
+    }
+
+    #[test]
+    fn a_finish_reason_is_one_with_a_value() {
+        assert!(names_finish_reason(
+            br#"{"choices":[{"finish_reason":"stop"}]}"#
+        ));
+        assert!(names_finish_reason(br#"{"finish_reason" : "tool_calls"}"#));
+        assert!(!names_finish_reason(
+            br#"{"choices":[{"finish_reason":null}]}"#
+        ));
+        assert!(!names_finish_reason(br#"{"content":"finish_reason"}"#));
     }
 
     #[test]

@@ -9,15 +9,13 @@
 //! connection's.
 
 mod common;
-#[path = "common/raw.rs"]
-mod raw;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::raw::{Recorder, closed_within, first_event, raw, request, start_recorder};
 use common::{compressor_context, counter, options, start_proxy};
 use context_engine_serve::{AppState, StartError};
-use raw::{Recorder, closed_within, first_event, raw, request, start_recorder};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -147,6 +147,36 @@ async fn chat_a_stream_closed_before_done_ends_with_an_error_the_sdk_raises_on()
 }
 
 #[tokio::test]
+async fn chat_a_clean_close_after_a_finish_reason_is_an_end_not_a_cut() {
+    // Some OpenAI-compatible servers end a stream without `[DONE]`: a
+    // clean close after a choice's `finish_reason` is the end (the agent
+    // keeps working); one with part of an event left is still a cut.
+    let whole = format!(
+        "{}{}{CHAT_USAGE}",
+        chat_chunk(json!({"role": "assistant", "content": "Hello"}), None),
+        chat_chunk(json!({}), Some("stop")),
+    );
+    let no_finish = chat_chunk(json!({"role": "assistant", "content": "Hel"}), None);
+    let raw = Raw::new([
+        RawReply::Unframed(whole.clone()),
+        RawReply::Unframed(format!("{whole}data: {{\"id\":\"c\",\"cho")),
+        RawReply::Unframed(no_finish.clone()),
+    ]);
+    let (addr, state) = proxy_to(&raw).await;
+
+    let (status, text) = post(addr, CHAT, &chat_body(true), "no-done").await;
+    assert_eq!((status, text.as_str()), (200, whole.as_str()), "as it came");
+    assert_eq!(cuts(&state, CHAT, "closed"), 0);
+    assert_eq!(fed_prompt_tokens(addr, "no-done").await, 20, "usage fed");
+
+    let (_, text) = post(addr, CHAT, &chat_body(true), "partial").await;
+    assert!(text.contains("broke off"), "{text}");
+    let (_, text) = post(addr, CHAT, &chat_body(true), "unfinished").await;
+    assert!(text.contains("broke off"), "{text}");
+    assert_eq!(cuts(&state, CHAT, "closed"), 2);
+}
+
+#[tokio::test]
 async fn chat_a_chunked_body_cut_mid_event_and_a_silence_end_with_an_error() {
     let first = chat_chunk(json!({"role": "assistant", "content": "Hel"}), None);
     let raw = Raw::new([

@@ -442,8 +442,9 @@ async fn stream_response(
                     return Some((Ok(out), r));
                 }
                 None => {
+                    let may_end = r.relay.may_end();
                     let mut rest = r.relay.finish();
-                    if !r.relay.done() {
+                    if !may_end {
                         let out = r.fail(Cut::Closed);
                         return Some((Ok(out), r));
                     }
