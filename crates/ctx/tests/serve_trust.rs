@@ -11,8 +11,8 @@
 //!   inflated), each file 0600 (checked while running too); the same
 //!   against Postgres, every column of every table read as text. A
 //!   verbatim store (`store.verbatim: true`, no key) is the control: the
-//!   same scan finds every secret there. Neither the standard error holds
-//!   a secret or the client's key;
+//!   same scan finds every secret there. The proxy's standard error holds
+//!   no secret and not the client's key;
 //! - session-id reuse: two conversations under one `x-ctx-session`, one
 //!   after the other and then interleaved, on a SQLite store: each
 //!   compacts, no upstream request is larger than the window, none mixes
@@ -20,7 +20,8 @@
 //!   fallback or unmanaged request;
 //! - stream cut: a chat stream that closes mid-event before `[DONE]`
 //!   reaches the client as the whole events then an SSE error event, and
-//!   `/metrics` counts it in `ctx_stream_cuts_total`.
+//!   `/metrics` counts it in `ctx_stream_cuts_total`; a complete stream
+//!   after it is relayed to `[DONE]` and not counted.
 //!
 //! Postgres missing: a skip with the reason, a failure under `CI=true`.
 
@@ -351,6 +352,7 @@ async fn postgres_keeps_no_secret_in_any_column() {
     assert!(status.success(), "SIGTERM exits cleanly: {status}");
     let log = proxy.stderr();
     assert!(secrets::found(log.as_bytes()).is_empty(), "{log}");
+    assert!(!log.contains("sk-test-trust"), "the key in {log}");
 
     let db = tokio::task::spawn_blocking(move || {
         let all = db.all_text();
@@ -522,6 +524,9 @@ async fn a_chat_stream_cut_mid_event_ends_in_an_error_event_and_is_counted() {
     assert!(error["error"]["message"].is_string(), "{error}");
     assert!(!tail.contains("[DONE]"), "a cut is not an end: {tail}");
     assert_eq!(cuts(&proxy.metrics().await), 1);
+    let log = proxy.stderr();
+    assert!(log.contains("broke off"), "the cut is logged: {log}");
+    assert!(!log.contains("sk-test-trust"), "the key in {log}");
 
     // A complete stream is no cut.
     let (status, text) = proxy.chat("whole", &body).await;
