@@ -30,8 +30,10 @@ class ConfigError(ContextEngineError):
     cannot be used: names the key and where it came from."""
 
 class Compressor:
-    """The built-in context engine (``compressor``), with every hook of the
-    pluggable context-engine interface.
+    """The context engine the configuration names (``context.engine``: the
+    built-in ``compressor`` by default, or a plugin), built as ``ctx`` and
+    ``ctx serve`` build it, with every hook of the pluggable context-engine
+    interface.
 
     Threshold compaction keeps the head and a token-budgeted tail verbatim
     and replaces the middle with one structured summary (offline extractive
@@ -59,8 +61,8 @@ class Compressor:
 
         Args:
             context_length: the model's window in tokens (default:
-                ``context.context_length`` of the configuration, else 0 =
-                unknown until ``update_model``).
+                ``context.context_length`` of the configuration, else
+                128000, as ``ctx``).
             model: the agent's model; picks the tokenizer (and a safety
                 factor for unknown models).
             encoding: ``o200k_base`` or ``cl100k_base`` when no model is given.
@@ -83,10 +85,11 @@ class Compressor:
     # -- identity and state --------------------------------------------------
     @property
     def name(self) -> str:
-        """``"compressor"``."""
+        """The engine's name: ``"compressor"``, or the plugin's."""
     @property
     def summarizer(self) -> str:
-        """The primary summarizer's name (``extractive`` or ``openai``)."""
+        """The primary summarizer's name (``extractive`` or ``openai``;
+        ``plugin:NAME`` when a plugin engine writes its own summaries)."""
     @property
     def config_warnings(self) -> List[str]:
         """Warnings of the configuration (unknown keys), as ``ctx`` prints them."""
@@ -253,13 +256,26 @@ def load_transcript(path: Union[str, PathLike[str]]) -> List[Message]:
 def replay(
     session: Union[str, PathLike[str], Messages],
     *,
-    context_length: int = 128000,
+    context_length: Optional[int] = None,
     model: Optional[str] = None,
     config: Optional[Union[str, PathLike[str]]] = None,
     settings: Optional[Dict[str, Any]] = None,
     use_config: bool = True,
     profile: str = "openai",
+    store: Optional[Union[str, PathLike[str]]] = None,
+    session_id: Optional[str] = None,
+    archive: bool = True,
+    baseline: bool = True,
 ) -> Report:
-    """Replays a recorded session (messages or a file) through the built-in
-    engine, call by call, as an agent would have run it; returns the report
-    ``ctx replay --json`` prints (totals, compactions, retention, calls)."""
+    """Replays a recorded session (messages or a file) through the engine
+    of the configuration, call by call, as an agent would have run it;
+    returns exactly the report ``ctx replay --json`` prints for the same
+    arguments (totals, costs of the three policies, compactions, retention,
+    calls; ``file`` first when ``session`` is a path).
+
+    ``context_length`` defaults as in ``ctx`` (``context.context_length``,
+    else 128000); prices come from ``pricing.*`` (``settings``). The replay
+    archives into ``store`` (a SQLite file, as ``ctx replay --store``; in
+    memory by default; ``archive=False`` as ``--no-store``) under
+    ``session_id`` (default: the file's name); ``baseline=False`` skips the
+    every-call-digest run (``--no-baseline``)."""

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use context_engine::Message;
-use context_engine::compressor::Compressor;
 use context_engine::engine::{
     CompactionPhase, CompactionStatusContext, CompressRequest, ContextEngine, EngineState,
     ModelInfo, PromptTokens, SelectRequest, SessionInfo, ToolCallContext, TurnInfo, Usage,
@@ -34,11 +33,12 @@ use crate::setup::{EngineSpec, build, parse_encoding, parse_profile, settings_ov
 /// `context_recall` tool.
 #[pyclass(module = "context_engine._native", name = "Compressor", frozen)]
 pub struct PyCompressor {
-    engine: Mutex<Compressor>,
+    engine: Mutex<Box<dyn ContextEngine>>,
     counter: Arc<dyn TokenCounter>,
     spec: EngineSpec,
     warnings: Vec<String>,
     config_file: Option<PathBuf>,
+    summarizer: String,
 }
 
 impl PyCompressor {
@@ -50,6 +50,7 @@ impl PyCompressor {
             spec,
             warnings: built.warnings,
             config_file: built.config_file,
+            summarizer: built.summarizer,
         })
     }
 
@@ -59,15 +60,17 @@ impl PyCompressor {
     fn with_engine<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Compressor) -> T + Send,
+        f: impl FnOnce(&mut dyn ContextEngine) -> T + Send,
     ) -> PyResult<T> {
         match self.engine.try_lock() {
-            Ok(mut guard) => Ok(f(&mut guard)),
+            Ok(mut guard) => Ok(f(guard.as_mut())),
             Err(std::sync::TryLockError::WouldBlock) => py.detach(|| {
                 let mut guard = lock(&self.engine)?;
-                Ok(f(&mut guard))
+                Ok(f(guard.as_mut()))
             }),
-            Err(std::sync::TryLockError::Poisoned(_)) => lock(&self.engine).map(|mut g| f(&mut g)),
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                lock(&self.engine).map(|mut g| f(g.as_mut()))
+            }
         }
     }
 
@@ -92,13 +95,13 @@ impl PyCompressor {
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
-        f: impl FnOnce(&mut Compressor, Vec<Message>) -> T + Send,
+        f: impl FnOnce(&mut dyn ContextEngine, Vec<Message>) -> T + Send,
     ) -> PyResult<T> {
         let values = message_values(messages)?;
         py.detach(|| -> PyResult<T> {
             let messages = parse_messages(values).map_err(MessageError::into_py)?;
             let mut engine = lock(&self.engine)?;
-            Ok(f(&mut engine, messages))
+            Ok(f(engine.as_mut(), messages))
         })
     }
 }
@@ -168,13 +171,15 @@ impl PyCompressor {
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        self.with_engine(py, |engine| {
+        let summarizer = self.summarizer.clone();
+        self.with_engine(py, move |engine| {
             let s = engine.state();
             format!(
-                "Compressor(context_length={}, threshold_tokens={}, summarizer={:?}, compression_count={})",
+                "Compressor(engine={:?}, context_length={}, threshold_tokens={}, summarizer={:?}, compression_count={})",
+                engine.name(),
                 s.context_length,
                 s.threshold_tokens,
-                engine.summarizer_name(),
+                summarizer,
                 s.compression_count
             )
         })
@@ -183,8 +188,8 @@ impl PyCompressor {
     // -- identity and state ------------------------------------------------
 
     #[getter]
-    fn name(&self) -> &'static str {
-        context_engine::compressor::NAME
+    fn name(&self, py: Python<'_>) -> PyResult<String> {
+        self.with_engine(py, |e| e.name().to_owned())
     }
 
     /// Warnings of the configuration (unknown keys), as `ctx` prints them.
@@ -200,8 +205,8 @@ impl PyCompressor {
     }
 
     #[getter]
-    fn summarizer(&self, py: Python<'_>) -> PyResult<String> {
-        self.with_engine(py, |e| e.summarizer_name().to_owned())
+    fn summarizer(&self) -> String {
+        self.summarizer.clone()
     }
 
     /// `-1` while awaiting real usage after a compaction (the reference

@@ -3,13 +3,12 @@
 //! interpreter and does the work with it released.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use context_engine::Message;
+use context_engine::builder::{Archive, ReplayRun};
 use context_engine::digest::{DigestOptions, digest_with_report};
-use context_engine::host::{HostOptions, Session};
 use context_engine::redact::{RedactOptions, Redactor, redact as redact_text};
-use context_engine::replay::{ReplayOptions, replay as replay_session};
+use context_engine::store::open_at_rest;
 use context_engine::transcript::{LoadError, Transcript};
 use context_engine::validate::validate as validate_messages;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -22,7 +21,9 @@ use crate::convert::{
     values_to_py,
 };
 use crate::errors::{ContextEngineError, ValidationError, config_error};
-use crate::setup::{EngineSpec, build, counter, parse_encoding, parse_profile, settings_overrides};
+use crate::setup::{
+    EngineSpec, counter, engines, parse_encoding, parse_profile, settings_overrides,
+};
 
 /// Parses `messages` with the interpreter released and runs `f` on them.
 fn detached<T: Send>(
@@ -177,20 +178,25 @@ pub fn load_transcript<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'p
     values_to_py(py, &values)
 }
 
-/// Replays a recorded session through the built-in engine, call by call,
-/// and returns the report `ctx replay --json` prints.
+/// Replays a recorded session through the engine of the configuration,
+/// call by call, and returns the report `ctx replay --json` prints for the
+/// same arguments (the same library call: `Engines::replay`).
 #[pyfunction]
-#[pyo3(signature = (session, *, context_length=128_000, model=None, config=None, settings=None, use_config=true, profile="openai"))]
+#[pyo3(signature = (session, *, context_length=None, model=None, config=None, settings=None, use_config=true, profile="openai", store=None, session_id=None, archive=true, baseline=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn replay<'py>(
     py: Python<'py>,
     session: &Bound<'py, PyAny>,
-    context_length: u64,
+    context_length: Option<u64>,
     model: Option<String>,
     config: Option<PathBuf>,
     settings: Option<&Bound<'py, PyAny>>,
     use_config: bool,
     profile: &str,
+    store: Option<PathBuf>,
+    session_id: Option<String>,
+    archive: bool,
+    baseline: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let settings = match settings {
         Some(s) => crate::convert::to_value(s).map_err(|e| e.into_py("settings"))?,
@@ -198,7 +204,7 @@ pub fn replay<'py>(
     };
     let profile = parse_profile(profile)?;
     let spec = EngineSpec {
-        context_length: Some(context_length),
+        context_length,
         model,
         encoding: context_engine::tokens::Encoding::O200kBase,
         config_file: config,
@@ -206,7 +212,12 @@ pub fn replay<'py>(
         overrides: settings_overrides(&settings)?,
         profile,
     };
-    let built = build(&spec)?;
+    let (engines, _) = engines(&spec)?;
+    if store.is_some() && !archive {
+        return Err(PyValueError::new_err(
+            "store and archive=False contradict each other",
+        ));
+    }
     enum Source {
         Path(PathBuf),
         Values(Vec<Value>),
@@ -217,33 +228,59 @@ pub fn replay<'py>(
         Source::Values(message_values(session)?)
     };
     let report = py.detach(move || -> PyResult<Value> {
-        let (messages, times) = match source {
+        let (messages, times, file) = match source {
             Source::Path(p) => {
                 let t = Transcript::load(&p).map_err(load_error)?;
                 let times = t.message_times();
-                (t.messages, times)
+                (t.messages, times, Some(p))
             }
             Source::Values(v) => (
                 parse_messages(v).map_err(MessageError::into_py)?,
                 Vec::new(),
+                None,
             ),
         };
-        let counter = Arc::clone(&built.counter);
-        let mut session = Session::new("replay", Box::new(built.engine), Arc::clone(&counter))
-            .with_options(HostOptions::default().with_profile(profile));
-        let options = ReplayOptions::default()
-            .with_profile(profile)
-            .with_message_times(times);
-        let report = replay_session(
-            &messages,
-            &mut session,
-            counter.as_ref(),
-            &options,
-            |_, _| {},
-        )
-        .map_err(|e| ContextEngineError::new_err(format!("cannot replay: {e}")))?;
-        serde_json::to_value(&report)
-            .map_err(|e| ContextEngineError::new_err(format!("cannot serialize the report: {e}")))
+        engines
+            .check_window(&messages)
+            .map_err(|e| config_error(&e))?;
+        // As `ctx replay`: the session is named after the file.
+        let id = session_id.unwrap_or_else(|| {
+            file.as_deref()
+                .and_then(|f| f.file_name())
+                .map_or_else(|| "replay".to_owned(), |n| n.to_string_lossy().into_owned())
+        });
+        let archive = match (store, archive) {
+            (_, false) => Archive::Off,
+            (None, true) => Archive::Memory,
+            (Some(path), true) => {
+                let at_rest = engines.at_rest().map_err(|e| config_error(&e))?;
+                Archive::Into(open_at_rest(&path, &at_rest).map_err(|e| config_error(&e))?)
+            }
+        };
+        let run = ReplayRun {
+            messages: &messages,
+            message_times: times,
+            session_id: id,
+            archive,
+            baseline,
+        };
+        let (report, _) = engines.replay(run, |_, _| {}).map_err(|e| {
+            ContextEngineError::new_err(format!(
+                "cannot replay: {}",
+                context_engine::error_chain(&e)
+            ))
+        })?;
+        let mut value = serde_json::to_value(&report).map_err(|e| {
+            ContextEngineError::new_err(format!("cannot serialize the report: {e}"))
+        })?;
+        // `ctx replay --json` names the file first.
+        if let (Some(f), Value::Object(map)) = (file, &mut value) {
+            let mut with_file = serde_json::Map::new();
+            with_file.insert("file".to_owned(), Value::String(f.display().to_string()));
+            with_file.extend(std::mem::take(map));
+            *map = with_file;
+        }
+        Ok(value)
     })?;
     crate::convert::to_py(py, &report)
 }

@@ -1,15 +1,16 @@
-//! Building the built-in engine from the configuration layers, as `ctx`
-//! does: defaults < `config.yaml` < `CTX_…` variables < the caller's
-//! settings (a nested dict, e.g. Hermes's `plugins.entries.ctx`), then the
-//! token counter and the summarizer.
+//! Building the engine from the configuration layers, as `ctx` does:
+//! defaults < `config.yaml` < `CTX_…` variables < the caller's settings (a
+//! nested dict, e.g. Hermes's `plugins.entries.ctx`), then the library's
+//! `EngineBuilder`: engine by name (plugins too), tokenizer, summarizer,
+//! text actions, window.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use context_engine::compressor::Compressor;
-use context_engine::config::{Config, ConfigLoader, SummarizerKind};
-use context_engine::plugin::EngineContext;
-use context_engine::summarize::openai::OpenAiSummarizer;
+use context_engine::builder::{EngineBuilder, Engines};
+use context_engine::config::{ConfigLoader, Env};
+use context_engine::engine::ContextEngine;
+use context_engine::plugin::EngineSource;
 use context_engine::tokens::{
     BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model,
 };
@@ -23,7 +24,8 @@ use crate::errors::{ConfigError, config_error};
 /// Everything needed to build (and rebuild, for `copy.deepcopy`) an engine.
 #[derive(Clone, Debug)]
 pub struct EngineSpec {
-    /// The model's window; `None` takes `context.context_length`, else 0.
+    /// The model's window; `None` takes `context.context_length`, else
+    /// 128,000 (as `ctx`).
     pub context_length: Option<u64>,
     /// The agent's model: picks the tokenizer.
     pub model: Option<String>,
@@ -41,10 +43,12 @@ pub struct EngineSpec {
 
 /// What a built engine comes with.
 pub struct Built {
-    pub engine: Compressor,
+    pub engine: Box<dyn ContextEngine>,
     pub counter: Arc<dyn TokenCounter>,
     pub warnings: Vec<String>,
     pub config_file: Option<PathBuf>,
+    /// Who writes its summaries (the compressor's summarizer, or the plugin).
+    pub summarizer: String,
 }
 
 /// `o200k_base` / `cl100k_base` (or `o200k` / `cl100k`).
@@ -107,54 +111,51 @@ fn flatten(map: &serde_json::Map<String, Value>, path: &mut Vec<String>, out: &m
     }
 }
 
-/// Loads the configuration layers.
-fn load_config(spec: &EngineSpec) -> PyResult<(Config, Vec<String>, Option<PathBuf>)> {
+/// Loads the configuration layers and builds the engines of that
+/// configuration through the library's [`EngineBuilder`] (the one place a
+/// configuration becomes an engine, as for `ctx` and `ctx serve`); the
+/// configuration's warnings come back.
+pub fn engines(spec: &EngineSpec) -> PyResult<(Engines, Vec<String>)> {
+    // The process environment, read here once: the library reads none.
+    // `CTX_…` layers only with `use_config`; the variables the
+    // configuration names (the summarizer's key) always.
+    let env = Env::from_os(std::env::vars_os());
     let mut loader = ConfigLoader::new()
         .with_file(spec.config_file.clone())
         .with_overrides(spec.overrides.iter().cloned());
     if spec.use_config {
-        loader = loader.with_process_env();
+        loader = loader.with_environment(&env);
     } else {
         loader = loader.with_search(false);
     }
     let loaded = loader.load().map_err(|e| config_error(&e))?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-    Ok((loaded.config, warnings, loaded.file))
+    let engines = EngineBuilder::from_loaded(loaded)
+        .with_env(env)
+        .with_profile(spec.profile)
+        .with_model(spec.model.clone())
+        .with_encoding(spec.encoding)
+        .with_context_length(spec.context_length)
+        .build()
+        .map_err(|e| config_error(&e))?;
+    Ok((engines, warnings))
 }
 
-/// Builds the built-in compressor as `spec` and the configuration say.
+/// Builds the engine `context.engine` names (the built-in compressor, or a
+/// plugin) as `spec` and the configuration say.
 pub fn build(spec: &EngineSpec) -> PyResult<Built> {
-    let (config, warnings, config_file) = load_config(spec)?;
-    let counter = counter(spec.model.as_deref(), spec.encoding);
-    let context_length = spec
-        .context_length
-        .or(config.context.context_length)
-        .unwrap_or(0);
-    let redactor = Arc::new(config.redactor().map_err(|e| config_error(&e))?);
-    let mut ctx = EngineContext::new(Arc::clone(&counter), context_length)
-        .with_compressor_options(config.compressor_options().with_profile(spec.profile))
-        .with_section(config.engine_section("compressor"))
-        .with_redactor(Arc::clone(&redactor));
-    if let Some(model) = &spec.model {
-        ctx = ctx.with_model(model.clone());
-    }
-    if config.summarizer.kind == SummarizerKind::Openai {
-        let openai = config.openai_config().ok_or_else(|| {
-            ConfigError::new_err(
-                "summarizer.kind is openai but summarizer.base_url or summarizer.model is missing",
-            )
-        })?;
-        let base_url = openai.base_url.clone();
-        let summarizer = OpenAiSummarizer::new(openai).map_err(|e| {
-            ConfigError::new_err(format!("cannot set up the summarizer at {base_url}: {e}"))
-        })?;
-        // Its prompt leaves the process: redacted with the user's patterns.
-        ctx = ctx.with_summarizer(Box::new(summarizer.with_redactor(redactor)));
-    }
+    let (engines, mut warnings) = engines(spec)?;
+    let started = engines.engine().map_err(|e| config_error(&e))?;
+    warnings.extend(started.warnings);
+    let summarizer = match started.source {
+        EngineSource::Plugin { .. } => format!("plugin:{}", engines.name()),
+        _ => engines.compressor().summarizer_name().to_owned(),
+    };
     Ok(Built {
-        engine: ctx.into_compressor(),
-        counter,
+        engine: started.engine,
+        counter: Arc::clone(engines.counter()),
         warnings,
-        config_file,
+        config_file: engines.config_file().map(PathBuf::from),
+        summarizer,
     })
 }

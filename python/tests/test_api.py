@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 import context_engine as ce
-from conftest import EXAMPLES, example, require, tool_session
+from conftest import EXAMPLES, ROOT, example, require, tool_session
 
 
 def engine(context_length: int = 16000, **kw) -> ce.Compressor:
@@ -294,3 +297,47 @@ def test_exception_hierarchy():
     assert issubclass(ce.ValidationError, ce.ContextEngineError)
     assert issubclass(ce.ConfigError, ce.ContextEngineError)
     assert issubclass(ce.ContextEngineError, Exception)
+
+
+def test_replay_is_exactly_ctx_replay_json(tmp_path):
+    """`replay()` and `ctx replay --json` are one library call
+    (`Engines::replay`): the same arguments give the same report, with the
+    window, text actions and prices set in the file."""
+    ctx = Path(os.environ.get("CTX_BIN", ROOT / "target" / "debug" / "ctx"))
+    require(ctx.is_file(), f"the ctx binary ({ctx}) is not built: cargo build -p ctx")
+    path = EXAMPLES / "coding-session.json"
+    require(path.is_file(), f"{path} is absent")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "context:\n"
+        "  context_length: 16000\n"
+        "  text_actions: [mini-swe-agent, '^EXIT CODE: \\\\d+']\n"
+        "pricing:\n"
+        "  provider: anthropic\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    out = subprocess.run(
+        [str(ctx), "replay", str(path), "--json", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    want = json.loads(out.stdout)
+    got = ce.replay(str(path), config=str(config))
+    assert got == want
+    assert got["context_length"] == 16000 and got["costs"] is not None
+    no_baseline = ce.replay(str(path), config=str(config), baseline=False, archive=False)
+    out = subprocess.run(
+        [str(ctx), "replay", str(path), "--json", "--config", str(config), "--no-baseline", "--no-store"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert no_baseline == json.loads(out.stdout)

@@ -163,7 +163,14 @@ fn bench_compaction(c: &mut Criterion) {
     });
     group.bench_function("fit_whole_session_to_a_quarter", |b| {
         b.iter_with_large_drop(|| {
-            fit::fit(black_box(&m), tokens / 4, warm.as_ref(), Profile::OpenAi).unwrap()
+            fit::fit(
+                black_box(&m),
+                tokens / 4,
+                warm.as_ref(),
+                Profile::OpenAi,
+                context_engine::validate::auto_text_actions(),
+            )
+            .unwrap()
         })
     });
     group.finish();

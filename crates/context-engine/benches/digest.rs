@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use context_engine::digest::{DigestOptions, digest, digest_view};
 use context_engine::message::{Message, Role};
 use context_engine::transcript::Transcript;
-use context_engine::validate::reentries;
+use context_engine::validate::reentries_with;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// The messages of a corpus file (under `$CTX_CORPUS_DIR`, else
@@ -86,7 +86,7 @@ fn bench_text_actions(c: &mut Criterion) {
     let mut group = c.benchmark_group("text_actions_pydicom");
     group.throughput(Throughput::Elements(1));
     group.bench_function("observations_whole_session", |b| {
-        b.iter(|| reentries(black_box(&m)))
+        b.iter(|| reentries_with(black_box(&m), context_engine::validate::auto_text_actions()))
     });
     group.throughput(Throughput::Elements(calls.len() as u64));
     group.bench_function("replay_every_request_borrowed", |b| {

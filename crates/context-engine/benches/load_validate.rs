@@ -27,7 +27,12 @@ fn load_validate(c: &mut Criterion) {
         b.iter(|| validate(black_box(&transcript.messages), Profile::OpenAi))
     });
     group.bench_function("cut_points", |b| {
-        b.iter(|| CutPoints::new(black_box(&transcript.messages)))
+        b.iter(|| {
+            CutPoints::new(
+                black_box(&transcript.messages),
+                context_engine::validate::auto_text_actions(),
+            )
+        })
     });
     group.bench_function("parse_and_validate", |b| {
         b.iter(|| {

@@ -33,7 +33,7 @@ fn bench(c: &mut Criterion) {
     if files.is_empty() {
         return;
     }
-    let redactor = Redactor::builder().honour_env(false).build().unwrap();
+    let redactor = Redactor::builder().build().unwrap();
     let opts = RedactOptions {
         force: true,
         ..RedactOptions::default()

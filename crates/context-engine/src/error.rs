@@ -36,6 +36,12 @@ pub enum Error {
     /// A redactor could not be built ([`crate::redact`]).
     #[error(transparent)]
     Redact(#[from] crate::redact::RedactError),
+    /// A configuration could not become an engine ([`crate::builder`]).
+    #[error(transparent)]
+    Build(#[from] crate::builder::BuildError),
+    /// A replay run failed ([`crate::builder::Engines::replay`]).
+    #[error(transparent)]
+    Run(#[from] crate::builder::RunError),
     /// The key of an encrypted session store.
     #[error(transparent)]
     StoreKey(#[from] crate::store::KeyError),

@@ -8,7 +8,7 @@
 //! ```
 //! use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
 //! use context_engine::transcript::Transcript;
-//! use context_engine::validate::{CutPoints, Profile, validate};
+//! use context_engine::validate::{CutPoints, Profile, TextActions, validate};
 //!
 //! let text = r#"[
 //!   {"role": "user", "content": "list the files"},
@@ -23,7 +23,7 @@
 //! assert!(validate(&transcript.messages, Profile::OpenAi).is_empty());
 //! // A kept tail may start at the user turn or the final answer, never on
 //! // the tool result (index 2): the call and its result are one group.
-//! let cuts = CutPoints::new(&transcript.messages);
+//! let cuts = CutPoints::new(&transcript.messages, &TextActions::auto());
 //! assert!(!cuts.is_safe(2));
 //! assert_eq!(cuts.at_or_before(2), 1);
 //! # Ok::<(), context_engine::transcript::LoadError>(())
@@ -31,6 +31,7 @@
 
 pub mod anthropic;
 pub mod bridge;
+pub mod builder;
 pub mod compressor;
 pub mod config;
 pub mod digest;

@@ -87,7 +87,9 @@ fn check(messages: &[Message], context_length: u64, profile: Profile) {
             assert!(counter.count_messages(&out) < counter.count_messages(messages));
             let latest = (0..messages.len())
                 .rev()
-                .find(|&i| is_real_user_turn(messages, i))
+                .find(|&i| {
+                    is_real_user_turn(messages, i, context_engine::validate::auto_text_actions())
+                })
                 .map(|i| &messages[i])
                 .unwrap();
             // The summary may be merged into it (both roles would collide

@@ -10,7 +10,7 @@ use context_engine::digest::{DigestOptions, digest, digest_with_report};
 use context_engine::message::Role;
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
-use context_engine::validate::{Profile, reentries, validate};
+use context_engine::validate::{Profile, reentries_with, validate};
 
 mod common;
 
@@ -37,7 +37,7 @@ fn requests(m: &[Message]) -> impl Iterator<Item = &[Message]> {
 fn kept_batches_start(m: &[Message], keep: usize) -> usize {
     // Tool re-entries (text envelopes and the observations of text-action
     // agents) are batches of their own, as in the digest.
-    let reentry = reentries(m);
+    let reentry = reentries_with(m, context_engine::validate::auto_text_actions());
     let starts: Vec<usize> = m
         .iter()
         .enumerate()

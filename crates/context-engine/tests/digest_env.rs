@@ -1,21 +1,25 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! `CTX_TOOL_DIGEST_DISABLED=1`, checked in a child process (setting the
-//! variable in this process would race with other tests).
+//! `CTX_TOOL_DIGEST_DISABLED=1` and `CTX_REDACT_SECRETS=0`: the library
+//! reads no process environment, so these switches reach the engine as
+//! the configuration keys they stand for, through the loader's
+//! environment layer; an explicit key still wins over them.
 
-use context_engine::digest::{DISABLE_ENV, DigestOptions, digest};
+use context_engine::config::{ConfigLoader, Env, Source};
+use context_engine::digest::{DISABLE_ENV, digest};
+use context_engine::redact::{OPT_OUT_ENV, RedactOptions};
 use context_engine::{Message, ToolCall};
 
-mod common;
-
-#[test]
-fn env_switch_disables_the_digest() {
-    common::run_child_with_env("child_with_digest_disabled", DISABLE_ENV, "1");
+fn load(env: &Env, overrides: &[&str]) -> context_engine::config::Loaded {
+    ConfigLoader::new()
+        .with_search(false)
+        .with_environment(env)
+        .with_overrides(overrides.iter().copied())
+        .load()
+        .unwrap()
 }
 
 #[test]
-#[ignore = "run by env_switch_disables_the_digest, with CTX_TOOL_DIGEST_DISABLED=1"]
-fn child_with_digest_disabled() {
-    assert_eq!(std::env::var(DISABLE_ENV).as_deref(), Ok("1"));
+fn env_switch_disables_the_digest() {
     let mut m = vec![Message::user("go")];
     for id in ["a", "b"] {
         m.push(Message::assistant_tool_calls(
@@ -24,8 +28,43 @@ fn child_with_digest_disabled() {
         ));
         m.push(Message::tool_result(id, "x".repeat(10_000)));
     }
-    let opts = DigestOptions::from_env();
+    let loaded = load(&Env::from_pairs([(DISABLE_ENV, "1")]), &[]);
+    let opts = &loaded.config.context.digest;
     assert!(!opts.enabled);
-    assert_eq!(digest(&m, &opts), m);
-    assert_ne!(digest(&m, &DigestOptions::default()), m);
+    assert_eq!(
+        loaded.source("context.digest.enabled"),
+        Source::Env {
+            var: DISABLE_ENV.to_owned()
+        }
+    );
+    assert_eq!(digest(&m, opts), m);
+    // "0" and an unset variable leave the digest on.
+    for env in [Env::from_pairs([(DISABLE_ENV, "0")]), Env::empty()] {
+        let on = load(&env, &[]).config.context.digest;
+        assert!(on.enabled);
+        assert_ne!(digest(&m, &on), m);
+    }
+    // An explicit key wins over the switch.
+    let flag = load(
+        &Env::from_pairs([(DISABLE_ENV, "1")]),
+        &["context.digest.enabled=true"],
+    );
+    assert!(flag.config.context.digest.enabled);
+}
+
+#[test]
+fn env_switch_opts_out_of_redaction_but_never_of_forced_redaction() {
+    let secret = "key: ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+    let loaded = load(&Env::from_pairs([(OPT_OUT_ENV, "0")]), &[]);
+    assert!(!loaded.config.security.redact_secrets);
+    let redactor = loaded.config.redactor().unwrap();
+    assert_eq!(redactor.redact(secret, &RedactOptions::default()), secret);
+    let forced = RedactOptions {
+        force: true,
+        ..RedactOptions::default()
+    };
+    assert_ne!(redactor.redact(secret, &forced), secret);
+    // Any other value keeps redaction on.
+    let on = load(&Env::from_pairs([(OPT_OUT_ENV, "1")]), &[]);
+    assert!(on.config.security.redact_secrets);
 }

@@ -188,10 +188,10 @@ proptest! {
         let system = fit::system_prompt_tokens(&messages, counter.as_ref());
         let ask = (0..messages.len())
             .rev()
-            .find(|&i| is_real_user_turn(&messages, i))
+            .find(|&i| is_real_user_turn(&messages, i, context_engine::validate::auto_text_actions()))
             .map_or(0, |i| counter.count_message(&messages[i]) as u64);
         let window = system + ask + MIN_ROOM + extra;
-        let fitted = fit::fit(&messages, window, counter.as_ref(), profile).unwrap();
+        let fitted = fit::fit(&messages, window, counter.as_ref(), profile, context_engine::validate::auto_text_actions()).unwrap();
         prop_assert!(fitted.tokens_after <= window);
         prop_assert_eq!(fitted.tokens_after, counter.count_messages(&fitted.messages) as u64);
         prop_assert!(introduced_violation(&messages, &fitted.messages, profile).is_none());

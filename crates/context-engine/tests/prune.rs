@@ -334,7 +334,10 @@ fn the_protected_tail_is_untouched_and_never_splits_a_batch() {
     ];
     // Two messages from the end would start on the result c3: the tail
     // moves back to the batch's call.
-    assert_eq!(protected_from(&m, 2), 3);
+    assert_eq!(
+        protected_from(&m, 2, context_engine::validate::auto_text_actions()),
+        3
+    );
     let out = prune(&m, None, &eager(2), &counter());
     assert_eq!(&out.messages[3..], &m[3..]);
     assert!(is_marker(&out.messages[2]));

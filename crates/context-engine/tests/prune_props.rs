@@ -117,7 +117,7 @@ proptest! {
             prop_assert_eq!(ids(a), ids(b));
             prop_assert!(counter.count_message(b) <= counter.count_message(a));
         }
-        let tail = protected_from(&m, protect);
+        let tail = protected_from(&m, protect, context_engine::validate::auto_text_actions());
         prop_assert_eq!(&out.messages[tail..], &m[tail..]);
         prop_assert_eq!(
             counter.count_messages(&out.messages) as u64,

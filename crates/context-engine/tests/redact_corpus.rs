@@ -8,7 +8,7 @@ use context_engine::redact::{Finding, RedactOptions, Redactor};
 mod common;
 
 fn redactor() -> Redactor {
-    Redactor::builder().honour_env(false).build().unwrap()
+    Redactor::builder().build().unwrap()
 }
 
 /// Shapes that are never secrets on their own.

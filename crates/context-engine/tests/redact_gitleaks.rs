@@ -125,7 +125,7 @@ fn gitleaks_rules_are_covered() {
     let text = std::fs::read_to_string(&path).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let rules = table["rules"].as_array().unwrap();
-    let redactor = Redactor::builder().honour_env(false).build().unwrap();
+    let redactor = Redactor::builder().build().unwrap();
     let opts = RedactOptions {
         force: true,
         ..RedactOptions::default()

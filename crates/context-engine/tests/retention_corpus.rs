@@ -41,7 +41,7 @@ fn every_transcript_has_probes_of_each_main_kind_and_keeps_them_verbatim() {
     let Some(all) = load_all() else { return };
     for (file, messages) in &all {
         let started = Instant::now();
-        let probes = extract_probes(messages);
+        let probes = extract_probes(messages, context_engine::validate::auto_text_actions());
         let extracted = started.elapsed();
         assert!(!probes.is_empty(), "{file}: no probes");
         assert!(
@@ -84,7 +84,7 @@ fn the_digest_loses_nothing() {
         ..DigestOptions::default()
     };
     for (file, messages) in &all {
-        let probes = extract_probes(messages);
+        let probes = extract_probes(messages, context_engine::validate::auto_text_actions());
         let view = digest(messages, &opts);
         let report = check(&probes, &view, messages);
         adds_up(&report);
@@ -104,7 +104,7 @@ fn a_compaction_keeps_the_latest_ask_verbatim() {
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let mut compacted = 0;
     for (file, messages) in &all {
-        let probes = extract_probes(messages);
+        let probes = extract_probes(messages, context_engine::validate::auto_text_actions());
         let before = counter.count_messages(messages) as u64;
         let mut engine = Compressor::new(counter.clone(), before / 2);
         let Ok(out) = engine
@@ -148,7 +148,7 @@ fn a_compaction_keeps_the_latest_ask_verbatim() {
 fn the_example_coding_session_compacts_keeping_the_latest_ask() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/coding-session.json");
     let messages = Transcript::load(&path).unwrap().messages;
-    let probes = extract_probes(&messages);
+    let probes = extract_probes(&messages, context_engine::validate::auto_text_actions());
     let count = |k| probes.iter().filter(|p| p.kind == k).count();
     assert_eq!(count(ProbeKind::UserAsk), 4);
     assert!(count(ProbeKind::FilePath) >= 8);

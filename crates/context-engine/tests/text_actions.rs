@@ -23,8 +23,8 @@ use context_engine::replay::{ReplayOptions, ReplayReport, replay};
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{
-    Profile, TextActions, TextActionsConfig, is_real_user_turn, observation, observation_with,
-    reentries, validate,
+    Profile, TextActions, TextActionsConfig, is_real_user_turn, observation_with, reentries_with,
+    validate,
 };
 use context_engine::{Message, ToolCall};
 
@@ -386,7 +386,7 @@ fn corpus_asks_stay_asks_and_observations_are_tool_output() {
     for path in files {
         let name = common::name(&path);
         let m = Transcript::load(&path).unwrap().messages;
-        let flags = reentries(&m);
+        let flags = reentries_with(&m, context_engine::validate::auto_text_actions());
         for (i, message) in m.iter().enumerate() {
             if message.role != Role::User {
                 assert!(!flags[i], "{name}: message {i} is not a user message");
@@ -397,13 +397,14 @@ fn corpus_asks_stay_asks_and_observations_are_tool_output() {
             let answers = i > 0 && m[i - 1].role == Role::Assistant;
             if !answers {
                 assert!(
-                    is_real_user_turn(&m, i),
+                    is_real_user_turn(&m, i, context_engine::validate::auto_text_actions()),
                     "{name}: ask {i} taken for tool output"
                 );
             }
             // An observation follows an assistant action and reads as one.
             if flags[i] {
-                let obs = observation(&m, i).unwrap();
+                let obs =
+                    observation_with(&m, i, context_engine::validate::auto_text_actions()).unwrap();
                 assert!(!obs.action.commands.is_empty(), "{name}: {i}");
             }
         }
@@ -411,7 +412,9 @@ fn corpus_asks_stay_asks_and_observations_are_tool_output() {
         if let Some((_, n)) = expected.iter().find(|(f, _)| *f == name) {
             assert_eq!(observations, *n, "{name}");
         }
-        let asks = (0..m.len()).filter(|&i| is_real_user_turn(&m, i)).count();
+        let asks = (0..m.len())
+            .filter(|&i| is_real_user_turn(&m, i, context_engine::validate::auto_text_actions()))
+            .count();
         println!("{name}: {observations} observations, {asks} user turns");
     }
 }
@@ -422,12 +425,27 @@ fn when_in_doubt_a_user_turn() {
     let answer = Message::assistant("Done, the files are listed above.");
     let obs = Message::user("<returncode>0</returncode>\n<output>\nsrc\n</output>");
     // After an action: an observation.
-    assert!(observation(&[action.clone(), obs.clone()], 1).is_some());
+    assert!(
+        observation_with(
+            &[action.clone(), obs.clone()],
+            1,
+            context_engine::validate::auto_text_actions()
+        )
+        .is_some()
+    );
     // The same text after a plain answer (the user pasting output): an ask.
-    assert!(is_real_user_turn(&[answer.clone(), obs.clone()], 1));
+    assert!(is_real_user_turn(
+        &[answer.clone(), obs.clone()],
+        1,
+        context_engine::validate::auto_text_actions()
+    ));
     // After an action, a text in no known shape: an ask.
     let ask = Message::user("Stop, don't touch the tests; fix the parser instead.");
-    assert!(is_real_user_turn(&[action.clone(), ask.clone()], 1));
+    assert!(is_real_user_turn(
+        &[action.clone(), ask.clone()],
+        1,
+        context_engine::validate::auto_text_actions()
+    ));
     // `off`: nothing is an observation.
     assert!(observation_with(&[action.clone(), obs.clone()], 1, &TextActions::off()).is_none());
     // Configured patterns replace the built-in shapes.
@@ -497,7 +515,7 @@ fn digested_observations_keep_the_agents_shape_and_the_prefix() {
                 validate(&view, Profile::Strict),
                 validate(request, Profile::Strict)
             );
-            let flags = reentries(request);
+            let flags = reentries_with(request, context_engine::validate::auto_text_actions());
             for (i, (v, r)) in view.iter().zip(request).enumerate() {
                 if v == r {
                     continue;
@@ -525,7 +543,10 @@ fn digested_observations_keep_the_agents_shape_and_the_prefix() {
                     );
                 }
                 // Still an observation for the agent's parser and for us.
-                assert!(reentries(&view)[i], "{name}: {i}");
+                assert!(
+                    reentries_with(&view, context_engine::validate::auto_text_actions())[i],
+                    "{name}: {i}"
+                );
             }
             // Only the previously newest batch may change from one call to
             // the next (the same rule as for tool calls).
@@ -550,7 +571,7 @@ fn every_compaction_keeps_the_task_verbatim() {
         let first_turn = m.iter().position(|x| x.role == Role::Assistant).unwrap();
         let task_at = (0..first_turn)
             .rev()
-            .find(|&i| is_real_user_turn(&m, i))
+            .find(|&i| is_real_user_turn(&m, i, context_engine::validate::auto_text_actions()))
             .unwrap();
         let task = m[task_at].text().into_owned();
         // Windows of a half, a quarter and an eighth of the largest digested
@@ -601,8 +622,14 @@ fn tool_calls_converted_to_text_actions_read_the_same() {
         ),
     ];
     let text = as_text_actions(&calls);
-    let a = context_engine::summarize::state::StateRecord::build(&calls);
-    let b = context_engine::summarize::state::StateRecord::build(&text);
+    let a = context_engine::summarize::state::StateRecord::build(
+        &calls,
+        context_engine::validate::auto_text_actions(),
+    );
+    let b = context_engine::summarize::state::StateRecord::build(
+        &text,
+        context_engine::validate::auto_text_actions(),
+    );
     assert_eq!(a.commands, b.commands);
     assert_eq!(a.errors, b.errors);
     assert_eq!(a.failing_tests, vec!["t.py::a"]);

@@ -360,7 +360,11 @@ fn profiles_parse_from_their_names() {
 #[test]
 fn envelopes_mark_a_user_message_as_a_tool_reentry() {
     assert!(is_tool_reentry(&reentry()));
-    assert!(!is_real_user_turn(&[reentry()], 0));
+    assert!(!is_real_user_turn(
+        &[reentry()],
+        0,
+        context_engine::validate::auto_text_actions()
+    ));
     // Both markers are needed.
     assert!(!is_tool_reentry(&Message::user("[bash]\nls\n[/bash]")));
     assert!(!is_tool_reentry(&Message::user(
@@ -368,11 +372,16 @@ fn envelopes_mark_a_user_message_as_a_tool_reentry() {
     )));
     assert!(is_real_user_turn(
         &[Message::user("see [/x] [END TOOL RESULTS]")],
-        0
+        0,
+        context_engine::validate::auto_text_actions()
     ));
     // Only user messages re-enter.
     assert!(!is_tool_reentry(&Message::assistant(ENVELOPE)));
-    assert!(!is_real_user_turn(&[Message::assistant("hi")], 0));
+    assert!(!is_real_user_turn(
+        &[Message::assistant("hi")],
+        0,
+        context_engine::validate::auto_text_actions()
+    ));
     // Content parts are read as text.
     let parts = Message::new(
         Role::User,
@@ -401,7 +410,7 @@ fn sample() -> Vec<Message> {
 #[test]
 fn cut_points_keep_calls_with_results_and_reentries_with_their_turn() {
     let m = sample();
-    let cuts = CutPoints::new(&m);
+    let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
     assert_eq!(cuts.len(), 8);
     assert_eq!(cuts.iter().collect::<Vec<_>>(), vec![0, 1, 2, 5, 7, 8]);
     for i in [3, 4, 6, 9] {
@@ -411,13 +420,25 @@ fn cut_points_keep_calls_with_results_and_reentries_with_their_turn() {
         cuts.groups().collect::<Vec<_>>(),
         vec![0..1, 1..2, 2..5, 5..7, 7..8]
     );
-    assert_eq!(atomic_groups(&m), cuts.groups().collect::<Vec<_>>());
-    assert_eq!(CutPoints::with_profile(&m, Profile::Strict).iter().len(), 6);
+    assert_eq!(
+        atomic_groups(&m, context_engine::validate::auto_text_actions()),
+        cuts.groups().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        CutPoints::with_profile(
+            &m,
+            Profile::Strict,
+            context_engine::validate::auto_text_actions()
+        )
+        .iter()
+        .len(),
+        6
+    );
 }
 
 #[test]
 fn nearest_safe_boundaries() {
-    let cuts = CutPoints::new(&sample());
+    let cuts = CutPoints::new(&sample(), context_engine::validate::auto_text_actions());
     assert_eq!(cuts.at_or_before(4), 2);
     assert_eq!(cuts.at_or_before(5), 5);
     assert_eq!(cuts.at_or_before(6), 5);
@@ -431,14 +452,17 @@ fn nearest_safe_boundaries() {
 
 #[test]
 fn the_ends_are_always_safe() {
-    let empty = CutPoints::new(&[]);
+    let empty = CutPoints::new(&[], context_engine::validate::auto_text_actions());
     assert!(empty.is_empty());
     assert_eq!(empty.iter().collect::<Vec<_>>(), vec![0]);
     assert_eq!(empty.groups().count(), 0);
     assert_eq!(empty.at_or_after(0), 0);
 
     // Even a transcript that starts on a tool result.
-    let cuts = CutPoints::new(&[Message::tool_result("a", "x"), reentry()]);
+    let cuts = CutPoints::new(
+        &[Message::tool_result("a", "x"), reentry()],
+        context_engine::validate::auto_text_actions(),
+    );
     assert_eq!(cuts.iter().collect::<Vec<_>>(), vec![0, 2]);
 }
 
@@ -451,13 +475,16 @@ fn a_late_result_stays_with_its_call() {
         Message::tool_result("a", "x"),
         Message::user("next"),
     ];
-    assert_eq!(atomic_groups(&m), vec![0..3, 3..4]);
+    assert_eq!(
+        atomic_groups(&m, context_engine::validate::auto_text_actions()),
+        vec![0..3, 3..4]
+    );
 }
 
 #[test]
 fn can_remove_checks_boundaries_and_the_strict_join() {
     let m = sample();
-    let cuts = CutPoints::new(&m);
+    let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
     assert!(cuts.can_remove(2, 5));
     assert!(cuts.can_remove(5, 5));
     assert!(!cuts.can_remove(3, 5));
@@ -471,8 +498,12 @@ fn can_remove_checks_boundaries_and_the_strict_join() {
         Message::user("u2"),
         Message::assistant("a2"),
     ];
-    let loose = CutPoints::new(&m);
-    let cuts = CutPoints::with_profile(&m, Profile::Strict);
+    let loose = CutPoints::new(&m, context_engine::validate::auto_text_actions());
+    let cuts = CutPoints::with_profile(
+        &m,
+        Profile::Strict,
+        context_engine::validate::auto_text_actions(),
+    );
     assert!(loose.can_remove(2, 3));
     assert!(!cuts.can_remove(2, 3), "u1 would meet u2");
     assert!(cuts.can_remove(2, 4), "u1 meets a2");

@@ -3,7 +3,7 @@
 //! corpus (skipped with a reason when the corpus is absent).
 
 use context_engine::Message;
-use context_engine::validate::{CutPoints, Profile, Rule, reentries, validate};
+use context_engine::validate::{CutPoints, Profile, Rule, reentries_with, validate};
 use serde_json::Value;
 
 mod common;
@@ -47,7 +47,7 @@ fn mini_swe_agent_tool_calling_run() {
     assert_eq!(pairs(&validate(&m, Profile::OpenAi)), expected);
     assert_eq!(pairs(&validate(&m, Profile::Strict)), expected);
 
-    let cuts = CutPoints::new(&m);
+    let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
     // Every call is glued to its result: 63 answered pairs, so 63 boundaries
     // are unsafe.
     assert_eq!(cuts.iter().len(), m.len() + 1 - 63);
@@ -83,10 +83,15 @@ fn text_action_transcripts_alternate() {
         // No tool messages, but each observation (the output of the
         // action before it, sent as a user message) stays with its action:
         // every boundary but the ones before an observation is safe.
-        let observations = reentries(&m).iter().filter(|r| **r).count();
+        let observations = reentries_with(&m, context_engine::validate::auto_text_actions())
+            .iter()
+            .filter(|r| **r)
+            .count();
         assert!(observations > 0, "{name}");
         assert_eq!(
-            CutPoints::new(&m).iter().len(),
+            CutPoints::new(&m, context_engine::validate::auto_text_actions())
+                .iter()
+                .len(),
             m.len() + 1 - observations,
             "{name}"
         );

@@ -110,7 +110,7 @@ proptest! {
     #[test]
     fn removing_between_safe_boundaries_stays_valid(m in openai_transcript()) {
         prop_assert_eq!(validate(&m, Profile::OpenAi), vec![]);
-        let cuts = CutPoints::new(&m);
+        let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
         let safe: Vec<usize> = cuts.iter().collect();
         for (k, &a) in safe.iter().enumerate() {
             for &b in &safe[k..] {
@@ -124,7 +124,7 @@ proptest! {
 
     #[test]
     fn tails_never_start_on_a_result_or_a_reentry(m in openai_transcript()) {
-        let cuts = CutPoints::new(&m);
+        let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
         for (i, message) in m.iter().enumerate().skip(1) {
             if message.is_tool_result() || is_tool_reentry(message) {
                 prop_assert!(!cuts.is_safe(i), "boundary {} is safe", i);
@@ -143,7 +143,7 @@ proptest! {
 
     #[test]
     fn nearest_boundaries_match_a_linear_scan(m in openai_transcript(), i in 0usize..40) {
-        let cuts = CutPoints::new(&m);
+        let cuts = CutPoints::new(&m, context_engine::validate::auto_text_actions());
         let n = m.len();
         let before = (0..=i.min(n)).rev().find(|&b| cuts.is_safe(b)).unwrap();
         let after = (i.min(n)..=n).find(|&b| cuts.is_safe(b)).unwrap();
@@ -169,7 +169,7 @@ proptest! {
     #[test]
     fn strict_joins_are_exactly_the_valid_ones(m in strict_transcript()) {
         prop_assert_eq!(validate(&m, Profile::Strict), vec![]);
-        let cuts = CutPoints::with_profile(&m, Profile::Strict);
+        let cuts = CutPoints::with_profile(&m, Profile::Strict, context_engine::validate::auto_text_actions());
         let safe: Vec<usize> = cuts.iter().collect();
         for (k, &a) in safe.iter().enumerate() {
             for &b in &safe[k..] {

@@ -78,6 +78,32 @@ fn thresholds_and_env_switch() {
     assert!(digested(&view).is_empty());
     assert!(stderr(&off).contains("disabled"), "{}", stderr(&off));
 
+    // The configuration's keys mean here what they mean to the engine.
+    let config = ctx_env(
+        &[
+            "digest",
+            file,
+            "--set",
+            "context.digest.keep_batches=100",
+            "--set",
+            "context.digest.min_bytes=1",
+        ],
+        None,
+    );
+    assert_eq!(config.status.code(), Some(0), "{}", stderr(&config));
+    let view: Vec<Value> = serde_json::from_slice(&config.stdout).unwrap();
+    assert!(digested(&view).is_empty());
+    let bad = ctx_env(
+        &["digest", file, "--set", "context.text_actions=[\"(\"]"],
+        None,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("context.text_actions"),
+        "{}",
+        stderr(&bad)
+    );
+
     let missing = ctx_env(&["digest", "no/such/file.json"], None);
     assert_eq!(missing.status.code(), Some(2));
 }

@@ -7,7 +7,9 @@ use context_engine::engine::{PreparedSummary, SessionInfo, SummaryJob, Usage};
 use context_engine::host::{self, Compaction, HostOptions, InPlace, Notice};
 use context_engine::message::{Message, Role};
 use context_engine::tokens::TokenCounter;
-use context_engine::validate::{introduced_violation, is_real_user_turn, is_reentry_at, validate};
+use context_engine::validate::{
+    introduced_violation, is_real_user_turn, is_reentry_with, validate,
+};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
@@ -282,11 +284,12 @@ impl Managed {
             .iter()
             .take_while(|m| m.role == Role::Assistant)
             .count();
+        let actions = &self.ctx.host.text_actions;
         let tools = (context + replies..batch.len())
-            .take_while(|&k| batch[k].is_tool_result() || is_reentry_at(&batch, k))
+            .take_while(|&k| batch[k].is_tool_result() || is_reentry_with(&batch, k, actions))
             .count();
         let real_user_turn =
-            (context + replies + tools..batch.len()).any(|k| is_real_user_turn(&batch, k));
+            (context + replies + tools..batch.len()).any(|k| is_real_user_turn(&batch, k, actions));
         let mut rest = batch.into_iter().skip(context).zip(new_from..);
         for (m, i) in rest.by_ref().take(replies + tools) {
             self.lineage.push_client(m, raw[i], i);

@@ -477,7 +477,7 @@ proptest! {
         let request = Request::parse(&text).unwrap();
         prop_assert!(validate(&request).is_empty());
         let bridged = to_chat(&request);
-        let cuts = crate::validate::CutPoints::with_profile(&bridged.messages, Profile::Strict);
+        let cuts = crate::validate::CutPoints::with_profile(&bridged.messages, Profile::Strict, crate::validate::auto_text_actions());
         let n = bridged.messages.len();
         // Two safe boundaries after the system prompt.
         let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();

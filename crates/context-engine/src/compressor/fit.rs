@@ -38,8 +38,8 @@ use crate::prune::clip_arguments;
 use crate::summarize::state::{STATE_RECORD_HEADING, StateRecord};
 use crate::tokens::{TokenCounter, thousands};
 use crate::validate::{
-    CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
-    is_reentry_at, may_join, may_place, reentries,
+    CutPoints, Profile, TextActions, introduced_adjacency, introduced_violation, is_real_user_turn,
+    is_reentry_with, may_join, may_place, reentries_with,
 };
 
 /// Tool results of at least this many bytes are digested by step 1.
@@ -149,8 +149,9 @@ pub fn fit(
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    actions: &TextActions,
 ) -> Result<Fitted, Unfittable> {
-    fit_impl(messages, budget, counter, profile, false)
+    fit_impl(messages, budget, counter, profile, actions, false)
 }
 
 /// [`fit`], and when the ladder left anything out of the request (or cut
@@ -178,9 +179,10 @@ pub fn fit_noted(
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    actions: &TextActions,
     require_asks: bool,
 ) -> Result<Fitted, Unfittable> {
-    let first = fit_impl(messages, budget, counter, profile, false)?;
+    let first = fit_impl(messages, budget, counter, profile, actions, false)?;
     if first.left_out.is_empty() || originals.len() != messages.len() {
         return Ok(first);
     }
@@ -192,7 +194,7 @@ pub fn fit_noted(
         &[true, false]
     };
     for &with_asks in modes {
-        let Some((_, note)) = left_out_note(&first, originals, with_asks) else {
+        let Some((_, note)) = left_out_note(&first, originals, with_asks, actions) else {
             break;
         };
         let mut reserve = counter.count_message(&Message::system(note)) as u64;
@@ -204,20 +206,21 @@ pub fn fit_noted(
                 budget.saturating_sub(reserve),
                 counter,
                 profile,
+                actions,
                 false,
             ) else {
                 break;
             };
-            let Some((handle, note)) = left_out_note(&second, originals, with_asks) else {
+            let Some((handle, note)) = left_out_note(&second, originals, with_asks, actions) else {
                 break;
             };
             // Where the request first departs from its input: the note
             // stands there as a message of its own, so the prefix before it
             // (the part a provider has cached) stays byte for byte.
-            let gap = note_gap(&second.messages, messages, profile);
+            let gap = note_gap(&second.messages, messages, profile, actions);
             let target = match gap {
                 Some(_) => None,
-                None => match note_target(&second.messages) {
+                None => match note_target(&second.messages, actions) {
                     Some(at) => Some(at),
                     None => return Ok(first),
                 },
@@ -249,7 +252,7 @@ pub fn fit_noted(
             // request, not only behind the handle.
             let mut room = (budget - tokens) as usize * 4;
             let ledger = (room >= LEDGER_NOTE_MIN_BYTES)
-                .then(|| left_out_ledger(&second.messages, &gone_of(&second, originals)))
+                .then(|| left_out_ledger(&second.messages, &gone_of(&second, originals), actions))
                 .flatten();
             while let Some(record) = ledger.as_ref().filter(|_| room >= LEDGER_NOTE_MIN_BYTES) {
                 let Some(entries) = record.render_entries(room) else {
@@ -293,13 +296,17 @@ fn gone_of(fitted: &Fitted, originals: &[Message]) -> Vec<Message> {
 /// that a left-out note carries: their files, commands and error lines,
 /// those the `kept` request shows verbatim left out (the asks are the
 /// note's own); `None` when none is left.
-fn left_out_ledger(kept: &[Message], gone: &[Message]) -> Option<StateRecord> {
+fn left_out_ledger(
+    kept: &[Message],
+    gone: &[Message],
+    actions: &TextActions,
+) -> Option<StateRecord> {
     let shown: String = kept
         .iter()
         .map(|m| crate::retention::normalise(&crate::retention::searchable(m, &m.text())))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut record = StateRecord::build(gone);
+    let mut record = StateRecord::build(gone, actions);
     for m in gone.iter().filter(|m| is_summary(m)) {
         record.carry_over(&m.text());
     }
@@ -321,6 +328,7 @@ fn left_out_note(
     fitted: &Fitted,
     originals: &[Message],
     with_asks: bool,
+    actions: &TextActions,
 ) -> Option<(String, String)> {
     let gone = gone_of(fitted, originals);
     if gone.is_empty() {
@@ -341,7 +349,7 @@ fn left_out_note(
             .map(|m| crate::retention::normalise(&m.text()))
             .collect::<Vec<_>>()
             .join("\n");
-        let mut record = StateRecord::build(&gone);
+        let mut record = StateRecord::build(&gone, actions);
         for m in gone.iter().filter(|m| is_summary(m)) {
             record.carry_over(&m.text());
         }
@@ -372,7 +380,12 @@ fn left_out_note(
 /// on is sent anew anyway, so the note costs the provider's prompt cache
 /// nothing there, and the prefix before it (instructions, summary, turns
 /// kept) stays byte for byte whether or not a request carries a note.
-fn note_gap(fitted: &[Message], input: &[Message], profile: Profile) -> Option<usize> {
+fn note_gap(
+    fitted: &[Message],
+    input: &[Message],
+    profile: Profile,
+    actions: &TextActions,
+) -> Option<usize> {
     let lead = fitted
         .iter()
         .take_while(|m| m.role.is_instruction())
@@ -387,7 +400,7 @@ fn note_gap(fitted: &[Message], input: &[Message], profile: Profile) -> Option<u
     // Never after the last message: the request still ends as the agent
     // left it.
     (departs..fitted.len()).find(|&at| {
-        if is_reentry_at(fitted, at)
+        if is_reentry_with(fitted, at, actions)
             || !may_place(&fitted[..at], &Role::User, &fitted[at..], profile)
         {
             return false;
@@ -401,7 +414,7 @@ fn note_gap(fitted: &[Message], input: &[Message], profile: Profile) -> Option<u
 
 /// Where a left-out note goes when it cannot stand on its own: the last
 /// leading instruction message, else the latest real user message.
-fn note_target(messages: &[Message]) -> Option<usize> {
+fn note_target(messages: &[Message], actions: &TextActions) -> Option<usize> {
     let lead = messages
         .iter()
         .take_while(|m| m.role.is_instruction())
@@ -411,7 +424,7 @@ fn note_target(messages: &[Message]) -> Option<usize> {
     }
     (0..messages.len())
         .rev()
-        .find(|&i| is_real_user_turn(messages, i))
+        .find(|&i| is_real_user_turn(messages, i, actions))
 }
 
 /// `message` with `note` appended to its text (a new text part when it has
@@ -438,8 +451,9 @@ pub(crate) fn fit_history(
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    actions: &TextActions,
 ) -> Result<Fitted, Unfittable> {
-    fit_impl(messages, budget, counter, profile, true)
+    fit_impl(messages, budget, counter, profile, actions, true)
 }
 
 fn fit_impl(
@@ -447,9 +461,10 @@ fn fit_impl(
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    actions: &TextActions,
     history: bool,
 ) -> Result<Fitted, Unfittable> {
-    let mut work = Work::new(messages, counter);
+    let mut work = Work::new(messages, counter, actions);
     work.history = history;
     let tokens_before = work.total();
     if tokens_before > budget {
@@ -528,9 +543,10 @@ pub(crate) fn run_step(
     budget: u64,
     counter: &dyn TokenCounter,
     profile: Profile,
+    actions: &TextActions,
 ) -> usize {
     let input = messages.clone();
-    let mut work = Work::new(messages, counter);
+    let mut work = Work::new(messages, counter, actions);
     let changed = work.run(step, budget, &input, profile);
     *messages = work.into_messages();
     changed
@@ -544,13 +560,20 @@ struct Work<'c> {
     dropped: Vec<bool>,
     overhead: u64,
     counter: &'c dyn TokenCounter,
+    /// Which user messages are tool output (`context.text_actions`).
+    actions: &'c TextActions,
     /// Fitting a stored history: keep the summary and the last group.
     history: bool,
 }
 
 impl<'c> Work<'c> {
-    fn new(messages: &[Message], counter: &'c dyn TokenCounter) -> Work<'c> {
+    fn new(
+        messages: &[Message],
+        counter: &'c dyn TokenCounter,
+        actions: &'c TextActions,
+    ) -> Work<'c> {
         Work {
+            actions,
             tokens: messages
                 .iter()
                 .map(|m| counter.count_message(m) as u64)
@@ -612,7 +635,7 @@ impl<'c> Work<'c> {
             // A summary in a user message is not an ask, unless it was
             // merged into one (the ask's own words follow it).
             !self.dropped[i]
-                && is_real_user_turn(&self.messages, i)
+                && is_real_user_turn(&self.messages, i, self.actions)
                 && (!is_summary(m) || !without_summary(&m.text()).is_empty())
         })
     }
@@ -659,7 +682,7 @@ impl<'c> Work<'c> {
     /// output: text envelopes, text-action observations) keep the head and
     /// tail of their body and a recall handle, largest first.
     fn digest_results(&mut self, budget: u64) -> usize {
-        let reentry = reentries(&self.messages);
+        let reentry = reentries_with(&self.messages, self.actions);
         let mut candidates: Vec<usize> = (0..self.messages.len())
             .filter(|&i| {
                 let m = &self.messages[i];
@@ -693,7 +716,7 @@ impl<'c> Work<'c> {
         let index: Vec<usize> = (0..self.messages.len())
             .filter(|&i| !self.dropped[i])
             .collect();
-        let cuts = CutPoints::with_profile(&kept, profile);
+        let cuts = CutPoints::with_profile(&kept, profile, self.actions);
         let groups: Vec<std::ops::Range<usize>> = cuts.groups().collect();
         let Some(last) = groups.last().cloned() else {
             return 0;
@@ -874,7 +897,7 @@ impl<'c> Work<'c> {
         let index: Vec<usize> = (0..self.messages.len())
             .filter(|&i| !self.dropped[i])
             .collect();
-        let cuts = CutPoints::with_profile(&kept, profile);
+        let cuts = CutPoints::with_profile(&kept, profile, self.actions);
         let last_start = cuts.groups().last().map_or(kept.len(), |g| g.start);
         let mut changed = 0;
         // Everything between the instructions and the last group, but the ask.
@@ -1060,7 +1083,14 @@ mod tests {
     fn the_sizes_are_named_when_nothing_can_fit() {
         let c = counter();
         let m = session(1, 4000);
-        let err = fit(&m, 10, &c, Profile::OpenAi).unwrap_err();
+        let err = fit(
+            &m,
+            10,
+            &c,
+            Profile::OpenAi,
+            crate::validate::auto_text_actions(),
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("system prompt "), "{err}");
         assert!(err.system_tokens + err.ask_tokens > 10);
         assert_eq!(thousands(7019), "7,019");
@@ -1075,7 +1105,16 @@ mod tests {
         let total = c.count_messages(&m) as u64;
         let core = c.count_messages(&m[..2]) as u64;
         for budget in [core + 64, core + 300, total / 4, total / 2, total - 1] {
-            let fitted = fit_noted(&m, &m, budget, &c, Profile::Strict, false).unwrap();
+            let fitted = fit_noted(
+                &m,
+                &m,
+                budget,
+                &c,
+                Profile::Strict,
+                crate::validate::auto_text_actions(),
+                false,
+            )
+            .unwrap();
             assert!(fitted.tokens_after <= budget, "{budget}");
             assert_eq!(
                 fitted.tokens_after,
@@ -1096,7 +1135,16 @@ mod tests {
             }
         }
         // With room, the note is there.
-        let roomy = fit_noted(&m, &m, total / 2, &c, Profile::Strict, true).unwrap();
+        let roomy = fit_noted(
+            &m,
+            &m,
+            total / 2,
+            &c,
+            Profile::Strict,
+            crate::validate::auto_text_actions(),
+            true,
+        )
+        .unwrap();
         assert!(roomy.archive_handle.is_some());
     }
 
@@ -1107,7 +1155,16 @@ mod tests {
         let c = counter();
         let m = session(12, 400);
         let total = c.count_messages(&m) as u64;
-        let fitted = fit_noted(&m, &m, total * 2 / 3, &c, Profile::OpenAi, false).unwrap();
+        let fitted = fit_noted(
+            &m,
+            &m,
+            total * 2 / 3,
+            &c,
+            Profile::OpenAi,
+            crate::validate::auto_text_actions(),
+            false,
+        )
+        .unwrap();
         assert!(fitted.tokens_after <= total * 2 / 3);
         assert_eq!(
             fitted.tokens_after,
@@ -1141,7 +1198,16 @@ mod tests {
         m.insert(3, Message::assistant("Going on."));
         let total = c.count_messages(&m) as u64;
         for budget in [total / 2, total * 3 / 4] {
-            let fitted = fit_noted(&m, &m, budget, &c, Profile::OpenAi, false).unwrap();
+            let fitted = fit_noted(
+                &m,
+                &m,
+                budget,
+                &c,
+                Profile::OpenAi,
+                crate::validate::auto_text_actions(),
+                false,
+            )
+            .unwrap();
             let h = fitted.archive_handle.clone().expect("a note fits");
             assert!(fitted.tokens_after <= budget);
             assert_eq!(
@@ -1169,7 +1235,14 @@ mod tests {
         let total = c.count_messages(&m) as u64;
         let core = c.count_messages(&m[..2]) as u64;
         for budget in [core + 64, core + 300, total / 4, total / 2, total - 1] {
-            let fitted = fit(&m, budget, &c, Profile::Strict).unwrap();
+            let fitted = fit(
+                &m,
+                budget,
+                &c,
+                Profile::Strict,
+                crate::validate::auto_text_actions(),
+            )
+            .unwrap();
             assert!(
                 fitted.tokens_after <= budget,
                 "{budget}: {}",
@@ -1191,7 +1264,14 @@ mod tests {
         let c = counter();
         let m = session(2, 20_000);
         let total = c.count_messages(&m) as u64;
-        let fitted = fit(&m, total / 2, &c, Profile::OpenAi).unwrap();
+        let fitted = fit(
+            &m,
+            total / 2,
+            &c,
+            Profile::OpenAi,
+            crate::validate::auto_text_actions(),
+        )
+        .unwrap();
         assert_eq!(fitted.steps[0].step, FitStepKind::DigestResults);
         assert_eq!(fitted.messages.len(), m.len());
         let last = fitted.messages.last().unwrap().text();
@@ -1214,9 +1294,19 @@ mod tests {
                 "<returncode>0</returncode>\n<output>\n{body}</output>"
             )),
         ];
-        assert!(crate::validate::observation(&m, 3).is_some());
+        assert!(
+            crate::validate::observation_with(&m, 3, crate::validate::auto_text_actions())
+                .is_some()
+        );
         let total = c.count_messages(&m) as u64;
-        let fitted = fit(&m, total / 2, &c, Profile::OpenAi).unwrap();
+        let fitted = fit(
+            &m,
+            total / 2,
+            &c,
+            Profile::OpenAi,
+            crate::validate::auto_text_actions(),
+        )
+        .unwrap();
         let last = fitted.messages.last().unwrap().text();
         assert!(last.contains("bytes omitted to fit the window]"), "{last}");
         assert!(!last.contains("context_recall"), "{last}");

@@ -155,6 +155,20 @@ impl CompressorOptions {
             .with_model_thresholds(self.model_thresholds.clone())
     }
 
+    /// Which user messages are a text-action agent's tool output: the
+    /// setting the digest options carry (`context.text_actions`).
+    pub fn text_actions(&self) -> &crate::validate::TextActions {
+        &self.digest.text_actions
+    }
+
+    /// Sets the text-action setting of the digest and of the prune's
+    /// digest (one setting: [`text_actions`](Self::text_actions)).
+    pub fn with_text_actions(mut self, actions: crate::validate::TextActions) -> CompressorOptions {
+        self.prune.digest.text_actions = actions.clone();
+        self.digest.text_actions = actions;
+        self
+    }
+
     /// Sets [`profile`](Self::profile).
     pub fn with_profile(mut self, profile: Profile) -> CompressorOptions {
         self.profile = profile;
@@ -333,11 +347,6 @@ impl Compressor {
         self.primary.name()
     }
 
-    /// What the last [`compress`](ContextEngine::compress) did.
-    pub fn last_report(&self) -> Option<&CompactionReport> {
-        self.last_report.as_ref()
-    }
-
     /// Seconds left on the summarizer cooldown, if one is running.
     pub fn cooldown_seconds_left(&self) -> Option<u64> {
         let until = self.cooldown_until?;
@@ -439,8 +448,15 @@ impl Compressor {
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
             let profile = self.options.profile;
             let system_note = !self.options.schedule.enabled;
-            let mut provisional =
-                assemble(messages, &plan, &wrap_summary(""), profile, system_note).0;
+            let mut provisional = assemble(
+                messages,
+                &plan,
+                &wrap_summary(""),
+                profile,
+                self.options.text_actions(),
+                system_note,
+            )
+            .0;
             let target = self.target_tokens(self.span_estimate(messages, &plan)) as u64;
             let room = threshold.saturating_sub(target);
             let counter = self.counter.as_ref();
@@ -450,6 +466,7 @@ impl Compressor {
                 room,
                 counter,
                 profile,
+                self.options.text_actions(),
             );
             if counter.count_messages(&provisional) as u64 > room
                 && let Ok(minimal) = self.plan_with(messages, true)
@@ -519,6 +536,7 @@ impl Compressor {
                 .filter(|m| !m.is_empty()),
             target,
             ledger: self.ledger_tokens(),
+            text_actions: self.options.text_actions().clone(),
         }
     }
 
@@ -533,7 +551,8 @@ impl Compressor {
         {
             return None;
         }
-        let cuts = CutPoints::with_profile(messages, self.options.profile);
+        let cuts =
+            CutPoints::with_profile(messages, self.options.profile, self.options.text_actions());
         (cuts.is_safe(head_end) && cuts.is_safe(tail_start)).then_some(ready)
     }
 
@@ -729,14 +748,26 @@ impl Compressor {
         // the provider has cached: the summary's own prefix says what the
         // system note would, so the system prompt is not edited.
         let system_note = !self.options.schedule.enabled;
-        let (mut out, placement) =
-            assemble(messages, &plan, &wrapped, self.options.profile, system_note);
+        let (mut out, placement) = assemble(
+            messages,
+            &plan,
+            &wrapped,
+            self.options.profile,
+            self.options.text_actions(),
+            system_note,
+        );
         let mut tokens_after = self.counter.count_messages(&out) as u64;
         // The rest of the ladder on the compacted transcript.
         let mut unfittable = None;
         if threshold > 0 && tokens_after > threshold {
             let counter = self.counter.as_ref();
-            match fit::fit_history(&out, threshold, counter, self.options.profile) {
+            match fit::fit_history(
+                &out,
+                threshold,
+                counter,
+                self.options.profile,
+                self.options.text_actions(),
+            ) {
                 Ok(fitted) => {
                     if let Some(shrink) = escalation.first_mut() {
                         shrink.tokens_after = tokens_after;
@@ -846,11 +877,14 @@ struct SpanInputs {
     memory: Option<String>,
     target: usize,
     ledger: usize,
+    text_actions: crate::validate::TextActions,
 }
 
 impl SpanInputs {
     fn request(&self) -> SummaryRequest<'_> {
-        let mut r = SummaryRequest::new(&self.turns, self.target).with_ledger_tokens(self.ledger);
+        let mut r = SummaryRequest::new(&self.turns, self.target)
+            .with_ledger_tokens(self.ledger)
+            .with_text_actions(&self.text_actions);
         if let Some(p) = &self.previous {
             r = r.with_previous_summary(p);
         }
@@ -902,6 +936,7 @@ fn assemble(
     plan: &Plan,
     wrapped: &str,
     profile: Profile,
+    actions: &crate::validate::TextActions,
     system_note: bool,
 ) -> (Vec<Message>, Placement) {
     let mut out: Vec<Message> = Vec::with_capacity(plan.kept() + 1);
@@ -921,7 +956,7 @@ fn assemble(
     let tail = &messages[plan.tail_start..];
     let asks_in = |part: &[Message]| {
         (0..part.len())
-            .any(|i| crate::validate::is_real_user_turn(part, i) && !is_summary(&part[i]))
+            .any(|i| crate::validate::is_real_user_turn(part, i, actions) && !is_summary(&part[i]))
     };
     let user_survives = asks_in(&out) || asks_in(tail);
     let placement = insert::choose_placement(&out, tail, user_survives, profile);
@@ -1126,6 +1161,10 @@ impl ContextEngine for Compressor {
                     && rough_tokens <= last.saturating_add(slack)
             }
         }
+    }
+
+    fn last_report(&self) -> Option<&CompactionReport> {
+        self.last_report.as_ref()
     }
 
     fn has_content_to_compress(&self, messages: &[Message]) -> bool {

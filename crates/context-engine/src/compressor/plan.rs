@@ -44,7 +44,7 @@ pub(super) fn plan(
     minimal_tail: bool,
 ) -> Result<Plan, String> {
     let n = messages.len();
-    let cuts = CutPoints::with_profile(messages, opts.profile);
+    let cuts = CutPoints::with_profile(messages, opts.profile, opts.text_actions());
     let previous = find_summary(messages);
 
     // Head: the leading instructions plus, until the first compaction,
@@ -132,9 +132,9 @@ pub(super) fn plan(
     // The latest user message stays verbatim: in the head, the tail, or
     // pinned between them.
     let mut pinned = None;
-    let latest_user = (0..messages.len())
-        .rev()
-        .find(|&i| is_real_user_turn(messages, i) && !is_summary(&messages[i]));
+    let latest_user = (0..messages.len()).rev().find(|&i| {
+        is_real_user_turn(messages, i, opts.text_actions()) && !is_summary(&messages[i])
+    });
     if let Some(u) = latest_user
         && u >= head_end
         && u < tail_start

@@ -631,7 +631,10 @@ fn tail_keeps_a_floor_of_messages_and_starts_at_a_safe_cut() {
     let n = history.len();
     assert!(n - plan.tail_start >= 3, "{plan:?}");
     assert!(!history[plan.tail_start].is_tool_result());
-    assert!(crate::validate::CutPoints::new(&history).is_safe(plan.tail_start));
+    assert!(
+        crate::validate::CutPoints::new(&history, crate::validate::auto_text_actions())
+            .is_safe(plan.tail_start)
+    );
     // The latest assistant text and user ask are in the tail.
     assert!(plan.tail_start <= n - 2);
 }

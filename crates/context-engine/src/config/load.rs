@@ -222,7 +222,7 @@ impl Loaded {
 
 /// Builds the layered configuration. `new()` reads nothing from the process:
 /// pass the environment with [`with_env`](Self::with_env) (or
-/// [`with_process_env`](Self::with_process_env)), so tests need not mutate
+/// [`with_environment`](Self::with_environment)), so tests need not mutate
 /// global state.
 #[derive(Clone, Debug)]
 pub struct ConfigLoader {
@@ -269,11 +269,10 @@ impl ConfigLoader {
         self
     }
 
-    /// The process environment (variables that are not UTF-8 are skipped).
-    pub fn with_process_env(self) -> ConfigLoader {
-        let vars = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-        self.with_env(vars)
+    /// The caller's environment snapshot ([`Env`](super::Env)): the same
+    /// as [`with_env`](Self::with_env) over its variables.
+    pub fn with_environment(self, env: &super::Env) -> ConfigLoader {
+        self.with_env(env.iter())
     }
 
     /// Command-line overrides, `key.path=value`, applied in order (a later
@@ -358,6 +357,31 @@ impl ConfigLoader {
             merged.apply(file_layer(path)?);
         }
 
+        // The two single-purpose switches older than the `CTX_…__…` layer
+        // are read as the keys they stand for (an explicit key still wins).
+        if let Some(v) = self.env_var(crate::redact::OPT_OUT_ENV)
+            && crate::redact::is_opt_out_value(v)
+        {
+            let source = Source::Env {
+                var: crate::redact::OPT_OUT_ENV.to_owned(),
+            };
+            let segs = ["security".to_owned(), "redact_secrets".to_owned()];
+            merged.apply(Layer::one(&segs, Value::Bool(false), source));
+        }
+        if let Some(v) = self.env_var(crate::digest::DISABLE_ENV)
+            && crate::digest::is_disable_value(v)
+        {
+            let source = Source::Env {
+                var: crate::digest::DISABLE_ENV.to_owned(),
+            };
+            let segs = [
+                "context".to_owned(),
+                "digest".to_owned(),
+                "enabled".to_owned(),
+            ];
+            merged.apply(Layer::one(&segs, Value::Bool(false), source));
+        }
+
         let mut vars: Vec<&(String, String)> = self.env.iter().collect();
         vars.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, value) in vars {
@@ -417,6 +441,19 @@ impl ConfigLoader {
                 path,
             });
         }
+
+        // `context.text_actions`, compiled once here: the digest and prune
+        // options (and through them every engine) carry it.
+        let actions = config.text_actions().map_err(|e| {
+            let segs = ["context", "text_actions", &e.index.to_string()].map(str::to_owned);
+            ConfigError::Invalid {
+                key: tree::join(&segs),
+                origin: merged.origin(&segs),
+                message: e.to_string(),
+            }
+        })?;
+        config.context.digest.text_actions = actions.clone();
+        config.context.prune.digest.text_actions = actions;
 
         for (i, pattern) in config.security.redact_patterns.iter().enumerate() {
             if let Err(e) = Redactor::builder()

@@ -21,6 +21,7 @@
 //! # Ok::<(), context_engine::config::ConfigError>(())
 //! ```
 
+mod env;
 mod load;
 mod tree;
 
@@ -40,6 +41,7 @@ use crate::schedule::ScheduleOptions;
 use crate::summarize::openai::OpenAiConfig;
 use crate::validate::{TextActions, TextActionsConfig, TextActionsError};
 
+pub use env::Env;
 pub use load::{
     ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
 };
@@ -336,7 +338,7 @@ pub struct PluginsConfig {
 #[serde(default)]
 pub struct StoreConfig {
     /// The store file, or `:memory:`; unset means `store.db` in the user
-    /// data folder ([`crate::store::default_path`]).
+    /// data folder ([`default_store_path`]).
     pub path: Option<PathBuf>,
     /// A shared store for a fleet of `ctx serve` instances:
     /// `postgres://user@host:port/db`, never with a password (see
@@ -388,11 +390,21 @@ impl Default for StoreConfig {
 }
 
 impl StoreConfig {
-    /// [`path`](Self::path), else the default in the user data folder;
-    /// `None` when neither is known (no `HOME`).
-    pub fn resolved_path(&self) -> Option<PathBuf> {
-        self.path.clone().or_else(crate::store::default_path)
+    /// [`path`](Self::path), else the default in the user data folder
+    /// ([`default_store_path`]); `None` when neither is known (no `HOME`).
+    pub fn resolved_path(&self, env: &Env) -> Option<PathBuf> {
+        self.path.clone().or_else(|| default_store_path(env))
     }
+}
+
+/// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else
+/// `$HOME/.local/share/context-engine/store.db`; `None` when neither is set.
+pub fn default_store_path(env: &Env) -> Option<PathBuf> {
+    let data = match env.non_empty("XDG_DATA_HOME") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env.non_empty("HOME")?).join(".local/share"),
+    };
+    Some(data.join("context-engine").join("store.db"))
 }
 
 /// `serve`: the OpenAI-compatible proxy (`ctx serve`).
@@ -529,9 +541,10 @@ impl Config {
             .unwrap_or(serde_json::Value::Null)
     }
 
-    /// `context.text_actions`, compiled; a host installs it with
-    /// [`crate::validate::set_text_actions`]. A pattern that is not a
-    /// regular expression is an error naming it.
+    /// `context.text_actions`, compiled. The loader does it once and puts
+    /// the result in `context.digest` and `context.prune` (so every engine
+    /// built from the loaded configuration carries it); a pattern that is
+    /// not a regular expression is an error naming it.
     pub fn text_actions(&self) -> Result<TextActions, TextActionsError> {
         TextActions::from_config(&self.context.text_actions)
     }
@@ -572,13 +585,15 @@ impl Config {
     /// `store.verbatim`; then encrypted with the key in the variable
     /// `store.encryption_key_env` names, when one is named. An error names
     /// a named variable that is unset or holds no 32-byte key.
-    pub fn at_rest(&self) -> Result<crate::store::AtRest, crate::Error> {
+    pub fn at_rest(&self, env: &Env) -> Result<crate::store::AtRest, crate::Error> {
         let egress = crate::redact::Egress::new(Some(std::sync::Arc::new(self.redactor()?)));
         if !self.store.verbatim {
             return Ok(crate::store::AtRest::redacted(egress));
         }
         let seal = match self.store.encryption_key_env.as_deref() {
-            Some(name) if !name.is_empty() => Some(crate::store::Seal::from_env(name)?),
+            Some(name) if !name.is_empty() => {
+                Some(crate::store::Seal::from_var(name, env.get(name))?)
+            }
             _ => None,
         };
         Ok(crate::store::AtRest::verbatim(egress, seal))

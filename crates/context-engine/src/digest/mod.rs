@@ -77,7 +77,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::message::{Content, FunctionCall, Message, ToolCall};
 use crate::tool_output::{self, Flags, clip};
-use crate::validate::{self, envelope, observation};
+use crate::validate::{self, TextActions, envelope, observation_with};
 
 pub use crate::validate::ENVELOPE_HEADER;
 // Recall lives in `crate::recall` (one home for the engine tools); the
@@ -87,7 +87,8 @@ pub use crate::recall::{
 };
 
 /// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then
-/// returns the transcript unchanged. Read by [`DigestOptions::from_env`].
+/// returns the transcript unchanged. The configuration loader reads it as
+/// `context.digest.enabled: false` ([`is_disable_value`]).
 pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
 
 /// How the first line of a digested tool result starts; also how a digest
@@ -119,6 +120,11 @@ pub struct DigestOptions {
     /// Notes and banners up to this size are kept word for word; longer
     /// ones are clipped.
     pub note_max_bytes: usize,
+    /// Which user messages are tool output of a text-action agent
+    /// (`context.text_actions`, compiled by the configuration loader; not
+    /// a key of this section).
+    #[serde(skip)]
+    pub text_actions: TextActions,
 }
 
 impl Default for DigestOptions {
@@ -130,32 +136,18 @@ impl Default for DigestOptions {
             writ_max_bytes: 240,
             error_max_bytes: 200,
             note_max_bytes: 1024,
+            text_actions: TextActions::default(),
         }
     }
 }
 
-impl DigestOptions {
-    /// The defaults, disabled when [`DISABLE_ENV`] is set in the process
-    /// environment.
-    pub fn from_env() -> DigestOptions {
-        DigestOptions::from_env_value(std::env::var(DISABLE_ENV).ok().as_deref())
-    }
-
-    /// The defaults, disabled when `value` (of [`DISABLE_ENV`]) says so.
-    /// Separate from [`from_env`](Self::from_env) so callers and tests need
-    /// not touch the process environment.
-    pub fn from_env_value(value: Option<&str>) -> DigestOptions {
-        let disabled = value.is_some_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "1" | "true" | "yes" | "on"
-            )
-        });
-        DigestOptions {
-            enabled: !disabled,
-            ..DigestOptions::default()
-        }
-    }
+/// Whether `value` (of [`DISABLE_ENV`]) turns the digest off: the
+/// configuration loader reads it as `context.digest.enabled: false`.
+pub fn is_disable_value(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    )
 }
 
 /// What one digest did.
@@ -196,7 +188,7 @@ pub fn digest_view<'a>(
     messages: &'a [Message],
     opts: &DigestOptions,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
-    let reentries = validate::reentries(messages);
+    let reentries = validate::reentries_with(messages, &opts.text_actions);
     let kept_from = kept_from(messages, &reentries, opts.keep_batches);
     digest_until(messages, opts, kept_from, &reentries)
 }
@@ -221,7 +213,7 @@ pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
     // The newest batches, found from the end as `batch_starts` finds them
     // from the start (a result with no call anywhere before it opens a
     // batch of its own), so only the tail's re-entries are read.
-    let actions = validate::text_actions();
+    let actions = &opts.text_actions;
     let first_call = view.iter().position(starts_call_batch);
     let opens = |i: usize| {
         let m = &view[i];
@@ -230,7 +222,7 @@ pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
         } else if m.is_tool_result() {
             first_call.is_none_or(|f| f > i)
         } else {
-            validate::is_reentry_with(view, i, &actions)
+            validate::is_reentry_with(view, i, actions)
         }
     };
     let mut newest = (0..view.len()).rev().filter(|&i| opens(i));
@@ -247,7 +239,7 @@ pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
     // action) is enough to digest it.
     let from = turning.saturating_sub(1);
     let tail = &view[from..];
-    let reentries = validate::reentries_with(tail, &actions);
+    let reentries = validate::reentries_with(tail, actions);
     let (next, _) = digest_until(tail, opts, next_kept.saturating_sub(from), &reentries);
     (turning..view.len())
         .find(|&i| next.get(i - from).is_some_and(|m| m.as_ref() != &view[i]))
@@ -258,8 +250,8 @@ pub fn stable_len(view: &[Message], opts: &DigestOptions) -> usize {
 /// message that opens each: an assistant message with tool calls, a result
 /// with no call before it, or a text tool-result envelope. The unit a
 /// [scheduler](crate::schedule) advances the digest by.
-pub fn batch_starts(messages: &[Message]) -> Vec<usize> {
-    batch_starts_with(messages, &validate::reentries(messages))
+pub fn batch_starts(messages: &[Message], actions: &TextActions) -> Vec<usize> {
+    batch_starts_with(messages, &validate::reentries_with(messages, actions))
 }
 
 /// [`batch_starts`] with the transcript's re-entries already known.
@@ -292,7 +284,7 @@ pub fn digest_through<'a>(
     opts: &DigestOptions,
     batches: usize,
 ) -> (Vec<Cow<'a, Message>>, DigestReport) {
-    Batches::of(messages).digest_through(messages, opts, batches)
+    Batches::of(messages, &opts.text_actions).digest_through(messages, opts, batches)
 }
 
 /// The tool batches of one transcript and its re-entries, found once and
@@ -306,8 +298,8 @@ pub struct Batches {
 
 impl Batches {
     /// The batches of `messages` (see [`batch_starts`]).
-    pub fn of(messages: &[Message]) -> Batches {
-        let reentries = validate::reentries(messages);
+    pub fn of(messages: &[Message], actions: &TextActions) -> Batches {
+        let reentries = validate::reentries_with(messages, actions);
         let starts = batch_starts_with(messages, &reentries);
         Batches { reentries, starts }
     }
@@ -361,7 +353,7 @@ fn digest_until<'a>(
             if validate::is_tool_reentry(message) {
                 digest_envelope(message, opts, &mut report)
             } else {
-                observation(messages, i)
+                observation_with(messages, i, &opts.text_actions)
                     .and_then(|o| digest_observation(message, &o, opts, &mut report))
             }
         } else {

@@ -228,6 +228,13 @@ pub trait ContextEngine: Send {
             .then(|| default_message.to_owned())
     }
 
+    /// What the last [`compress`](Self::compress) did (a failure's report
+    /// too), for hosts that show it; `None` before any, or when the engine
+    /// keeps none (the default).
+    fn last_report(&self) -> Option<&CompactionReport> {
+        None
+    }
+
     /// Guard for a manual compaction: `false` reports "nothing to compress
     /// yet" without an LLM call (e.g. everything is protected). Default: yes.
     fn has_content_to_compress(&self, messages: &[Message]) -> bool {

@@ -87,6 +87,9 @@ pub struct HostOptions {
     /// ([`Session::use_model`]); a model no key matches gets the engine's
     /// own window.
     pub model_windows: BTreeMap<String, u64>,
+    /// Which user messages are a text-action agent's tool output
+    /// (`context.text_actions`): where a fitted request may place its note.
+    pub text_actions: crate::validate::TextActions,
 }
 
 impl Default for HostOptions {
@@ -97,6 +100,7 @@ impl Default for HostOptions {
             profile: Profile::OpenAi,
             summary_watermark: None,
             model_windows: BTreeMap::new(),
+            text_actions: crate::validate::TextActions::default(),
         }
     }
 }
@@ -105,6 +109,12 @@ impl HostOptions {
     /// Sets [`profile`](Self::profile).
     pub fn with_profile(mut self, profile: Profile) -> HostOptions {
         self.profile = profile;
+        self
+    }
+
+    /// Sets [`text_actions`](Self::text_actions).
+    pub fn with_text_actions(mut self, actions: crate::validate::TextActions) -> HostOptions {
+        self.text_actions = actions;
         self
     }
 
@@ -809,14 +819,15 @@ impl Session {
         let threshold = self.engine.state().threshold_tokens;
         let counter = self.counter.as_ref();
         let profile = self.options.profile;
+        let actions = &self.options.text_actions;
         // Without a store, no note: its handle would name nothing.
         let Some(_) = &self.store else {
             return match (threshold > 0 && threshold < window)
-                .then(|| fit(request, threshold, counter, profile).ok())
+                .then(|| fit(request, threshold, counter, profile, actions).ok())
                 .flatten()
             {
                 Some(f) => Ok(f),
-                None => fit(request, window, counter, profile),
+                None => fit(request, window, counter, profile, actions),
             };
         };
         // The first that names what it left out with the asks among them,
@@ -831,7 +842,15 @@ impl Session {
         let mut fallback = None;
         for require_asks in [true, false] {
             for &budget in &budgets {
-                match fit_noted(request, originals, budget, counter, profile, require_asks) {
+                match fit_noted(
+                    request,
+                    originals,
+                    budget,
+                    counter,
+                    profile,
+                    actions,
+                    require_asks,
+                ) {
                     Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
                     Ok(f) => fallback = fallback.or(Some(f)),
                     Err(_) => {}
@@ -840,7 +859,7 @@ impl Session {
         }
         match fallback {
             Some(f) => Ok(f),
-            None => fit(request, window, counter, profile),
+            None => fit(request, window, counter, profile, actions),
         }
     }
 

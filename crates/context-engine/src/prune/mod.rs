@@ -74,7 +74,7 @@ use serde_json::Value;
 use crate::digest::{self, DIGEST_MARK, DigestOptions, RECALL_TOOL};
 use crate::message::{Message, ToolCall};
 use crate::tokens::TokenCounter;
-use crate::validate::{self, CutPoints, Profile, validate};
+use crate::validate::{self, CutPoints, Profile, TextActions, validate};
 
 use effect::Effect;
 
@@ -299,8 +299,8 @@ pub fn prune<'a>(
 
 /// Where the protected tail starts: `protect_last_n` messages from the end,
 /// moved back to a safe boundary so no tool batch is split.
-pub fn protected_from(messages: &[Message], protect_last_n: usize) -> usize {
-    CutPoints::new(messages).at_or_before(messages.len().saturating_sub(protect_last_n))
+pub fn protected_from(messages: &[Message], protect_last_n: usize, actions: &TextActions) -> usize {
+    CutPoints::new(messages, actions).at_or_before(messages.len().saturating_sub(protect_last_n))
 }
 
 /// One call as the rules see it.
@@ -334,15 +334,16 @@ struct FileEvent<'m> {
 /// Every candidate change (index, new message, reason), one per index,
 /// before the token check.
 fn plan(messages: &[Message], opts: &PruneOptions) -> Vec<(usize, Message, PruneReason)> {
-    let tail = protected_from(messages, opts.protect_last_n);
-    let calls = call_infos(messages);
+    let actions = &opts.digest.text_actions;
+    let tail = protected_from(messages, opts.protect_last_n, actions);
+    let calls = call_infos(messages, actions);
     let mut result_call: Vec<Option<usize>> = vec![None; messages.len()];
     for (k, c) in calls.iter().enumerate() {
         if let Some(slot) = c.result.and_then(|r| result_call.get_mut(r)) {
             *slot = Some(k);
         }
     }
-    let observations = validate::reentries(messages);
+    let observations = validate::reentries_with(messages, &opts.digest.text_actions);
     let result_text = |i: usize, m: &'_ Message| -> Option<String> {
         plain_result_text(m, observations.get(i).copied().unwrap_or(false)).map(str::to_owned)
     };
@@ -465,9 +466,9 @@ fn plain_result_text(m: &Message, observation: bool) -> Option<&str> {
 /// Every call in order (tool calls and text actions, see
 /// [`crate::tool_output::calls`]), with its file effect; tracks the file a
 /// windowed editor has open across calls.
-fn call_infos(messages: &[Message]) -> Vec<CallInfo> {
+fn call_infos(messages: &[Message], actions: &TextActions) -> Vec<CallInfo> {
     let mut current = None;
-    crate::tool_output::calls(messages)
+    crate::tool_output::calls(messages, actions)
         .into_iter()
         .map(|c| {
             let effect = if c.text_action {

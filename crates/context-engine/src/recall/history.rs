@@ -5,7 +5,7 @@ use super::RECALL_TOOL;
 use crate::digest::{hash_handle, is_digest_line, result_handle};
 use crate::message::{Message, Role};
 use crate::prune::PRUNE_MARK;
-use crate::validate::{envelope, is_tool_reentry, observation};
+use crate::validate::{envelope, is_tool_reentry};
 
 /// A 1-based, inclusive range of lines; `end: None` runs to the last line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,10 +86,7 @@ pub(super) fn find(messages: &[Message], handle: &str) -> Result<String, RecallE
             }
             return Ok(body.into_owned());
         }
-        if message.role == Role::User
-            && !is_tool_reentry(message)
-            && observation(messages, index).is_some()
-        {
+        if message.role == Role::User && !is_tool_reentry(message) {
             let text = message.text();
             if hash_handle(&text) == handle {
                 return Ok(text.into_owned());

@@ -27,7 +27,9 @@ use rules::Rule;
 pub use egress::Egress;
 
 /// Environment variable through which a user can opt out of redaction
-/// (`CTX_REDACT_SECRETS=0`); ignored when [`RedactOptions::force`] is set.
+/// (`CTX_REDACT_SECRETS=0`): the configuration loader reads it as
+/// `security.redact_secrets: false`; never honoured where
+/// [`RedactOptions::force`] is set (egress, the store).
 pub const OPT_OUT_ENV: &str = "CTX_REDACT_SECRETS";
 
 /// Replacement of a whole PEM private-key block.
@@ -117,21 +119,16 @@ pub fn is_opt_out_value(value: &str) -> bool {
     )
 }
 
-fn env_opts_out() -> bool {
-    std::env::var(OPT_OUT_ENV).is_ok_and(|v| is_opt_out_value(&v))
-}
-
-/// Redact `text` with the built-in rules (a lazily built global redactor that
-/// honours the `CTX_REDACT_SECRETS` opt-out). Unchanged text is not copied.
+/// Redact `text` with the built-in rules (one compiled table, built once and
+/// shared; no opt-out: a user's `security.redact_secrets: false` applies to
+/// the [`Redactor`] built from their configuration). Unchanged text is not
+/// copied.
 pub fn redact<'a>(text: &'a str, opts: &RedactOptions) -> Cow<'a, str> {
     match Redactor::global() {
         Some(r) => r.redact(text, opts),
         // Unreachable in practice (the built-in table is tested); fail
         // closed rather than let a text out unredacted.
-        None if opts.force || !env_opts_out() => {
-            Cow::Owned("[REDACTED: redactor unavailable]".to_owned())
-        }
-        None => Cow::Borrowed(text),
+        None => Cow::Owned("[REDACTED: redactor unavailable]".to_owned()),
     }
 }
 
@@ -148,14 +145,12 @@ pub struct Redactor {
     /// Rules without keywords (user patterns): scanned on every text.
     unfiltered: Vec<usize>,
     enabled: bool,
-    honour_env: bool,
 }
 
 /// Builder of a [`Redactor`].
 #[derive(Clone, Debug)]
 pub struct RedactorBuilder {
     enabled: bool,
-    honour_env: bool,
     builtin: bool,
     tables: Vec<(String, String)>,
     patterns: Vec<String>,
@@ -165,7 +160,6 @@ impl Default for RedactorBuilder {
     fn default() -> Self {
         Self {
             enabled: true,
-            honour_env: true,
             builtin: true,
             tables: Vec::new(),
             patterns: Vec::new(),
@@ -178,12 +172,6 @@ impl RedactorBuilder {
     /// forces redaction).
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
-        self
-    }
-
-    /// Whether `CTX_REDACT_SECRETS=0` opts out (default `true`).
-    pub fn honour_env(mut self, honour: bool) -> Self {
-        self.honour_env = honour;
         self
     }
 
@@ -268,7 +256,6 @@ impl RedactorBuilder {
             keyword_rules,
             unfiltered,
             enabled: self.enabled,
-            honour_env: self.honour_env,
         })
     }
 }
@@ -296,7 +283,7 @@ impl Redactor {
     /// Whether a call with `opts` redacts at all (the user may have opted
     /// out; `force` overrides).
     pub fn is_active(&self, opts: &RedactOptions) -> bool {
-        opts.force || (self.enabled && !(self.honour_env && env_opts_out()))
+        opts.force || self.enabled
     }
 
     /// Redact `text`; unchanged text is borrowed, not copied.
@@ -392,11 +379,7 @@ mod tests {
 
     #[test]
     fn config_opt_out_and_force() {
-        let r = Redactor::builder()
-            .enabled(false)
-            .honour_env(false)
-            .build()
-            .unwrap();
+        let r = Redactor::builder().enabled(false).build().unwrap();
         let text = "GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789";
         assert_eq!(r.redact(text, &RedactOptions::default()), text);
         let forced = RedactOptions {

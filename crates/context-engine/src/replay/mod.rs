@@ -27,7 +27,7 @@ use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probe
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::transcript::recorded_time;
 use crate::validate::{
-    Profile, Rule, introduced_violation, is_real_user_turn, reentries, validate,
+    Profile, Rule, introduced_violation, is_real_user_turn, reentries_with, validate,
 };
 
 pub use crate::pricing::PriceModel;
@@ -70,6 +70,9 @@ pub struct ReplayOptions {
     /// empty or `None` falls back to the message's own
     /// [`recorded_time`](crate::transcript::recorded_time).
     pub message_times: Vec<Option<f64>>,
+    /// Which user messages are a text-action agent's tool output
+    /// (`context.text_actions`): where calls end and what is an ask.
+    pub text_actions: crate::validate::TextActions,
 }
 
 impl Default for ReplayOptions {
@@ -78,6 +81,7 @@ impl Default for ReplayOptions {
             price: PriceModel::default(),
             profile: Profile::OpenAi,
             message_times: Vec::new(),
+            text_actions: crate::validate::TextActions::default(),
         }
     }
 }
@@ -86,6 +90,12 @@ impl ReplayOptions {
     /// Sets [`price`](Self::price).
     pub fn with_price(mut self, price: PriceModel) -> ReplayOptions {
         self.price = price;
+        self
+    }
+
+    /// Sets [`text_actions`](Self::text_actions).
+    pub fn with_text_actions(mut self, actions: crate::validate::TextActions) -> ReplayOptions {
+        self.text_actions = actions;
         self
     }
 
@@ -512,7 +522,7 @@ pub fn replay(
     let mut cache = PromptCache::new(options.price.cache.clone());
     let mut unmanaged_cache = PromptCache::new(options.price.cache.clone());
     // Tool results that arrive as user messages (envelopes, observations).
-    let reentry = reentries(recording);
+    let reentry = reentries_with(recording, &options.text_actions);
     let mut calls = Vec::with_capacity(total);
     let mut compaction_views = Vec::new();
     let mut final_request = Vec::new();
@@ -559,7 +569,9 @@ pub fn replay(
             history.extend_from_slice(tools);
         }
         let rest_from = cursor + tools_end;
-        if call > 0 && (rest_from..index).any(|k| is_real_user_turn(recording, k)) {
+        if call > 0
+            && (rest_from..index).any(|k| is_real_user_turn(recording, k, &options.text_actions))
+        {
             session.turn_complete(&history, &Default::default());
         }
         history.extend_from_slice(rest);
@@ -672,7 +684,7 @@ pub fn replay(
     session.set_call_time(None);
 
     let totals = totals(&calls, &options.price);
-    let probes = extract_probes(recording);
+    let probes = extract_probes(recording, &options.text_actions);
     let seen = |n: usize| -> Vec<Probe> {
         probes
             .iter()

@@ -368,7 +368,7 @@ proptest! {
         let request = Request::parse(&text).unwrap();
         prop_assert!(validate(&request).is_empty());
         let bridged = to_chat(&request);
-        let cuts = crate::validate::CutPoints::new(&bridged.messages);
+        let cuts = crate::validate::CutPoints::new(&bridged.messages, crate::validate::auto_text_actions());
         let safe: Vec<usize> = cuts.iter().filter(|&i| i >= 1).collect();
         let (x, y) = (safe[x % safe.len()], safe[y % safe.len()]);
         let (a, b) = (x.min(y), x.max(y));

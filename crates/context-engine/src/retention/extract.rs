@@ -6,7 +6,7 @@ use super::{ASK_MAX_BYTES, COMMAND_MAX_BYTES, ERROR_MAX_BYTES, Probe, ProbeKind,
 use crate::compressor::is_summary;
 use crate::message::{Message, Role};
 use crate::tool_output::{self, Flags, calls};
-use crate::validate::is_real_user_turn;
+use crate::validate::{TextActions, is_real_user_turn};
 
 /// The probes of `messages`, in transcript order (see the module docs):
 ///
@@ -22,12 +22,15 @@ use crate::validate::is_real_user_turn;
 /// - the error line of each failing command (the first error line, or a
 ///   traceback's final exception), once per distinct line, at its last
 ///   occurrence.
-pub fn extract_probes(messages: &[Message]) -> Vec<Probe> {
+pub fn extract_probes(messages: &[Message], actions: &TextActions) -> Vec<Probe> {
     let mut probes = Vec::new();
     let mut paths = HashSet::new();
     let mut errors: Vec<Probe> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
-        if message.role == Role::User && !is_summary(message) && is_real_user_turn(messages, i) {
+        if message.role == Role::User
+            && !is_summary(message)
+            && is_real_user_turn(messages, i, actions)
+        {
             let text = clip_normalised(&message.text(), ASK_MAX_BYTES);
             if !text.is_empty() {
                 probes.push(Probe {
@@ -39,7 +42,7 @@ pub fn extract_probes(messages: &[Message]) -> Vec<Probe> {
             }
         }
     }
-    for call in calls(messages) {
+    for call in calls(messages, actions) {
         if messages.get(call.at).is_some_and(is_summary) {
             continue;
         }

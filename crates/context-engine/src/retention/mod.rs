@@ -34,7 +34,7 @@
 //!         "c1", "bash", r#"{"command": "python -m pytest -q tests/test_io.py"}"#)]),
 //!     Message::tool_result("c1", "FAILED tests/test_io.py::test_read - KeyError: 'x'\n[exit 1]"),
 //! ];
-//! let probes = extract_probes(&history);
+//! let probes = extract_probes(&history, &context_engine::validate::TextActions::auto());
 //! assert!(probes.iter().any(|p| p.kind == ProbeKind::Command && p.exit_status == Some(1)));
 //! let report = check(&probes, &history, &history);
 //! assert_eq!(report.verbatim, report.probes);

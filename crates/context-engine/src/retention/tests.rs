@@ -27,7 +27,7 @@ fn user_asks_are_normalised_and_clipped_and_summaries_skipped() {
         Message::user("[/bash ls]\nREADME.md\n[END TOOL RESULTS]"),
         Message::user("now add a test"),
     ];
-    let probes = extract_probes(&messages);
+    let probes = extract_probes(&messages, crate::validate::auto_text_actions());
     let asks: Vec<&Probe> = probes
         .iter()
         .filter(|p| p.kind == ProbeKind::UserAsk)
@@ -65,7 +65,7 @@ fn file_paths_from_json_arguments_editors_and_shell_deduped() {
         bash("c4", "cat src/c.py"),
         Message::tool_result("c4", "x"),
     ];
-    let probes = extract_probes(&messages);
+    let probes = extract_probes(&messages, crate::validate::auto_text_actions());
     assert_eq!(
         of_kind(&probes, ProbeKind::FilePath),
         vec![
@@ -100,7 +100,7 @@ fn commands_carry_their_exit_status_and_failures_their_error() {
         bash("c5", "cat notes.txt"),
         Message::tool_result("c5", "<returncode>0</returncode>\nError: only a note"),
     ];
-    let probes = extract_probes(&messages);
+    let probes = extract_probes(&messages, crate::validate::auto_text_actions());
     let commands: Vec<(&str, Option<i64>)> = probes
         .iter()
         .filter(|p| p.kind == ProbeKind::Command)
@@ -142,7 +142,7 @@ fn text_action_commands_and_their_observations() {
         Message::user("<returncode>0</returncode>\n<output>\nok\n</output>"),
         Message::user("thanks, now update the docs"),
     ];
-    let probes = extract_probes(&messages);
+    let probes = extract_probes(&messages, crate::validate::auto_text_actions());
     assert_eq!(
         of_kind(&probes, ProbeKind::UserAsk),
         vec![

@@ -37,7 +37,7 @@ pub fn scheduled_digest<'a>(
     now: Option<f64>,
 ) -> ScheduledDigest<'a> {
     // Batches and re-entries found once, shared by every pass below.
-    let batches = Batches::of(messages);
+    let batches = Batches::of(messages, &opts.text_actions);
     let starts = batches.starts();
     let target = starts.len().saturating_sub(opts.keep_batches);
     let state = scheduler.state();

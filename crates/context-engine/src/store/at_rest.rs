@@ -414,19 +414,16 @@ pub struct KeyError {
 }
 
 impl Seal {
-    /// The key in the environment variable `name`.
-    pub fn from_env(name: &str) -> Result<Seal, KeyError> {
-        match std::env::var(name) {
-            Ok(v) if !v.trim().is_empty() => Seal::from_text(name, &v),
-            Ok(_) | Err(std::env::VarError::NotPresent) => Err(KeyError {
+    /// The key held by the environment variable `name`, whose value the
+    /// caller looked up (`None`: unset).
+    pub fn from_var(name: &str, value: Option<&str>) -> Result<Seal, KeyError> {
+        match value {
+            Some(v) if !v.trim().is_empty() => Seal::from_text(name, v),
+            _ => Err(KeyError {
                 name: name.to_owned(),
                 detail:
-                    "is not set: it must hold the store's 32-byte key (64 hex digits or base64)"
+                    "is not set (or not text): it must hold the store's 32-byte key (64 hex digits or base64)"
                         .to_owned(),
-            }),
-            Err(std::env::VarError::NotUnicode(_)) => Err(KeyError {
-                name: name.to_owned(),
-                detail: "is not text: it must hold 64 hex digits or base64".to_owned(),
             }),
         }
     }

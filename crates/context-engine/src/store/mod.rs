@@ -607,16 +607,6 @@ pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStor
     Ok(at_rest.wrap(backend))
 }
 
-/// The default store file: `$XDG_DATA_HOME/context-engine/store.db`, else
-/// `$HOME/.local/share/context-engine/store.db`; `None` when neither is set.
-pub fn default_path() -> Option<PathBuf> {
-    let data = match std::env::var_os("XDG_DATA_HOME") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".local/share"),
-    };
-    Some(data.join("context-engine").join("store.db"))
-}
-
 /// Milliseconds since the Unix epoch (0 before it).
 #[doc(hidden)]
 pub fn now_ms() -> u64 {

@@ -19,7 +19,7 @@ use super::state::{STATE_RECORD_HEADING, StateRecord};
 use super::{SummarizeError, Summarizer, SummaryRequest};
 use crate::message::Message;
 use crate::tool_output::{self, Flags, clip, one_line};
-use crate::validate::{is_real_user_turn, reentries};
+use crate::validate::{TextActions, is_real_user_turn, reentries_with};
 
 /// Characters a token is assumed to take when sizing the summary.
 const CHARS_PER_TOKEN: usize = 4;
@@ -73,7 +73,7 @@ impl ExtractiveSummarizer {
             .map(str::trim)
             .filter(|f| !f.is_empty())
             .map(str::to_lowercase);
-        let facts = Facts::gather(request.turns);
+        let facts = Facts::gather(request.turns, request.text_actions);
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -89,7 +89,8 @@ impl ExtractiveSummarizer {
         // request's ledger room when that is more (the summary then grows
         // by what the ledger needs, never past that room); the narrative
         // gets what the budget leaves, at least a twentieth of it.
-        let mut record = StateRecord::build_focused(request.turns, focus.as_deref());
+        let mut record =
+            StateRecord::build_focused(request.turns, focus.as_deref(), request.text_actions);
         let previous = request
             .previous_summary
             .map(str::trim)
@@ -227,14 +228,14 @@ struct Facts {
 }
 
 impl Facts {
-    fn gather(turns: &[Message]) -> Facts {
+    fn gather(turns: &[Message], actions: &TextActions) -> Facts {
         let mut facts = Facts::default();
         for (i, message) in turns.iter().enumerate() {
-            if is_real_user_turn(turns, i) {
+            if is_real_user_turn(turns, i, actions) {
                 facts.read_ask(&message.text());
             }
         }
-        for (k, call) in tool_output::calls(turns).into_iter().enumerate() {
+        for (k, call) in tool_output::calls(turns, actions).into_iter().enumerate() {
             let args = if call.text_action {
                 call.arguments.clone()
             } else {
@@ -263,7 +264,7 @@ impl Facts {
             };
             facts.actions.push(format!("{}. {writ} → {outcome}", k + 1));
         }
-        let reentry = reentries(turns);
+        let reentry = reentries_with(turns, actions);
         let mut recent: Vec<String> = turns
             .iter()
             .enumerate()

@@ -49,6 +49,9 @@ pub struct SummaryRequest<'a> {
     /// The archive handle of the span, when the caller archived it: the
     /// state record's collapsed entries point to it.
     pub archive_handle: Option<&'a str>,
+    /// Which user messages of `turns` are a text-action agent's tool
+    /// output (`context.text_actions`; the built-in shapes by default).
+    pub text_actions: &'a crate::validate::TextActions,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -62,7 +65,17 @@ impl<'a> SummaryRequest<'a> {
             target_tokens,
             ledger_tokens: 0,
             archive_handle: None,
+            text_actions: crate::validate::auto_text_actions(),
         }
+    }
+
+    /// Sets [`text_actions`](Self::text_actions).
+    pub fn with_text_actions(
+        mut self,
+        actions: &'a crate::validate::TextActions,
+    ) -> SummaryRequest<'a> {
+        self.text_actions = actions;
+        self
     }
 
     /// Sets [`previous_summary`](Self::previous_summary).

@@ -34,7 +34,7 @@
 //! let config = OpenAiConfig::new("http://127.0.0.1:8080/v1", "qwen2.5-7b-instruct")
 //!     .with_api_key_env("LLAMA_API_KEY")
 //!     .with_timeout(Duration::from_secs(60));
-//! let summarizer = OpenAiSummarizer::new(config)?;
+//! let summarizer = OpenAiSummarizer::with_env(config, |name| std::env::var(name).ok())?;
 //! let turns = [Message::user("port the lexer to Rust")];
 //! let summary = summarizer.summarize(&SummaryRequest::new(&turns, 500))?;
 //! # Ok::<(), context_engine::summarize::SummarizeError>(())
@@ -349,15 +349,18 @@ impl fmt::Debug for OpenAiSummarizer {
 }
 
 impl OpenAiSummarizer {
-    /// Builds the client, reading the key from the environment variable
-    /// named by `config.api_key_env` unless `config.api_key` is set.
+    /// Builds the client with the key in `config.api_key` (the library
+    /// reads no environment: [`with_env`](Self::with_env) looks the
+    /// variable `config.api_key_env` up in the caller's).
     /// A missing base URL, model or key is [`SummarizeError::NotConfigured`].
     pub fn new(config: OpenAiConfig) -> Result<OpenAiSummarizer, SummarizeError> {
-        OpenAiSummarizer::with_env(config, |name| std::env::var(name).ok())
+        OpenAiSummarizer::with_env(config, |_| None)
     }
 
-    /// Like [`new`](Self::new) with the environment looked up through
-    /// `env`, for hosts that keep their own settings (and for tests).
+    /// Like [`new`](Self::new), the key (unless `config.api_key` is set)
+    /// from the variable `config.api_key_env` as `env` looks it up: the
+    /// caller's environment snapshot ([`crate::config::Env`]) or a host's
+    /// own settings.
     pub fn with_env(
         mut config: OpenAiConfig,
         env: impl FnOnce(&str) -> Option<String>,
@@ -562,7 +565,7 @@ impl OpenAiSummarizer {
         }
         let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
         let budget = request.ledger_room(budget, 4);
-        let mut record = StateRecord::build(request.turns);
+        let mut record = StateRecord::build(request.turns, request.text_actions);
         if let Some(previous) = request.previous_summary {
             record.carry_over(previous);
         }

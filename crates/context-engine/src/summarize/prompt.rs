@@ -23,7 +23,7 @@ use crate::digest::{DigestOptions, summarizer_input};
 use crate::message::Message;
 use crate::summarize::SummaryRequest;
 use crate::tokens::TokenCounter;
-use crate::validate::{is_real_user_turn, reentries};
+use crate::validate::{TextActions, is_real_user_turn, reentries_with};
 
 /// Share of a clipped text kept from its start; the rest comes from its end.
 pub(crate) const HEAD_SHARE: f64 = 0.45;
@@ -141,7 +141,11 @@ fn material(request: &SummaryRequest<'_>, limits: Limits) -> String {
     // cap, so that the new turns always keep room.
     let side_cap = limits.max_input_chars / 4;
     let fixed = fixed_blocks(request, &|text| clip_middle(text, side_cap));
-    let turns = render_turns(request.turns, limits.max_message_chars);
+    let turns = render_turns(
+        request.turns,
+        limits.max_message_chars,
+        request.text_actions,
+    );
     let room = limits.max_input_chars.saturating_sub(char_len(&fixed));
     let mut out = fixed;
     block(&mut out, "transcript", &clip_middle(&turns, room));
@@ -170,7 +174,7 @@ fn fixed_blocks(request: &SummaryRequest<'_>, clip: &dyn Fn(&str) -> Cow<'_, str
     match request.focus_topic {
         Some(topic) => block(&mut fixed, "focus-topic", &clip(topic)),
         None => {
-            let asks = recent_user_asks(request.turns);
+            let asks = recent_user_asks(request.turns, request.text_actions);
             if !asks.is_empty() {
                 let mut text = String::new();
                 for ask in asks {
@@ -293,8 +297,18 @@ pub(crate) fn build_bounded(
             available: bound.max_prompt_tokens,
         });
     }
-    let digested = summarizer_input(request.turns, &DigestOptions::default()).messages;
-    let transcript = fit_turns(&digested, limits.max_message_chars, room, &bound);
+    let opts = DigestOptions {
+        text_actions: request.text_actions.clone(),
+        ..DigestOptions::default()
+    };
+    let digested = summarizer_input(request.turns, &opts).messages;
+    let transcript = fit_turns(
+        &digested,
+        limits.max_message_chars,
+        room,
+        &bound,
+        request.text_actions,
+    );
     let mut user = fixed;
     block(&mut user, "transcript", &transcript);
     user.truncate(user.trim_end().len());
@@ -327,8 +341,9 @@ fn fit_turns(
     max_message_chars: usize,
     room: usize,
     bound: &TokenBound<'_>,
+    actions: &TextActions,
 ) -> String {
-    let mut rendered: Vec<String> = render_each(turns, max_message_chars);
+    let mut rendered: Vec<String> = render_each(turns, max_message_chars, actions);
     // One blank line between turns.
     let sep = 1;
     let mut costs: Vec<usize> = rendered.iter().map(|r| bound.cost(r) + sep).collect();
@@ -349,7 +364,7 @@ fn fit_turns(
     // Then the oldest turns fold, the latest user ask excepted.
     let latest_ask = (0..turns.len())
         .rev()
-        .find(|&i| is_real_user_turn(turns, i) && !turns[i].text().trim().is_empty());
+        .find(|&i| is_real_user_turn(turns, i, actions) && !turns[i].text().trim().is_empty());
     let marker_reserve = 48;
     let mut budget = room.saturating_sub(marker_reserve);
     let mut kept_from = rendered.len();
@@ -372,7 +387,7 @@ fn fit_turns(
     }
     let folded: Vec<usize> = (0..kept_from).filter(|i| Some(*i) != pinned).collect();
     let mut parts: Vec<&str> = Vec::new();
-    let marker = fold_marker(turns, &folded);
+    let marker = fold_marker(turns, &folded, actions);
     if !folded.is_empty() {
         parts.push(&marker);
     }
@@ -384,13 +399,13 @@ fn fit_turns(
 }
 
 /// One line standing for the folded turns.
-fn fold_marker(turns: &[Message], folded: &[usize]) -> String {
+fn fold_marker(turns: &[Message], folded: &[usize], actions: &TextActions) -> String {
     let (Some(first), Some(last)) = (folded.first(), folded.last()) else {
         return String::new();
     };
     let users = folded
         .iter()
-        .filter(|i| is_real_user_turn(turns, **i))
+        .filter(|i| is_real_user_turn(turns, **i, actions))
         .count();
     let calls: usize = folded.iter().map(|i| turns[*i].tool_calls().len()).sum();
     format!(
@@ -430,10 +445,10 @@ fn neutralise(text: &str) -> Cow<'_, str> {
 }
 
 /// The texts of the latest user messages, oldest first.
-fn recent_user_asks(turns: &[Message]) -> Vec<Cow<'_, str>> {
+fn recent_user_asks<'t>(turns: &'t [Message], actions: &TextActions) -> Vec<Cow<'t, str>> {
     let mut asks: Vec<Cow<'_, str>> = (0..turns.len())
         .rev()
-        .filter(|&i| is_real_user_turn(turns, i))
+        .filter(|&i| is_real_user_turn(turns, i, actions))
         .map(|i| turns[i].text())
         .filter(|t| !t.trim().is_empty())
         .take(RECENT_ASKS)
@@ -444,13 +459,17 @@ fn recent_user_asks(turns: &[Message]) -> Vec<Cow<'_, str>> {
 
 /// One readable line-oriented rendering of the turns: role headers, text,
 /// tool calls with their arguments, tool results with the id they answer.
-pub(crate) fn render_turns(turns: &[Message], max_message_chars: usize) -> String {
-    render_each(turns, max_message_chars).join("\n\n")
+pub(crate) fn render_turns(
+    turns: &[Message],
+    max_message_chars: usize,
+    actions: &TextActions,
+) -> String {
+    render_each(turns, max_message_chars, actions).join("\n\n")
 }
 
 /// Every turn rendered (see [`render_turn`]).
-fn render_each(turns: &[Message], max_message_chars: usize) -> Vec<String> {
-    let reentry = reentries(turns);
+fn render_each(turns: &[Message], max_message_chars: usize, actions: &TextActions) -> Vec<String> {
+    let reentry = reentries_with(turns, actions);
     turns
         .iter()
         .enumerate()
@@ -606,7 +625,7 @@ mod tests {
             ),
             Message::tool_result("c1", "README.md\nsrc"),
         ];
-        let text = render_turns(&turns, 1000);
+        let text = render_turns(&turns, 1000, crate::validate::auto_text_actions());
         assert_eq!(
             text,
             "[1] user:\nlist the files\n\n[2] assistant:\n-> call bash (id c1): \
@@ -617,7 +636,11 @@ mod tests {
     #[test]
     fn long_messages_keep_head_and_tail() {
         let body = format!("START{}END", "x".repeat(5000));
-        let text = render_turns(&[Message::tool_result("c9", body)], 100);
+        let text = render_turns(
+            &[Message::tool_result("c9", body)],
+            100,
+            crate::validate::auto_text_actions(),
+        );
         assert!(text.contains("START"));
         assert!(text.ends_with("END"));
         assert!(text.contains("characters omitted"));

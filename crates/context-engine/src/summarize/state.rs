@@ -35,7 +35,7 @@ use serde_json::json;
 use crate::compressor::{is_summary, without_summary};
 use crate::message::{Message, Role};
 use crate::tool_output::{self, Flags, clip, one_line};
-use crate::validate::is_real_user_turn;
+use crate::validate::{TextActions, is_real_user_turn};
 
 /// The heading the record starts with; also how a summary is known to
 /// carry one.
@@ -171,14 +171,18 @@ impl CommandState {
 }
 
 impl StateRecord {
-    /// Reads the record out of `turns`.
-    pub fn build(turns: &[Message]) -> StateRecord {
-        StateRecord::build_focused(turns, None)
+    /// Reads the record out of `turns` (text actions as `actions`).
+    pub fn build(turns: &[Message], actions: &TextActions) -> StateRecord {
+        StateRecord::build_focused(turns, None, actions)
     }
 
     /// [`build`](Self::build), with the asks that mention `focus`
     /// (lowercase) kept at the latest ask's larger size.
-    pub fn build_focused(turns: &[Message], focus: Option<&str>) -> StateRecord {
+    pub fn build_focused(
+        turns: &[Message],
+        focus: Option<&str>,
+        actions: &TextActions,
+    ) -> StateRecord {
         let mut record = StateRecord::default();
         // A summary merged into an ask: the ask's own words.
         let own = |m: &Message| match is_summary(m) {
@@ -186,7 +190,7 @@ impl StateRecord {
             false => m.text().into_owned(),
         };
         let asks: Vec<usize> = (0..turns.len())
-            .filter(|&i| is_real_user_turn(turns, i) && !own(&turns[i]).trim().is_empty())
+            .filter(|&i| is_real_user_turn(turns, i, actions) && !own(&turns[i]).trim().is_empty())
             .collect();
         for (k, &i) in asks.iter().enumerate() {
             let text = own(&turns[i]);
@@ -198,7 +202,7 @@ impl StateRecord {
             };
             record.asks.push(clip_middle(text.trim(), max));
         }
-        for call in tool_output::calls(turns) {
+        for call in tool_output::calls(turns, actions) {
             for path in call.paths {
                 let path = path.trim();
                 if !path.is_empty()
@@ -594,7 +598,7 @@ mod tests {
 
     #[test]
     fn the_record_reads_text_actions_and_tool_calls_alike() {
-        let r = StateRecord::build(&span());
+        let r = StateRecord::build(&span(), crate::validate::auto_text_actions());
         assert_eq!(r.asks, vec!["Please fix tests/test_io.py"]);
         assert_eq!(r.files, vec!["src/io.py", "README.md"]);
         let pytest = r
@@ -632,7 +636,7 @@ mod tests {
                 "x",
             ));
         }
-        let r = StateRecord::build(&turns);
+        let r = StateRecord::build(&turns, crate::validate::auto_text_actions());
         let full = r.render(100_000, None);
         let small = r.render(1_200, Some("s-12-57"));
         assert!(small.len() <= 1_200, "{}", small.len());
@@ -656,7 +660,10 @@ mod tests {
         );
         assert!(small.contains("file39.py"), "the newest stays: {small}");
         assert!(small.contains("- do it"));
-        let mut again = StateRecord::build(&[Message::user("then ship it")]);
+        let mut again = StateRecord::build(
+            &[Message::user("then ship it")],
+            crate::validate::auto_text_actions(),
+        );
         again.carry_over(&format!("[summary]\n{full}"));
         assert_eq!(again.asks, vec!["do it", "then ship it"]);
         assert_eq!(again.files.len(), 40);
@@ -673,7 +680,7 @@ mod tests {
 
     #[test]
     fn the_entries_alone_fit_their_room_or_are_none() {
-        let r = StateRecord::build(&span());
+        let r = StateRecord::build(&span(), crate::validate::auto_text_actions());
         let all = r.render_entries(10_000).unwrap();
         assert!(all.starts_with("Their state record:\n### Files"), "{all}");
         assert!(
@@ -734,15 +741,22 @@ mod tests {
             ));
             v
         };
-        let summary1 = StateRecord::build(&first).render(10_000, Some("s1"));
+        let summary1 = StateRecord::build(&first, crate::validate::auto_text_actions())
+            .render(10_000, Some("s1"));
         assert!(
             !summary1.contains("- src/io.py"),
             "named by its command: {summary1}"
         );
-        let mut second = StateRecord::build(&mini("sed -i 's/a/b/' src/io.py", 0, ""));
+        let mut second = StateRecord::build(
+            &mini("sed -i 's/a/b/' src/io.py", 0, ""),
+            crate::validate::auto_text_actions(),
+        );
         second.carry_over(&summary1);
         let summary2 = second.render(10_000, Some("s2"));
-        let mut third = StateRecord::build(&mini("python -m pytest -q", 0, "1 passed"));
+        let mut third = StateRecord::build(
+            &mini("python -m pytest -q", 0, "1 passed"),
+            crate::validate::auto_text_actions(),
+        );
         third.carry_over(&summary2);
         assert_eq!(third.asks, vec!["Please fix tests/test_io.py"]);
         assert_eq!(third.files, vec!["src/io.py"]);
@@ -796,7 +810,7 @@ mod codex_tests {
                 format!("Chunk ID: 0e1d96\nProcess exited with code 0\nOutput:\nFILE {k}\n"),
             ));
         }
-        let r = StateRecord::build(&v);
+        let r = StateRecord::build(&v, crate::validate::auto_text_actions());
         assert_eq!(r.commands.len(), 20);
         let text = r.render(3000, Some("h123"));
         for k in 0..20 {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::shell_paths;
 use crate::message::Message;
 use crate::prune::effect::is_shell_tool;
-use crate::validate::{observation, text_action};
+use crate::validate::{TextActions, observation_with, text_action};
 
 /// Argument keys that name the file a tool reads or writes.
 const PATH_KEYS: &[&str] = &[
@@ -47,7 +47,7 @@ pub struct Call {
 /// Every call of `messages`, in order. A tool result answers the latest
 /// call with its id made before it (agents that reuse ids answer the
 /// nearest call); an observation answers the text action right before it.
-pub fn calls(messages: &[Message]) -> Vec<Call> {
+pub fn calls(messages: &[Message], actions: &TextActions) -> Vec<Call> {
     let mut out = Vec::new();
     let mut open: HashMap<&str, usize> = HashMap::new();
     for (at, message) in messages.iter().enumerate() {
@@ -103,7 +103,7 @@ pub fn calls(messages: &[Message]) -> Vec<Call> {
             });
         }
         if let Some(action) = text_action(message) {
-            let result = observation(messages, at + 1).map(|_| at + 1);
+            let result = observation_with(messages, at + 1, actions).map(|_| at + 1);
             for command in action.commands {
                 let name = if action.from_field {
                     command

@@ -3,6 +3,8 @@
 use std::ops::Range;
 
 use super::Profile;
+use super::observation::TextActions;
+use super::reentry::reentries_with;
 use super::strict::{Side, join_ok};
 use crate::message::Message;
 
@@ -25,17 +27,29 @@ pub struct CutPoints {
 }
 
 impl CutPoints {
-    /// Cut points under the OpenAI profile.
-    pub fn new(messages: &[Message]) -> CutPoints {
-        CutPoints::with_profile(messages, Profile::OpenAi)
+    /// Cut points under the OpenAI profile, text actions as `actions`.
+    pub fn new(messages: &[Message], actions: &TextActions) -> CutPoints {
+        CutPoints::with_profile(messages, Profile::OpenAi, actions)
     }
 
     /// Cut points under `profile`: the intersection of what each of its
-    /// properties allows.
-    pub fn with_profile(messages: &[Message], profile: Profile) -> CutPoints {
+    /// properties allows, and never before a tool re-entry (an envelope,
+    /// or an observation under `actions`): a re-entry stays with the
+    /// assistant turn before it, or its results would reach the model
+    /// without the calls that produced them.
+    pub fn with_profile(
+        messages: &[Message],
+        profile: Profile,
+        actions: &TextActions,
+    ) -> CutPoints {
         let mut forbidden = vec![false; messages.len() + 1];
         for property in profile.properties() {
             property.forbid(messages, &mut forbidden);
+        }
+        for (i, reentry) in reentries_with(messages, actions).into_iter().enumerate() {
+            if reentry && let Some(slot) = forbidden.get_mut(i) {
+                *slot = true;
+            }
         }
         let sides = (profile == Profile::Strict).then(|| messages.iter().map(Side::of).collect());
         CutPoints::from_forbidden(forbidden, sides)
@@ -125,6 +139,6 @@ impl CutPoints {
 
 /// The atomic groups of `messages` under the OpenAI profile (see
 /// [`CutPoints::groups`]).
-pub fn atomic_groups(messages: &[Message]) -> Vec<Range<usize>> {
-    CutPoints::new(messages).groups().collect()
+pub fn atomic_groups(messages: &[Message], actions: &TextActions) -> Vec<Range<usize>> {
+    CutPoints::new(messages, actions).groups().collect()
 }

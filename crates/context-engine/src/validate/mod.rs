@@ -62,14 +62,11 @@ pub use cut::{CutPoints, atomic_groups};
 pub use envelope::ENVELOPE_HEADER;
 pub use observation::{
     Observation, TextAction, TextActions, TextActionsConfig, TextActionsError, TextActionsMode,
-    observation, observation_with, set_text_actions, text_action, text_actions,
+    auto_text_actions, observation_with, text_action,
 };
 pub use pairing::{ToolCallShape, ToolResultPairing};
 pub use place::{introduced_adjacency, may_join, may_place};
-pub use reentry::{
-    ToolReentry, is_real_user_turn, is_reentry_at, is_reentry_with, is_tool_reentry, reentries,
-    reentries_with,
-};
+pub use reentry::{is_real_user_turn, is_reentry_with, is_tool_reentry, reentries_with};
 pub use strict::StrictAlternation;
 pub use wire::{InternalKeys, KnownRoles};
 
@@ -104,14 +101,12 @@ impl Profile {
             &InternalKeys,
             &ToolCallShape,
             &ToolResultPairing,
-            &ToolReentry,
         ];
         const STRICT: &[&dyn Property] = &[
             &KnownRoles,
             &InternalKeys,
             &ToolCallShape,
             &ToolResultPairing,
-            &ToolReentry,
             &StrictAlternation,
         ];
         match self {

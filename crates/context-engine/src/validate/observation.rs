@@ -20,7 +20,7 @@
 //! unlabelled block). A user message that merely looks like an observation
 //! but follows no action is a user turn: when in doubt, a user turn.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use regex_automata::meta::Regex;
 use serde::{Deserialize, Serialize};
@@ -79,9 +79,29 @@ enum Shape {
 }
 
 /// The compiled text-action setting: which observation shapes count.
+/// Cheap to clone (shared); two settings are equal when compiled from the
+/// same configuration. It travels in the options of whatever reads
+/// transcripts (digest, prune, summaries, replay): there is no process-wide
+/// setting.
 #[derive(Clone, Debug)]
 pub struct TextActions {
-    shapes: Vec<Shape>,
+    shapes: Arc<[Shape]>,
+    source: TextActionsConfig,
+}
+
+impl PartialEq for TextActions {
+    fn eq(&self, other: &TextActions) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for TextActions {}
+
+/// The default setting ([`TextActions::auto`]), shared: what a request or
+/// option built without a configuration reads transcripts with.
+pub fn auto_text_actions() -> &'static TextActions {
+    static AUTO: std::sync::LazyLock<TextActions> = std::sync::LazyLock::new(TextActions::auto);
+    &AUTO
 }
 
 impl Default for TextActions {
@@ -94,13 +114,17 @@ impl TextActions {
     /// The built-in shapes (mini-swe-agent, SWE-agent).
     pub fn auto() -> TextActions {
         TextActions {
-            shapes: vec![Shape::MiniSweAgent, Shape::SweAgent],
+            shapes: Arc::new([Shape::MiniSweAgent, Shape::SweAgent]),
+            source: TextActionsConfig::Mode(TextActionsMode::Auto),
         }
     }
 
     /// No observations.
     pub fn off() -> TextActions {
-        TextActions { shapes: Vec::new() }
+        TextActions {
+            shapes: Arc::new([]),
+            source: TextActionsConfig::Mode(TextActionsMode::Off),
+        }
     }
 
     /// Whether no observation is ever recognised.
@@ -120,7 +144,7 @@ impl TextActions {
                         "mini-swe-agent" => Shape::MiniSweAgent,
                         "swe-agent" => Shape::SweAgent,
                         "auto" => {
-                            shapes.extend(TextActions::auto().shapes);
+                            shapes.extend(TextActions::auto().shapes.iter().cloned());
                             continue;
                         }
                         _ => Shape::Pattern(Box::new(Regex::new(pattern).map_err(|e| {
@@ -132,33 +156,13 @@ impl TextActions {
                         })?)),
                     });
                 }
-                Ok(TextActions { shapes })
+                Ok(TextActions {
+                    shapes: shapes.into(),
+                    source: config.clone(),
+                })
             }
         }
     }
-}
-
-/// The process's setting; `None` means auto.
-static CURRENT: RwLock<Option<Arc<TextActions>>> = RwLock::new(None);
-
-/// Sets how observations are recognised for the whole process (hosts read
-/// `context.text_actions` once at start-up; `ctx` does it for every
-/// command). The per-transcript functions ([`super::reentries_with`],
-/// [`observation_with`]) take a setting explicitly instead.
-pub fn set_text_actions(actions: TextActions) {
-    let mut slot = CURRENT
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    *slot = Some(Arc::new(actions));
-}
-
-/// The process's setting (auto unless [`set_text_actions`] was called).
-pub fn text_actions() -> Arc<TextActions> {
-    let slot = CURRENT
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    slot.clone()
-        .unwrap_or_else(|| Arc::new(TextActions::auto()))
 }
 
 /// The action an assistant message wrote as text: the "call" of the
@@ -212,11 +216,6 @@ pub struct Observation {
     pub action: TextAction,
     /// `marked`, `mini-swe-agent`, `swe-agent` or `pattern`.
     pub shape: &'static str,
-}
-
-/// Whether message `i` is an observation under the process's setting.
-pub fn observation(messages: &[Message], i: usize) -> Option<Observation> {
-    observation_with(messages, i, &text_actions())
 }
 
 /// Whether message `i` is an observation under `actions` (see the module

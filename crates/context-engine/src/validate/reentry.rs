@@ -14,8 +14,8 @@
 //! [`is_real_user_turn`] is the complement: the one definition of "a user
 //! ask" for every engine, summary and probe.
 
-use super::observation::{TextActions, observation_with, text_actions};
-use super::{Property, Violation, envelope};
+use super::envelope;
+use super::observation::{TextActions, observation_with};
 use crate::message::{Message, Role};
 
 /// Whether `message` is a user message that carries text tool-result
@@ -26,26 +26,16 @@ pub fn is_tool_reentry(message: &Message) -> bool {
 }
 
 /// Whether message `i` of `messages` is a tool re-entry: an envelope or an
-/// observation under the process's text-action setting
-/// ([`super::set_text_actions`]). False for `i` out of range.
-pub fn is_reentry_at(messages: &[Message], i: usize) -> bool {
-    is_reentry_with(messages, i, &text_actions())
-}
-
-/// [`is_reentry_at`] under an explicit text-action setting.
+/// observation under the text-action setting `actions`. False for `i` out
+/// of range.
 pub fn is_reentry_with(messages: &[Message], i: usize, actions: &TextActions) -> bool {
     messages
         .get(i)
         .is_some_and(|m| is_tool_reentry(m) || observation_with(messages, i, actions).is_some())
 }
 
-/// Every message's answer to [`is_reentry_at`], computed once (O(n) plus
+/// Every message's answer to [`is_reentry_with`], computed once (O(n) plus
 /// the scanned user texts).
-pub fn reentries(messages: &[Message]) -> Vec<bool> {
-    reentries_with(messages, &text_actions())
-}
-
-/// [`reentries`] under an explicit text-action setting.
 pub fn reentries_with(messages: &[Message], actions: &TextActions) -> Vec<bool> {
     (0..messages.len())
         .map(|i| is_reentry_with(messages, i, actions))
@@ -54,32 +44,11 @@ pub fn reentries_with(messages: &[Message], actions: &TextActions) -> Vec<bool> 
 
 /// Whether message `i` is a user turn written by the user (or the harness
 /// as the user): a user message that is neither an envelope nor an
-/// observation. When in doubt it is one: only a message that matches a
-/// known observation shape right after an assistant action is not.
-pub fn is_real_user_turn(messages: &[Message], i: usize) -> bool {
+/// observation under `actions`. When in doubt it is one: only a message
+/// that matches a known observation shape right after an assistant action
+/// is not.
+pub fn is_real_user_turn(messages: &[Message], i: usize, actions: &TextActions) -> bool {
     messages
         .get(i)
-        .is_some_and(|m| m.role == Role::User && !is_reentry_at(messages, i))
-}
-
-/// A tool re-entry stays with the assistant turn before it: a kept tail must
-/// not start on one, or the results would reach the model without the calls
-/// that produced them. Not a rule about requests, so it reports nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ToolReentry;
-
-impl Property for ToolReentry {
-    fn name(&self) -> &'static str {
-        "tool-reentry"
-    }
-
-    fn check(&self, _messages: &[Message], _out: &mut Vec<Violation>) {}
-
-    fn forbid(&self, messages: &[Message], forbidden: &mut [bool]) {
-        for (i, reentry) in reentries(messages).into_iter().enumerate() {
-            if reentry && let Some(slot) = forbidden.get_mut(i) {
-                *slot = true;
-            }
-        }
-    }
+        .is_some_and(|m| m.role == Role::User && !is_reentry_with(messages, i, actions))
 }

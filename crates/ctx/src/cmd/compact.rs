@@ -124,7 +124,7 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
         Err(err) => CompactionReport::failed(
             &err,
             &transcript.messages,
-            prepared.counter.as_ref(),
+            prepared.counter().as_ref(),
             engine.state().threshold_tokens,
         ),
     };
@@ -138,14 +138,14 @@ pub fn run(args: &CompactArgs) -> anyhow::Result<ExitCode> {
     let out = Report {
         file: args.input.file.display().to_string(),
         engine: engine.name(),
-        context_length: prepared.context_length,
+        context_length: prepared.context_length(),
         profile: args.profile.name(),
         compaction: &report,
         violations_after,
         archived,
         archived_messages,
         elapsed_ms,
-        summarizer_call: prepared.client.as_ref().map(|c| c.last_call()),
+        summarizer_call: prepared.summarizer_client().map(|c| c.last_call()),
     };
     match args.report {
         ReportFormat::Json => eprintln!("{}", serde_json::to_string_pretty(&out)?),

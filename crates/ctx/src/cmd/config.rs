@@ -82,7 +82,7 @@ fn warn(warnings: &[ConfigWarning]) {
 fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let loaded = ConfigLoader::new()
         .with_file(args.config.clone())
-        .with_process_env()
+        .with_environment(&super::engine::process_env())
         .with_overrides(args.set.iter().cloned())
         .load()?;
     warn(&loaded.warnings);

@@ -14,14 +14,18 @@ use crate::output::{self, thousands};
 pub struct DigestArgs {
     #[command(flatten)]
     pub input: super::Input,
-    /// Keep this many of the newest tool batches whole.
-    #[arg(long, default_value_t = DigestOptions::default().keep_batches)]
-    pub keep_batches: usize,
-    /// Digest older results of at least this many bytes (images always).
-    #[arg(long, default_value_t = DigestOptions::default().min_bytes)]
-    pub min_bytes: usize,
+    /// Keep this many of the newest tool batches whole (default
+    /// `context.digest.keep_batches`, 1).
+    #[arg(long)]
+    pub keep_batches: Option<usize>,
+    /// Digest older results of at least this many bytes, images always
+    /// (default `context.digest.min_bytes`, 4096).
+    #[arg(long)]
+    pub min_bytes: Option<usize>,
     #[command(flatten)]
     pub model: super::ModelArg,
+    #[command(flatten)]
+    pub config: super::ConfigArgs,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -48,10 +52,12 @@ struct Report {
 pub fn run(args: &DigestArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
+    let config = args.config.load()?;
+    let base = config.context.digest;
     let opts = DigestOptions {
-        keep_batches: args.keep_batches,
-        min_bytes: args.min_bytes,
-        ..DigestOptions::from_env()
+        keep_batches: args.keep_batches.unwrap_or(base.keep_batches),
+        min_bytes: args.min_bytes.unwrap_or(base.min_bytes),
+        ..base
     };
     let (view, digest) = digest_with_report(messages, &opts);
     let counter = args.model.counter();
@@ -86,7 +92,7 @@ fn render(r: &Report) -> String {
         if r.enabled {
             ""
         } else {
-            " (digest disabled by CTX_TOOL_DIGEST_DISABLED)"
+            " (digest disabled: context.digest.enabled is false)"
         },
     );
     s.push_str(&format!(

@@ -1,30 +1,21 @@
 //! The engine a command runs, as `config.yaml` and the flags select it:
 //! configuration layers (defaults < file < `CTX_…` environment < `--set`),
-//! then the tokenizer and window, then the engine registry (built-in or
-//! plugin, with fallback), then the summarizer (extractive, or an
-//! OpenAI-compatible endpoint). Every command that runs an engine
-//! (`compact`, `replay`) flattens [`EngineArgs`], so a flag means the same
-//! thing everywhere.
+//! the flags that name keys over them, then the library's
+//! [`EngineBuilder`] (the one place a configuration becomes an engine, for
+//! `ctx`, `ctx serve` and Python alike). Every command that runs an engine
+//! (`compact`, `replay`, `serve`) flattens [`EngineArgs`], so a flag means
+//! the same thing everywhere.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
-use context_engine::config::{Config, ConfigLoader, SummarizerKind as ConfigSummarizer};
-use context_engine::engine::{ContextEngine, ModelInfo};
+use context_engine::builder::{BuildError, EngineBuilder, Engines};
+use context_engine::config::{ConfigLoader, Env, Loaded, SummarizerKind as ConfigSummarizer};
+use context_engine::engine::ContextEngine;
 use context_engine::message::Message;
-use context_engine::plugin::{EngineContext, EngineSource, select_engine};
-use context_engine::redact::Redactor;
-use context_engine::summarize::openai::{CallStats, OpenAiConfig, OpenAiSummarizer};
-use context_engine::tokens::TokenCounter;
+use context_engine::summarize::openai::CallStats;
 use context_engine::validate::Profile;
 
 use crate::output::thousands;
-
-/// Window used when neither `--context-length` nor `context.context_length`
-/// gives one.
-pub const DEFAULT_CONTEXT_LENGTH: u64 = 128_000;
 
 /// Which summarizer writes compaction summaries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -85,229 +76,114 @@ pub struct EngineArgs {
     pub summarizer_timeout: Option<u64>,
 }
 
-/// Everything an engine is made of, before it is selected: the caller may
-/// still take the built-in compressor by its concrete type.
-pub struct Prepared {
-    /// The engine name asked for (flag, else `context.engine`).
-    pub name: String,
-    /// What the engine is built from.
-    pub context: EngineContext,
-    /// Folders searched for plugins, in order.
-    pub plugin_dirs: Vec<PathBuf>,
-    /// `context.engine_required`: no fallback to the compressor.
-    pub required: bool,
-    /// The tokenizer shared by engine and host.
-    pub counter: Arc<dyn TokenCounter>,
-    /// The window the engine manages.
-    pub context_length: u64,
-    /// The agent's model, when named.
-    pub model: Option<String>,
-    /// The OpenAI-compatible client, when one writes summaries (kept to
-    /// read its call stats after a compaction).
-    pub client: Option<Arc<OpenAiSummarizer>>,
-    /// Configuration and flag warnings, to print once.
-    pub warnings: Vec<String>,
-}
-
-impl Prepared {
-    /// Another `Prepared` for one more engine of the same configuration,
-    /// without reading the configuration again: the token counter (and its
-    /// cache), the redactor and the summarizer client are shared.
-    pub fn again(&self) -> Prepared {
-        let c = &self.context;
-        let mut context = EngineContext::new(Arc::clone(&self.counter), self.context_length)
-            .with_compressor_options(c.compressor_options.clone())
-            .with_section(c.section.clone());
-        if let Some(redactor) = &c.redactor {
-            context = context.with_redactor(Arc::clone(redactor));
-        }
-        if let Some(model) = &c.model {
-            context = context.with_model(model.clone());
-        }
-        if let Some(client) = &self.client {
-            context = context.with_summarizer(Box::new(Arc::clone(client)));
-        }
-        Prepared {
-            name: self.name.clone(),
-            context,
-            plugin_dirs: self.plugin_dirs.clone(),
-            required: self.required,
-            counter: Arc::clone(&self.counter),
-            context_length: self.context_length,
-            model: self.model.clone(),
-            client: self.client.clone(),
-            warnings: Vec::new(),
-        }
-    }
-
-    /// Selects the engine (built-in or plugin, with fallback) and sets its
-    /// model; warnings from the selection are added to [`warnings`](Self::warnings).
-    pub fn select(mut self) -> anyhow::Result<(Box<dyn ContextEngine>, Prepared)> {
-        let context = std::mem::replace(
-            &mut self.context,
-            EngineContext::new(Arc::clone(&self.counter), self.context_length),
-        );
-        let selected = select_engine(&self.name, context, &self.plugin_dirs, self.required)
-            .with_context(|| format!("cannot start engine `{}`", self.name))?;
-        self.warnings.extend(selected.warnings);
-        if let EngineSource::Plugin { manifest } = &selected.source {
-            self.warnings.push(format!(
-                "engine `{}` runs as a plugin process ({})",
-                self.name,
-                manifest.display()
-            ));
-        }
-        let mut engine = selected.engine;
-        self.apply_model(engine.as_mut());
-        Ok((engine, self))
-    }
-
-    /// Tells the engine the model and window, when they differ from what it
-    /// was built with (per-model thresholds apply from here).
-    pub fn apply_model(&self, engine: &mut dyn ContextEngine) {
-        if self.model.is_some() || engine.state().context_length != self.context_length {
-            engine.update_model(&ModelInfo::new(
-                self.model.clone().unwrap_or_default(),
-                self.context_length,
-            ));
-        }
-    }
+/// The process environment, read once per command: the library reads
+/// none itself ([`Env`]).
+pub fn process_env() -> Env {
+    Env::from_os(std::env::vars_os())
 }
 
 impl EngineArgs {
-    /// Loads the configuration layers; returns the config, its warnings and
-    /// the file it came from.
-    pub fn load_config(&self) -> anyhow::Result<(Config, Vec<String>, Option<PathBuf>)> {
-        let loaded = ConfigLoader::new()
+    /// Loads the configuration layers (defaults < file < `CTX_…`
+    /// environment < `--set`), then applies the flags that name keys
+    /// (`--summarizer`, `--base-url`, …) over them: a flag means what its
+    /// key means.
+    pub fn load_config(&self) -> anyhow::Result<Loaded> {
+        let mut loaded = ConfigLoader::new()
             .with_file(self.config.clone())
-            .with_process_env()
+            .with_environment(&process_env())
             .with_overrides(self.set.iter().cloned())
             .load()?;
-        let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-        // How text-action observations are recognised holds for the process.
-        context_engine::validate::set_text_actions(loaded.config.text_actions()?);
-        Ok((loaded.config, warnings, loaded.file))
+        let s = &mut loaded.config.summarizer;
+        match self.summarizer {
+            Some(SummarizerKind::Openai) => s.kind = ConfigSummarizer::Openai,
+            Some(SummarizerKind::Extractive) => s.kind = ConfigSummarizer::Extractive,
+            None => {}
+        }
+        if let Some(url) = &self.base_url {
+            s.base_url = Some(url.clone());
+        }
+        if let Some(model) = &self.summarizer_model {
+            s.model = Some(model.clone());
+        }
+        if let Some(name) = &self.api_key_env {
+            s.api_key_env = name.clone();
+        }
+        if let Some(n) = self.summarizer_context_length {
+            s.context_length = Some(n);
+        }
+        if let Some(n) = self.max_output_tokens {
+            s.max_output_tokens = Some(n);
+        }
+        if let Some(secs) = self.summarizer_timeout {
+            s.timeout_seconds = secs;
+        }
+        Ok(loaded)
     }
 
-    /// The engine for `messages`: [`prepare`](Self::prepare), check that
-    /// the window can hold the transcript's system prompt, select the
+    /// The engines of the configuration and flags, for the provider rules
+    /// of `profile` ([`EngineBuilder`], the one place config becomes an
+    /// engine), and the configuration's warnings.
+    pub fn engines(&self, profile: Profile) -> anyhow::Result<(Engines, Vec<String>)> {
+        let mut loaded = self.load_config()?;
+        let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+        let s = &mut loaded.config.summarizer;
+        // The old spelling: `ctx compact --model M` named the summary
+        // model. Still honoured, once more, with a warning.
+        if s.kind == ConfigSummarizer::Openai
+            && s.model.is_none()
+            && let Some(m) = &self.model.model
+        {
+            warnings.push(format!(
+                "--model names the agent's model (the tokenizer); using `{m}` as the \
+                 summary model too is deprecated: pass --summarizer-model {m}"
+            ));
+            s.model = Some(m.clone());
+        }
+        let engines = EngineBuilder::from_loaded(loaded)
+            .with_env(process_env())
+            .with_profile(profile)
+            .with_model(self.model.model.clone())
+            .with_context_length(self.context_length)
+            .with_engine(self.engine.clone())
+            .build()
+            .map_err(flagged)?;
+        Ok((engines, warnings))
+    }
+
+    /// The engine for `messages`: [`engines`](Self::engines), check that
+    /// the window can hold the transcript's system prompt, start the
     /// engine, and print the configuration and selection warnings once.
     pub fn start(
         &self,
         profile: Profile,
         messages: &[Message],
-    ) -> anyhow::Result<(Box<dyn ContextEngine>, Prepared)> {
-        let prepared = self.prepare(profile)?;
-        super::check_window(messages, prepared.context_length, prepared.counter.as_ref())?;
-        let (engine, prepared) = prepared.select()?;
-        for w in &prepared.warnings {
+    ) -> anyhow::Result<(Box<dyn ContextEngine>, Engines)> {
+        let (engines, mut warnings) = self.engines(profile)?;
+        engines.check_window(messages).map_err(flagged)?;
+        let started = engines.engine().map_err(flagged)?;
+        warnings.extend(started.warnings);
+        for w in &warnings {
             eprintln!("ctx: warning: {w}");
         }
-        Ok((engine, prepared))
+        Ok((started.engine, engines))
     }
+}
 
-    /// Reads the configuration and the flags into everything an engine is
-    /// made of, for the provider rules of `profile`.
-    pub fn prepare(&self, profile: Profile) -> anyhow::Result<Prepared> {
-        let (config, mut warnings, config_file) = self.load_config()?;
-        let counter = self.model.counter();
-        let context_length = self
-            .context_length
-            .or(config.context.context_length)
-            .unwrap_or(DEFAULT_CONTEXT_LENGTH);
-        let name = self
-            .engine
-            .clone()
-            .unwrap_or_else(|| config.context.engine.clone());
-        let redactor = Arc::new(
-            config
-                .redactor()
-                .context("invalid security.redact_patterns")?,
-        );
-        let mut context = EngineContext::new(Arc::clone(&counter), context_length)
-            .with_compressor_options(config.compressor_options().with_profile(profile))
-            .with_section(config.engine_section(&name))
-            .with_redactor(Arc::clone(&redactor));
-        if let Some(model) = &self.model.model {
-            context = context.with_model(model.clone());
-        }
-        let client = self.summarizer(&config, redactor, &mut warnings)?;
-        if let Some(client) = &client {
-            context = context.with_summarizer(Box::new(Arc::clone(client)));
-        }
-        // Plugins: the configured folders, then next to the config file,
-        // then the working directory (where `plugins/` of a project sits).
-        let mut plugin_dirs = config.plugins.dirs.clone();
-        if let Some(dir) = config_file.as_deref().and_then(|f| f.parent()) {
-            plugin_dirs.push(dir.to_path_buf());
-        }
-        plugin_dirs.push(PathBuf::from("."));
-        Ok(Prepared {
-            name,
-            context,
-            plugin_dirs,
-            required: config.context.engine_required,
-            counter,
-            context_length,
-            model: self.model.model.clone(),
-            client,
-            warnings,
-        })
-    }
-
-    /// The OpenAI-compatible client the flags or the configuration ask
-    /// for; `None` keeps the engine's offline extractive summarizer.
-    fn summarizer(
-        &self,
-        config: &Config,
-        redactor: Arc<Redactor>,
-        warnings: &mut Vec<String>,
-    ) -> anyhow::Result<Option<Arc<OpenAiSummarizer>>> {
-        let kind = match self.summarizer {
-            Some(SummarizerKind::Openai) => ConfigSummarizer::Openai,
-            Some(SummarizerKind::Extractive) => ConfigSummarizer::Extractive,
-            None => config.summarizer.kind,
-        };
-        if kind != ConfigSummarizer::Openai {
-            return Ok(None);
-        }
-        let s = &config.summarizer;
-        let base_url = self
-            .base_url
-            .as_deref()
-            .or(s.base_url.as_deref())
-            .context("the openai summarizer needs --base-url (or summarizer.base_url)")?;
-        let model = match (self.summarizer_model.as_deref(), s.model.as_deref()) {
-            (Some(m), _) | (None, Some(m)) => m,
-            // The old spelling: `ctx compact --model M` named the summary
-            // model. Still honoured, once more, with a warning.
-            (None, None) => {
-                let m = self.model.model.as_deref().context(
-                    "the openai summarizer needs --summarizer-model (or summarizer.model)",
-                )?;
-                warnings.push(format!(
-                    "--model names the agent's model (the tokenizer); using `{m}` as the \
-                     summary model too is deprecated: pass --summarizer-model {m}"
-                ));
-                m
-            }
-        };
-        let key_env = self.api_key_env.as_deref().unwrap_or(&s.api_key_env);
-        let mut cfg = OpenAiConfig::new(base_url, model)
-            .with_api_key_env(key_env)
-            .with_timeout(Duration::from_secs(
-                self.summarizer_timeout.unwrap_or(s.timeout_seconds),
-            ));
-        if let Some(n) = self.summarizer_context_length.or(s.context_length) {
-            cfg = cfg.with_context_length(n);
-        }
-        if let Some(n) = self.max_output_tokens.or(s.max_output_tokens) {
-            cfg = cfg.with_max_output_tokens(n);
-        }
-        let summarizer = OpenAiSummarizer::new(cfg)
-            .with_context(|| format!("cannot set up the summarizer at {base_url}"))?
-            .with_redactor(redactor);
-        Ok(Some(Arc::new(summarizer)))
+/// A build error, worded for the command line: the flag that sets the key
+/// is named beside it.
+pub(crate) fn flagged(e: BuildError) -> anyhow::Error {
+    let flag = match &e {
+        BuildError::SummarizerSetting { key } => match *key {
+            "summarizer.base_url" => Some("--base-url"),
+            "summarizer.model" => Some("--summarizer-model"),
+            _ => None,
+        },
+        BuildError::WindowTooSmall { .. } => Some("--context-length"),
+        _ => None,
+    };
+    match flag {
+        Some(flag) => anyhow::Error::new(e).context(flag),
+        None => anyhow::Error::new(e),
     }
 }
 

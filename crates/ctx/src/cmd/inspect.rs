@@ -8,7 +8,9 @@ use context_engine::tokens::{
     BpeCounter, CalibrationReport, CountOptions, Encoding, EstimateCounter, TokenCounter,
     calibrate, recorded_model,
 };
-use context_engine::validate::{Profile, Rule, is_tool_reentry, observation, reentries, validate};
+use context_engine::validate::{
+    Profile, Rule, TextActions, is_tool_reentry, observation_with, reentries_with, validate,
+};
 use serde::Serialize;
 
 use crate::output::{self, Table, percent, thousands};
@@ -36,6 +38,8 @@ pub struct InspectArgs {
     /// Print a JSON report instead of tables.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    config: super::ConfigArgs,
 }
 
 #[derive(Serialize)]
@@ -103,6 +107,7 @@ struct Calibration {
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
+    let actions = args.config.load()?.context.digest.text_actions;
     let counter: Box<dyn TokenCounter> = match args.encoding {
         EncodingArg::O200k => Box::new(BpeCounter::new(Encoding::O200kBase)),
         EncodingArg::Cl100k => Box::new(BpeCounter::new(Encoding::Cl100kBase)),
@@ -124,9 +129,9 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         messages: messages.len(),
         tokens,
         by_role: by_role(messages, &counts),
-        tool_output: tool_output(messages, &counts, tokens),
-        largest: largest(messages, &counts, args.top),
-        pairing: pairing(messages),
+        tool_output: tool_output(messages, &counts, tokens, &actions),
+        largest: largest(messages, &counts, args.top, &actions),
+        pairing: pairing(messages, &actions),
         calibration: calibrate(counter.as_ref(), messages)
             .ok()
             .map(|report| Calibration {
@@ -161,11 +166,16 @@ fn by_role(messages: &[Message], counts: &[u64]) -> Vec<RoleRow> {
     rows
 }
 
-fn tool_output(messages: &[Message], counts: &[u64], total: u64) -> ToolOutput {
+fn tool_output(
+    messages: &[Message],
+    counts: &[u64],
+    total: u64,
+    actions: &TextActions,
+) -> ToolOutput {
     let (n, tokens) = messages
         .iter()
         .zip(counts)
-        .zip(reentries(messages))
+        .zip(reentries_with(messages, actions))
         .filter(|((m, _), reentry)| m.is_tool_result() || *reentry)
         .fold((0, 0), |(n, t), ((_, &c), _)| (n + 1, t + c));
     ToolOutput {
@@ -179,7 +189,12 @@ fn tool_output(messages: &[Message], counts: &[u64], total: u64) -> ToolOutput {
     }
 }
 
-fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
+fn largest(
+    messages: &[Message],
+    counts: &[u64],
+    top: usize,
+    actions: &TextActions,
+) -> Vec<Largest> {
     let names: HashMap<&str, &str> = messages
         .iter()
         .flat_map(Message::tool_calls)
@@ -204,7 +219,7 @@ fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
                     .or_else(|| m.name.clone())
                     .or_else(|| {
                         // An observation: named after its action's command.
-                        let action = observation(messages, i)?.action;
+                        let action = observation_with(messages, i, actions)?.action;
                         let first = action.commands.first()?.split_whitespace().next()?;
                         Some(format!("text: {first}"))
                     })
@@ -219,7 +234,7 @@ fn largest(messages: &[Message], counts: &[u64], top: usize) -> Vec<Largest> {
         .collect()
 }
 
-fn pairing(messages: &[Message]) -> Pairing {
+fn pairing(messages: &[Message], actions: &TextActions) -> Pairing {
     let violations = validate(messages, Profile::OpenAi);
     let count = |rules: &[Rule]| {
         violations
@@ -232,7 +247,9 @@ fn pairing(messages: &[Message]) -> Pairing {
         tool_results: messages.iter().filter(|m| m.is_tool_result()).count(),
         text_envelopes: messages.iter().filter(|m| is_tool_reentry(m)).count(),
         text_actions: (0..messages.len())
-            .filter(|&i| !is_tool_reentry(&messages[i]) && observation(messages, i).is_some())
+            .filter(|&i| {
+                !is_tool_reentry(&messages[i]) && observation_with(messages, i, actions).is_some()
+            })
             .count(),
         unanswered_calls: count(&[Rule::UnansweredToolCall]),
         orphan_results: count(&[Rule::OrphanToolResult, Rule::ToolResultWithoutId]),

@@ -42,6 +42,35 @@ impl ModelArg {
     }
 }
 
+/// The configuration of a command that runs no engine but reads
+/// transcripts as the engine does (`digest`, `prune`, `inspect`): the same
+/// layers, so `context.text_actions` and `context.digest` mean here what
+/// they mean to the engine.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// Configuration file (else $CTX_CONFIG, ./config.yaml, the user config dir).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Override one configuration key, e.g. `--set context.text_actions=off`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// The configuration layers; warnings printed once.
+    pub fn load(&self) -> anyhow::Result<context_engine::config::Config> {
+        let loaded = ConfigLoader::new()
+            .with_file(self.config.clone())
+            .with_environment(&engine::process_env())
+            .with_overrides(self.set.iter().cloned())
+            .load()?;
+        for w in &loaded.warnings {
+            eprintln!("ctx: warning: {w}");
+        }
+        Ok(loaded.config)
+    }
+}
+
 /// The transcript a command reads, shared by every command that reads one.
 #[derive(Debug, clap::Args)]
 pub struct Input {
@@ -93,7 +122,7 @@ impl StoreArgs {
         }
         config
             .store
-            .resolved_path()
+            .resolved_path(&engine::process_env())
             .context("no store given: pass --store DB or set store.path")
     }
 
@@ -108,9 +137,10 @@ impl StoreArgs {
         PathBuf,
         context_engine::store::AtRest,
     )> {
-        let config = ConfigLoader::new().with_process_env().load()?.config;
+        let env = engine::process_env();
+        let config = ConfigLoader::new().with_environment(&env).load()?.config;
         let path = self.path_in(&config)?;
-        let at_rest = config.at_rest()?;
+        let at_rest = config.at_rest(&env)?;
         let store = at_rest.wrap(Arc::new(SqliteStore::open_read_only(&path)?));
         Ok((store, path, at_rest))
     }
@@ -124,26 +154,10 @@ pub fn open_store(
     path: &std::path::Path,
     engine: &engine::EngineArgs,
 ) -> anyhow::Result<Arc<dyn SessionStore>> {
-    let (config, _, _) = engine.load_config()?;
-    let at_rest = config.at_rest()?;
+    let config = engine.load_config()?.config;
+    let at_rest = config.at_rest(&engine::process_env())?;
     if let Some(warning) = at_rest.warning() {
         eprintln!("ctx: WARNING: {warning}");
     }
     Ok(context_engine::store::open_at_rest(path, &at_rest)?)
-}
-
-/// Refuses a window that cannot hold the system prompt of `messages` (an
-/// error at the flag, not a compaction "at threshold 0").
-pub fn check_window(
-    messages: &[context_engine::Message],
-    window: u64,
-    counter: &dyn context_engine::tokens::TokenCounter,
-) -> anyhow::Result<()> {
-    let system = context_engine::compressor::fit::system_prompt_tokens(messages, counter);
-    if window <= system {
-        anyhow::bail!(
-            "--context-length {window}: the window is too small for the system prompt alone ({system} tokens with the request overhead)"
-        );
-    }
-    Ok(())
 }

@@ -22,14 +22,18 @@ pub struct PruneArgs {
     /// pruning off, as in config).
     #[arg(long, default_value_t = 1)]
     pub threshold: u64,
-    /// Commit only when at least this many tokens are freed.
-    #[arg(long, default_value_t = PruneOptions::default().min_reclaim_tokens)]
-    pub min_reclaim: u64,
-    /// Never touch the last N messages (extended back to whole tool batches).
-    #[arg(long, default_value_t = PruneOptions::default().protect_last_n)]
-    pub protect_last: usize,
+    /// Commit only when at least this many tokens are freed (default
+    /// `context.prune.min_reclaim_tokens`).
+    #[arg(long)]
+    pub min_reclaim: Option<u64>,
+    /// Never touch the last N messages, extended back to whole tool batches
+    /// (default `context.prune.protect_last_n`).
+    #[arg(long)]
+    pub protect_last: Option<usize>,
     #[command(flatten)]
     pub model: super::ModelArg,
+    #[command(flatten)]
+    pub config: super::ConfigArgs,
     /// Write the report on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -54,11 +58,12 @@ struct Report {
 pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
+    let base = args.config.load()?.context.prune;
     let opts = PruneOptions {
         proactive_prune_tokens: args.threshold,
-        min_reclaim_tokens: args.min_reclaim,
-        protect_last_n: args.protect_last,
-        ..PruneOptions::default()
+        min_reclaim_tokens: args.min_reclaim.unwrap_or(base.min_reclaim_tokens),
+        protect_last_n: args.protect_last.unwrap_or(base.protect_last_n),
+        ..base
     };
     let counter = args.model.counter();
     let out = prune(messages, args.current_tokens, &opts, counter.as_ref());

@@ -6,12 +6,11 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
-use context_engine::host::{HostOptions, Session, Trigger};
-use context_engine::replay::{CallRecord, CostComparison, ReplayOptions, ReplayReport, replay};
-use context_engine::store::{MemoryStore, SessionStore};
+use context_engine::builder::{Archive, ReplayRun};
+use context_engine::host::Trigger;
+use context_engine::replay::{CallRecord, CostComparison, ReplayReport};
 use context_engine::validate::Profile;
 use serde::Serialize;
 
@@ -94,31 +93,31 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
             engine_args.set.push(format!("pricing.{key}={value}"));
         }
     }
-    let (config, _, _) = engine_args.load_config()?;
-    let price = config.pricing.price_model();
-    let (engine, prepared) = engine_args.start(args.profile, &transcript.messages)?;
-    let counter = prepared.counter;
+    let (engines, warnings) = engine_args.engines(args.profile)?;
+    engines
+        .check_window(&transcript.messages)
+        .map_err(super::engine::flagged)?;
+    for w in &warnings {
+        eprintln!("ctx: warning: {w}");
+    }
     let id = args.session.clone().unwrap_or_else(|| {
         args.input
             .file
             .file_name()
             .map_or_else(|| "replay".to_owned(), |n| n.to_string_lossy().into_owned())
     });
-    let mut session = Session::new(id.clone(), engine, Arc::clone(&counter))
-        .with_options(HostOptions::default().with_profile(args.profile));
-    if !args.no_store {
-        let store: Arc<dyn SessionStore> = match &args.store {
-            Some(path) => super::open_store(path, &engine_args)?,
-            None => Arc::new(MemoryStore::new()),
-        };
-        // A replay starts afresh, whatever an earlier one left.
-        store.delete_session(&id)?;
-        session = session.with_store(store)?;
-    }
-    let options = ReplayOptions::default()
-        .with_price(price)
-        .with_profile(args.profile)
-        .with_message_times(transcript.message_times());
+    let archive = match (&args.store, args.no_store) {
+        (_, true) => Archive::Off,
+        (Some(path), false) => Archive::Into(super::open_store(path, &engine_args)?),
+        (None, false) => Archive::Memory,
+    };
+    let run = ReplayRun {
+        messages: &transcript.messages,
+        message_times: transcript.message_times(),
+        session_id: id,
+        archive,
+        baseline: !args.no_baseline,
+    };
 
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -130,45 +129,18 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         );
         bar
     });
-    let report = replay(
-        &transcript.messages,
-        &mut session,
-        counter.as_ref(),
-        &options,
-        |done, total| {
+    let (report, engine_warnings) = engines
+        .replay(run, |done, total| {
             if let Some(bar) = &bar {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
             }
-        },
-    )
-    .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
-    // The same recording with one digest step per call: the baseline the
-    // schedule must beat.
-    let report = if args.no_baseline || !config.context.schedule.enabled {
-        report
-    } else {
-        let mut baseline_args = engine_args.clone();
-        baseline_args
-            .set
-            .push("context.schedule.enabled=false".to_owned());
-        let (engine, _) = baseline_args.prepare(args.profile)?.select()?;
-        let mut baseline = Session::new(id.clone(), engine, Arc::clone(&counter))
-            .with_options(HostOptions::default().with_profile(args.profile));
-        // Archived like the scheduled run, but never into the user's store.
-        if !args.no_store {
-            baseline = baseline.with_store(Arc::new(MemoryStore::new()))?;
-        }
-        let every_call = replay(
-            &transcript.messages,
-            &mut baseline,
-            counter.as_ref(),
-            &options,
-            |_, _| {},
-        )
+        })
         .with_context(|| format!("cannot replay {}", args.input.file.display()))?;
-        report.with_baseline(&every_call)
-    };
+    // The engine's own warnings (a plugin, a fallback), printed once.
+    for w in &engine_warnings {
+        eprintln!("ctx: warning: {w}");
+    }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use context_engine::builder::Engines;
 use context_engine::engine::ContextEngine;
-use context_engine::host::HostOptions;
 use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
@@ -49,10 +49,14 @@ pub struct ServeArgs {
 
 /// Run `ctx serve` until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let (config, warnings, _) = args.engine.load_config()?;
+    // The one place config becomes an engine; a broken configuration fails
+    // here, at start, not on the first request.
+    let profile = args.profile;
+    let (engines, warnings) = args.engine.engines(profile)?;
     for w in &warnings {
         eprintln!("ctx: warning: {w}");
     }
+    let config = engines.config().clone();
     let s = config.serve.clone();
     let url = args
         .upstream
@@ -93,40 +97,35 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
         .with_store(open_store(args.store.as_deref(), &config)?);
 
-    // One engine now: a broken configuration fails at start, not on the
-    // first request. Each session then builds its own the same way.
-    // The configuration is read once; each session gets a fresh engine
-    // sharing the counter, the redactor and the summarizer client.
-    let profile = args.profile;
-    let template = args.engine.prepare(profile)?;
-    let (probe, prepared) = template.again().select()?;
-    // The configuration's own warnings were printed above.
-    let fresh = template.warnings.iter().filter(|w| !warnings.contains(w));
-    for w in fresh.chain(&prepared.warnings) {
+    // One engine now (a plugin is started and checked); each session then
+    // gets a fresh one of the same configuration, sharing the counter, the
+    // redactor and the summarizer client.
+    let probe = engines.engine().map_err(super::engine::flagged)?;
+    for w in &probe.warnings {
         eprintln!("ctx: warning: {w}");
     }
-    let (counter, context_length) = (Arc::clone(&prepared.counter), prepared.context_length);
+    // A plugin process blocks on I/O: such engines run on the blocking pool.
+    let blocking = Engines::blocks(&probe.source);
+    drop(probe);
+    let (counter, context_length) = (Arc::clone(engines.counter()), engines.context_length());
     // A model summarizer never runs on the request path: its summaries are
     // prepared in the background from `serve.summary_watermark` of the
-    // threshold and swapped in when the threshold is crossed. A plugin
-    // process blocks on I/O: such engines run on the blocking pool.
-    let watermark = prepared.client.is_some().then_some(s.summary_watermark);
-    let blocking = probe.name() != "compressor";
-    drop(probe);
+    // threshold and swapped in when the threshold is crossed.
+    let watermark = engines
+        .summarizer_client()
+        .is_some()
+        .then_some(s.summary_watermark);
+    let host = engines.host_options().with_summary_watermark(watermark);
     let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        template
-            .again()
-            .select()
-            .map(|(engine, _)| engine)
-            .map_err(|e| format!("{e:#}"))
+        engines
+            .engine()
+            .map(|started| started.engine)
+            .map_err(|e| context_engine::error_chain(&e))
     };
     let ctx = SessionContext {
         factory: Arc::new(build),
         counter,
-        host: HostOptions::default()
-            .with_profile(profile)
-            .with_summary_watermark(watermark)
-            .with_model_windows(config.context.model_windows.clone()),
+        host,
         blocking,
     };
     eprintln!(
@@ -165,7 +164,7 @@ fn open_store(
     let Some(spec) = spec else { return Ok(None) };
     // What the store keeps: redacted unless store.verbatim (then encrypted
     // with the key store.encryption_key_env names, or in the clear, loudly).
-    let at_rest = full.at_rest()?;
+    let at_rest = full.at_rest(&super::engine::process_env())?;
     if let Some(warning) = at_rest.warning() {
         eprintln!("ctx: WARNING: {warning}");
     }
