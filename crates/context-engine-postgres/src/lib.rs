@@ -330,17 +330,12 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// Whether `url` carries a password (`user:password@`), which the
-/// configuration refuses: the password comes from the environment.
+/// Whether `url` carries a password (`user:password@`, or a `password=`
+/// parameter), which the configuration refuses: the password comes from
+/// the environment. The library's one check
+/// ([`context_engine::config::url_has_password`]).
 pub fn url_has_password(url: &str) -> bool {
-    let Some(rest) = url.split_once("://").map(|(_, r)| r) else {
-        return false;
-    };
-    let authority = rest.split(['/', '?']).next().unwrap_or("");
-    authority
-        .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
-        || url.contains("password=")
+    context_engine::config::url_has_password(url)
 }
 
 /// `url` with any password replaced by `***`, for messages.

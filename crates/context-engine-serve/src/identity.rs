@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::AppState;
-use crate::router::TOKEN_HEADER;
+use crate::token::TOKEN_HEADER;
 
 /// Headers a client carries its own provider credential in, in the order
 /// they are read.

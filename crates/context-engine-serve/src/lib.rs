@@ -8,13 +8,19 @@
 //! ([`context_engine::host::Session`]), with the prefix sent before kept
 //! byte for byte so the provider's prompt cache keeps matching.
 //!
-//! Layout: [`routes`] (paths), [`router`] (layers: edge checks, access
-//! token, body limit, metrics), [`edge`] (what a request must be: host,
-//! origin, body type, passthrough path, size, deadline, bytes in flight),
-//! [`accept`] (connections: timeouts, `TCP_NODELAY`), [`handlers`] (thin), [`upstream`] (the HTTP client),
-//! [`session`] (keying, lineage, the driver per session), [`sse`] (stream
-//! relay), [`tools`] (engine tools), [`metrics`], [`error`] (OpenAI's
-//! error shape). No engine logic lives here: it is all in `context_engine`.
+//! Layout, from the top: [`routes`] (paths), [`router`] (layers: edge
+//! checks, access token, body limit, metrics), [`handlers`] (thin: parse,
+//! session, engine view, relay; the one stream relay is
+//! `handlers::relay`), [`tools`] (engine tools and their rounds),
+//! [`session`] (keying, lineage, the driver per session), [`identity`]
+//! (who a request is), [`upstream`] (the HTTP client), [`accept`]
+//! (connections: timeouts, `TCP_NODELAY`), [`edge`] (what a request must
+//! be: host, origin, body type, passthrough path, size, deadline, bytes in
+//! flight), and at the bottom [`token`] (the access token), [`body`] (the
+//! request's raw fields), [`sse`] and [`sse_wire`] (each API's stream
+//! reader), [`cut`] (a stream's error events), [`metrics`], [`error`]
+//! (OpenAI's error shape). A module imports only modules below it. No
+//! engine logic lives here: it is all in `context_engine`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -48,6 +54,7 @@ pub mod routes;
 pub mod session;
 pub mod sse;
 pub mod sse_wire;
+pub mod token;
 pub mod tools;
 pub mod upstream;
 
@@ -301,7 +308,7 @@ impl AppState {
         let token = options
             .auth_token
             .as_deref()
-            .map(|t| router::digest(t.as_bytes()));
+            .map(|t| token::digest(t.as_bytes()));
         Ok(AppState(Arc::new(Shared {
             options,
             upstream,

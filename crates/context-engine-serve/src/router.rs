@@ -1,42 +1,34 @@
 //! The layers around the routes, outermost first: request metrics and
-//! logs, the edge's site rule ([`edge::guard`]), the access token, the
-//! body read under its limits and the in-flight budget
-//! ([`edge::read_body`]). Paths are in [`routes`](crate::routes).
+//! logs, the edge's site rule ([`edge::site`]), the access token
+//! ([`token`](crate::token)), the body read under its limits and the
+//! in-flight budget ([`edge::body`], [`edge::budget`]). Paths are in [`routes`](crate::routes).
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::HeaderMap;
-use axum::http::header::AUTHORIZATION;
+use axum::http::Method;
+use axum::http::header::CONTENT_LENGTH;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::AppState;
+use crate::accept::LocalAddr;
 use crate::edge;
+use crate::edge::site::RouteKind;
 use crate::error::ServeError;
-use crate::routes::{UNAUTHENTICATED, routes};
+use crate::routes::{MANAGED, UNAUTHENTICATED, V1_ANY, routes};
+use crate::token::{digest, presented};
 
-/// The header a client may carry the proxy's access token in, so that its
-/// own `Authorization` still goes upstream.
-pub const TOKEN_HEADER: &str = "x-ctx-token";
-
-/// Set on a request whose `Authorization` header carried the proxy's own
-/// access token: it must not go upstream.
-#[derive(Clone, Copy, Debug)]
-pub struct AuthorizationConsumed;
+pub use crate::token::{AuthorizationConsumed, TOKEN_HEADER};
 
 /// The whole application: routes and layers, ready to serve or to call in
 /// tests with `tower::ServiceExt::oneshot`.
 pub fn app(state: AppState) -> Router {
     let limit = state.options().max_body_bytes;
     routes()
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            edge::read_body,
-        ))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -82,23 +74,6 @@ async fn auth(State(state): State<AppState>, mut req: Request, next: Next) -> Re
     }
 }
 
-/// The token a request presents and whether it came in `Authorization`.
-fn presented(headers: &HeaderMap) -> Option<(&[u8], bool)> {
-    if let Some(v) = headers.get(TOKEN_HEADER) {
-        return Some((v.as_bytes(), false));
-    }
-    let v = headers.get(AUTHORIZATION)?.as_bytes();
-    let token = v
-        .strip_prefix(b"Bearer ")
-        .or_else(|| v.strip_prefix(b"bearer "))?;
-    Some((token, true))
-}
-
-/// SHA-256 of a token: what is kept and compared, never the token.
-pub(crate) fn digest(token: &[u8]) -> [u8; 32] {
-    Sha256::digest(token).into()
-}
-
 /// Counts every response by route and status, and logs it (no bodies, no
 /// headers).
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -113,4 +88,47 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     state.metrics().request(&route, status);
     tracing::debug!(%method, route, status, elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "request");
     response
+}
+
+/// The site rule, on the routes that reach upstream.
+async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let kind = match req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+    {
+        // A managed route answers only POST (405 otherwise).
+        Some(p) if MANAGED.contains(&p) && req.method() == Method::POST => RouteKind::Managed,
+        Some(p) if MANAGED.contains(&p) => RouteKind::Passthrough,
+        Some(V1_ANY) => RouteKind::Passthrough,
+        _ => return next.run(req).await,
+    };
+    let local = req.extensions().get::<LocalAddr>().map(|l| l.0.ip());
+    if let Err(e) = edge::site::check(state.allowed_hosts(), req.headers(), req.uri(), local, kind)
+    {
+        return e.into_response();
+    }
+    next.run(req).await
+}
+
+/// Reads the body whole under the limits and the in-flight budget, and
+/// holds its bytes until the response is done.
+async fn read_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let limits = edge::body::Limits {
+        max_bytes: state.options().max_body_bytes,
+        timeout: state.options().body_read_timeout,
+    };
+    match edge::body::read(body, declared, limits, state.inflight()).await {
+        Ok((bytes, permit)) => {
+            let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+            edge::hold_until_done(next.run(req).await, permit)
+        }
+        Err(e) => e.into_response(),
+    }
 }

@@ -14,6 +14,28 @@ use context_engine::engine::Usage;
 use memchr::memmem;
 use serde::Deserialize;
 
+/// One API's upstream stream as the relay of the handlers reads it: what
+/// the client gets of each chunk, where the stream ends, the usage it
+/// reports, and the events that end it as failed ([`crate::cut`]).
+/// Chat completions' is [`Relay`]; Anthropic's and Responses' is
+/// [`WireRelay`](crate::sse_wire::WireRelay).
+pub trait StreamReader: Send {
+    /// Reads a chunk; the complete events the client gets now.
+    fn push(&mut self, chunk: Bytes) -> Bytes;
+    /// The upstream's body has ended: what is left for the client, or
+    /// `None` when the body may not end here (the stream was cut).
+    fn end_of_body(&mut self) -> Option<Bytes>;
+    /// Whether the stream's last event went by.
+    fn done(&self) -> bool;
+    /// The usage the stream reported, once it did.
+    fn usage(&self) -> Option<Usage>;
+    /// The events that end the client's stream as failed with `message`.
+    fn failure(&self, message: &str) -> Bytes;
+    /// Starts over on a new upstream stream (an engine-tool round's
+    /// continuation).
+    fn restart(&mut self);
+}
+
 /// The relay's state across chunks.
 #[derive(Debug)]
 pub struct Relay {
@@ -84,6 +106,12 @@ impl Relay {
     /// Whether events are being held (an engine tool was called).
     pub fn holding(&self) -> bool {
         self.watch.as_ref().is_some_and(|w| w.holding)
+    }
+
+    /// What the watched stream said and held, when it called an engine
+    /// tool.
+    pub fn held(&self) -> Option<&Held> {
+        self.watch.as_ref().filter(|w| w.holding).map(|w| &w.held)
     }
 
     /// What the watched stream said and held, when it called an engine
@@ -201,6 +229,34 @@ impl Relay {
             self.usage = Some(u);
         }
         !(self.strip_usage_chunk && chunk.choices.is_some_and(|c| c.is_empty()))
+    }
+}
+
+impl StreamReader for Relay {
+    fn push(&mut self, chunk: Bytes) -> Bytes {
+        Relay::push(self, &chunk)
+    }
+
+    fn end_of_body(&mut self) -> Option<Bytes> {
+        let may_end = self.may_end();
+        let rest = self.finish();
+        may_end.then_some(rest)
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    fn failure(&self, message: &str) -> Bytes {
+        crate::cut::chat_event(message)
+    }
+
+    fn restart(&mut self) {
+        *self = Relay::new(self.strip_usage_chunk);
     }
 }
 

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::cut;
-use crate::sse::{data_of, first_event_end, last_event_end};
+use crate::sse::{StreamReader, data_of, first_event_end, last_event_end};
 
 /// The reader's state across chunks.
 #[derive(Debug)]
@@ -203,6 +203,33 @@ impl WireRelay {
                 }
             }
         }
+    }
+}
+
+impl StreamReader for WireRelay {
+    fn push(&mut self, chunk: Bytes) -> Bytes {
+        WireRelay::push(self, chunk)
+    }
+
+    fn end_of_body(&mut self) -> Option<Bytes> {
+        let rest = self.finish();
+        self.done.then_some(rest)
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        WireRelay::usage(self)
+    }
+
+    fn failure(&self, message: &str) -> Bytes {
+        WireRelay::failure(self, message)
+    }
+
+    fn restart(&mut self) {
+        *self = WireRelay::new(self.kind);
     }
 }
 

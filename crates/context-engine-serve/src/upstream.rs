@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use axum::http::header::{self, HeaderName};
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 
@@ -236,6 +236,31 @@ impl Upstream {
                 Err(e) => return Err(ServeError::from_reqwest(&e)),
             }
         }
+    }
+
+    /// How long a call may take (for a stream: how long it may stay
+    /// silent).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sends a non-streamed `POST` and reads its answer to the end: its
+    /// status, its headers for the client ([`response_headers`]) and its
+    /// body.
+    pub async fn collect(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
+        let resp = self.send(Method::POST, url, headers, body, false).await?;
+        let status = resp.status();
+        let headers = response_headers(resp.headers());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| ServeError::from_reqwest(&e))?;
+        Ok((status, headers, bytes))
     }
 }
 

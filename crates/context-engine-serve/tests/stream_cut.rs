@@ -613,3 +613,54 @@ async fn responses_a_stream_passed_through_unmanaged_is_cut_the_same_way() {
         "an unmanaged call's usage is not counted, streamed or not"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_does_not_drop_the_upstream_call() {
+    let first = chat_chunk(json!({"role": "assistant", "content": "Hel"}), None);
+    let rest = format!(
+        "{}{}{CHAT_USAGE}data: [DONE]\n\n",
+        chat_chunk(json!({"content": "lo"}), None),
+        chat_chunk(json!({}), Some("stop")),
+    );
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let raw = Raw::new([RawReply::Gated(
+        first.clone(),
+        std::sync::Arc::clone(&gate),
+        rest,
+    )]);
+    let (addr, state) = proxy_to(&raw).await;
+
+    // The client reads the first event, then goes away.
+    let mut resp = reqwest::Client::new()
+        .post(format!("http://{addr}{CHAT}"))
+        .header("x-ctx-session", "gone")
+        .header("authorization", CLIENT_KEY)
+        .header("content-type", "application/json")
+        .body(chat_body(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let chunk = resp.chunk().await.unwrap().unwrap();
+    assert_eq!(&chunk[..], first.as_bytes());
+    drop(resp);
+    // Let the proxy see the client's connection close before the rest
+    // of the stream (its usage) comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gate.notify_one();
+
+    // The upstream's answer is read to its end all the same: its usage is
+    // counted and fed to the session.
+    let mut fed = 0;
+    for _ in 0..200 {
+        fed = fed_prompt_tokens(addr, "gone").await;
+        if fed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(fed, 20, "the call's usage is fed to the session");
+    let metrics = state.metrics().encode();
+    assert_eq!(metric(&metrics, "ctx_prompt_tokens_total"), 20);
+    assert_eq!(cuts(&state, CHAT, "closed"), 0);
+}

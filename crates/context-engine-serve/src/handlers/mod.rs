@@ -6,16 +6,21 @@ pub(crate) mod front;
 pub mod messages;
 pub mod ops;
 pub mod passthrough;
+pub(crate) mod relay;
 pub mod responses;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use context_engine::engine::Usage;
-use tokio::sync::OwnedMutexGuard;
+
+use std::time::Instant;
+
+use context_engine::front::FrontKind;
 
 use crate::AppState;
-use crate::session::{Managed, persist};
+use crate::error::ServeError;
+use crate::session::{Guard, Plan, SessionKey, background};
 use crate::upstream::response_headers;
 
 /// Logs what the engine did for a managed request (notices, a compaction,
@@ -51,31 +56,107 @@ pub(crate) fn report_plan(
         .prompt(plan.messages_json.len(), plan.reused_bytes);
 }
 
-/// A session, locked for the whole of one request.
-pub(crate) type Guard = OwnedMutexGuard<Option<Managed>>;
+/// Feeds a call's usage to the metrics (the session gets it when it is
+/// released: [`Sessions::release`](crate::session::Sessions::release)).
+pub(crate) fn settle(state: &AppState, usage: &Usage) {
+    state
+        .metrics()
+        .tokens(usage.prompt_tokens, usage.completion_tokens);
+    state
+        .metrics()
+        .cache_tokens(usage.cache_read_tokens, usage.cache_write_tokens);
+}
 
-/// Settles a served request and releases its session: feeds the
-/// response's usage (`None`: the call failed or reported none) to the
-/// session. With a session store the state is written on the blocking
-/// pool, off the client's path (the session stays locked until it is; see
-/// [`persist`]), else in place.
-pub(crate) fn release_with_usage(state: &AppState, guard: Option<Guard>, usage: Option<Usage>) {
-    let Some(mut guard) = guard else { return };
-    match state.sessions().store().cloned() {
-        Some(store) => {
-            let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
-            rt.spawn_blocking(move || {
-                persist::after_response_stored(&mut guard, usage.as_ref(), &store);
-            });
-        }
-        None => {
-            if let (Some(m), Some(usage)) = (guard.as_mut(), usage) {
-                m.after_response(&usage);
+/// The engine's plan for a managed request, accounted: a summary due in
+/// the background starts now (off the request path), the plan is logged
+/// and counted ([`report_plan`]) or, when the engine failed, the fallback
+/// is counted and the reason kept in the session's stats. Whether the
+/// request is managed.
+pub(crate) fn account_plan(
+    state: &AppState,
+    guard: &mut Guard,
+    key: &SessionKey,
+    plan: Result<&mut Plan, &String>,
+    front: Option<(FrontKind, bool)>,
+) -> bool {
+    match plan {
+        Ok(plan) => {
+            if let (Some(job), Some(m)) = (plan.summary_job.take(), guard.as_mut()) {
+                background::spawn(m, &key.id, job, state.sessions().summary_claims());
             }
+            report_plan(state, &key.id, plan, front);
+            if let Some(m) = guard.as_mut() {
+                m.stats.managed += 1;
+            }
+            true
+        }
+        Err(why) => {
+            state.metrics().fallback();
+            if let Some(m) = guard.as_mut() {
+                m.stats.fallbacks += 1;
+                m.stats.last_fallback = Some(why.clone());
+            }
+            let front = front.map(|(k, _)| k.to_string());
+            tracing::warn!(session = %key.id, front = ?front, reason = %why, "request sent unmanaged");
+            false
         }
     }
+}
+
+/// Runs an engine step that may block (an engine that blocks on I/O, a
+/// session store) off the async workers when `blocking`: in place on the
+/// blocking side of a multi-threaded runtime (its other tasks move to
+/// another worker meanwhile), so the step borrows the request as parsed.
+pub(crate) fn engine_step<T>(blocking: bool, step: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if blocking && multi {
+        tokio::task::block_in_place(step)
+    } else {
+        step()
+    }
+}
+
+/// A non-streamed call's answer, read whole (`result`), settled: its
+/// usage to the metrics and the session (`guard`, released), its latency
+/// under `route`; the answer for the client.
+pub(crate) fn answer_collected(
+    state: &AppState,
+    route: &str,
+    guard: Option<Guard>,
+    (started, up_started): (Instant, Instant),
+    result: Result<(StatusCode, HeaderMap, Bytes), ServeError>,
+) -> Response {
+    let up = up_started.elapsed();
+    let (status, resp_headers, bytes) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            state.sessions().release(guard, None);
+            return e.into_response();
+        }
+    };
+    let usage = status.is_success().then(|| usage_of(&bytes)).flatten();
+    if let Some(usage) = &usage {
+        settle(state, usage);
+    }
+    state.sessions().release(guard, usage);
+    let total = started.elapsed();
+    state.metrics().latency(
+        route,
+        up.as_secs_f64(),
+        total.saturating_sub(up).as_secs_f64(),
+    );
+    respond(status, resp_headers, Body::from(bytes))
+}
+
+/// The `usage` of a JSON answer.
+pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
+    #[derive(serde::Deserialize)]
+    struct UsageOnly {
+        usage: Option<serde_json::Value>,
+    }
+    let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
+    Usage::from_openai(&u).ok()
 }
 
 /// A response from parts (status, upstream headers already filtered).

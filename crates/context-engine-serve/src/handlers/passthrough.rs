@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::handlers::respond;
-use crate::router::AuthorizationConsumed;
+use crate::token::AuthorizationConsumed;
 use crate::upstream::response_headers;
 
 /// `ANY /v1/{*rest}`.

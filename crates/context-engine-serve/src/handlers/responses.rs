@@ -3,7 +3,7 @@
 //! state (`previous_response_id`) passes through unmanaged.
 
 use axum::body::Bytes;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, MatchedPath, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
@@ -11,13 +11,13 @@ use context_engine::front::FrontKind;
 use crate::AppState;
 use crate::handlers::front::{self, Call};
 use crate::identity::Identity;
-use crate::router::AuthorizationConsumed;
-use crate::routes::RESPONSES;
+use crate::token::AuthorizationConsumed;
 
 /// `POST /v1/responses`: forwarded to `{upstream}/responses`, streamed as
 /// Responses events or not, as the client asked.
 pub async fn responses(
     State(state): State<AppState>,
+    route: MatchedPath,
     consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     uri: Uri,
@@ -26,7 +26,7 @@ pub async fn responses(
 ) -> Response {
     let call = Call {
         kind: FrontKind::Responses,
-        route: RESPONSES,
+        route: route.as_str().to_owned(),
     };
     front::handle(
         state,

@@ -27,7 +27,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use context_engine::engine::ContextEngine;
-use tokio::sync::Mutex as AsyncMutex;
+use context_engine::engine::Usage;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 pub use background::SummaryClaims;
 pub use key::{KeySource, SessionKey};
@@ -62,6 +63,9 @@ pub struct Slot {
     pub front: Mutex<context_engine::front::FrontCache>,
     last_used: AtomicU64,
 }
+
+/// A session, locked for the whole of one request.
+pub type Guard = OwnedMutexGuard<Option<Managed>>;
 
 /// The sessions of one server.
 pub struct Sessions {
@@ -155,6 +159,30 @@ impl Sessions {
     pub fn with_store(mut self, store: Option<SharedStore>) -> Sessions {
         self.store = store;
         self
+    }
+
+    /// Settles a served request and releases its session: feeds the
+    /// response's usage (`None`: the call failed or reported none) to the
+    /// session. With a session store the state is written on the blocking
+    /// pool, off the client's path (the session stays locked until it is;
+    /// see [`persist`]), else in place.
+    pub fn release(&self, guard: Option<Guard>, usage: Option<Usage>) {
+        let Some(mut guard) = guard else { return };
+        match self.store.clone() {
+            Some(store) => {
+                let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                rt.spawn_blocking(move || {
+                    persist::after_response_stored(&mut guard, usage.as_ref(), &store);
+                });
+            }
+            None => {
+                if let (Some(m), Some(usage)) = (guard.as_mut(), usage) {
+                    m.after_response(&usage);
+                }
+            }
+        }
     }
 
     /// The session store, when sessions are kept in one.

@@ -38,8 +38,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{
-    Answers, Calls, EngineTools, Events, FrontRounds, HeldEvent, Resend, answer, messages_of,
-    offer, replay_held, request_with,
+    Answers, Calls, EngineTools, Events, HeldEvent, Resend, Rounds, answer, finish_events,
+    messages_of, offer, push_events, replay_held, request_with,
 };
 use crate::body::ChatBody;
 use crate::identity::Reader;
@@ -434,13 +434,19 @@ impl StreamRounds {
     }
 }
 
-impl FrontRounds for StreamRounds {
-    fn events(&mut self) -> &mut Events {
-        &mut self.events
+impl Rounds for StreamRounds {
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut events = std::mem::take(&mut self.events);
+        let out = push_events(&mut events, chunk, |e, out| self.event(e, out));
+        self.events = events;
+        out
     }
 
-    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        StreamRounds::event(self, raw, out);
+    fn finish(&mut self) -> Vec<u8> {
+        let mut events = std::mem::take(&mut self.events);
+        let out = finish_events(&mut events, |e, out| self.event(e, out));
+        self.events = events;
+        out
     }
 
     fn holding(&self) -> bool {

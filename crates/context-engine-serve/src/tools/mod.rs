@@ -41,7 +41,6 @@ use context_engine::front::FrontKind;
 use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
-use crate::handlers::chat::send_collect;
 use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
@@ -400,7 +399,7 @@ impl FrontTools {
         body: Bytes,
         overrides: Vec<(&'static str, String)>,
         max_rounds: u32,
-    ) -> Box<dyn FrontRounds> {
+    ) -> Box<dyn Rounds> {
         match self {
             FrontTools::Anthropic(t) => {
                 Box::new(anthropic::StreamRounds::new(t, body, overrides, max_rounds))
@@ -467,29 +466,14 @@ pub(crate) fn replay_held(
     out
 }
 
-/// A front's stream under engine tools: reads each round's stream, holds
-/// a round from its first engine call, and writes what the client gets.
-pub trait FrontRounds: Send {
-    /// The current stream's events, as its chunks complete them.
-    fn events(&mut self) -> &mut Events;
-    /// Reads one whole event; writes what the client gets of it to `out`.
-    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>);
+/// A stream under engine tools, in one API's format: reads each round's
+/// stream, holds a round from its first engine call, and writes what the
+/// client gets. The relay of the handlers drives it.
+pub trait Rounds: Send {
     /// Reads a chunk of the current stream; what the client gets now.
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for event in self.events().split(chunk) {
-            self.event(&event, &mut out);
-        }
-        out
-    }
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8>;
     /// The end of the current stream: reads an unterminated last event.
-    fn finish(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        if let Some(rest) = self.events().rest() {
-            self.event(&rest, &mut out);
-        }
-        out
-    }
+    fn finish(&mut self) -> Vec<u8>;
     /// Whether events are being held (an engine tool was called).
     fn holding(&self) -> bool;
     /// Whether the current round's stream has ended.
@@ -504,6 +488,100 @@ pub trait FrontRounds: Send {
     /// and returns the events that end the client's stream as failed with
     /// `message`, in its numbering.
     fn fail(&mut self, message: &str) -> Vec<u8>;
+}
+
+/// Feeds the whole events `chunk` completes to `event`; what the client
+/// gets of them.
+pub(crate) fn push_events(
+    events: &mut Events,
+    chunk: &[u8],
+    mut event: impl FnMut(&[u8], &mut Vec<u8>),
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in events.split(chunk) {
+        event(&e, &mut out);
+    }
+    out
+}
+
+/// Feeds an unterminated last event to `event`, at the end of a stream;
+/// what the client gets of it.
+pub(crate) fn finish_events(
+    events: &mut Events,
+    mut event: impl FnMut(&[u8], &mut Vec<u8>),
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(rest) = events.rest() {
+        event(&rest, &mut out);
+    }
+    out
+}
+
+/// Chat completions' stream under engine tools: a watched relay
+/// ([`crate::sse::Relay::watch`]) and the rounds' requests.
+#[derive(Debug)]
+pub struct ChatRounds {
+    tools: StreamTools,
+    relay: crate::sse::Relay,
+    strip_usage_chunk: bool,
+}
+
+impl ChatRounds {
+    /// The rounds of `tools`; `strip_usage_chunk` when the client did not
+    /// ask for usage.
+    pub fn new(tools: StreamTools, strip_usage_chunk: bool) -> ChatRounds {
+        let relay = crate::sse::Relay::new(strip_usage_chunk).watch(tools.tools.names.clone());
+        ChatRounds {
+            tools,
+            relay,
+            strip_usage_chunk,
+        }
+    }
+}
+
+impl Rounds for ChatRounds {
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.relay.push(chunk).to_vec()
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        self.relay.finish().to_vec()
+    }
+
+    fn holding(&self) -> bool {
+        self.relay.holding()
+    }
+
+    fn ended(&self) -> bool {
+        self.relay.done()
+    }
+
+    fn resolvable(&self) -> bool {
+        self.tools.may_resolve()
+            && self
+                .relay
+                .held()
+                .is_some_and(|h| h.only_engine_calls(&self.tools.tools.names))
+    }
+
+    fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
+        let held = self.relay.take_held().unwrap_or_default();
+        self.relay =
+            crate::sse::Relay::new(self.strip_usage_chunk).watch(self.tools.tools.names.clone());
+        self.tools.next_request(guard, &held)
+    }
+
+    fn release_held(&mut self) -> Vec<u8> {
+        self.relay
+            .take_held()
+            .map(|h| h.for_client(&self.tools.tools.names).to_vec())
+            .unwrap_or_default()
+    }
+
+    fn fail(&mut self, message: &str) -> Vec<u8> {
+        drop(self.relay.take_held());
+        crate::cut::chat_event(message).to_vec()
+    }
 }
 
 /// A stream's engine-tool rounds: what the proxy needs to re-send it.
@@ -637,7 +715,8 @@ pub(crate) async fn resolve_with(
             &tools.tools_json
         };
         let sent = api.request(&exchange, offered);
-        let (status, resp_headers, bytes) = send_collect(state, headers.clone(), url, sent).await?;
+        let (status, resp_headers, bytes) =
+            state.upstream().collect(url, headers.clone(), sent).await?;
         if !status.is_success() {
             return Ok((status, resp_headers, bytes));
         }

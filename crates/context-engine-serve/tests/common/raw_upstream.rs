@@ -31,6 +31,9 @@ pub enum RawReply {
     Status(u16, String),
     /// The request is read, then no answer ever comes.
     Silent,
+    /// A 200 chunked event stream: the first string as one chunk, then,
+    /// once the gate opens, the second as another, then the end.
+    Gated(String, Arc<tokio::sync::Notify>, String),
 }
 
 /// The raw upstream's state.
@@ -180,6 +183,17 @@ async fn answer(mut socket: TcpStream, raw: Arc<Raw>) {
         }
         RawReply::Silent => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        RawReply::Gated(first, gate, rest) => {
+            let out = format!(
+                "{STREAM_HEAD}transfer-encoding: chunked\r\nconnection: close\r\n\r\n{}",
+                chunk(&first)
+            );
+            let _ = socket.write_all(out.as_bytes()).await;
+            gate.notified().await;
+            let out = format!("{}0\r\n\r\n", chunk(&rest));
+            let _ = socket.write_all(out.as_bytes()).await;
+            let _ = socket.shutdown().await;
         }
     }
 }

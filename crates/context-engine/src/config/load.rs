@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::tree::{self, Pos};
-use super::{Config, FILE_NAME};
+use super::{Config, FILE_NAME, url_has_password};
 use crate::redact::{RedactOptions, Redactor};
 
 /// Prefix of the variables that set config keys: `CTX_<SECTION>__<KEY>`.
@@ -764,26 +764,6 @@ fn check_api_keys(
         _ => {}
     }
     Ok(())
-}
-
-/// Whether `s` is a URL with a password (`scheme://user:password@host`, or
-/// a `password=` parameter).
-fn url_has_password(s: &str) -> bool {
-    let Some((scheme, rest)) = s.split_once("://") else {
-        return false;
-    };
-    if scheme.is_empty()
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '+')
-    {
-        return false;
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    authority
-        .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
-        || rest.contains("password=")
 }
 
 fn is_env_name(s: &str) -> bool {

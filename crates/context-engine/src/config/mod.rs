@@ -24,6 +24,7 @@
 mod env;
 mod load;
 mod tree;
+mod url;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,6 +46,7 @@ pub use env::Env;
 pub use load::{
     ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
 };
+pub use url::url_has_password;
 
 /// Name of the config file looked up in the working directory and in the
 /// user's config folder (`$XDG_CONFIG_HOME/context-engine/`).

@@ -1,5 +1,5 @@
 use super::*;
-use crate::tools::FrontRounds;
+use crate::tools::Rounds;
 
 fn tools() -> EngineTools {
     EngineTools {
