@@ -1,7 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Every corpus transcript replayed through the proxy as a client would
 //! (full history on every call) against a scripted upstream, and compared
-//! call by call with `context_engine::replay` at the same window.
+//! call by call with `context_engine::replay` at the same window: without
+//! a store, and with each kind of store (in memory, a SQLite file), the
+//! replay archiving into the same kind. `ctx replay` predicts `ctx serve`
+//! whichever store the proxy keeps sessions in.
 
 mod common;
 
@@ -12,6 +15,7 @@ use context_engine::message::{Message, Role};
 use context_engine::plugin::EngineContext;
 use context_engine::pricing::PromptCache;
 use context_engine::replay::{ReplayOptions, check_replayable, replay};
+use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
@@ -34,7 +38,25 @@ async fn corpus_through_the_proxy_matches_the_replay() {
     };
     let mut replayed = 0;
     let mut compactions = 0;
-    for file in files {
+    let mut sizes = std::collections::HashMap::new();
+    let dir = std::env::temp_dir().join(format!("ctx-corpus-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (kind, file) in ["none", "memory", "sqlite"]
+        .into_iter()
+        .flat_map(|k| files.iter().map(move |f| (k, f.clone())))
+    {
+        // A fresh store of `kind` each for the replay and the proxy.
+        let store = |side: &str| -> Option<Arc<dyn SessionStore>> {
+            match kind {
+                "memory" => Some(Arc::new(MemoryStore::new())),
+                "sqlite" => {
+                    let name = format!("{side}-{}.db", file.file_name().unwrap().to_string_lossy());
+                    Some(Arc::new(SqliteStore::open(&dir.join(name)).unwrap()))
+                }
+                _ => None,
+            }
+        };
         let Ok(transcript) = Transcript::load(&file) else {
             continue;
         };
@@ -51,6 +73,9 @@ async fn corpus_through_the_proxy_matches_the_replay() {
         let engine = EngineContext::new(Arc::clone(&counter), window).into_compressor();
         let mut session = Session::new("replay", Box::new(engine), Arc::clone(&counter))
             .with_options(HostOptions::default());
+        if let Some(store) = store("replay") {
+            session = session.with_store(store).unwrap();
+        }
         let report = replay(
             &recording,
             &mut session,
@@ -65,10 +90,11 @@ async fn corpus_through_the_proxy_matches_the_replay() {
         let script = Arc::new(Script::default());
         let url = start_upstream(Arc::clone(&script)).await;
         let (addr, _state) = start_proxy(
-            options(&url),
+            options(&url).with_store(store("proxy")),
             compressor_context(Arc::clone(&counter), window),
         )
         .await;
+        let name = format!("{name} ({kind} store)");
         let client = common::client();
         let calls: Vec<usize> = recording
             .iter()
@@ -201,8 +227,28 @@ async fn corpus_through_the_proxy_matches_the_replay() {
             status["stats"]["fallbacks"], 0,
             "{name}: nothing sent unmanaged"
         );
+        sizes.insert(
+            (kind, file.clone()),
+            report
+                .calls
+                .iter()
+                .map(|c| c.tokens_with_engine)
+                .collect::<Vec<_>>(),
+        );
         replayed += 1;
     }
+    // Whichever kind of store keeps the session, the same requests go out.
+    for ((kind, file), calls) in &sizes {
+        if *kind == "sqlite" {
+            assert_eq!(
+                Some(calls),
+                sizes.get(&("memory", file.clone())),
+                "{}: the SQLite and in-memory stores send different requests",
+                file.display()
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     eprintln!("replayed {replayed} transcripts through the proxy, {compactions} compactions");
     assert!(replayed > 0, "no corpus transcript was replayable");
     assert!(
