@@ -29,8 +29,6 @@
 //! # Ok::<(), context_engine::transcript::LoadError>(())
 //! ```
 
-pub mod anthropic;
-pub mod bridge;
 pub mod builder;
 pub mod compressor;
 pub mod config;
@@ -39,22 +37,23 @@ pub mod engine;
 mod error;
 pub mod front;
 pub mod host;
-pub mod message;
 pub mod plugin;
 pub mod pricing;
 pub mod prune;
 pub mod recall;
 pub mod redact;
 pub mod replay;
-pub mod responses;
 pub mod retention;
 pub mod schedule;
 pub mod store;
 pub mod summarize;
-pub mod tokens;
 pub mod tool_output;
-pub mod transcript;
-pub mod validate;
+
+// The wire formats and provider rules live in their own crate (no
+// engine, no store, no HTTP); their paths stay `context_engine::…`.
+pub use context_engine_wire::{
+    anthropic, bridge, message, responses, tokens, transcript, validate,
+};
 
 pub use error::{Error, Result, chain as error_chain};
 pub use message::{Content, ContentPart, FunctionCall, Message, Role, ToolCall};

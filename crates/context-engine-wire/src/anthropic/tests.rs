@@ -1,67 +1,11 @@
-use std::sync::Arc;
-
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::bridge::{from_chat, to_chat};
 use super::*;
-use crate::compressor::Compressor;
-use crate::digest::{DigestOptions, digest};
-use crate::engine::{CompressRequest, ContextEngine};
-use crate::tokens::{CountOptions, EstimateCounter};
+use crate::requests::{claude_code_request, long_session};
 use crate::validate::anthropic::{cut_points, thinking_changed, validate};
 use crate::validate::{Profile, Rule};
-
-/// What Claude Code sends, in shape: a system prompt in blocks with a
-/// `cache_control` breakpoint, a `system` entry in `messages`, thinking with
-/// signatures, parallel tool use, a tool result with block content and
-/// `is_error`, an image, a server-tool block and a block type nobody knows.
-pub(crate) fn claude_code_request(big: &str) -> String {
-    json!({
-        "model": "claude-sonnet-4-5",
-        "max_tokens": 32000,
-        "system": [
-            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": {"type": "ephemeral"}},
-            {"type": "text", "text": "Working directory: /tmp/proj"}
-        ],
-        "messages": [
-            {"role": "user", "content": [
-                {"type": "text", "text": "<system-reminder>CLAUDE.md says: run tests</system-reminder>"},
-                {"type": "text", "text": "Fix the failing test in src/lib.rs"}
-            ]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "I should look at the file.", "signature": "EqQBCkgIARABGAIiQL+sig/==" },
-                {"type": "text", "text": "Let me read it."},
-                {"type": "tool_use", "id": "toolu_01A", "name": "Bash", "input": {"command": "cat src/lib.rs", "description": "Read"}},
-                {"type": "tool_use", "id": "toolu_01B", "name": "Read", "input": {"file_path": "/tmp/proj/Cargo.toml"}}
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_01A", "content": big},
-                {"type": "tool_result", "tool_use_id": "toolu_01B", "content": [{"type": "text", "text": "[package]\nname = \"proj\""}], "is_error": false},
-                {"type": "text", "text": "<system-reminder>todo list empty</system-reminder>", "cache_control": {"type": "ephemeral"}}
-            ]},
-            {"role": "assistant", "content": [
-                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},
-                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}},
-                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [{"type": "web_search_result", "url": "https://example.org", "encrypted_content": "Eq0=", "title": "x"}]},
-                {"type": "tool_use", "id": "toolu_02", "name": "Bash", "input": {"command": "cargo test"}}
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_02", "content": "error[E0308]: mismatched types", "is_error": true},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
-                {"type": "future_block", "payload": {"z": 1, "a": [true, null]}}
-            ]},
-            {"role": "system", "content": "Background task finished."},
-            {"role": "assistant", "content": "The test fails on a type mismatch; fixing."},
-            {"role": "user", "content": "go on", "metadata_extra": 1}
-        ],
-        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
-        "metadata": {"user_id": "user_abc_account__session_123"},
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "stream": true
-    })
-    .to_string()
-}
 
 #[test]
 fn claude_code_request_round_trips_byte_for_byte() {
@@ -250,35 +194,6 @@ fn no_op_bridge_returns_the_exact_bytes() {
     assert_eq!(back.to_json_string(), text);
 }
 
-#[test]
-fn a_digested_result_changes_only_that_block() {
-    let text = claude_code_request(&"line of output\n".repeat(400));
-    let request = Request::parse(&text).unwrap();
-    let bridged = to_chat(&request);
-    let opts = DigestOptions {
-        keep_batches: 1,
-        ..DigestOptions::default()
-    };
-    let digested = digest(&bridged.messages, &opts);
-    assert_ne!(digested, bridged.messages, "the big result is digested");
-    let back = from_chat(&request, &bridged, &digested);
-    let (a, b) = (request.to_value(), back.to_value());
-    assert_eq!(a["system"], b["system"]);
-    for i in [0, 1, 3, 4, 5, 6, 7] {
-        assert_eq!(a["messages"][i], b["messages"][i], "message {i}");
-    }
-    let (old, new) = (&a["messages"][2]["content"], &b["messages"][2]["content"]);
-    assert_eq!(old[1], new[1]);
-    assert_eq!(old[2], new[2]);
-    assert_eq!(new[0]["tool_use_id"], "toolu_01A");
-    assert!(new[0]["content"].as_str().unwrap().len() < 200);
-    // The rest of the result block's keys stay, in order.
-    let keys: Vec<_> = new[0].as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["type", "tool_use_id", "content"]);
-    assert!(validate(&back).is_empty());
-    assert!(thinking_changed(&request, &back).is_empty());
-}
-
 /// The compressor prepends its summary to the first tail message when
 /// both roles would collide; a tool-calling turn with no text block gets
 /// the summary as a new text block after its thinking, never dropped.
@@ -302,65 +217,6 @@ fn text_prepended_to_a_tool_turn_without_text_is_kept() {
     assert_eq!(blocks[1], json!({"type": "text", "text": "[summary]"}));
     assert_eq!(blocks[2]["type"], "tool_use");
     assert!(thinking_changed(&request, &Request::from_value(back).unwrap()).is_empty());
-}
-
-/// A long Claude session: tool turns with thinking, results in user messages.
-fn long_session(turns: usize) -> String {
-    let mut messages = vec![json!({"role": "user", "content": "Refactor the parser."})];
-    for i in 0..turns {
-        messages.push(json!({"role": "assistant", "content": [
-            {"type": "thinking", "thinking": format!("step {i}"), "signature": format!("sig{i}==")},
-            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}
-        ]}));
-        messages.push(json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": format!("fn f{i}() {{}}\n").repeat(80)}
-        ]}));
-    }
-    messages
-        .push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]}));
-    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Now write the tests.", "cache_control": {"type": "ephemeral"}}]}));
-    json!({"model": "claude-sonnet-4-5", "system": "You are a coding agent.", "messages": messages})
-        .to_string()
-}
-
-#[test]
-fn a_compaction_yields_a_valid_anthropic_request() {
-    let text = long_session(40);
-    let request = Request::parse(&text).unwrap();
-    assert!(validate(&request).is_empty());
-    let bridged = to_chat(&request);
-    let counter = Arc::new(EstimateCounter::new(CountOptions::default()));
-    let mut engine = Compressor::with_options(
-        counter,
-        20_000,
-        crate::compressor::CompressorOptions::default().with_profile(Profile::Strict),
-    );
-    let out = engine
-        .compress(&bridged.messages, &CompressRequest::new())
-        .unwrap()
-        .messages;
-    assert!(out.len() < bridged.messages.len());
-    let back = from_chat(&request, &bridged, &out);
-    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
-    assert!(thinking_changed(&request, &back).is_empty());
-    assert!(back.messages.len() < request.messages.len());
-    // The kept tail is byte-identical, breakpoint included.
-    let (a, b) = (request.to_value(), back.to_value());
-    let (am, bm) = (
-        a["messages"].as_array().unwrap(),
-        b["messages"].as_array().unwrap(),
-    );
-    assert_eq!(am.last(), bm.last());
-    assert_eq!(am[am.len() - 2], bm[bm.len() - 2]);
-    // The system prompt carries the compaction note after the original text.
-    assert!(
-        b["system"]
-            .as_str()
-            .unwrap()
-            .starts_with("You are a coding agent.")
-    );
-    // And the summary names the task.
-    assert!(b.to_string().contains("Refactor the parser."));
 }
 
 #[test]

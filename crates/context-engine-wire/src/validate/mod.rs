@@ -41,7 +41,7 @@
 
 pub mod anthropic;
 mod cut;
-pub(crate) mod envelope;
+pub mod envelope;
 pub(crate) mod observation;
 mod pairing;
 mod place;

@@ -1,54 +1,12 @@
-use std::sync::Arc;
-
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::bridge::{from_chat, to_chat};
 use super::*;
 use crate::anthropic::tests::arb_json;
-use crate::compressor::Compressor;
-use crate::digest::{DigestOptions, digest};
-use crate::engine::{CompressRequest, ContextEngine};
-use crate::tokens::{CountOptions, EstimateCounter};
+use crate::requests::{codex_request, long_codex};
 use crate::validate::responses::{cut_points, validate};
 use crate::validate::{Profile, Rule};
-
-/// What Codex sends, in shape: instructions, a developer message, reasoning
-/// with `encrypted_content` before parallel calls, a custom tool call, a
-/// built-in call, a server-run web search and an unknown item.
-pub(crate) fn codex_request(big: &str) -> String {
-    json!({
-        "model": "gpt-5-codex",
-        "instructions": "You are Codex, a coding agent.",
-        "input": [
-            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions>sandbox: none</permissions>"}]},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd=/tmp/p</environment_context>"}, {"type": "input_text", "text": "Make the tests pass."}]},
-            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look at the tests."}], "content": null, "encrypted_content": "gAAAAABo+enc=="},
-            {"type": "function_call", "id": "fc_1", "name": "shell", "arguments": "{\"command\":[\"bash\",\"-lc\",\"cat tests.py\"]}", "call_id": "call_1"},
-            {"type": "function_call", "name": "shell", "arguments": "{\"command\":[\"ls\"]}", "call_id": "call_2"},
-            {"type": "function_call_output", "call_id": "call_1", "output": big},
-            {"type": "function_call_output", "call_id": "call_2", "output": "tests.py\nsrc"},
-            {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAAABo+two=="},
-            {"type": "custom_tool_call", "call_id": "call_3", "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"},
-            {"type": "custom_tool_call_output", "call_id": "call_3", "output": "Done"},
-            {"type": "local_shell_call", "call_id": "call_4", "status": "completed", "action": {"type": "exec", "command": ["pytest"]}},
-            {"type": "local_shell_call_output", "call_id": "call_4", "output": "1 passed"},
-            {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "pytest"}},
-            {"type": "future_item", "z": [1, {"b": null}]},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "All tests pass.", "annotations": []}]},
-            {"role": "user", "content": "thanks"}
-        ],
-        "tools": [{"type": "function", "name": "shell"}],
-        "tool_choice": "auto",
-        "parallel_tool_calls": false,
-        "reasoning": {"effort": "medium", "summary": "auto"},
-        "store": false,
-        "stream": true,
-        "include": ["reasoning.encrypted_content"],
-        "prompt_cache_key": "0199-session"
-    })
-    .to_string()
-}
 
 #[test]
 fn codex_request_round_trips_and_validates() {
@@ -183,43 +141,6 @@ fn no_op_bridge_returns_the_exact_bytes() {
 }
 
 #[test]
-fn a_digested_output_changes_only_that_item() {
-    let text = codex_request(&"output line\n".repeat(500));
-    let request = Request::parse(&text).unwrap();
-    let bridged = to_chat(&request);
-    let opts = DigestOptions {
-        keep_batches: 1,
-        ..DigestOptions::default()
-    };
-    let digested = digest(&bridged.messages, &opts);
-    let back = from_chat(&request, &bridged, &digested);
-    let (a, b) = (request.to_value(), back.to_value());
-    for i in (0..16).filter(|&i| i != 5) {
-        assert_eq!(a["input"][i], b["input"][i], "item {i}");
-    }
-    assert_eq!(b["input"][5]["call_id"], "call_1");
-    assert!(b["input"][5]["output"].as_str().unwrap().len() < 200);
-    assert_eq!(a["instructions"], b["instructions"]);
-    assert!(validate(&back).is_empty());
-}
-
-fn long_codex(turns: usize) -> String {
-    let mut input = vec![
-        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Port the parser to Rust."}]}),
-    ];
-    for i in 0..turns {
-        input.push(
-            json!({"type": "reasoning", "summary": [], "encrypted_content": format!("enc{i}")}),
-        );
-        input.push(json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"f{i}.py\"]}}"), "call_id": format!("call_{i}")}));
-        input.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": format!("def f{i}(): pass\n").repeat(80)}));
-    }
-    input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read everything."}]}));
-    input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now write it."}]}));
-    json!({"model": "gpt-5-codex", "instructions": "You are Codex.", "input": input, "store": false}).to_string()
-}
-
-#[test]
 fn text_given_to_a_tool_calling_turn_is_kept_as_a_message_item() {
     // A summary merged into a turn of reasoning + call (no message item):
     // its text must reach the request, before the turn's items.
@@ -245,39 +166,6 @@ fn text_given_to_a_tool_calling_turn_is_kept_as_a_message_item() {
     assert_eq!(items[k]["role"], "assistant");
     assert_eq!(items[k + 1]["type"], "reasoning");
     assert_eq!(items[k + 2]["type"], "function_call");
-}
-
-#[test]
-fn a_compaction_yields_a_valid_responses_request() {
-    let text = long_codex(40);
-    let request = Request::parse(&text).unwrap();
-    assert!(validate(&request).is_empty());
-    let bridged = to_chat(&request);
-    let counter = Arc::new(EstimateCounter::new(CountOptions::default()));
-    let mut engine = Compressor::new(counter, 20_000);
-    let out = engine
-        .compress(&bridged.messages, &CompressRequest::new())
-        .unwrap()
-        .messages;
-    assert!(out.len() < bridged.messages.len());
-    let back = from_chat(&request, &bridged, &out);
-    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
-    let (a, b) = (request.to_value(), back.to_value());
-    let (ai, bi) = (
-        a["input"].as_array().unwrap(),
-        b["input"].as_array().unwrap(),
-    );
-    assert!(bi.len() < ai.len());
-    // Append-only prefix: the first item and the kept tail are unchanged.
-    assert_eq!(ai[0], bi[0]);
-    assert_eq!(ai.last(), bi.last());
-    // Every kept call has its reasoning right before it, unchanged.
-    for (k, item) in bi.iter().enumerate() {
-        if item["type"] == "function_call" {
-            assert_eq!(bi[k - 1]["type"], "reasoning");
-        }
-    }
-    assert!(b.to_string().contains("Port the parser to Rust."));
 }
 
 #[test]

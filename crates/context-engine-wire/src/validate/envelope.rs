@@ -12,11 +12,11 @@
 pub const ENVELOPE_HEADER: &str = "[TOOL RESULTS — earlier batch, bodies omitted]";
 
 /// The marker that closes an envelope.
-pub(crate) const END_TOOL_RESULTS: &str = "[END TOOL RESULTS]";
+pub const END_TOOL_RESULTS: &str = "[END TOOL RESULTS]";
 
 /// One `[/verb args]` block of an envelope.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Block<'a> {
+pub struct Block<'a> {
     /// The writ line, `[/verb args]`, without its line break.
     pub writ: &'a str,
     /// The body between the writ line and `[END VERB]` (or the next writ
@@ -98,7 +98,7 @@ fn closes(line: &str, verb: &str) -> bool {
 /// starts with `[/` (a file can contain such lines); only a block whose end
 /// marker never comes is ended by the next writ line or by
 /// `[END TOOL RESULTS]`.
-pub(crate) fn blocks(text: &str) -> Vec<Block<'_>> {
+pub fn blocks(text: &str) -> Vec<Block<'_>> {
     let lines = lines(text);
     let line_text = |l: &Line| &text[l.start..l.end];
     let mut out = Vec::new();
@@ -159,7 +159,7 @@ fn body_between<'t>(text: &'t str, lines: &[Line], start: usize, stop: usize) ->
 }
 
 /// Whether `text` is an envelope this module already digested.
-pub(crate) fn is_digested(text: &str) -> bool {
+pub fn is_digested(text: &str) -> bool {
     text.starts_with(ENVELOPE_HEADER)
 }
 
