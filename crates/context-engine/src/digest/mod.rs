@@ -90,9 +90,7 @@ pub use crate::recall::{
 /// returns the transcript unchanged. Read by [`DigestOptions::from_env`].
 pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
 
-/// How the first line of a digested tool result starts; also how a digest
-/// recognizes its own output, so digesting twice changes nothing.
-pub const DIGEST_MARK: &str = "[digested]";
+pub use crate::tool_output::DIGEST_MARK;
 
 /// The instruction that goes with [`summarizer_input`].
 pub const SUMMARIZER_INSTRUCTION: &str = "Some tool results in this conversation are digests: \

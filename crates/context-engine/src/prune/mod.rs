@@ -78,8 +78,7 @@ use crate::validate::{self, CutPoints, Profile, validate};
 
 use effect::Effect;
 
-/// How a tool result replaced by this pass starts.
-pub const PRUNE_MARK: &str = "[pruned]";
+pub use crate::tool_output::PRUNE_MARK;
 
 /// Pruning switches and thresholds. `Default` is the documented behaviour
 /// (off until a token level is configured); a config layer fills the fields
