@@ -50,6 +50,7 @@ pub mod retention;
 pub mod schedule;
 pub mod store;
 pub mod summarize;
+pub mod summary_text;
 pub mod tokens;
 pub mod tool_output;
 pub mod transcript;

@@ -27,16 +27,14 @@
 //! every reduced tool result names its recall handle, and the stored
 //! history still holds the original.
 
-use std::fmt;
-
-use serde::Serialize;
-
 use super::insert::{SUMMARY_END, SUMMARY_PREFIX, is_summary, without_summary};
 use crate::digest::{RECALL_TOOL, names_recall_handle, result_handle};
+pub use crate::engine::{FitStep, FitStepKind, Unfittable};
 use crate::message::{Content, Message, Role};
 use crate::prune::clip_arguments;
 use crate::summarize::state::{STATE_RECORD_HEADING, StateRecord};
-use crate::tokens::{TokenCounter, thousands};
+use crate::tokens::TokenCounter;
+
 use crate::validate::{
     CutPoints, Profile, introduced_adjacency, introduced_violation, is_real_user_turn,
     is_reentry_at, may_join, may_place, reentries,
@@ -54,71 +52,6 @@ const TEXT_KEEP_BYTES: usize = 256;
 const ARGUMENT_LEAF_CHARS: usize = 200;
 /// Bytes kept at each end in the final truncation.
 const TRUNCATE_KEEP_BYTES: usize = 64;
-
-/// Even the system prompt and the latest user ask exceed the window: no
-/// request can fit, and none should be sent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error(
-    "system prompt {} tokens + latest ask {} > window {}: no request can fit",
-    thousands(*system_tokens),
-    thousands(*ask_tokens),
-    thousands(*window)
-)]
-pub struct Unfittable {
-    /// Tokens of the leading instructions (and the request's own overhead).
-    pub system_tokens: u64,
-    /// Tokens of the latest real user message (its own words).
-    pub ask_tokens: u64,
-    /// The budget the request had to fit.
-    pub window: u64,
-}
-
-/// One rung of the ladder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FitStepKind {
-    /// Large tool results, the newest batch's too, reduced to head and tail.
-    DigestResults,
-    /// Older tool-call groups left out of the request.
-    ShrinkTail,
-    /// Long texts and tool-call arguments clipped.
-    Clip,
-    /// The summary's body cut down.
-    LowerSummary,
-    /// Everything but the system prompt, the latest ask and the last group
-    /// dropped or clipped.
-    Truncate,
-}
-
-impl FitStepKind {
-    /// The step's name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            FitStepKind::DigestResults => "digest_results",
-            FitStepKind::ShrinkTail => "shrink_tail",
-            FitStepKind::Clip => "clip",
-            FitStepKind::LowerSummary => "lower_summary",
-            FitStepKind::Truncate => "truncate",
-        }
-    }
-}
-
-impl fmt::Display for FitStepKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A step taken, with its effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct FitStep {
-    /// Which rung.
-    pub step: FitStepKind,
-    /// Messages it changed or left out.
-    pub messages: usize,
-    /// Tokens of the request after it.
-    pub tokens_after: u64,
-}
 
 /// A request brought under its budget.
 #[derive(Clone, Debug, PartialEq)]
@@ -1026,7 +959,7 @@ fn clip_middle(text: &str, keep: usize, handle: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::{BpeCounter, Encoding};
+    use crate::tokens::{BpeCounter, Encoding, thousands};
     use crate::validate::validate;
 
     fn counter() -> BpeCounter {

@@ -20,6 +20,7 @@
 mod background;
 mod compaction;
 mod error;
+mod fit_report;
 mod memory;
 mod state;
 mod threshold;
@@ -41,6 +42,7 @@ pub use background::{
 };
 pub use compaction::{Compaction, CompactionReport, Outcome, Span};
 pub use error::{BoxError, EngineError};
+pub use fit_report::{FitStep, FitStepKind, Unfittable};
 pub use memory::{
     MEMORY_CONTEXT_HEAD_CHARS, MEMORY_CONTEXT_MAX_CHARS, MEMORY_CONTEXT_TAIL_CHARS,
     MEMORY_CONTEXT_TRUNCATION_MARKER, sanitize_memory_context,

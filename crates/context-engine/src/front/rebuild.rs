@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::anthropic::{self};
-use crate::compressor::is_summary;
 use crate::message::Message;
 use crate::responses;
+use crate::summary_text::is_summary;
 use crate::validate::{self, Violation};
 
 use super::{FrontRequest, Inner, Memo, Rebuilt};

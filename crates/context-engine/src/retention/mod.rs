@@ -54,9 +54,9 @@ use memchr::memmem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::compressor::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::digest::result_handle;
 use crate::message::Message;
+use crate::summary_text::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::tool_output::string_leaves;
 
 pub use extract::extract_probes;
