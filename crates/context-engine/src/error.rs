@@ -56,7 +56,7 @@ pub enum Error {
     Calibration(#[from] crate::tokens::CalibrationError),
     /// A `context_recall` call is malformed ([`crate::digest`]).
     #[error(transparent)]
-    Recall(#[from] crate::digest::RecallError),
+    Recall(#[from] crate::recall::RecallError),
     /// A profile name is unknown ([`crate::validate`]).
     #[error(transparent)]
     Profile(#[from] crate::validate::UnknownProfile),

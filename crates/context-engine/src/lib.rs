@@ -33,6 +33,7 @@ pub mod builder;
 pub mod compressor;
 pub mod config;
 pub mod digest;
+mod duration_ms;
 pub mod engine;
 mod error;
 pub mod front;
@@ -47,6 +48,7 @@ pub mod retention;
 pub mod schedule;
 pub mod store;
 pub mod summarize;
+pub mod summary_text;
 pub mod tool_output;
 
 // The wire formats and provider rules live in their own crate (no

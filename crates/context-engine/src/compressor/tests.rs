@@ -2,9 +2,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::engine::{CompactionStatusContext, ToolCallContext};
+use std::borrow::Cow;
+
+use serde_json::json;
+
+use crate::engine::CompactionStatusContext;
+use crate::engine::{
+    BlockReason, CompressRequest, ContextEngine, EngineError, ModelInfo, SelectRequest,
+    ToolCallContext, Usage,
+};
+use crate::message::{Content, Message};
 use crate::message::{Role, ToolCall};
+use crate::recall::RECALL_TOOL;
+use crate::schedule::ScheduleOptions;
+use crate::summarize::{SummarizeError, Summarizer, SummaryRequest};
+use crate::tokens::TokenCounter;
 use crate::tokens::{CountOptions, EstimateCounter};
+use crate::validate::Profile;
 use crate::validate::validate;
 
 const SECRET: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";

@@ -36,7 +36,8 @@
 //! the output says.
 //!
 //! ```
-//! use context_engine::digest::{DigestOptions, digest, handle_recall_call};
+//! use context_engine::digest::{DigestOptions, digest};
+//! use context_engine::recall::handle_recall_call;
 //! use context_engine::{Message, ToolCall};
 //!
 //! let call = |id: &str| Message::assistant_tool_calls("", vec![
@@ -66,9 +67,6 @@
 
 mod line;
 
-#[cfg(test)]
-mod tests;
-
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -76,24 +74,18 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::message::{Content, FunctionCall, Message, ToolCall};
-use crate::tool_output::{self, Flags, clip};
+use crate::tool_output::{self, Flags, RECALL_TOOL, clip};
 use crate::validate::{self, TextActions, envelope, observation_with};
 
 pub use crate::validate::ENVELOPE_HEADER;
 // Recall lives in `crate::recall` (one home for the engine tools); the
 // digest's users keep finding it here.
-pub use crate::recall::{
-    LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
-};
-
 /// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then
 /// returns the transcript unchanged. The configuration loader reads it as
 /// `context.digest.enabled: false` ([`is_disable_value`]).
 pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
 
-/// How the first line of a digested tool result starts; also how a digest
-/// recognizes its own output, so digesting twice changes nothing.
-pub const DIGEST_MARK: &str = "[digested]";
+pub use crate::tool_output::DIGEST_MARK;
 
 /// The instruction that goes with [`summarizer_input`].
 pub const SUMMARIZER_INSTRUCTION: &str = "Some tool results in this conversation are digests: \
@@ -682,3 +674,6 @@ fn replace(
     out.content = Content::Text(text);
     Some(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,6 +2,9 @@ use serde_json::json;
 
 use super::*;
 use crate::message::{ContentPart, Role};
+use crate::recall::{
+    LineRange, RECALL_TOOL, RecallError, handle_recall_call, recall, recall_tool_schema,
+};
 use crate::validate::{Profile, validate};
 
 fn big(n: usize) -> String {

@@ -6,9 +6,9 @@
 use serde::Serialize;
 
 use super::error::EngineError;
-use crate::compressor::Placement;
-use crate::compressor::fit::{FitStep, Unfittable};
+use super::fit_report::{FitStep, Unfittable};
 use crate::message::Message;
+use crate::summary_text::Placement;
 use crate::tokens::TokenCounter;
 
 /// The result of a successful compaction: the new transcript and what

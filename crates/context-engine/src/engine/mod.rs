@@ -20,14 +20,12 @@
 mod background;
 mod compaction;
 mod error;
+mod fit_report;
 mod memory;
 mod state;
 mod threshold;
 mod types;
 mod usage;
-
-#[cfg(test)]
-mod tests;
 
 use std::borrow::Cow;
 
@@ -41,6 +39,7 @@ pub use background::{
 };
 pub use compaction::{Compaction, CompactionReport, Outcome, Span};
 pub use error::{BoxError, EngineError};
+pub use fit_report::{FitStep, FitStepKind, Unfittable};
 pub use memory::{
     MEMORY_CONTEXT_HEAD_CHARS, MEMORY_CONTEXT_MAX_CHARS, MEMORY_CONTEXT_TAIL_CHARS,
     MEMORY_CONTEXT_TRUNCATION_MARKER, sanitize_memory_context,
@@ -345,3 +344,6 @@ pub fn automatic_compaction_status_message<E: ContextEngine + ?Sized>(
         Some(trimmed.to_owned())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,9 +4,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::engine::{EngineState, PromptTokens};
+use crate::engine::{EngineError, EngineState, PromptTokens, SelectRequest};
 use crate::message::ToolCall;
 use crate::tokens::{BpeCounter, Encoding};
+use crate::validate::Profile;
 
 /// What the scripted engine returns from `compress`.
 #[derive(Clone, Copy, PartialEq)]

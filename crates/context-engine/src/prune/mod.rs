@@ -71,15 +71,15 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::digest::{self, DIGEST_MARK, DigestOptions, RECALL_TOOL};
+use crate::digest::{self, DIGEST_MARK, DigestOptions};
 use crate::message::{Message, ToolCall};
+use crate::recall::RECALL_TOOL;
 use crate::tokens::TokenCounter;
 use crate::validate::{self, CutPoints, Profile, TextActions, validate};
 
 use effect::Effect;
 
-/// How a tool result replaced by this pass starts.
-pub const PRUNE_MARK: &str = "[pruned]";
+pub use crate::tool_output::PRUNE_MARK;
 
 /// Pruning switches and thresholds. `Default` is the documented behaviour
 /// (off until a token level is configured); a config layer fills the fields

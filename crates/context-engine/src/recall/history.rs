@@ -4,7 +4,7 @@
 use super::RECALL_TOOL;
 use crate::digest::{hash_handle, is_digest_line, result_handle};
 use crate::message::{Message, Role};
-use crate::prune::PRUNE_MARK;
+use crate::tool_output::PRUNE_MARK;
 use crate::validate::{envelope, is_tool_reentry};
 
 /// A 1-based, inclusive range of lines; `end: None` runs to the last line.

@@ -22,7 +22,7 @@ use crate::store::{Entry, EntryKind, SessionStore, message_handle, message_hash}
 pub use history::{LineRange, RecallError, recall};
 
 /// The name of the recall tool.
-pub const RECALL_TOOL: &str = "context_recall";
+pub use crate::tool_output::RECALL_TOOL;
 /// The name of the search tool.
 pub const SEARCH_TOOL: &str = "context_search";
 /// The name of the expand tool.

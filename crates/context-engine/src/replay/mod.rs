@@ -10,9 +10,6 @@
 //! is the recording's own prefix, counted with the same tokenizer so that
 //! the two columns compare like with like.
 
-#[cfg(test)]
-mod tests;
-
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -187,7 +184,10 @@ pub struct CallRecord {
     pub unfittable: Option<Unfittable>,
     /// Time spent in the engine for this call (preflight, selection,
     /// post-tool checks and usage update), summarizer calls included.
-    #[serde(rename = "engine_time_ms", serialize_with = "millis")]
+    #[serde(
+        rename = "engine_time_ms",
+        serialize_with = "crate::duration_ms::serialize"
+    )]
     pub engine_time: Duration,
     /// Notices the driver raised for this call.
     pub notices: Vec<Notice>,
@@ -922,6 +922,5 @@ fn nearest_rank(xs: &[f64], q: f64) -> f64 {
     xs[rank.clamp(1, xs.len()) - 1]
 }
 
-pub(crate) fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1000.0)
-}
+#[cfg(test)]
+mod tests;

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use super::{ASK_MAX_BYTES, COMMAND_MAX_BYTES, ERROR_MAX_BYTES, Probe, ProbeKind, clip_normalised};
-use crate::compressor::is_summary;
 use crate::message::{Message, Role};
+use crate::summary_text::is_summary;
 use crate::tool_output::{self, Flags, calls};
 use crate::validate::{TextActions, is_real_user_turn};
 

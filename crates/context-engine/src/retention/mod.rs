@@ -45,18 +45,15 @@
 
 mod extract;
 
-#[cfg(test)]
-mod tests;
-
 use std::collections::HashSet;
 
 use memchr::memmem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::compressor::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::digest::result_handle;
 use crate::message::Message;
+use crate::summary_text::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::tool_output::string_leaves;
 
 pub use extract::extract_probes;
@@ -350,3 +347,6 @@ pub(crate) fn clip_normalised(text: &str, max: usize) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests;

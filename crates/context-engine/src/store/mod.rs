@@ -47,9 +47,6 @@ mod reach;
 mod sqlite;
 pub(crate) mod text;
 
-#[cfg(test)]
-mod tests;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -614,3 +611,6 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests;

@@ -32,8 +32,8 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::compressor::{is_summary, without_summary};
 use crate::message::{Message, Role};
+use crate::summary_text::{is_summary, without_summary};
 use crate::tool_output::{self, Flags, clip, one_line};
 use crate::validate::{TextActions, is_real_user_turn};
 

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::shell::is_shell_tool;
 use super::shell_paths;
 use crate::message::Message;
-use crate::prune::effect::is_shell_tool;
 use crate::validate::{TextActions, observation_with, text_action};
 
 /// Argument keys that name the file a tool reads or writes.

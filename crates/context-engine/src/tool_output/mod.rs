@@ -23,12 +23,24 @@
 
 mod calls;
 mod paths;
+pub(crate) mod shell;
 
 use serde_json::Value;
 
 pub(crate) use calls::string_leaves;
 pub use calls::{Call, calls};
 pub(crate) use paths::shell_paths;
+
+/// How the first line of a digested tool result starts; also how a digest
+/// recognizes its own output, so digesting twice changes nothing.
+pub const DIGEST_MARK: &str = "[digested]";
+
+/// How a tool result replaced by the prune pass starts.
+pub const PRUNE_MARK: &str = "[pruned]";
+
+/// The name of the recall tool, as digest and prune lines name it (the
+/// tool itself is [`crate::recall`]'s).
+pub const RECALL_TOOL: &str = "context_recall";
 
 /// The ellipsis that marks a clipped writ, error line or note.
 pub(crate) const ELLIPSIS: &str = "…";
@@ -303,7 +315,7 @@ pub fn read_message(message: &crate::message::Message) -> Reading {
 /// or `… → failed (exit 2) — <error line>; full output: …`.
 fn read_marker_line(body: &str) -> Option<Reading> {
     let first = body.lines().next()?;
-    let marked = [crate::digest::DIGEST_MARK, crate::prune::PRUNE_MARK]
+    let marked = [DIGEST_MARK, PRUNE_MARK]
         .iter()
         .any(|m| first.starts_with(m))
         || first.contains("] → ok, ")

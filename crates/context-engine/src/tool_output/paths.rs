@@ -4,7 +4,7 @@
 //! a probe must be found word for word in the view, and the view holds the
 //! command as written.
 
-use crate::prune::effect::{is_assignment, logical_lines, pipelines, sed_files, split_redirect};
+use super::shell::{is_assignment, logical_lines, pipelines, sed_files, split_redirect};
 
 /// Commands whose non-flag arguments are files they read or write
 /// (`open` and `create` are SWE-agent's editor commands; a line number

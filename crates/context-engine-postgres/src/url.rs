@@ -1,0 +1,80 @@
+//! Database URLs: which ones name Postgres, and never showing a password.
+
+/// Whether `url` names a Postgres database (`postgres://` or
+/// `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Whether `url` carries a password (`user:password@`, or a `password=`
+/// parameter), which the configuration refuses: the password comes from
+/// the environment. The library's one check
+/// ([`context_engine::config::url_has_password`]).
+pub fn url_has_password(url: &str) -> bool {
+    context_engine::config::url_has_password(url)
+}
+
+/// `url` with any password replaced by `***`, for messages.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.find("password=") {
+        Some(i) => {
+            let after = &tail[i + "password=".len()..];
+            let stop = after.find('&').unwrap_or(after.len());
+            format!("{}password=***{}", &tail[..i], &after[stop..])
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// `postgres://user@host:port/db` from a parsed config (no password).
+pub(crate) fn describe(config: &tokio_postgres::Config, fallback: &str) -> String {
+    let host = config.get_hosts().first().map(|h| match h {
+        tokio_postgres::config::Host::Tcp(name) => name.clone(),
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+    });
+    match host {
+        Some(host) => {
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let user = config
+                .get_user()
+                .map(|u| format!("{u}@"))
+                .unwrap_or_default();
+            let db = config.get_dbname().unwrap_or("");
+            format!("postgres://{user}{host}:{port}/{db}")
+        }
+        None => fallback.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_found_and_hidden() {
+        assert!(url_has_password("postgres://u:secret@db:5432/x"));
+        assert!(url_has_password("postgres://db/x?password=secret"));
+        assert!(!url_has_password("postgres://u@db:5432/x"));
+        assert!(!url_has_password("postgres://db/x"));
+        let shown = redacted_url("postgres://u:secret@db:5432/x?password=s2&sslmode=disable");
+        assert!(
+            !shown.contains("secret") && !shown.contains("s2"),
+            "{shown}"
+        );
+        assert!(shown.contains("u:***@db:5432/x"), "{shown}");
+        assert!(shown.contains("sslmode=disable"), "{shown}");
+    }
+}
