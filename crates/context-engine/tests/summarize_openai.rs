@@ -631,7 +631,11 @@ fn run_long(server: &Server) -> (Result<String, SummarizeError>, CallStats) {
 #[test]
 fn the_window_comes_from_llama_cpp_props() {
     let server = Server::start_with(
-        vec![Reply::Completion("summary")],
+        vec![
+            Reply::Completion("summary"),
+            Reply::Completion("summary"),
+            Reply::Completion("summary"),
+        ],
         vec![(
             "/props",
             json!({"default_generation_settings": {"n_ctx": 2048}}),
@@ -649,10 +653,16 @@ fn the_window_comes_from_llama_cpp_props() {
         "{stats:?}"
     );
     drop(seen);
-    // Asked once per base URL and model: a second summarizer uses the cache.
-    let (_, again) = run_long(&server);
-    assert_eq!(again.window_source, WindowSource::ServerProps);
-    assert_eq!(*server.gets.lock().unwrap(), ["/props"]);
+    // Asked once per client (one client serves every session of a
+    // configuration; there is no process-wide cache): the same summarizer
+    // asks no more, a new one asks once.
+    let summarizer = OpenAiSummarizer::new(config(&server.base_url())).unwrap();
+    let turns = long_turns();
+    for _ in 0..2 {
+        let (_, again) = summarizer.summarize_with_stats(&SummaryRequest::new(&turns, 400));
+        assert_eq!(again.window_source, WindowSource::ServerProps);
+    }
+    assert_eq!(*server.gets.lock().unwrap(), ["/props", "/props"]);
 }
 
 #[test]

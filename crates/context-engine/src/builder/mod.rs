@@ -37,6 +37,7 @@ use crate::redact::{RedactError, Redactor};
 use crate::replay::{ReplayError, ReplayOptions, ReplayReport, replay};
 use crate::store::{AtRest, MemoryStore, SessionStore, StoreError};
 use crate::summarize::SummarizeError;
+#[cfg(feature = "openai")]
 use crate::summarize::openai::OpenAiSummarizer;
 use crate::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model};
 use crate::validate::{Profile, TextActions, TextActionsError};
@@ -78,6 +79,14 @@ pub enum BuildError {
         /// Why.
         #[source]
         source: PluginError,
+    },
+    /// A key asks for what this build leaves out (a cargo feature).
+    #[error("`{key}` needs context-engine built with the `{feature}` feature")]
+    NotBuiltWith {
+        /// The key.
+        key: &'static str,
+        /// The feature.
+        feature: &'static str,
     },
     /// The window cannot hold the transcript's system prompt.
     #[error(
@@ -195,7 +204,10 @@ impl EngineBuilder {
             .unwrap_or_else(|| config.context.engine.clone());
         let text_actions = config.text_actions()?;
         let redactor = Arc::new(config.redactor()?);
+        #[cfg(feature = "openai")]
         let client = summarizer(&config, &self.env, &redactor)?;
+        #[cfg(not(feature = "openai"))]
+        summarizer(&config, &self.env, &redactor)?;
         let compressor_options = config
             .compressor_options()
             .with_profile(self.profile)
@@ -224,6 +236,7 @@ impl EngineBuilder {
             model: self.model,
             profile: self.profile,
             redactor,
+            #[cfg(feature = "openai")]
             client,
             plugin_dirs,
             text_actions,
@@ -238,6 +251,7 @@ impl EngineBuilder {
 /// The OpenAI-compatible client `summarizer.*` asks for; `None` keeps the
 /// engine's offline extractive summarizer. Its prompts leave the process:
 /// redacted with the user's patterns.
+#[cfg(feature = "openai")]
 fn summarizer(
     config: &Config,
     env: &Env,
@@ -267,6 +281,19 @@ fn summarizer(
         .map_err(|source| BuildError::Summarizer { base_url, source })?
         .with_redactor(Arc::clone(redactor));
     Ok(Some(Arc::new(client)))
+}
+
+/// Without the `openai` feature no client can be built: `summarizer.kind:
+/// openai` is an error naming the feature, never silently extractive.
+#[cfg(not(feature = "openai"))]
+fn summarizer(config: &Config, _env: &Env, _redactor: &Arc<Redactor>) -> Result<(), BuildError> {
+    if config.summarizer.kind == SummarizerKind::Openai {
+        return Err(BuildError::NotBuiltWith {
+            key: "summarizer.kind",
+            feature: "openai",
+        });
+    }
+    Ok(())
 }
 
 /// An engine as [`Engines::engine`] selected it.
@@ -305,6 +332,7 @@ pub struct Engines {
     model: Option<String>,
     profile: Profile,
     redactor: Arc<Redactor>,
+    #[cfg(feature = "openai")]
     client: Option<Arc<OpenAiSummarizer>>,
     plugin_dirs: Vec<PathBuf>,
     text_actions: TextActions,
@@ -320,7 +348,7 @@ impl std::fmt::Debug for Engines {
             .field("context_length", &self.context_length)
             .field("model", &self.model)
             .field("profile", &self.profile)
-            .field("summarizer", &self.client.as_ref().map(|_| "openai"))
+            .field("model_summarizer", &self.has_model_summarizer())
             .field("plugin_dirs", &self.plugin_dirs)
             .finish_non_exhaustive()
     }
@@ -378,8 +406,22 @@ impl Engines {
         &self.redactor
     }
 
+    /// Whether a model (not the extractive summarizer) writes summaries: a
+    /// server then prepares them in the background.
+    pub fn has_model_summarizer(&self) -> bool {
+        #[cfg(feature = "openai")]
+        {
+            self.client.is_some()
+        }
+        #[cfg(not(feature = "openai"))]
+        {
+            false
+        }
+    }
+
     /// The OpenAI-compatible summarizer client, when one writes summaries
     /// (to read its call stats after a compaction).
+    #[cfg(feature = "openai")]
     pub fn summarizer_client(&self) -> Option<&Arc<OpenAiSummarizer>> {
         self.client.as_ref()
     }
@@ -424,6 +466,7 @@ impl Engines {
         if let Some(model) = &self.model {
             context = context.with_model(model.clone());
         }
+        #[cfg(feature = "openai")]
         if let Some(client) = &self.client {
             context = context.with_summarizer(Box::new(Arc::clone(client)));
         }

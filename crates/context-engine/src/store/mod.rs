@@ -42,8 +42,10 @@ mod at_rest;
 mod batch;
 pub mod handle;
 mod memory;
+#[cfg(feature = "sqlite")]
 mod pack;
 mod reach;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 pub(crate) mod text;
 
@@ -64,6 +66,7 @@ pub use handle::{
 };
 pub use memory::MemoryStore;
 pub use reach::{Reach, reachable};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
 /// What another crate's backend (Postgres) shares with the built-in ones so
@@ -122,6 +125,15 @@ pub enum StoreError {
         path: PathBuf,
         /// What was found instead.
         detail: String,
+    },
+    /// A store file was asked of a build without the `sqlite` feature.
+    #[error(
+        "{}: this build of context-engine keeps sessions in memory only (built without the `sqlite` feature); use `:memory:` or a build with it",
+        path.display()
+    )]
+    NoFileStores {
+        /// The file asked for.
+        path: PathBuf,
     },
     /// A newer version of this program wrote the file.
     #[error(
@@ -599,7 +611,16 @@ pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStor
     let backend: Arc<dyn SessionStore> = if path.as_os_str() == MEMORY_PATH {
         Arc::new(MemoryStore::new())
     } else {
-        Arc::new(SqliteStore::open(path)?)
+        #[cfg(feature = "sqlite")]
+        {
+            Arc::new(SqliteStore::open(path)?)
+        }
+        #[cfg(not(feature = "sqlite"))]
+        {
+            return Err(StoreError::NoFileStores {
+                path: path.to_path_buf(),
+            });
+        }
     };
     Ok(at_rest.wrap(backend))
 }

@@ -26,6 +26,7 @@ pub fn query_words(query: &str) -> Vec<&str> {
 /// token positions in every message that holds the tokens (`test_io.py`:
 /// three common tokens); the index narrows by tokens alone, cheaply, and
 /// the caller keeps a message only when its text [`matches`] the words.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn fts_query(words: &[&str], all: bool) -> String {
     let terms: Vec<String> = words
         .iter()

@@ -18,9 +18,13 @@ use std::time::Duration;
 use crate::message::Message;
 
 pub mod openai;
+// Only the model summarizer's client builds prompts and checks replies.
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 mod prompt;
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 mod quality;
 pub mod state;
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for

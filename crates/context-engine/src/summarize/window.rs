@@ -11,8 +11,7 @@
 //! usually names the limit ([`limit_from_error`]); the client learns it
 //! from there and retries once.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+#[cfg(feature = "openai")]
 use std::time::Duration;
 
 use serde::Serialize;
@@ -75,32 +74,18 @@ impl Window {
 
 /// Longest wait for one discovery request: the window is a nicety, the
 /// summary must not wait on it.
+#[cfg(feature = "openai")]
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest discovery reply read, in bytes.
+#[cfg(feature = "openai")]
 const DISCOVERY_REPLY_BYTES: u64 = 1 << 20;
-
-fn cache() -> &'static Mutex<HashMap<(String, String), Window>> {
-    static CACHE: OnceLock<Mutex<HashMap<(String, String), Window>>> = OnceLock::new();
-    CACHE.get_or_init(Mutex::default)
-}
-
-/// The cached window of `model` at `base_url`, if one was recorded.
-pub(crate) fn cached(base_url: &str, model: &str) -> Option<Window> {
-    let cache = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    cache.get(&(base_url.to_owned(), model.to_owned())).copied()
-}
-
-/// Records the window of `model` at `base_url` for the rest of the process.
-pub(crate) fn remember(base_url: &str, model: &str, window: Window) {
-    let mut cache = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    cache.insert((base_url.to_owned(), model.to_owned()), window);
-}
 
 /// Asks the server at `base_url` (e.g. `http://host:8080/v1`) for the
 /// window of `model`: `GET /props` at the server root (and under the base
 /// URL), then `GET {base_url}/models`. [`Window::UNKNOWN`] when none
 /// answers with a number. Never an error: failures only mean "unknown".
+#[cfg(feature = "openai")]
 pub(crate) fn discover(agent: &ureq::Agent, base_url: &str, model: &str, key: &str) -> Window {
     let base = base_url.trim_end_matches('/');
     let root = base.strip_suffix("/v1").unwrap_or(base);
@@ -123,6 +108,7 @@ pub(crate) fn discover(agent: &ureq::Agent, base_url: &str, model: &str, key: &s
 }
 
 /// `GET url` as JSON, `None` on any failure.
+#[cfg(feature = "openai")]
 fn get_json(agent: &ureq::Agent, url: &str, key: &str) -> Option<Value> {
     let mut response = agent
         .get(url)

@@ -1,4 +1,5 @@
 use super::*;
+use crate::summarize::openai::DEFAULT_SEED;
 
 fn config() -> OpenAiConfig {
     OpenAiConfig::new("http://127.0.0.1:9/v1/", "m")
