@@ -104,8 +104,12 @@ pub fn chat_event(message: &str) -> Bytes {
 
 /// The error event of an Anthropic Messages stream.
 pub fn anthropic_event(message: &str) -> Bytes {
-    let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
-    Bytes::from(encode("error", &body))
+    Bytes::from(encode("error", &anthropic_error(message)))
+}
+
+/// The data of an Anthropic Messages stream's `error` event.
+pub fn anthropic_error(message: &str) -> Value {
+    json!({"type": "error", "error": {"type": "api_error", "message": message}})
 }
 
 /// The events that end a failed Responses stream, as `(event, data)`:

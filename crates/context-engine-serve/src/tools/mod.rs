@@ -45,8 +45,12 @@ use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
 use crate::sse::{Held, first_event_end};
+use anthropic::Messages;
+use front::FrontAnswers;
+use responses::Responses;
 
 pub mod anthropic;
+pub mod front;
 pub mod responses;
 
 /// The engine tools offered on one request.
@@ -382,11 +386,11 @@ impl FrontTools {
         let client = client_tools(body);
         match self {
             FrontTools::Anthropic(t) => {
-                let api = anthropic::answers(body, overrides, t);
+                let api = FrontAnswers::<Messages>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
             FrontTools::Responses(t) => {
-                let api = responses::answers(body, overrides, t);
+                let api = FrontAnswers::<Responses>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
         }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::tools::Rounds;
+use bytes::Bytes;
 
 fn tools() -> EngineTools {
     EngineTools {
