@@ -149,10 +149,11 @@ pub(crate) fn encode(kind: &str, data: &Value) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::data_of;
+    use crate::sse::Event;
 
     fn data(event: &[u8]) -> Value {
-        serde_json::from_slice(&data_of(event)).unwrap()
+        let event = Event::parse(Bytes::copy_from_slice(event));
+        event.json().cloned().unwrap()
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! (connections: timeouts, `TCP_NODELAY`), [`edge`] (what a request must
 //! be: host, origin, body type, passthrough path, size, deadline, bytes in
 //! flight), and at the bottom [`token`] (the access token), [`body`] (the
-//! request's raw fields), [`sse`] and [`sse_wire`] (each API's stream
-//! reader), [`cut`] (a stream's error events), [`metrics`], [`error`]
+//! request's raw fields), [`sse`] (the stream's events, parsed once, and each
+//! API's reader), [`cut`] (a stream's error events), [`metrics`], [`error`]
 //! (OpenAI's error shape). A module imports only modules below it. No
 //! engine logic lives here: it is all in `context_engine`.
 //!
@@ -53,7 +53,6 @@ pub mod router;
 pub mod routes;
 pub mod session;
 pub mod sse;
-pub mod sse_wire;
 pub mod token;
 pub mod tools;
 pub mod upstream;

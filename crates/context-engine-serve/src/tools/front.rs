@@ -20,12 +20,11 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::{
-    Answers, Calls, EngineTools, Events, HeldEvent, Resend, Rounds, finish_events, list_of,
-    push_events, replay_held, request_with_list,
+    Answers, Calls, EngineTools, HeldEvent, Resend, Rounds, list_of, replay_held, request_with_list,
 };
 use crate::body::ChatBody;
 use crate::session::Managed;
-use crate::sse::data_of;
+use crate::sse::Event;
 
 /// Whether a part of a streamed answer starts holding the round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,7 +249,6 @@ pub struct FrontRounds<A: FrontApi> {
     pub tools: EngineTools,
     api: A,
     resend: Resend,
-    events: Events,
     /// The client's index of this round's part 0.
     offset: usize,
     /// This round's parts, by index.
@@ -259,7 +257,7 @@ pub struct FrontRounds<A: FrontApi> {
     hold_from: Option<usize>,
     /// The hold is tentative so far ([`Hold::Tentative`]).
     tentative: bool,
-    held: Vec<Vec<u8>>,
+    held: Vec<Event>,
     /// The round's last event went by.
     ended: bool,
     errored: bool,
@@ -280,7 +278,6 @@ impl<A: FrontApi> FrontRounds<A> {
             tools,
             api: A::default(),
             resend: Resend::new(body, overrides, A::LIST, max_rounds),
-            events: Events::default(),
             offset: 0,
             parts: Vec::new(),
             hold_from: None,
@@ -355,34 +352,27 @@ impl<A: FrontApi> FrontRounds<A> {
         self.parts[i] = Some(A::Part::open(value));
     }
 
-    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let data = data_of(raw);
-        let parsed = serde_json::from_slice::<Value>(&data)
-            .ok()
-            .filter(Value::is_object);
-        let Some(mut v) = parsed else {
+    fn read(&mut self, event: &Event, out: &mut Vec<u8>) {
+        let raw = &event.raw[..];
+        let Some(v) = event.object() else {
             // Not an event of the API (a comment, a keep-alive).
             if self.holding() {
-                self.held.push(raw.to_vec());
+                self.held.push(event.clone());
             } else {
                 out.extend_from_slice(raw);
             }
             return;
         };
-        let kind = v
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let index = index_of::<A>(&v);
+        let kind = event.kind();
+        let index = index_of::<A>(v);
         let continuing = self.resend.continuing();
-        match self.api.seen(&kind, &v, index, continuing) {
+        match self.api.seen(kind, v, index, continuing) {
             // A continuation's events are the rest of the client's answer.
             Seen::Start if continuing => return,
             Seen::Part(i, value) => self.open(i, value, out),
             Seen::Delta(i) => {
                 if let Some(Some(part)) = self.parts.get_mut(i) {
-                    part.delta(&v);
+                    part.delta(v);
                 }
             }
             Seen::End => self.ended = true,
@@ -393,19 +383,19 @@ impl<A: FrontApi> FrontRounds<A> {
             Seen::Start | Seen::Other => {}
         }
         if self.holding() {
-            self.held.push(raw.to_vec());
+            self.held.push(event.clone());
             return;
         }
         if continuing {
             let client_index = index.map(|i| self.offset + i);
-            self.write(&kind, &mut v, client_index, Some(raw), out);
+            self.write(kind, &mut v.clone(), client_index, Some(raw), out);
             return;
         }
         // The first round goes out as it came.
         if let Some(i) = index {
             self.sent = self.sent.max(i + 1);
         }
-        self.api.passed(&kind, &v);
+        self.api.passed(kind, v);
         out.extend_from_slice(raw);
     }
 }
@@ -419,18 +409,8 @@ fn index_of<A: FrontApi>(event: &Value) -> Option<usize> {
 }
 
 impl<A: FrontApi> Rounds for FrontRounds<A> {
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut events = std::mem::take(&mut self.events);
-        let out = push_events(&mut events, chunk, |e, out| self.event(e, out));
-        self.events = events;
-        out
-    }
-
-    fn finish(&mut self) -> Vec<u8> {
-        let mut events = std::mem::take(&mut self.events);
-        let out = finish_events(&mut events, |e, out| self.event(e, out));
-        self.events = events;
-        out
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>) {
+        self.read(event, out);
     }
 
     fn holding(&self) -> bool {
@@ -470,7 +450,6 @@ impl<A: FrontApi> Rounds for FrontRounds<A> {
         self.hold_from = None;
         self.tentative = false;
         self.held.clear();
-        self.events.clear();
         self.ended = false;
         self.resend.next(items, &self.tools.tools_json)
     }

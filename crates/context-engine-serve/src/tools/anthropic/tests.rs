@@ -1,5 +1,5 @@
 use super::*;
-use crate::tools::Rounds;
+use crate::tools::{Fed, Rounds};
 use bytes::Bytes;
 
 fn tools() -> EngineTools {
@@ -62,17 +62,17 @@ fn stream(parts: &[Vec<Value>]) -> String {
 
 const BODY: &str = r#"{"model":"claude","max_tokens":64,"tools":[{"name":"Bash","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"read a.txt"}],"stream":true}"#;
 
-fn rounds(max_rounds: u32) -> StreamRounds {
-    StreamRounds::new(
+fn rounds(max_rounds: u32) -> Fed<StreamRounds> {
+    Fed::new(StreamRounds::new(
         tools(),
         Bytes::from_static(BODY.as_bytes()),
         Vec::new(),
         max_rounds,
-    )
+    ))
 }
 
 /// Pushes `text` cut at `cut` and at its end; what the client got.
-fn push_cut(r: &mut StreamRounds, text: &str, cut: usize) -> Vec<u8> {
+fn push_cut(r: &mut Fed<StreamRounds>, text: &str, cut: usize) -> Vec<u8> {
     let (a, b) = text.as_bytes().split_at(cut);
     let mut out = r.push(a);
     out.extend(r.push(b));
