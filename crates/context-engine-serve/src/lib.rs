@@ -28,11 +28,11 @@
 //! use context_engine::host::HostOptions;
 //! use context_engine::plugin::EngineContext;
 //! use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
-//! use context_engine_serve::{ServeOptions, SessionContext, UpstreamOptions, run};
+//! use context_engine_serve::{FactoryError, ServeOptions, SessionContext, UpstreamOptions, run};
 //!
 //! let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
 //! let c = Arc::clone(&counter);
-//! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+//! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, FactoryError> {
 //!     Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
 //! };
 //! let ctx = SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false };
@@ -67,7 +67,7 @@ use tokio::net::TcpListener;
 pub use error::{ServeError, StartError};
 pub use metrics::Metrics;
 pub use router::app;
-pub use session::{EngineFactory, SessionContext, Sessions, SharedStore};
+pub use session::{EngineFactory, FactoryError, SessionContext, Sessions, SharedStore};
 pub use upstream::{Upstream, UpstreamOptions};
 
 /// How the proxy runs.
