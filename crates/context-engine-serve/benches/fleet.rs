@@ -379,11 +379,12 @@ async fn proxy(url: &str, store: Option<Arc<dyn SessionStore>>) -> (String, AppS
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
-    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), 12_000).into_compressor(),
-        ))
-    };
+    let factory =
+        move |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), 12_000).into_compressor(),
+            ))
+        };
     let ctx = SessionContext {
         factory: Arc::new(factory),
         counter,

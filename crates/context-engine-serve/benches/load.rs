@@ -87,11 +87,12 @@ async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
-    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
-        ))
-    };
+    let factory =
+        move |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
+            ))
+        };
     let ctx = SessionContext {
         factory: Arc::new(factory),
         counter,
@@ -552,11 +553,12 @@ fn front_phases(front: Front) {
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
-    let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
-        ))
-    };
+    let factory =
+        move |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
+            ))
+        };
     let ctx = Arc::new(SessionContext {
         factory: Arc::new(factory),
         counter,
@@ -700,7 +702,7 @@ fn main() {
             // The engine step alone, warm: one session, +2 messages a call.
             let counter: Arc<dyn TokenCounter> = Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
             let c = Arc::clone(&counter);
-            let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+            let factory = move |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
                 Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
             };
             let ctx = Arc::new(SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false });

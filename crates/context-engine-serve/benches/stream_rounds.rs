@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use context_engine::front::FrontKind;
-use context_engine_serve::sse_wire::WireRelay;
+use context_engine_serve::sse::{Reading, StreamReader, WireReader};
 use context_engine_serve::tools::{EngineTools, FrontTools};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -86,12 +86,12 @@ fn bench(c: &mut Criterion) {
         let chunks: Vec<Bytes> = stream.chunks(4096).map(Bytes::copy_from_slice).collect();
         group.bench_function(format!("{kind}/usage_reader"), |b| {
             b.iter(|| {
-                let mut reader = WireRelay::new(kind);
+                let mut reading = Reading::new(Box::new(WireReader::new(kind)));
                 let mut out = 0;
                 for chunk in &chunks {
-                    out += reader.push(chunk.clone()).len();
+                    out += reading.push(chunk.clone()).len();
                 }
-                black_box((reader.usage(), out))
+                black_box((reading.reader.usage(), out))
             })
         });
         group.bench_function(format!("{kind}/with_engine_tools"), |b| {
@@ -101,13 +101,13 @@ fn bench(c: &mut Criterion) {
                     FrontKind::Responses => FrontTools::Responses(tools()),
                 };
                 let mut rounds = offered.stream(Bytes::from_static(b"{}"), Vec::new(), 3);
-                let mut reader = WireRelay::new(kind);
+                let mut reading = Reading::new(Box::new(WireReader::new(kind)));
                 let mut out = 0;
                 for chunk in &chunks {
-                    reader.push(chunk.clone());
-                    out += rounds.push(chunk).len();
+                    let sent = reading.push_through(chunk.clone(), |e, out| rounds.event(e, out));
+                    out += sent.len();
                 }
-                black_box((reader.usage(), out))
+                black_box((reading.reader.usage(), out))
             })
         });
     }

@@ -104,8 +104,12 @@ pub fn chat_event(message: &str) -> Bytes {
 
 /// The error event of an Anthropic Messages stream.
 pub fn anthropic_event(message: &str) -> Bytes {
-    let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
-    Bytes::from(encode("error", &body))
+    Bytes::from(encode("error", &anthropic_error(message)))
+}
+
+/// The data of an Anthropic Messages stream's `error` event.
+pub fn anthropic_error(message: &str) -> Value {
+    json!({"type": "error", "error": {"type": "api_error", "message": message}})
 }
 
 /// The events that end a failed Responses stream, as `(event, data)`:
@@ -145,10 +149,11 @@ pub(crate) fn encode(kind: &str, data: &Value) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::data_of;
+    use crate::sse::Event;
 
     fn data(event: &[u8]) -> Value {
-        serde_json::from_slice(&data_of(event)).unwrap()
+        let event = Event::parse(Bytes::copy_from_slice(event));
+        event.json().cloned().unwrap()
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! (connections: timeouts, `TCP_NODELAY`), [`edge`] (what a request must
 //! be: host, origin, body type, passthrough path, size, deadline, bytes in
 //! flight), and at the bottom [`token`] (the access token), [`body`] (the
-//! request's raw fields), [`sse`] and [`sse_wire`] (each API's stream
-//! reader), [`cut`] (a stream's error events), [`metrics`], [`error`]
+//! request's raw fields), [`sse`] (the stream's events, parsed once, and each
+//! API's reader), [`cut`] (a stream's error events), [`metrics`], [`error`]
 //! (OpenAI's error shape). A module imports only modules below it. No
 //! engine logic lives here: it is all in `context_engine`.
 //!
@@ -28,11 +28,11 @@
 //! use context_engine::host::HostOptions;
 //! use context_engine::plugin::EngineContext;
 //! use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
-//! use context_engine_serve::{ServeOptions, SessionContext, UpstreamOptions, run};
+//! use context_engine_serve::{FactoryError, ServeOptions, SessionContext, UpstreamOptions, run};
 //!
 //! let counter: Arc<dyn TokenCounter> = Arc::new(BpeCounter::new(Encoding::O200kBase));
 //! let c = Arc::clone(&counter);
-//! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
+//! let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, FactoryError> {
 //!     Ok(Box::new(EngineContext::new(Arc::clone(&c), 128_000).into_compressor()))
 //! };
 //! let ctx = SessionContext { factory: Arc::new(factory), counter, host: HostOptions::default(), blocking: false };
@@ -53,7 +53,6 @@ pub mod router;
 pub mod routes;
 pub mod session;
 pub mod sse;
-pub mod sse_wire;
 pub mod token;
 pub mod tools;
 pub mod upstream;
@@ -68,7 +67,7 @@ use tokio::net::TcpListener;
 pub use error::{ServeError, StartError};
 pub use metrics::Metrics;
 pub use router::app;
-pub use session::{EngineFactory, SessionContext, Sessions, SharedStore};
+pub use session::{EngineFactory, FactoryError, SessionContext, Sessions, SharedStore};
 pub use upstream::{Upstream, UpstreamOptions};
 
 /// How the proxy runs.

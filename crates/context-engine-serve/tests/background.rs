@@ -64,13 +64,14 @@ const WINDOW: u64 = 8_000;
 
 fn context(gate: &Arc<Gated>, counter: Arc<dyn TokenCounter>) -> SessionContext {
     let (c, g) = (Arc::clone(&counter), Arc::clone(gate));
-    let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), WINDOW)
-                .into_compressor()
-                .with_summarizer(Box::new(Arc::clone(&g))),
-        ))
-    };
+    let factory =
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), WINDOW)
+                    .into_compressor()
+                    .with_summarizer(Box::new(Arc::clone(&g))),
+            ))
+        };
     SessionContext {
         factory: Arc::new(factory),
         counter,

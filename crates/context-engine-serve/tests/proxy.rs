@@ -484,7 +484,7 @@ async fn engine_failures_fail_open() {
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
     let c = counter();
-    let factory = |_: &str| -> Result<Box<dyn ContextEngine>, String> {
+    let factory = |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
         Ok(Box::new(Panicky(EngineState::default())))
     };
     // `blocking`: the engine step runs on the blocking pool, and a panic
@@ -513,8 +513,9 @@ async fn engine_failures_fail_open() {
     assert!(state.metrics().encode().contains("ctx_fallbacks_total 1"));
 
     // No engine at all (the factory fails): the same.
-    let factory =
-        |_: &str| -> Result<Box<dyn ContextEngine>, String> { Err("plugin missing".into()) };
+    let factory = |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+        Err("plugin missing".into())
+    };
     let ctx = SessionContext {
         factory: Arc::new(factory),
         counter: c,

@@ -25,7 +25,7 @@ use crate::handlers::{account_plan, answer_collected, engine_step, respond};
 use crate::identity::Identity;
 use crate::session::key::session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
-use crate::sse::Relay;
+use crate::sse::ChatReader;
 use crate::token::AuthorizationConsumed;
 use crate::tools::{self, ChatRounds, StreamTools};
 
@@ -107,11 +107,11 @@ pub async fn chat_completions(
         let rounds = state.options().max_tool_rounds;
         let rounds = engine_tools.map(|t| {
             let tools = StreamTools::new(t, body.clone(), overrides, rounds);
-            Box::new(ChatRounds::new(tools, strip_usage_chunk)) as Box<dyn tools::Rounds>
+            Box::new(ChatRounds::new(tools)) as Box<dyn tools::Rounds>
         });
         let stream = Stream {
             route: route.to_owned(),
-            reader: Box::new(Relay::new(strip_usage_chunk)),
+            reader: Box::new(ChatReader::new(strip_usage_chunk)),
             rounds,
             guard: Some(guard),
             started,

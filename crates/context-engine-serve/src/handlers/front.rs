@@ -37,7 +37,7 @@ use crate::handlers::{account_plan, answer_collected, engine_step, passthrough};
 use crate::identity::Identity;
 use crate::session::key::front_session_key;
 use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
-use crate::sse_wire::WireRelay;
+use crate::sse::WireReader;
 use crate::tools::FrontTools;
 
 /// What one request of a front needs to know about itself.
@@ -84,7 +84,7 @@ pub(crate) async fn handle(
             // error event), with no session to settle.
             let stream = Stream {
                 route: call.route,
-                reader: Box::new(WireRelay::new(call.kind)),
+                reader: Box::new(WireReader::new(call.kind)),
                 rounds: None,
                 guard: None,
                 started,
@@ -148,7 +148,7 @@ pub(crate) async fn handle(
         let rounds = state.options().max_tool_rounds;
         let stream = Stream {
             route: call.route,
-            reader: Box::new(WireRelay::new(call.kind)),
+            reader: Box::new(WireReader::new(call.kind)),
             rounds: engine_tools.map(|t| t.stream(body.clone(), fields, rounds)),
             guard: Some(guard),
             started,

@@ -28,7 +28,7 @@ use crate::cut::Cut;
 use crate::error::ServeError;
 use crate::handlers::{open_stream, respond, settle};
 use crate::session::Guard;
-use crate::sse::StreamReader;
+use crate::sse::{Reading, StreamReader, as_it_came};
 use crate::tools::Rounds;
 
 /// What one streamed call relays.
@@ -69,7 +69,7 @@ pub(crate) async fn relay(
     let drain_limit = state.upstream().timeout();
     let relaying = Relaying {
         upstream: resp.bytes_stream().boxed(),
-        reader: stream.reader,
+        reading: Reading::new(stream.reader),
         guard: stream.guard,
         state,
         route: stream.route,
@@ -90,7 +90,7 @@ pub(crate) async fn relay(
 /// A relay in progress.
 struct Relaying {
     upstream: BoxStream<'static, reqwest::Result<Bytes>>,
-    reader: Box<dyn StreamReader>,
+    reading: Reading<dyn StreamReader>,
     guard: Option<Guard>,
     state: AppState,
     route: String,
@@ -114,7 +114,7 @@ impl Relaying {
                     let round_over = self
                         .rounds
                         .as_ref()
-                        .map_or(self.reader.done(), |t| t.ended());
+                        .map_or(self.reading.reader.done(), |t| t.ended());
                     if round_over && self.holding() {
                         match self.settle_held().await {
                             // The continuation is relayed next.
@@ -128,12 +128,12 @@ impl Relaying {
                             Err(cut) => out = [out, self.fail(cut)].concat().into(),
                         }
                     }
-                    if self.reader.done() {
+                    if self.reading.reader.done() {
                         // Usage and the session are settled before the
                         // client sees the last event: a client that reads
                         // the session right after its stream sees this
                         // call.
-                        let usage = self.reader.usage();
+                        let usage = self.reading.reader.usage();
                         self.end(usage);
                     }
                     if !out.is_empty() {
@@ -142,13 +142,14 @@ impl Relaying {
                 }
                 Some(Err(e)) => return Some(self.fail(Cut::Broken(ServeError::from_reqwest(&e)))),
                 None => {
-                    let Some(tail) = self.reader.end_of_body() else {
+                    let tail = match self.rounds.as_mut() {
+                        Some(r) => self.reading.end_of_body(|e, out| r.event(e, out)),
+                        None => self.reading.end_of_body(as_it_came),
+                    };
+                    let Some(tail) = tail else {
                         return Some(self.fail(Cut::Closed));
                     };
-                    let mut rest = match self.rounds.as_mut() {
-                        Some(t) => t.finish(),
-                        None => tail.to_vec(),
-                    };
+                    let mut rest = tail.to_vec();
                     if self.holding() {
                         match self.settle_held().await {
                             Ok(None) => continue,
@@ -156,7 +157,7 @@ impl Relaying {
                             Err(cut) => rest.extend_from_slice(&self.fail(cut)),
                         }
                     }
-                    let usage = self.reader.usage();
+                    let usage = self.reading.reader.usage();
                     self.end(usage);
                     return (!rest.is_empty()).then(|| rest.into());
                 }
@@ -168,11 +169,8 @@ impl Relaying {
     /// tools, what the rounds let through).
     fn pass(&mut self, chunk: Bytes) -> Bytes {
         match self.rounds.as_mut() {
-            Some(r) => {
-                self.reader.push(chunk.clone());
-                Bytes::from(r.push(&chunk))
-            }
-            None => self.reader.push(chunk),
+            Some(r) => self.reading.push_through(chunk, |e, out| r.event(e, out)),
+            None => self.reading.push(chunk),
         }
     }
 
@@ -210,7 +208,7 @@ impl Relaying {
         let message = cut.message();
         let out = match self.rounds.as_mut() {
             Some(r) => Bytes::from(r.fail(&message)),
-            None => self.reader.failure(&message),
+            None => self.reading.reader.failure(&message),
         };
         self.end(None);
         out
@@ -242,7 +240,7 @@ impl Relaying {
         match sent {
             Ok(resp) if resp.status().is_success() => {
                 self.upstream = resp.bytes_stream().boxed();
-                self.reader.restart();
+                self.reading.restart();
                 Ok(None)
             }
             Ok(resp) => {

@@ -484,10 +484,12 @@ impl Managed {
 }
 
 fn new_host(ctx: &SessionContext, id: &str) -> Result<host::Session, String> {
-    let engine = ctx
-        .factory
-        .create(id)
-        .map_err(|e| format!("cannot start the engine: {e}"))?;
+    let engine = ctx.factory.create(id).map_err(|e| {
+        format!(
+            "cannot start the engine: {}",
+            context_engine::error_chain(&*e)
+        )
+    })?;
     Ok(host::Session::new(id, engine, Arc::clone(&ctx.counter)).with_options(ctx.host.clone()))
 }
 
@@ -612,10 +614,12 @@ impl Managed {
             .map_err(|e| format!("stored session `{store_id}`: {e}"))?;
         let staging = Arc::new(Staged::new(Arc::clone(store), state));
         staging.set_mark(mark);
-        let engine = ctx
-            .factory
-            .create(store_id)
-            .map_err(|e| format!("cannot start the engine: {e}"))?;
+        let engine = ctx.factory.create(store_id).map_err(|e| {
+            format!(
+                "cannot start the engine: {}",
+                context_engine::error_chain(&*e)
+            )
+        })?;
         let host = host::Session::new(store_id, engine, Arc::clone(&ctx.counter))
             .with_options(ctx.host.clone())
             .with_store(Arc::clone(&staging) as Arc<dyn context_engine::store::SessionStore>)

@@ -35,17 +35,21 @@ pub use key::{KeySource, SessionKey};
 pub use managed::{Managed, Plan, SessionContext, SessionStats};
 pub use persist::{SharedStore, StoreHealth};
 
+/// Why a factory could not build an engine (its whole chain of causes
+/// is logged).
+pub type FactoryError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Builds the engine of each new session.
 pub trait EngineFactory: Send + Sync {
     /// A fresh engine for session `id`.
-    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, String>;
+    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, FactoryError>;
 }
 
 impl<F> EngineFactory for F
 where
-    F: Fn(&str) -> Result<Box<dyn ContextEngine>, String> + Send + Sync,
+    F: Fn(&str) -> Result<Box<dyn ContextEngine>, FactoryError> + Send + Sync,
 {
-    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, String> {
+    fn create(&self, id: &str) -> Result<Box<dyn ContextEngine>, FactoryError> {
         self(id)
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! **Streams**: text passes through at once; from the event whose tool
 //! call names an engine tool the rest of the stream is held
-//! ([`crate::sse::Relay::watch`]). When the stream ends, calls that are
+//! ([`crate::sse::Watch`]). When the stream ends, calls that are
 //! all engine calls are resolved and the request re-sent as a stream
 //! whose events continue the client's response ([`StreamTools`]); else
 //! the held events go to the client with the engine calls removed, by the
@@ -44,9 +44,13 @@ use crate::error::ServeError;
 use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
-use crate::sse::{Held, first_event_end};
+use crate::sse::{Event, Held, Watch};
+use anthropic::Messages;
+use front::FrontAnswers;
+use responses::Responses;
 
 pub mod anthropic;
+pub mod front;
 pub mod responses;
 
 /// The engine tools offered on one request.
@@ -303,38 +307,6 @@ impl Resend {
     }
 }
 
-/// The whole server-sent events of a stream read chunk by chunk.
-#[derive(Debug, Default)]
-pub struct Events {
-    buf: Vec<u8>,
-}
-
-impl Events {
-    /// The events `chunk` completes.
-    pub(crate) fn split(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
-        self.buf.extend_from_slice(chunk);
-        let mut events = Vec::new();
-        let mut consumed = 0;
-        while let Some(len) = first_event_end(&self.buf[consumed..]) {
-            events.push(self.buf[consumed..consumed + len].to_vec());
-            consumed += len;
-        }
-        self.buf.drain(..consumed);
-        events
-    }
-
-    /// An unterminated last event, at the end of the stream.
-    pub(crate) fn rest(&mut self) -> Option<Vec<u8>> {
-        let rest = std::mem::take(&mut self.buf);
-        (!rest.iter().all(u8::is_ascii_whitespace)).then_some(rest)
-    }
-
-    /// Forgets a partial event (a new stream starts).
-    pub(crate) fn clear(&mut self) {
-        self.buf.clear();
-    }
-}
-
 /// Engine tools offered on a request of one of the fronts, in its
 /// client's format ([`anthropic`], [`responses`]).
 #[derive(Debug, Clone)]
@@ -382,11 +354,11 @@ impl FrontTools {
         let client = client_tools(body);
         match self {
             FrontTools::Anthropic(t) => {
-                let api = anthropic::answers(body, overrides, t);
+                let api = FrontAnswers::<Messages>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
             FrontTools::Responses(t) => {
-                let api = responses::answers(body, overrides, t);
+                let api = FrontAnswers::<Responses>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
         }
@@ -434,22 +406,19 @@ pub(crate) enum HeldEvent<'a> {
 /// `removed` (their indices under `index_key`) dropped, the later indices
 /// closed up; each event left goes to `write`.
 pub(crate) fn replay_held(
-    held: Vec<Vec<u8>>,
+    held: Vec<Event>,
     index_key: &str,
     removed: &std::collections::BTreeSet<usize>,
     mut write: impl FnMut(HeldEvent<'_>, &mut Vec<u8>),
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    for raw in &held {
-        let Ok(event) = serde_json::from_slice::<Value>(&crate::sse::data_of(raw)) else {
+    for held in &held {
+        let raw = &held.raw[..];
+        let Some(event) = held.object().cloned() else {
             write(HeldEvent::Raw(raw), &mut out);
             continue;
         };
-        let kind = event
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+        let kind = held.kind().to_owned();
         let index = event
             .get(index_key)
             .and_then(Value::as_u64)
@@ -470,10 +439,9 @@ pub(crate) fn replay_held(
 /// stream, holds a round from its first engine call, and writes what the
 /// client gets. The relay of the handlers drives it.
 pub trait Rounds: Send {
-    /// Reads a chunk of the current stream; what the client gets now.
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8>;
-    /// The end of the current stream: reads an unterminated last event.
-    fn finish(&mut self) -> Vec<u8>;
+    /// Reads one event of the current stream (one the reader lets
+    /// through); writes what the client gets of it now to `out`.
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>);
     /// Whether events are being held (an engine tool was called).
     fn holding(&self) -> bool;
     /// Whether the current round's stream has ended.
@@ -490,96 +458,70 @@ pub trait Rounds: Send {
     fn fail(&mut self, message: &str) -> Vec<u8>;
 }
 
-/// Feeds the whole events `chunk` completes to `event`; what the client
-/// gets of them.
-pub(crate) fn push_events(
-    events: &mut Events,
-    chunk: &[u8],
-    mut event: impl FnMut(&[u8], &mut Vec<u8>),
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    for e in events.split(chunk) {
-        event(&e, &mut out);
-    }
-    out
-}
-
-/// Feeds an unterminated last event to `event`, at the end of a stream;
-/// what the client gets of it.
-pub(crate) fn finish_events(
-    events: &mut Events,
-    mut event: impl FnMut(&[u8], &mut Vec<u8>),
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    if let Some(rest) = events.rest() {
-        event(&rest, &mut out);
-    }
-    out
-}
-
-/// Chat completions' stream under engine tools: a watched relay
-/// ([`crate::sse::Relay::watch`]) and the rounds' requests.
+/// Chat completions' stream under engine tools: a [`Watch`] over the
+/// events the client gets, and the rounds' requests.
 #[derive(Debug)]
 pub struct ChatRounds {
     tools: StreamTools,
-    relay: crate::sse::Relay,
-    strip_usage_chunk: bool,
+    watch: Watch,
+    /// `[DONE]` went by in this round.
+    done: bool,
 }
 
 impl ChatRounds {
-    /// The rounds of `tools`; `strip_usage_chunk` when the client did not
-    /// ask for usage.
-    pub fn new(tools: StreamTools, strip_usage_chunk: bool) -> ChatRounds {
-        let relay = crate::sse::Relay::new(strip_usage_chunk).watch(tools.tools.names.clone());
+    /// The rounds of `tools`.
+    pub fn new(tools: StreamTools) -> ChatRounds {
+        let watch = Watch::new(tools.tools.names.clone());
         ChatRounds {
             tools,
-            relay,
-            strip_usage_chunk,
+            watch,
+            done: false,
         }
     }
 }
 
 impl Rounds for ChatRounds {
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.relay.push(chunk).to_vec()
-    }
-
-    fn finish(&mut self) -> Vec<u8> {
-        self.relay.finish().to_vec()
+    fn event(&mut self, event: &Event, out: &mut Vec<u8>) {
+        if event.is_done() {
+            self.done = true;
+        }
+        if self.watch.pass(event) {
+            out.extend_from_slice(&event.raw);
+        }
     }
 
     fn holding(&self) -> bool {
-        self.relay.holding()
+        self.watch.holding()
     }
 
     fn ended(&self) -> bool {
-        self.relay.done()
+        self.done
     }
 
     fn resolvable(&self) -> bool {
         self.tools.may_resolve()
             && self
-                .relay
+                .watch
                 .held()
                 .is_some_and(|h| h.only_engine_calls(&self.tools.tools.names))
     }
 
     fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
-        let held = self.relay.take_held().unwrap_or_default();
-        self.relay =
-            crate::sse::Relay::new(self.strip_usage_chunk).watch(self.tools.tools.names.clone());
+        let held = self.watch.take_held().unwrap_or_default();
+        self.watch = Watch::new(self.tools.tools.names.clone());
+        self.done = false;
         self.tools.next_request(guard, &held)
     }
 
     fn release_held(&mut self) -> Vec<u8> {
-        self.relay
+        self.watch
             .take_held()
             .map(|h| h.for_client(&self.tools.tools.names).to_vec())
             .unwrap_or_default()
     }
 
     fn fail(&mut self, message: &str) -> Vec<u8> {
-        drop(self.relay.take_held());
+        drop(self.watch.take_held());
         crate::cut::chat_event(message).to_vec()
     }
 }
@@ -882,6 +824,57 @@ fn strip_engine_calls(answer: &mut Value, is_engine: &dyn Fn(&Value) -> bool) {
                 c.insert("finish_reason".into(), Value::String("stop".into()));
             }
         }
+    }
+}
+
+/// Rounds fed raw chunks, as the relay feeds them (tests).
+#[cfg(test)]
+pub(crate) struct Fed<R> {
+    frames: crate::sse::Frames,
+    rounds: R,
+}
+
+#[cfg(test)]
+impl<R: Rounds> Fed<R> {
+    pub(crate) fn new(rounds: R) -> Fed<R> {
+        Fed {
+            frames: crate::sse::Frames::default(),
+            rounds,
+        }
+    }
+
+    /// What the client gets of `chunk`.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let run = self.frames.push(Bytes::copy_from_slice(chunk));
+        let mut out = Vec::new();
+        for event in crate::sse::events(&run) {
+            self.rounds.event(&event, &mut out);
+        }
+        out
+    }
+
+    /// What the client gets of an unterminated last event.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(rest) = self.frames.rest() {
+            self.rounds.event(&Event::parse(rest), &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+impl<R> std::ops::Deref for Fed<R> {
+    type Target = R;
+    fn deref(&self) -> &R {
+        &self.rounds
+    }
+}
+
+#[cfg(test)]
+impl<R> std::ops::DerefMut for Fed<R> {
+    fn deref_mut(&mut self) -> &mut R {
+        &mut self.rounds
     }
 }
 

@@ -32,21 +32,13 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
-use std::borrow::Cow;
-
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{
-    Answers, Calls, EngineTools, Events, HeldEvent, Resend, Rounds, answer, finish_events, list_of,
-    offer, push_events, replay_held, request_with_list,
-};
+use super::front::{Caller, FrontApi, FrontRounds, Seen};
+use super::{EngineTools, answer, offer};
 use crate::body::ChatBody;
 use crate::identity::Reader;
 use crate::session::Managed;
-use crate::sse::data_of;
 
 /// What an answer left with no item says to the client.
 const NOTHING_LEFT: &str = "(The context tool is not available on this turn.)";
@@ -129,77 +121,72 @@ fn exchange_of(guard: &mut Option<Managed>, output: &[Value]) -> Vec<String> {
     items
 }
 
-/// The request of the next round.
-fn next_body(
-    body: &ChatBody<'_>,
-    overrides: &[(&str, String)],
-    exchange: &[String],
-    tools: &str,
-) -> Bytes {
-    let input = list_of(body, overrides, "input");
-    request_with_list(body, overrides, ("input", &input), exchange, tools)
-}
-
 /// A message item saying the engine's call was dropped.
 fn note_item() -> Value {
     json!({"type": "message", "id": "msg_ctx_note", "status": "completed", "role": "assistant",
            "content": [{"type": "output_text", "text": NOTHING_LEFT, "annotations": []}]})
 }
 
-/// The Responses API's answers.
-pub(crate) struct ResponsesAnswers<'a, 'b> {
-    body: &'a ChatBody<'b>,
-    overrides: &'a [(&'a str, String)],
-    tools: &'a EngineTools,
+/// The Responses API to the rounds loop ([`FrontApi`]): items under
+/// `output_index`, calls in call items, results in `function_call_output`
+/// items; a stream numbers its events (`sequence_number`), names its
+/// response (its id) and lists the response's items when it completes,
+/// which the proxy keeps true across the rounds.
+#[derive(Debug, Default)]
+pub struct Responses {
+    /// The complete items the client received, in its order.
+    delivered: Vec<Value>,
+    /// The first round's response id.
+    first_id: Option<String>,
+    /// The next sequence number the client expects.
+    seq: u64,
 }
 
-fn output_of(answer: &Value) -> &[Value] {
-    answer
-        .get("output")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-}
+/// A stream's engine-tool rounds on the Responses front (see the module
+/// docs).
+pub type StreamRounds = FrontRounds<Responses>;
 
-impl Answers for ResponsesAnswers<'_, '_> {
-    fn request(&self, exchange: &[String], tools: &str) -> Bytes {
-        next_body(self.body, self.overrides, exchange, tools)
+impl FrontApi for Responses {
+    const LIST: &'static str = "input";
+    const INDEX: &'static str = "output_index";
+    const PARTS: &'static str = "output";
+    const CALLS_FROM_HOLD: bool = false;
+    type Part = Value;
+
+    /// The answer's output items as they came, then the engine's output
+    /// for each call.
+    fn exchange(guard: &mut Option<Managed>, output: &[Value]) -> Vec<String> {
+        exchange_of(guard, output)
     }
 
-    fn calls(&self, answer: &Value) -> Option<Calls> {
-        let output = answer.get("output").and_then(Value::as_array)?;
-        Some(Calls {
-            engine: output
-                .iter()
-                .filter(|i| is_engine_call(self.tools, i))
-                .count(),
-            client: output
-                .iter()
-                .filter(|i| is_client_call(self.tools, i))
-                .count(),
-        })
-    }
-
-    fn exchange(&self, guard: &mut Option<Managed>, answer: &Value) -> Vec<String> {
-        exchange_of(guard, output_of(answer))
+    fn call(tools: &EngineTools, item: &Value) -> Option<Caller> {
+        if is_engine_call(tools, item) {
+            Some(Caller::Engine)
+        } else {
+            is_client_call(tools, item).then_some(Caller::Client)
+        }
     }
 
     /// The items before the first engine call, less the reasoning right
     /// before it (a stream holds a reasoning item until the item after it
     /// shows, and never sends one that led to an engine call).
-    fn shown(&self, answer: &Value) -> Vec<Value> {
-        let output = output_of(answer);
-        let dropped = engine_items(self.tools, output.iter().map(Some));
+    fn shown(tools: &EngineTools, answer: &Value) -> Vec<Value> {
+        let output = answer
+            .get("output")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let dropped = engine_items(tools, output.iter().map(Some));
         let first = dropped.first().copied().unwrap_or(output.len());
         output[..first].to_vec()
     }
 
-    fn finish(&self, answer: &mut Value, shown: Vec<Value>) {
+    fn finish(tools: &EngineTools, answer: &mut Value, shown: Vec<Value>) {
         let Some(items) = answer.get_mut("output").and_then(Value::as_array_mut) else {
             return;
         };
         items.splice(0..0, shown);
-        let dropped = engine_items(self.tools, items.iter().map(Some));
+        let dropped = engine_items(tools, items.iter().map(Some));
         let mut k = 0;
         items.retain(|_| {
             k += 1;
@@ -209,113 +196,84 @@ impl Answers for ResponsesAnswers<'_, '_> {
             items.push(note_item());
         }
     }
-}
 
-/// The answers of a request sent with `overrides` over the client's
-/// `body`, `tools` offered.
-pub(crate) fn answers<'a, 'b>(
-    body: &'a ChatBody<'b>,
-    overrides: &'a [(&'a str, String)],
-    tools: &'a EngineTools,
-) -> ResponsesAnswers<'a, 'b> {
-    ResponsesAnswers {
-        body,
-        overrides,
-        tools,
-    }
-}
-
-/// A stream's engine-tool rounds on the Responses front (see the module
-/// docs).
-#[derive(Debug)]
-pub struct StreamRounds {
-    /// The tools offered.
-    pub tools: EngineTools,
-    resend: Resend,
-    events: Events,
-    /// The client's output index of this round's item 0.
-    offset: usize,
-    /// This round's items, by output index (complete once done).
-    items: Vec<Option<Value>>,
-    hold_from: Option<usize>,
-    /// The hold is of reasoning items only so far: the first item after
-    /// them decides whether they reach the client (see [`Self::event`]).
-    tentative: bool,
-    held: Vec<Vec<u8>>,
-    ended: bool,
-    errored: bool,
-    /// Items the client has been told of.
-    sent: usize,
-    /// The complete items the client received, in its order.
-    delivered: Vec<Value>,
-    /// The first round's response id.
-    first_id: Option<String>,
-    /// The next sequence number the client expects.
-    seq: u64,
-}
-
-impl StreamRounds {
-    /// The rounds of a stream sent with `overrides` over the client's
-    /// `body`, at most `max_rounds`.
-    pub fn new(
-        tools: EngineTools,
-        body: Bytes,
-        overrides: Vec<(&'static str, String)>,
-        max_rounds: u32,
-    ) -> StreamRounds {
-        StreamRounds {
-            tools,
-            resend: Resend::new(body, overrides, "input", max_rounds),
-            events: Events::default(),
-            offset: 0,
-            items: Vec::new(),
-            hold_from: None,
-            tentative: false,
-            held: Vec::new(),
-            ended: false,
-            errored: false,
-            sent: 0,
-            delivered: Vec::new(),
-            first_id: None,
-            seq: 0,
+    fn seen(&mut self, kind: &str, event: &Value, index: Option<usize>, continuing: bool) -> Seen {
+        match kind {
+            "response.created" | "response.in_progress" => {
+                if kind == "response.created" && !continuing {
+                    self.first_id = event
+                        .pointer("/response/id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                Seen::Start
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                match (index, event.get("item")) {
+                    (Some(i), Some(item)) => Seen::Part(i, item.clone()),
+                    _ => Seen::Other,
+                }
+            }
+            "response.failed" | "error" => Seen::Failed,
+            k if is_terminal(k) => Seen::End,
+            _ => Seen::Other,
         }
     }
 
-    fn round_items(&self) -> impl Iterator<Item = &Value> {
-        self.items.iter().flatten()
+    /// A reasoning item is held until the item after it shows: the API
+    /// refuses a reasoning item sent back without the item that followed
+    /// it, so one followed by an engine call must not reach the client (it
+    /// goes upstream with the call in the re-send); one followed by
+    /// anything else is released then, as it came.
+    fn tentative(item: &Value) -> bool {
+        kind_of(item) == "reasoning"
     }
 
-    /// A message item saying the engine's call was dropped, for a response
-    /// that would reach the client with no item.
-    fn note(&mut self, out: &mut Vec<u8>) {
+    fn dropped<'a>(
+        tools: &EngineTools,
+        items: impl Iterator<Item = Option<&'a Value>>,
+    ) -> BTreeSet<usize> {
+        engine_items(tools, items)
+    }
+
+    fn ends_answer(kind: &str) -> bool {
+        is_terminal(kind)
+    }
+
+    fn whole(_kind: &str, _event: &mut Value, _calls_left: bool) -> bool {
+        false
+    }
+
+    fn note(index: usize) -> Vec<(&'static str, Value)> {
         let item = note_item();
-        let index = self.sent;
-        for kind in ["response.output_item.added", "response.output_item.done"] {
-            let mut v = json!({"type": kind, "output_index": index, "item": item});
-            self.write(kind, &mut v, Some(index), out);
+        ["response.output_item.added", "response.output_item.done"]
+            .into_iter()
+            .map(|kind| {
+                let event = json!({"type": kind, "output_index": index, "item": item});
+                (kind, event)
+            })
+            .collect()
+    }
+
+    fn failure(message: &str) -> Vec<(&'static str, Value)> {
+        crate::cut::responses_events(message).into()
+    }
+
+    fn passed(&mut self, kind: &str, event: &Value) {
+        if kind == "response.output_item.done"
+            && let Some(item) = event.get("item")
+        {
+            self.delivered.push(item.clone());
+        }
+        if let Some(n) = event.get("sequence_number").and_then(Value::as_u64) {
+            self.seq = self.seq.max(n + 1);
         }
     }
 
-    /// Writes an event of this round's item `round_index` (if it is about
-    /// one) to the client, renumbered.
-    fn forward(
-        &mut self,
-        kind: &str,
-        v: &mut Value,
-        round_index: Option<usize>,
-        out: &mut Vec<u8>,
-    ) {
-        self.write(kind, v, round_index.map(|i| self.offset + i), out);
-    }
-
-    /// Writes `v` with the client's output index, the next sequence
-    /// number and the first round's response id; a completed response
-    /// lists every item the client received.
-    fn write(&mut self, kind: &str, v: &mut Value, client_index: Option<usize>, out: &mut Vec<u8>) {
-        if let Some(i) = client_index {
-            v["output_index"] = json!(i);
-            self.sent = self.sent.max(i + 1);
-        }
+    /// Gives `event` the next sequence number and the first round's
+    /// response id; a completed response lists every item the client
+    /// received.
+    fn rewrite(&mut self, kind: &str, v: &mut Value) -> bool {
         if kind == "response.output_item.done"
             && let Some(item) = v.get("item")
         {
@@ -333,192 +291,7 @@ impl StreamRounds {
                 response.insert("output".into(), Value::Array(self.delivered.clone()));
             }
         }
-        out.extend(format!("event: {kind}\ndata: {v}\n\n").into_bytes());
-    }
-
-    /// Reads one event. A reasoning item is held until the item after it
-    /// shows: the API refuses a reasoning item sent back without the item
-    /// that followed it, so one followed by an engine call must not reach
-    /// the client (it goes upstream with the call in the re-send); one
-    /// followed by anything else is released then, as it came.
-    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let data = data_of(raw);
-        let Ok(e) = serde_json::from_slice::<Event<'_>>(&data) else {
-            if self.holding() {
-                self.held.push(raw.to_vec());
-            } else {
-                out.extend_from_slice(raw);
-            }
-            return;
-        };
-        let index = e.output_index;
-        // Only items are read whole (text deltas, most of a stream, are not).
-        let item: Option<Value> = e.item.and_then(|i| serde_json::from_str(i.get()).ok());
-        match e.kind.as_ref() {
-            // A continuation's events are the rest of the client's response.
-            "response.created" | "response.in_progress" if self.resend.continuing() => return,
-            "response.created" => {
-                self.first_id = e.response.and_then(|r| r.id).map(Cow::into_owned);
-            }
-            "response.output_item.added" | "response.output_item.done" => {
-                if let (Some(i), Some(item)) = (index, &item) {
-                    let engine = is_engine_call(&self.tools, item);
-                    let reasoning = kind_of(item) == "reasoning";
-                    if self.hold_from.is_none() && (engine || reasoning) {
-                        self.hold_from = Some(i);
-                        self.tentative = !engine;
-                    } else if self.tentative && !reasoning {
-                        if engine {
-                            self.tentative = false;
-                        } else {
-                            self.tentative = false;
-                            let released = self.release_held();
-                            out.extend(released);
-                        }
-                    }
-                    if self.items.len() <= i {
-                        self.items.resize_with(i + 1, || None);
-                    }
-                    self.items[i] = Some(item.clone());
-                }
-            }
-            "response.failed" | "error" => {
-                self.ended = true;
-                self.errored = true;
-            }
-            k if is_terminal(k) => self.ended = true,
-            _ => {}
-        }
-        if self.holding() {
-            self.held.push(raw.to_vec());
-            return;
-        }
-        if !self.resend.continuing() {
-            // The first round goes out as it came.
-            if let Some(i) = index {
-                self.sent = self.sent.max(i + 1);
-            }
-            if e.kind == "response.output_item.done"
-                && let Some(item) = item
-            {
-                self.delivered.push(item);
-            }
-            if let Some(n) = e.sequence_number {
-                self.seq = self.seq.max(n + 1);
-            }
-            out.extend_from_slice(raw);
-            return;
-        }
-        if let Ok(mut v) = serde_json::from_slice::<Value>(&data) {
-            let kind = e.kind.into_owned();
-            self.forward(&kind, &mut v, index, out);
-        }
-    }
-}
-
-/// The parts of an event the rounds read (borrowed: most events are
-/// small text deltas, read once).
-#[derive(Deserialize)]
-struct Event<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Cow<'a, str>,
-    output_index: Option<usize>,
-    sequence_number: Option<u64>,
-    #[serde(borrow)]
-    item: Option<&'a RawValue>,
-    #[serde(borrow)]
-    response: Option<ResponseId<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ResponseId<'a> {
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-}
-
-impl Rounds for StreamRounds {
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut events = std::mem::take(&mut self.events);
-        let out = push_events(&mut events, chunk, |e, out| self.event(e, out));
-        self.events = events;
-        out
-    }
-
-    fn finish(&mut self) -> Vec<u8> {
-        let mut events = std::mem::take(&mut self.events);
-        let out = finish_events(&mut events, |e, out| self.event(e, out));
-        self.events = events;
-        out
-    }
-
-    fn holding(&self) -> bool {
-        self.hold_from.is_some()
-    }
-
-    fn ended(&self) -> bool {
-        self.ended
-    }
-
-    fn resolvable(&self) -> bool {
-        self.hold_from.is_some()
-            && !self.tentative
-            && self.ended
-            && !self.errored
-            && self.resend.may_resolve()
-            && !self.round_items().any(|i| is_client_call(&self.tools, i))
-    }
-
-    fn next_request(&mut self, guard: &mut Option<Managed>) -> Bytes {
-        let round: Vec<Value> = self.round_items().cloned().collect();
-        let items = exchange_of(guard, &round);
-        self.offset = self.sent;
-        self.items.clear();
-        self.hold_from = None;
-        self.tentative = false;
-        self.held.clear();
-        self.events.clear();
-        self.ended = false;
-        self.resend.next(items, &self.tools.tools_json)
-    }
-
-    fn release_held(&mut self) -> Vec<u8> {
-        self.tentative = false;
-        let Some(from) = self.hold_from.take() else {
-            return Vec::new();
-        };
-        let removed: BTreeSet<usize> =
-            engine_items(&self.tools, self.items.iter().map(Option::as_ref))
-                .into_iter()
-                .filter(|&k| k >= from)
-                .collect();
-        let held = std::mem::take(&mut self.held);
-        replay_held(held, "output_index", &removed, |e, out| match e {
-            HeldEvent::Indexed {
-                kind,
-                mut event,
-                index,
-            } => self.forward(&kind, &mut event, Some(index), out),
-            HeldEvent::Whole {
-                kind, mut event, ..
-            } => {
-                if is_terminal(&kind) && self.sent == 0 {
-                    self.note(out);
-                }
-                self.forward(&kind, &mut event, None, out);
-            }
-            HeldEvent::Raw(raw) => out.extend_from_slice(raw),
-        })
-    }
-
-    fn fail(&mut self, message: &str) -> Vec<u8> {
-        self.hold_from = None;
-        self.tentative = false;
-        self.held.clear();
-        let mut out = Vec::new();
-        for (kind, mut event) in crate::cut::responses_events(message) {
-            self.write(kind, &mut event, None, &mut out);
-        }
-        out
+        true
     }
 }
 

@@ -277,11 +277,12 @@ pub fn counter() -> Arc<dyn TokenCounter> {
 /// A session context with the built-in compressor at `context_length`.
 pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -> SessionContext {
     let c = Arc::clone(&counter);
-    let factory = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), context_length).into_compressor(),
-        ))
-    };
+    let factory =
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), context_length).into_compressor(),
+            ))
+        };
     SessionContext {
         factory: Arc::new(factory),
         counter,
@@ -302,13 +303,15 @@ pub fn short_cache_context(context_length: u64, lifetime_secs: u64) -> SessionCo
         CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
     let c = counter();
     let mut ctx = compressor_context(Arc::clone(&c), context_length);
-    ctx.factory = Arc::new(move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        Ok(Box::new(
-            EngineContext::new(Arc::clone(&c), context_length)
-                .with_compressor_options(options.clone())
-                .into_compressor(),
-        ))
-    });
+    ctx.factory = Arc::new(
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), context_length)
+                    .with_compressor_options(options.clone())
+                    .into_compressor(),
+            ))
+        },
+    );
     ctx
 }
 

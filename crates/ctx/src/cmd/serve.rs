@@ -12,7 +12,9 @@ use context_engine::engine::ContextEngine;
 use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
-use context_engine_serve::{ServeOptions, SessionContext, StartError, UpstreamOptions};
+use context_engine_serve::{
+    FactoryError, ServeOptions, SessionContext, StartError, UpstreamOptions,
+};
 
 /// Arguments of `ctx serve`.
 #[derive(Debug, clap::Args)]
@@ -119,11 +121,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .is_some()
         .then_some(s.summary_watermark);
     let host = engines.host_options().with_summary_watermark(watermark);
-    let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, String> {
-        engines
-            .engine()
-            .map(|started| started.engine)
-            .map_err(|e| context_engine::error_chain(&e))
+    let build = move |_id: &str| -> Result<Box<dyn ContextEngine>, FactoryError> {
+        Ok(engines.engine()?.engine)
     };
     let ctx = SessionContext {
         factory: Arc::new(build),

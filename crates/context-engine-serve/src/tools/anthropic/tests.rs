@@ -1,5 +1,6 @@
 use super::*;
-use crate::tools::Rounds;
+use crate::tools::{Fed, Rounds};
+use bytes::Bytes;
 
 fn tools() -> EngineTools {
     EngineTools {
@@ -61,17 +62,17 @@ fn stream(parts: &[Vec<Value>]) -> String {
 
 const BODY: &str = r#"{"model":"claude","max_tokens":64,"tools":[{"name":"Bash","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"read a.txt"}],"stream":true}"#;
 
-fn rounds(max_rounds: u32) -> StreamRounds {
-    StreamRounds::new(
+fn rounds(max_rounds: u32) -> Fed<StreamRounds> {
+    Fed::new(StreamRounds::new(
         tools(),
         Bytes::from_static(BODY.as_bytes()),
         Vec::new(),
         max_rounds,
-    )
+    ))
 }
 
 /// Pushes `text` cut at `cut` and at its end; what the client got.
-fn push_cut(r: &mut StreamRounds, text: &str, cut: usize) -> Vec<u8> {
+fn push_cut(r: &mut Fed<StreamRounds>, text: &str, cut: usize) -> Vec<u8> {
     let (a, b) = text.as_bytes().split_at(cut);
     let mut out = r.push(a);
     out.extend(r.push(b));
@@ -246,7 +247,7 @@ fn every_event_of_the_api_reads_as_one() {
         r#"{"type":"ping"}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"future_delta","x":1}}"#,
     ] {
-        let e: Event<'_> = serde_json::from_str(data).unwrap();
-        assert!(!e.kind.is_empty(), "{data}");
+        let e: Value = serde_json::from_str(data).unwrap();
+        assert!(e["type"].as_str().is_some_and(|k| !k.is_empty()), "{data}");
     }
 }

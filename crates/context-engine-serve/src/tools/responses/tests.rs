@@ -1,5 +1,6 @@
 use super::*;
-use crate::tools::Rounds;
+use crate::tools::{Fed, Rounds};
+use bytes::Bytes;
 
 fn tools() -> EngineTools {
     EngineTools {
@@ -10,13 +11,13 @@ fn tools() -> EngineTools {
 
 const BODY: &str = r#"{"model":"gpt-5","tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"what was in a.txt?"}]}],"stream":true,"store":false}"#;
 
-fn rounds(max_rounds: u32) -> StreamRounds {
-    StreamRounds::new(
+fn rounds(max_rounds: u32) -> Fed<StreamRounds> {
+    Fed::new(StreamRounds::new(
         tools(),
         Bytes::from_static(BODY.as_bytes()),
         Vec::new(),
         max_rounds,
-    )
+    ))
 }
 
 /// A response's events: `items` (complete), each added, (a text delta for
