@@ -206,6 +206,10 @@ impl ContextEngine for Compressor {
     /// [`Scheduler::compaction_pays`]); never while blocked.
     fn should_compress_preflight(&self, messages: &[Message]) -> bool {
         let rough = self.counter.count_messages(messages) as u64;
+        self.should_compress_preflight_counted(messages, rough)
+    }
+
+    fn should_compress_preflight_counted(&self, messages: &[Message], rough: u64) -> bool {
         let due = self.state.exceeds_threshold(Some(rough))
             && !self.should_defer_preflight_to_real_usage(rough);
         (due || self.early_compaction_pays(messages, rough)) && self.block_reason().is_none()

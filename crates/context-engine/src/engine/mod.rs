@@ -202,6 +202,16 @@ pub trait ContextEngine: Send {
         false
     }
 
+    /// [`should_compress_preflight`](Self::should_compress_preflight) when
+    /// the host has already counted `messages` (`tokens`, request overhead
+    /// included, with the counter it shares with the engine): an engine
+    /// that would count them itself uses the count, so the hot path counts
+    /// once. Default: asks [`should_compress_preflight`](Self::should_compress_preflight).
+    fn should_compress_preflight_counted(&self, messages: &[Message], tokens: u64) -> bool {
+        let _ = tokens;
+        self.should_compress_preflight(messages)
+    }
+
     /// Whether preflight should trust recent real usage over the noisy rough
     /// estimate, so a compacted request that already fit is not compacted
     /// again. Default: no.

@@ -116,7 +116,11 @@ impl Session {
         let mut measured = None;
         if !self.awaiting_usage {
             let rough = self.counter.count_messages(history) as u64;
-            if self.engine.should_compress_preflight(history) || (window > 0 && rough > window) {
+            if self
+                .engine
+                .should_compress_preflight_counted(history, rough)
+                || (window > 0 && rough > window)
+            {
                 return InPlace::Prepared(full_way(self, history, &mut edits, update));
             }
             measured = Some(rough);
@@ -158,7 +162,10 @@ impl Session {
             let request = view.as_deref().unwrap_or(history);
             let rough = self.counter.count_messages(request) as u64;
             measured = Some(rough);
-            if self.engine.should_compress_preflight(request) {
+            if self
+                .engine
+                .should_compress_preflight_counted(request, rough)
+            {
                 let tokens = match view {
                     Some(_) => self.counter.count_messages(history) as u64,
                     None => rough,

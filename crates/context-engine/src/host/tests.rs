@@ -941,3 +941,58 @@ fn a_request_view_applied_in_place_is_the_same_request_with_the_same_decisions()
         in_place.engine().state().compression_count
     );
 }
+
+/// A counter that records the length of every request it counts whole.
+struct Recording {
+    inner: BpeCounter,
+    counted: Mutex<Vec<usize>>,
+}
+
+impl TokenCounter for Recording {
+    fn count_text(&self, text: &str) -> usize {
+        self.inner.count_text(text)
+    }
+    fn count_message(&self, message: &Message) -> usize {
+        self.inner.count_message(message)
+    }
+    fn request_overhead(&self) -> usize {
+        self.inner.request_overhead()
+    }
+    fn count_messages(&self, messages: &[Message]) -> usize {
+        self.counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(messages.len());
+        self.inner.count_messages(messages)
+    }
+    fn count_tools(&self, tools: &[Value]) -> usize {
+        self.inner.count_tools(tools)
+    }
+}
+
+/// The preflight decision counts the request once: the driver's count is
+/// the one the built-in compressor decides with (counting is the costly
+/// part of the hot path).
+#[test]
+fn the_preflight_path_counts_the_request_once() {
+    let counter = Arc::new(Recording {
+        inner: BpeCounter::new(Encoding::O200kBase),
+        counted: Mutex::new(Vec::new()),
+    });
+    let shared: Arc<dyn TokenCounter> = counter.clone();
+    let engine = crate::compressor::Compressor::new(Arc::clone(&shared), 128_000);
+    let mut s = Session::new("once", Box::new(engine), Arc::clone(&shared));
+    let h = history(200);
+    // Real usage known (not awaiting it), so the preflight runs.
+    s.after_response(&crate::engine::Usage::new(1000, 10));
+    counter.counted.lock().unwrap().clear();
+    let _ = s.before_request(&h);
+    let whole = counter
+        .counted
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&n| n == h.len())
+        .count();
+    assert_eq!(whole, 1, "{:?}", counter.counted.lock().unwrap());
+}

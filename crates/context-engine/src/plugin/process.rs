@@ -714,6 +714,13 @@ impl ContextEngine for ProcessEngine {
         }
     }
 
+    fn should_compress_preflight_counted(&self, messages: &[Message], tokens: u64) -> bool {
+        match self.fallback.get() {
+            Some(c) => c.should_compress_preflight_counted(messages, tokens),
+            None => self.should_compress_preflight(messages),
+        }
+    }
+
     fn should_compress_preflight(&self, messages: &[Message]) -> bool {
         if let Some(c) = self.fallback.get() {
             return c.should_compress_preflight(messages);
