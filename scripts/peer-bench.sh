@@ -170,7 +170,11 @@ start_peer() {
     case $? in
     0) targets+=(--target "$name=http://127.0.0.1:$port/v1@$peer_pid") ;;
     1) targets+=(--target "$name=!exited at start: $(reason "$logs/$name.log")") ;;
-    *) targets+=(--target "$name=!not listening after ${start_seconds}s: $(reason "$logs/$name.log")") ;;
+    *)
+        targets+=(--target "$name=!not listening after ${start_seconds}s: $(reason "$logs/$name.log")")
+        # Not measured: stop it now rather than let it load the machine.
+        kill -TERM -- "-$peer_pid" 2>/dev/null
+        ;;
     esac
 }
 

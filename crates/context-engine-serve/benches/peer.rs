@@ -164,6 +164,8 @@ struct Target {
     load: Vec<f64>,
     load_done: u64,
     load_errors: u64,
+    /// Sessions the clients began (each restart of a transcript is one).
+    load_sessions: u64,
     load_seconds: f64,
     load_cpu_ns: u64,
     /// `(phase, VmRSS kB, VmHWM kB)`.
@@ -568,14 +570,15 @@ async fn load_round(
                     cycle += 1;
                 }
             }
-            (lat, errors, first)
+            (lat, errors, first, cycle + 1)
         }));
     }
     let (mut lat, mut errors) = (Vec::new(), 0);
     for task in tasks {
-        if let Ok((l, e, first)) = task.await {
+        if let Ok((l, e, first, sessions)) = task.await {
             lat.extend(l);
             errors += e;
+            t.load_sessions += sessions;
             if let Some(f) = first {
                 t.error(f);
             }

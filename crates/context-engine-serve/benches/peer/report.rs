@@ -49,7 +49,7 @@ pub fn figures(t: &Target, direct: &Target) -> Value {
             "upstream_share": num(t.upstream_bytes as f64 / t.client_bytes as f64),
             "replies_changed": t.changed, "first_change": t.first_change,
             "cpu_ms_per_request": per(t.session_cpu_ns, t.replies as usize)},
-        "concurrent": {"requests": t.load_done, "errors": t.load_errors,
+        "concurrent": {"requests": t.load_done, "errors": t.load_errors, "sessions": t.load_sessions,
             "req_per_s": num(t.load_done as f64 / t.load_seconds),
             "p50_ms": num(pct(&load, 0.5)), "p99_ms": num(pct(&load, 0.99)),
             "cpu_ms_per_request": per(t.load_cpu_ns, t.load_done as usize)},
@@ -141,6 +141,12 @@ const ROWS: &[(&str, &str, Option<&str>, usize)] = &[
         1,
     ),
     ("concurrent: errors", "/concurrent/errors", None, 0),
+    (
+        "concurrent: requests / sessions",
+        "/concurrent/requests",
+        Some("/concurrent/sessions"),
+        0,
+    ),
     (
         "concurrent: CPU per request (ms)",
         "/concurrent/cpu_ms_per_request",
