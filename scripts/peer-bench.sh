@@ -229,7 +229,10 @@ done
 say "measuring: ${targets[*]}"
 "$bench" run --upstream "$upstream" "${targets[@]}" --json "$cache/result.json" "$@"
 status=$?
-if ((status != 0)); then
-    say "ctx failed in the run (status $status); logs in $logs"
+if ((status == 2)); then
+    say "ctx failed in the run (see its column and first_error); logs in $logs"
+    exit 1
+elif ((status != 0)); then
+    say "the bench itself failed (status $status); logs in $logs"
     exit 1
 fi
