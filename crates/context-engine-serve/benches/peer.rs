@@ -41,8 +41,8 @@
 //! as `NAME=!REASON` (it could not be installed or started), or one that
 //! never answers the warm-up, stays in the table as unavailable with the
 //! reason. Exit status 2 when the target named `ctx` failed (unavailable,
-//! an error, or a reply changed); other targets' failures are reported,
-//! not fatal. Without `upstream` or `run` (as `cargo bench` runs every
+//! an error, or a reply changed), 1 when nothing could be measured (no
+//! corpus); other targets' failures are reported, not fatal. Without `upstream` or `run` (as `cargo bench` runs every
 //! bench), it prints how to run it and exits.
 
 use std::collections::HashMap;
@@ -615,8 +615,9 @@ async fn run(o: Options, mut targets: Vec<Target>) -> bool {
     let load_before = loadavg();
     let sessions = Arc::new(corpus(&o.corpus));
     if sessions.is_empty() {
+        // Nothing measured: the bench's failure, not ctx's.
         eprintln!("peer: no corpus transcripts at {}", o.corpus.display());
-        return false;
+        std::process::exit(1);
     }
     let calls: usize = sessions.iter().map(|s| s.calls.len()).sum();
     eprintln!(
