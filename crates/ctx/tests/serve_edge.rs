@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use common::free_port;
 use raw::{Recorder, closed_within, raw, request, start_recorder};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -38,14 +39,6 @@ const KEY: &str = "sk-provider-5678";
 /// Where the big bodies go.
 const ROUTE: &str = "/v1/chat/completions";
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A `ctx serve` process, killed on drop with its directory removed.
 struct Serve {

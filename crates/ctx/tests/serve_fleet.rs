@@ -13,16 +13,17 @@
 //! PostgreSQL server (see `context-engine-postgres/tests/common`): a skip
 //! with the reason elsewhere, a failure under `CI=true`.
 
+mod common;
 #[path = "../../context-engine-postgres/tests/common/mod.rs"]
 mod pg;
 #[path = "../../context-engine-serve/tests/common/mod.rs"]
 mod serve_common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use context_engine::message::{Message, Role};
 use context_engine::store::SessionStore;
 use context_engine::tokens::TokenCounter;
@@ -46,14 +47,6 @@ fn transcript(min: usize) -> Option<Vec<Message>> {
         }
     }
     None
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Instance {

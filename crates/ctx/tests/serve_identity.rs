@@ -13,44 +13,18 @@
 //! configured, alice and bob are isolated by the header, and the token
 //! alone reads nothing; the header without the token refuses to start.
 
+mod common;
 #[path = "../../context-engine-serve/tests/common/mod.rs"]
 mod serve_common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{TempDir, free_port};
 use serde_json::{Value, json};
 use serve_common::{Reply, Script, completion, start_upstream};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A temporary directory for one test, removed with it.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("ctx-serve-identity-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A running `ctx serve`, killed with the test.
 struct Instance {
@@ -266,7 +240,7 @@ async fn the_probe_no_longer_reads_another_clients_archive() {
     installs_tls_provider();
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let dir = TempDir::new("probe");
+    let dir = TempDir::new("serve-identity", "probe");
     let proxy = spawn(&config(&dir.0, &upstream, "")).await;
     let session = [("x-ctx-session", "my-run")];
 
@@ -317,7 +291,7 @@ async fn behind_a_team_token_users_are_told_apart_by_the_gateway_header() {
     installs_tls_provider();
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let dir = TempDir::new("team");
+    let dir = TempDir::new("serve-identity", "team");
     let serve = "  auth_token_env: CTX_E2E_TEAM_TOKEN\n  identity_header: x-user\n";
     let proxy = spawn(&config(&dir.0, &upstream, serve)).await;
     let alice = [
@@ -372,7 +346,7 @@ async fn behind_a_team_token_users_are_told_apart_by_the_gateway_header() {
 
 #[test]
 fn the_identity_header_without_the_access_token_refuses_to_start() {
-    let dir = TempDir::new("refuse");
+    let dir = TempDir::new("serve-identity", "refuse");
     let config = config(
         &dir.0,
         "http://127.0.0.1:9/v1",

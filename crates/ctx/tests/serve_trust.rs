@@ -25,6 +25,7 @@
 //!
 //! Postgres missing: a skip with the reason, a failure under `CI=true`.
 
+mod common;
 #[path = "../../context-engine-postgres/tests/common/mod.rs"]
 mod pg;
 #[path = "../../context-engine/tests/common/secrets.rs"]
@@ -34,12 +35,12 @@ mod serve_common;
 #[path = "../../context-engine/tests/common/sqlite_scan.rs"]
 mod sqlite_scan;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{TempDir, free_port};
 use context_engine::message::Message;
 use context_engine::tokens::TokenCounter;
 use serde_json::{Value, json};
@@ -49,33 +50,6 @@ use serve_common::{Reply, Script, completion, metric, start_upstream};
 /// The client's own key: its identity, which keys its sessions.
 const CLIENT_KEY: &str = "Bearer sk-test-trust-4242";
 const CHAT: &str = "/v1/chat/completions";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A temporary directory for one test, removed with it.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("ctx-serve-trust-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A running `ctx serve`, killed with the test unless stopped first; its
 /// standard error goes to `stderr.log` in its directory.
@@ -276,7 +250,7 @@ fn raw_bytes_secrets(db: &Path) -> Vec<String> {
 async fn sqlite_run(tag: &str, store_yaml: &str) -> (Vec<String>, Vec<String>) {
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let dir = TempDir::new(tag);
+    let dir = TempDir::new("serve-trust", tag);
     // In a folder the store creates itself.
     let db = dir.0.join("sessions").join("store.db");
     let store = format!("store:\n  path: \"{}\"\n{store_yaml}", db.display());
@@ -342,7 +316,7 @@ async fn postgres_keeps_no_secret_in_any_column() {
     };
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let dir = TempDir::new("postgres");
+    let dir = TempDir::new("serve-trust", "postgres");
     let store = format!("store:\n  url: \"{}\"\n", db.url);
     let mut proxy = Instance::start(&dir.0, &config_yaml(&upstream, &store), AT_REST_WINDOW).await;
     let driven = drive_leaky(&proxy, &script).await;
@@ -408,7 +382,7 @@ fn conversation(topic: &str) -> Vec<Value> {
 async fn two_conversations_under_one_session_id_stay_managed_and_within_the_window() {
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let dir = TempDir::new("reuse");
+    let dir = TempDir::new("serve-trust", "reuse");
     let store = format!("store:\n  path: \"{}\"\n", dir.0.join("store.db").display());
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, &store), REUSE_WINDOW).await;
     let counter = serve_common::counter();
@@ -499,7 +473,7 @@ async fn a_chat_stream_cut_mid_event_ends_in_an_error_event_and_is_counted() {
         "{whole}data: {{\"id\":\"c\",\"cho"
     ))]);
     let upstream = serve_common::raw_upstream::start(Arc::clone(&raw)).await;
-    let dir = TempDir::new("cut");
+    let dir = TempDir::new("serve-trust", "cut");
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, ""), 128_000).await;
     let body =
         json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]});

@@ -526,10 +526,12 @@ impl Engines {
 
     /// Does once, before the first request, what the first request would
     /// otherwise pay for: the tokenizer's tables, the redaction rules, the
-    /// engine's own first step (a throwaway session on a small tool-calling
-    /// transcript, with no store). A server calls it before it reports
-    /// ready, so its first request costs what the second does.
-    pub fn warm_up(&self) -> Result<(), BuildError> {
+    /// first step of `engine` (one of [`engine`](Self::engine)'s, e.g. the
+    /// one a server started to check the configuration) in a throwaway
+    /// session on a small tool-calling transcript, with no store. A server
+    /// calls it before it reports ready, so its first request costs what
+    /// the second does.
+    pub fn warm_up(&self, engine: Box<dyn ContextEngine>) {
         let call = crate::message::ToolCall::function("warm_1", "bash", r#"{"command":"ls"}"#);
         let messages = [
             Message::system("You are a coding agent."),
@@ -537,14 +539,12 @@ impl Engines {
             Message::assistant_tool_calls("", vec![call]),
             Message::tool_result("warm_1", "README.md\nsrc\n".repeat(64)),
         ];
-        let _ = self.counter.count_messages(&messages);
-        let _ = self
-            .redactor
-            .redact("token ghp_0000", &crate::redact::RedactOptions::default());
-        let _ = crate::redact::redact("token ghp_0000", &crate::redact::RedactOptions::default());
-        let (mut session, _) = self.session("warm-up")?;
+        let opts = crate::redact::RedactOptions::default();
+        let _ = self.redactor.redact("token ghp_0000", &opts);
+        let _ = crate::redact::redact("token ghp_0000", &opts);
+        let mut session = Session::new("warm-up", engine, Arc::clone(&self.counter))
+            .with_options(self.host_options());
         let _ = session.before_request(&messages);
-        Ok(())
     }
 
     /// Refuses a window that cannot hold the system prompt of `messages`

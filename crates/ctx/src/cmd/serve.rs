@@ -108,10 +108,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     // A plugin process blocks on I/O: such engines run on the blocking pool.
     let blocking = Engines::blocks(&probe.source);
-    drop(probe);
     // What the first request would pay for (tokenizer tables, rules, the
-    // engine's first step) is paid now, before the proxy reports ready.
-    engines.warm_up().map_err(super::engine::flagged)?;
+    // engine's first step) is paid now, on the probe, before the proxy
+    // reports ready.
+    engines.warm_up(probe.engine);
     let (counter, context_length) = (Arc::clone(engines.counter()), engines.context_length());
     // A model summarizer never runs on the request path: its summaries are
     // prepared in the background from `serve.summary_watermark` of the

@@ -64,3 +64,31 @@ pub use prerequisites::{corpus_dir, corpus_files, python, shared, skip};
 pub fn corpus() -> Option<PathBuf> {
     corpus_dir()
 }
+
+/// A free loopback port for a `ctx serve` a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A temporary directory for one test (`ctx-{suite}-{tag}-{pid}`), removed
+/// with it.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(suite: &str, tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("ctx-{suite}-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
