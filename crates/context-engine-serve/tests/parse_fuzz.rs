@@ -450,7 +450,7 @@ fn front_path(kind: FrontKind, bytes: &[u8], cache: &mut FrontCache) {
     match front.rebuild_with(&chat, items.as_deref(), chat.len()) {
         Ok(r) => {
             for (_, text) in &r.fields {
-                assert!(serde_json::from_str::<Value>(text).is_ok(), "{text}");
+                assert!(is_json(text), "{text}");
             }
         }
         Err(v) => clear(v),
@@ -461,13 +461,24 @@ fn front_path(kind: FrontKind, bytes: &[u8], cache: &mut FrontCache) {
         match front.rebuild(&shorter) {
             Ok(r) => {
                 for (_, text) in &r.fields {
-                    assert!(serde_json::from_str::<Value>(text).is_ok(), "{text}");
+                    assert!(is_json(text), "{text}");
                 }
             }
             Err(v) => clear(v),
         }
     }
     cache.keep(front);
+}
+
+/// Whether `text` is one JSON value. Read without `serde_json`'s default
+/// nesting limit (128): a rebuilt field may nest as deep as the client's
+/// body did, plus the level a merge of same-role neighbours adds, and that
+/// is still valid JSON for the provider.
+fn is_json(text: &str) -> bool {
+    use serde::Deserialize;
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    Value::deserialize(&mut de).is_ok() && de.end().is_ok()
 }
 
 fn config(cases: u32) -> Config {
