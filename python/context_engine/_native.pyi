@@ -231,22 +231,44 @@ def ensure_valid(messages: Messages, *, profile: str = "openai") -> None:
     """Raises ``ValidationError`` listing every violation, as ``ctx validate``."""
 
 def digest(
-    messages: Messages, *, keep_batches: Optional[int] = None, min_bytes: Optional[int] = None
+    messages: Messages,
+    *,
+    keep_batches: Optional[int] = None,
+    min_bytes: Optional[int] = None,
+    config: Optional[Union[str, PathLike[str]]] = None,
+    settings: Optional[Dict[str, Any]] = None,
+    use_config: bool = True,
 ) -> List[Message]:
     """The request view: tool results older than the newest ``keep_batches``
-    batches (default 1) and at least ``min_bytes`` long (default 4096)
-    replaced by one line with a recall handle."""
+    batches and at least ``min_bytes`` long replaced by one line with a
+    recall handle. The options come from the configuration as for ``ctx
+    digest`` (``context.digest``, ``context.text_actions``; ``config``,
+    ``settings`` and ``use_config`` as for ``Compressor``); the arguments
+    win (defaults 1 and 4096)."""
 
 def digest_with_report(
-    messages: Messages, *, keep_batches: Optional[int] = None, min_bytes: Optional[int] = None
+    messages: Messages,
+    *,
+    keep_batches: Optional[int] = None,
+    min_bytes: Optional[int] = None,
+    config: Optional[Union[str, PathLike[str]]] = None,
+    settings: Optional[Dict[str, Any]] = None,
+    use_config: bool = True,
 ) -> Tuple[List[Message], Report]:
     """``digest`` and its report (``results_digested``, ``bytes_before``, ...)."""
 
 def redact(
-    text: str, *, patterns: Optional[Sequence[str]] = None, url_credentials: bool = True
+    text: str,
+    *,
+    patterns: Optional[Sequence[str]] = None,
+    url_credentials: bool = True,
+    config: Optional[Union[str, PathLike[str]]] = None,
+    settings: Optional[Dict[str, Any]] = None,
+    use_config: bool = True,
 ) -> str:
-    """``text`` with secrets masked: the built-in rules plus the regexes in
-    ``patterns``. Raises ``ConfigError`` for an invalid pattern."""
+    """``text`` with secrets masked: the built-in rules, the configuration's
+    ``security.redact_patterns`` and the regexes in ``patterns`` (as ``ctx
+    redact``). Raises ``ConfigError`` for an invalid pattern."""
 
 def load_transcript(path: Union[str, PathLike[str]]) -> List[Message]:
     """The messages of a transcript file (JSON array, ``{"messages": …}``,

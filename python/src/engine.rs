@@ -18,14 +18,13 @@ use context_engine::tokens::TokenCounter;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use serde_json::Value;
 
 use crate::convert::{
     MessageError, message_values, message_values_out, parse_messages, report_to_py, to_value,
     values_to_py,
 };
 use crate::errors::{engine_error, lock};
-use crate::setup::{EngineSpec, build, parse_encoding, parse_profile, settings_overrides};
+use crate::setup::{ConfigSpec, EngineSpec, build, parse_encoding, parse_profile};
 
 /// The built-in context engine (`compressor`): threshold compaction that
 /// keeps head and tail verbatim and replaces the middle with a structured
@@ -139,19 +138,13 @@ impl PyCompressor {
         use_config: bool,
         profile: &str,
     ) -> PyResult<PyCompressor> {
-        let settings = match settings {
-            Some(s) => to_value(s).map_err(|e| e.into_py("settings"))?,
-            None => Value::Null,
-        };
         let spec = EngineSpec {
             context_length: context_length
                 .map(|n| non_negative(n, "context_length"))
                 .transpose()?,
             model: model.filter(|m| !m.is_empty()),
             encoding: parse_encoding(encoding)?,
-            config_file: config,
-            use_config,
-            overrides: settings_overrides(&settings)?,
+            config: ConfigSpec::from_args(config, settings, use_config)?,
             profile: parse_profile(profile)?,
         };
         PyCompressor::from_spec(spec)

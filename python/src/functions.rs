@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use context_engine::Message;
 use context_engine::builder::{Archive, ReplayRun};
+use context_engine::config::Env;
 use context_engine::digest::{DigestOptions, digest_with_report};
 use context_engine::redact::{RedactOptions, Redactor, redact as redact_text};
 use context_engine::store::open_at_rest;
@@ -21,9 +22,7 @@ use crate::convert::{
     values_to_py,
 };
 use crate::errors::{ContextEngineError, ValidationError, config_error};
-use crate::setup::{
-    EngineSpec, counter, engines, parse_encoding, parse_profile, settings_overrides,
-};
+use crate::setup::{ConfigSpec, EngineSpec, counter, engines, parse_encoding, parse_profile};
 
 /// Parses `messages` with the interpreter released and runs `f` on them.
 fn detached<T: Send>(
@@ -88,28 +87,41 @@ pub fn ensure_valid(py: Python<'_>, messages: &Bound<'_, PyAny>, profile: &str) 
     )))
 }
 
-fn digest_options(keep_batches: Option<usize>, min_bytes: Option<usize>) -> DigestOptions {
-    let mut opts = DigestOptions::default();
-    if let Some(k) = keep_batches {
-        opts.keep_batches = k;
-    }
-    if let Some(b) = min_bytes {
-        opts.min_bytes = b;
-    }
-    opts
+/// The digest options of the configuration (`context.digest`, with the
+/// text actions of `context.text_actions`), the caller's arguments on top:
+/// what `ctx digest` does with its flags.
+fn digest_options(
+    config: &ConfigSpec,
+    keep_batches: Option<usize>,
+    min_bytes: Option<usize>,
+) -> PyResult<DigestOptions> {
+    let base = config
+        .load(&Env::from_os(std::env::vars_os()))?
+        .config
+        .context
+        .digest;
+    Ok(DigestOptions {
+        keep_batches: keep_batches.unwrap_or(base.keep_batches),
+        min_bytes: min_bytes.unwrap_or(base.min_bytes),
+        ..base
+    })
 }
 
 /// The request view with older bulky tool results digested, and the
 /// report (`results_digested`, `bytes_before`, ...).
 #[pyfunction]
-#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None))]
+#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None, config=None, settings=None, use_config=true))]
 pub fn digest_with_report_py<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     keep_batches: Option<usize>,
     min_bytes: Option<usize>,
+    config: Option<PathBuf>,
+    settings: Option<&Bound<'py, PyAny>>,
+    use_config: bool,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyAny>)> {
-    let opts = digest_options(keep_batches, min_bytes);
+    let config = ConfigSpec::from_args(config, settings, use_config)?;
+    let opts = digest_options(&config, keep_batches, min_bytes)?;
     let (values, report) = detached(py, messages, move |m| {
         let (view, report) = digest_with_report(&m, &opts);
         (message_values_out(&view), report)
@@ -119,24 +131,42 @@ pub fn digest_with_report_py<'py>(
 
 /// The request view with older bulky tool results digested.
 #[pyfunction]
-#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None))]
+#[pyo3(signature = (messages, *, keep_batches=None, min_bytes=None, config=None, settings=None, use_config=true))]
 pub fn digest<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     keep_batches: Option<usize>,
     min_bytes: Option<usize>,
+    config: Option<PathBuf>,
+    settings: Option<&Bound<'py, PyAny>>,
+    use_config: bool,
 ) -> PyResult<Bound<'py, PyList>> {
-    Ok(digest_with_report_py(py, messages, keep_batches, min_bytes)?.0)
+    Ok(digest_with_report_py(
+        py,
+        messages,
+        keep_batches,
+        min_bytes,
+        config,
+        settings,
+        use_config,
+    )?
+    .0)
 }
 
-/// `text` with secrets masked (built-in rules plus `patterns`).
+/// `text` with secrets masked: the built-in rules, the configuration's
+/// `security.redact_patterns` and the caller's `patterns` (as `ctx redact`;
+/// asked for explicitly, so `security.redact_secrets: false` does not
+/// apply).
 #[pyfunction]
-#[pyo3(signature = (text, *, patterns=None, url_credentials=true))]
+#[pyo3(signature = (text, *, patterns=None, url_credentials=true, config=None, settings=None, use_config=true))]
 pub fn redact(
     py: Python<'_>,
     text: &Bound<'_, PyString>,
     patterns: Option<Vec<String>>,
     url_credentials: bool,
+    config: Option<PathBuf>,
+    settings: Option<&Bound<'_, PyAny>>,
+    use_config: bool,
 ) -> PyResult<String> {
     let text = py_str(text).map_err(|e| e.into_py("text"))?;
     let opts = RedactOptions {
@@ -144,14 +174,15 @@ pub fn redact(
         url_credentials,
         ..RedactOptions::default()
     };
-    let redactor = match patterns.filter(|p| !p.is_empty()) {
-        Some(p) => Some(
-            Redactor::builder()
-                .patterns(p)
-                .build()
-                .map_err(|e| config_error(&e))?,
-        ),
-        None => None,
+    let loaded = ConfigSpec::from_args(config, settings, use_config)?
+        .load(&Env::from_os(std::env::vars_os()))?;
+    let mut all = loaded.config.security.redact_patterns;
+    all.extend(patterns.unwrap_or_default());
+    let redactor = if all.is_empty() {
+        None
+    } else {
+        let built = Redactor::builder().patterns(all).build();
+        Some(built.map_err(|e| config_error(&e))?)
     };
     Ok(py.detach(move || match &redactor {
         Some(r) => r.redact(&text, &opts).into_owned(),
@@ -198,18 +229,12 @@ pub fn replay<'py>(
     archive: bool,
     baseline: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let settings = match settings {
-        Some(s) => crate::convert::to_value(s).map_err(|e| e.into_py("settings"))?,
-        None => Value::Null,
-    };
     let profile = parse_profile(profile)?;
     let spec = EngineSpec {
         context_length,
         model,
         encoding: context_engine::tokens::Encoding::O200kBase,
-        config_file: config,
-        use_config,
-        overrides: settings_overrides(&settings)?,
+        config: ConfigSpec::from_args(config, settings, use_config)?,
         profile,
     };
     let (engines, _) = engines(&spec)?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use context_engine::builder::{EngineBuilder, Engines};
-use context_engine::config::{ConfigLoader, Env};
+use context_engine::config::{ConfigLoader, Env, Loaded};
 use context_engine::engine::ContextEngine;
 use context_engine::plugin::EngineSource;
 use context_engine::tokens::{
@@ -31,12 +31,8 @@ pub struct EngineSpec {
     pub model: Option<String>,
     /// The tokenizer when no model is given.
     pub encoding: Encoding,
-    /// A `config.yaml` to read; `None` searches as `ctx` does.
-    pub config_file: Option<PathBuf>,
-    /// Whether to look for a config file (and read `CTX_…`) at all.
-    pub use_config: bool,
-    /// `key.path=value` overrides, from the caller's settings.
-    pub overrides: Vec<String>,
+    /// The configuration layers to read.
+    pub config: ConfigSpec,
     /// Provider rules the engine's output must keep.
     pub profile: Profile,
 }
@@ -111,6 +107,52 @@ fn flatten(map: &serde_json::Map<String, Value>, path: &mut Vec<String>, out: &m
     }
 }
 
+/// Where a call reads its configuration: the same layers as `ctx` (a file,
+/// the `CTX_…` variables with `use_config`, then the caller's settings).
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSpec {
+    /// `config.yaml` to read instead of the default search.
+    pub config_file: Option<PathBuf>,
+    /// Read the default config locations and `CTX_…` variables.
+    pub use_config: bool,
+    /// The caller's `settings`, as `key=value` overrides.
+    pub overrides: Vec<String>,
+}
+
+impl ConfigSpec {
+    /// The spec of a module function's `config`, `settings` and
+    /// `use_config` arguments.
+    pub fn from_args(
+        config: Option<PathBuf>,
+        settings: Option<&Bound<'_, PyAny>>,
+        use_config: bool,
+    ) -> PyResult<ConfigSpec> {
+        let settings = match settings {
+            Some(s) => crate::convert::to_value(s).map_err(|e| e.into_py("settings"))?,
+            None => Value::Null,
+        };
+        Ok(ConfigSpec {
+            config_file: config,
+            use_config,
+            overrides: settings_overrides(&settings)?,
+        })
+    }
+
+    /// Loads the layers. `env` is the process environment, read once by
+    /// the caller: the library reads none.
+    pub fn load(&self, env: &Env) -> PyResult<Loaded> {
+        let mut loader = ConfigLoader::new()
+            .with_file(self.config_file.clone())
+            .with_overrides(self.overrides.iter().cloned());
+        if self.use_config {
+            loader = loader.with_environment(env);
+        } else {
+            loader = loader.with_search(false);
+        }
+        loader.load().map_err(|e| config_error(&e))
+    }
+}
+
 /// Loads the configuration layers and builds the engines of that
 /// configuration through the library's [`EngineBuilder`] (the one place a
 /// configuration becomes an engine, as for `ctx` and `ctx serve`); the
@@ -120,15 +162,7 @@ pub fn engines(spec: &EngineSpec) -> PyResult<(Engines, Vec<String>)> {
     // `CTX_…` layers only with `use_config`; the variables the
     // configuration names (the summarizer's key) always.
     let env = Env::from_os(std::env::vars_os());
-    let mut loader = ConfigLoader::new()
-        .with_file(spec.config_file.clone())
-        .with_overrides(spec.overrides.iter().cloned());
-    if spec.use_config {
-        loader = loader.with_environment(&env);
-    } else {
-        loader = loader.with_search(false);
-    }
-    let loaded = loader.load().map_err(|e| config_error(&e))?;
+    let loaded = spec.config.load(&env)?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
     let engines = EngineBuilder::from_loaded(loaded)
         .with_env(env)

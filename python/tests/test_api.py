@@ -115,6 +115,57 @@ def test_redact_masks_secrets_and_user_patterns():
         ce.redact("x", patterns=["("])
 
 
+def test_digest_and_redact_read_the_configuration(tmp_path):
+    """A key means here what it means to `ctx`: `context.digest` and
+    `security.redact_patterns` from the file or the settings; an explicit
+    argument wins."""
+    msgs = tool_session(5)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "context:\n  digest:\n    keep_batches: 10\n"
+        "security:\n  redact_patterns: ['ACME-\\d+']\n",
+        encoding="utf-8",
+    )
+    assert ce.digest(msgs, config=config) == msgs
+    assert ce.digest(msgs, config=config, keep_batches=1) != msgs
+    assert ce.digest(msgs, use_config=False, settings={"context": {"digest": {"keep_batches": 10}}}) == msgs
+    assert ce.digest(msgs, use_config=False) != msgs
+    assert "ACME-12345" not in ce.redact("ticket ACME-12345", config=config)
+    assert ce.redact("ticket ACME-12345", use_config=False) == "ticket ACME-12345"
+    with pytest.raises(ce.ConfigError):
+        ce.digest(msgs, use_config=False, settings={"context": {"digest": {"keep_batches": "many"}}})
+
+
+def test_digest_is_exactly_ctx_digest(tmp_path):
+    """`digest()` and `ctx digest` read the same configuration into the same
+    options: the same view, text actions included."""
+    ctx = Path(os.environ.get("CTX_BIN", ROOT / "target" / "debug" / "ctx"))
+    require(ctx.is_file(), f"the ctx binary ({ctx}) is not built: cargo build -p ctx")
+    path = EXAMPLES / "coding-session.json"
+    require(path.is_file(), f"{path} is absent")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "context:\n"
+        "  text_actions: [mini-swe-agent]\n"
+        "  digest:\n    min_bytes: 512\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    out = subprocess.run(
+        [str(ctx), "digest", str(path), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    want = json.loads(out.stdout)
+    got = ce.digest(ce.load_transcript(path), config=config)
+    assert got == want
+    assert got != ce.load_transcript(path), "the file's min_bytes should digest something"
+
+
 def test_replay_returns_the_ctx_report():
     path = EXAMPLES / "coding-session.json"
     require(path.is_file(), f"{path} is absent")

@@ -4,10 +4,11 @@
 //! `cargo bench -p context-engine-serve --bench load` prints: added latency
 //! for a 100-message session with no compaction due (one client, p50/p99),
 //! p50/p99 and throughput at 200 concurrent sessions, stream
-//! time-to-first-byte overhead, and memory per idle session (RSS over 10,000
-//! sessions). Everything (load generator, proxy, upstream) shares this
-//! machine's cores, so the concurrent figures include the generator's own
-//! cost; the CPU time per request of each phase (all threads, from
+//! time-to-first-byte overhead, memory per idle session (RSS over 10,000
+//! sessions), and the added latency of 200 active sessions alone and among
+//! 10,000 idle ones (`LOAD_ONLY=scale`). Everything (load generator,
+//! proxy, upstream) shares this machine's cores, so the concurrent figures
+//! include the generator's own cost; the CPU time per request of each phase (all threads, from
 //! schedstat) separates the proxy's own cost from a busy machine's.
 //! `LOAD_REQUESTS=n` sets the requests per concurrent session (default 20).
 //! The same sequential session is also sent as Anthropic Messages
@@ -332,6 +333,11 @@ async fn sequential_at(
 /// clients always wait on a saturated machine (so latency there is queueing
 /// behind 200 others), this measures what the proxy adds to each call.
 async fn paced(url: &str, sessions: usize, per: usize, rate: f64) -> (Vec<f64>, f64) {
+    paced_as(url, "paced", sessions, per, rate).await
+}
+
+/// [`paced`] with the sessions named `{tag}-{s}`.
+async fn paced_as(url: &str, tag: &str, sessions: usize, per: usize, rate: f64) -> (Vec<f64>, f64) {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(sessions)
         .build()
@@ -356,9 +362,9 @@ async fn paced(url: &str, sessions: usize, per: usize, rate: f64) -> (Vec<f64>, 
     for (s, bodies) in bodies.into_iter().enumerate() {
         let (client, url) = (client.clone(), url.to_owned());
         let offset = every.mul_f64(s as f64 / sessions as f64);
+        let session = format!("{tag}-{s}");
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(per);
-            let session = format!("paced-{s}");
             for (i, b) in bodies.into_iter().enumerate() {
                 tokio::time::sleep_until(start + offset + every.mul_f64(i as f64)).await;
                 let ms = one(&client, &url, &session, b).await;
@@ -530,6 +536,73 @@ async fn memory(spec: &str) {
 }
 
 /// A session's `heap_bytes` as `/ctx/sessions/{id}` reports it.
+/// The scale figure (`LOAD_SCALE=n`, run in a fresh process by the `scale`
+/// phase): 200 active sessions paced at `LOAD_RATE` with nothing else in
+/// the proxy, then `n` more sessions of 100 messages (one request each,
+/// asleep once idle, as `serve.hibernate_seconds` puts them), then 200
+/// fresh active sessions paced at the same rate among them. Direct calls
+/// at the same pace frame each run, so the added p50/p99 compare within
+/// one process; RSS before and after the idle sessions gives their cost.
+async fn scale(n: usize) {
+    let rate: f64 = std::env::var("LOAD_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600.0);
+    let per: usize = std::env::var("LOAD_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let direct = upstream().await;
+    let (via, state) = proxy_with(&direct, Some(Duration::from_secs(3600))).await;
+    let added = |d: &[f64], p: &[f64]| (pct(p, 0.5) - pct(d, 0.5), pct(p, 0.99) - pct(d, 0.99));
+    let (d0, _) = paced_as(&direct, "alone", 200, per, rate).await;
+    let (p0, _) = paced_as(&via, "alone", 200, per, rate).await;
+    let (a50, a99) = added(&d0, &p0);
+    state.sessions().hibernate_idle(Duration::ZERO);
+    let rss0 = rss_bytes();
+    // The idle sessions: 32 clients at a time, each session put to sleep
+    // as it goes idle (the sweep runs every 500 sessions).
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(32)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut tasks = Vec::new();
+        for lane in chunk.chunks(chunk.len().div_ceil(32)) {
+            let (client, via, lane) = (client.clone(), via.clone(), lane.to_vec());
+            tasks.push(tokio::spawn(async move {
+                for s in lane {
+                    let b = body(&history(100, 200_000 + s), false);
+                    one(&client, &via, &format!("idle-{s}"), b).await;
+                }
+            }));
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+        state.sessions().hibernate_idle(Duration::ZERO);
+    }
+    let made = t.elapsed().as_secs_f64();
+    let rss1 = rss_bytes();
+    let (d1, _) = paced_as(&direct, "among", 200, per, rate).await;
+    let (p1, _) = paced_as(&via, "among", 200, per, rate).await;
+    let (b50, b99) = added(&d1, &p1);
+    let rss2 = rss_bytes();
+    let mb = |b: usize| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "  {n} idle sessions of 100 messages (made in {made:.0} s, asleep): RSS {:.0} -> {:.0} MB, +{:.1} KB per idle session; {:.0} MB after 200 more active",
+        mb(rss0),
+        mb(rss1),
+        rss1.saturating_sub(rss0) as f64 / n as f64 / 1024.0,
+        mb(rss2),
+    );
+    println!(
+        "  200 active sessions at {rate:.0} req/s, added p50 / p99: alone {a50:.3} / {a99:.3} ms, among {n} idle {b50:.3} / {b99:.3} ms (p99 ratio {:.2})",
+        b99 / a99.max(1e-9)
+    );
+}
+
 async fn heap_bytes(url: &str, session: String) -> usize {
     let base = url.trim_end_matches("/v1");
     let v: Value = reqwest::get(format!("{base}/ctx/sessions/{session}"))
@@ -661,6 +734,10 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     if let Ok(spec) = std::env::var("LOAD_MEMORY") {
         rt.block_on(memory(&spec));
+        return;
+    }
+    if let Ok(n) = std::env::var("LOAD_SCALE") {
+        rt.block_on(scale(n.parse().unwrap_or(10_000)));
         return;
     }
     rt.block_on(async {
@@ -842,6 +919,16 @@ fn main() {
             pct(&tp, 0.99) - pct(&td, 0.99)
         );
 
+        }
+        if phase("scale") {
+            // One instance holding 10,000 sessions, in a fresh process.
+            println!("scale (a fresh process; LOAD_SCALE sessions):");
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+            let out = std::process::Command::new(exe)
+                .env("LOAD_SCALE", "10000")
+                .output()
+                .unwrap_or_else(|e| panic!("{e}"));
+            print!("{}", String::from_utf8_lossy(&out.stdout));
         }
         if phase("idle") {
             // Memory per session, each figure in a fresh process (freed

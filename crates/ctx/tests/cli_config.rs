@@ -208,3 +208,38 @@ fn show_refuses_an_invalid_override() {
     assert!(err.contains("context.protect_first_n"), "{err}");
     assert!(err.contains("flag"), "{err}");
 }
+
+/// `ctx redact` masks what the engine masks on egress: the built-in rules
+/// and `security.redact_patterns` (from the file or `--set`), even with
+/// `security.redact_secrets: false` (the user asked for redaction).
+#[test]
+fn redact_masks_the_configured_patterns() {
+    let dir = temp_dir("redact");
+    let input = dir.join("in.txt");
+    std::fs::write(&input, "ticket ACME-12345 is open\n").unwrap();
+    let run = |extra: &[&str]| {
+        let out = config_cmd(&dir)
+            .arg("redact")
+            .arg(&input)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(run(&[]), "ticket ACME-12345 is open\n");
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        "security:\n  redact_secrets: false\n  redact_patterns: ['ACME-\\d+']\n",
+    )
+    .unwrap();
+    let masked = run(&["--config", file.to_str().unwrap()]);
+    assert!(!masked.contains("ACME-12345"), "{masked}");
+    assert!(
+        masked.starts_with("ticket ") && masked.ends_with(" is open\n"),
+        "{masked}"
+    );
+    let set = run(&["--set", "security.redact_patterns=[\"ACME-\\\\d+\"]"]);
+    assert_eq!(set, masked);
+}

@@ -23,14 +23,21 @@ pub struct RedactArgs {
     /// List what is masked (rule id, line, masked form) instead of the text.
     #[arg(long)]
     pub report: bool,
+    /// `security.redact_patterns` from the configuration mask too.
+    #[command(flatten)]
+    pub config: super::ConfigArgs,
 }
 
-/// Run `ctx redact`. The user asked for redaction explicitly, so the
-/// `CTX_REDACT_SECRETS=0` opt-out does not apply. With `--report`, exits 1
+/// Run `ctx redact`: the built-in rules and the configuration's
+/// `security.redact_patterns`, as the engine masks what leaves the process.
+/// The user asked for redaction explicitly, so the opt-out
+/// (`security.redact_secrets: false`, `CTX_REDACT_SECRETS=0`) does not apply. With `--report`, exits 1
 /// when something was masked (like a linter), else 0.
 pub fn run(args: &RedactArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(args.file.as_deref())?;
+    let config = args.config.load()?;
     let redactor = Redactor::builder()
+        .patterns(config.security.redact_patterns)
         .build()
         .context("building the secret redactor")?;
     let opts = RedactOptions {
