@@ -261,6 +261,8 @@ pub fn sse_of(value: &serde_json::Value, include_usage: bool) -> String {
 pub async fn start_upstream(script: Arc<Script>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/messages", post(chat))
+        .route("/v1/responses", post(chat))
         .route("/v1/models", get(|| async { axum::Json(serde_json::json!({"object":"list","data":[{"id":"scripted","object":"model"}]})) }))
         .with_state(script);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
