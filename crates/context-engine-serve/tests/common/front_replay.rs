@@ -460,7 +460,7 @@ pub async fn check(front: Front, files: &[PathBuf], stored: Option<usize>) {
             (tokens, f.as_path())
         })
         .collect();
-    longest.sort_by(|a, b| b.0.cmp(&a.0));
+    longest.sort_by_key(|(tokens, _)| std::cmp::Reverse(*tokens));
     longest.truncate(stored.unwrap_or(files.len()));
     let mut sizes: HashMap<(StoreKind, &Path), Vec<u64>> = HashMap::new();
     let mut compactions = 0;
