@@ -257,7 +257,9 @@ pub fn sse_of(value: &serde_json::Value, include_usage: bool) -> String {
     out
 }
 
-/// Starts the scripted upstream; returns its base URL (`…/v1`).
+/// Starts the scripted upstream; returns its base URL (`…/v1`). Chat
+/// completions, Anthropic Messages and Responses calls are answered from
+/// the same script (a reply in the call's format is the script's job).
 pub async fn start_upstream(script: Arc<Script>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
