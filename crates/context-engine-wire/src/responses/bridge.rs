@@ -8,7 +8,13 @@
 //! - a `message` item → a message of its role, its text parts as content;
 //! - a run of client tool calls (`function_call`, `custom_tool_call`,
 //!   `local_shell_call`…) → one `assistant` message with those tool calls;
-//!   `reasoning` items go with the call or assistant message they precede
+//!   an assistant `message` item right before the run (reasoning between
+//!   them allowed) is the same model turn, as one response outputs them:
+//!   its text is that message's content, so the turn is one chat message
+//!   as in chat completions and Anthropic (one model call for a replay,
+//!   and a summary the engine merges into a tool-calling turn reads back
+//!   as the message it wrote);
+//! - `reasoning` items go with the call or assistant message they precede
 //!   (their summary text as `reasoning_content`), so a cut never separates
 //!   them;
 //! - a call output → a `tool` message answering its `call_id`;
@@ -150,16 +156,36 @@ pub fn to_chat_from(request: &Request, mut prev: Bridged, from: usize) -> (Bridg
     (prev, kept)
 }
 
+/// Whether `items[from..]`, past any reasoning, starts with a tool call:
+/// an assistant message item before `from` is that call's turn.
+fn calls_follow(items: &[Item], from: usize) -> bool {
+    items
+        .get(from..)
+        .unwrap_or_default()
+        .iter()
+        .find(|item| !matches!(item.kind(), ItemKind::Reasoning { .. }))
+        .is_some_and(|item| matches!(item.kind(), ItemKind::Call { .. }))
+}
+
 /// Converts `items[start..]`, appending to `out` (which holds the chat
 /// messages of the items before `start`).
 fn convert_items(items: &[Item], start: usize, out: &mut Bridged) {
     // Items waiting for the chat message they belong to.
     let mut pending: Vec<usize> = Vec::new();
     let mut reasoning: Vec<String> = Vec::new();
+    // The text of an assistant message item whose turn goes on with calls.
+    let mut turn_text: Option<chat::Content> = None;
     let mut i = start;
     while i < items.len() {
         let item = &items[i];
         match item.kind() {
+            ItemKind::Message { role, content }
+                if role == "assistant" && turn_text.is_none() && calls_follow(items, i + 1) =>
+            {
+                turn_text = Some(message_content(content));
+                pending.push(i);
+                i += 1;
+            }
             ItemKind::Reasoning { .. } => {
                 pending.push(i);
                 reasoning.extend(reasoning_text(item));
@@ -206,6 +232,9 @@ fn convert_items(items: &[Item], start: usize, out: &mut Bridged) {
                     i += 1;
                 }
                 let mut m = chat::Message::assistant_tool_calls("", calls);
+                if let Some(text) = turn_text.take() {
+                    m.content = text;
+                }
                 if !reasoning.is_empty() {
                     m.reasoning_content = Some(reasoning.join("\n"));
                 }

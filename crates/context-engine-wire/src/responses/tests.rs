@@ -166,6 +166,64 @@ fn text_given_to_a_tool_calling_turn_is_kept_as_a_message_item() {
     assert_eq!(items[k]["role"], "assistant");
     assert_eq!(items[k + 1]["type"], "reasoning");
     assert_eq!(items[k + 2]["type"], "function_call");
+    // Read back, the turn is the one message the engine wrote: a replay
+    // of the engine's output counts what the proxy sends.
+    let again = to_chat(&back);
+    assert_eq!(again.messages.len(), out.len());
+    assert_eq!(again.messages[j].text(), "SUMMARY of earlier turns");
+    assert_eq!(again.messages[j].tool_calls(), out[j].tool_calls());
+}
+
+#[test]
+fn an_assistant_message_and_the_calls_after_it_are_one_turn() {
+    // One response's output: reasoning, a message, a call. As in chat
+    // completions and Anthropic, one chat message (one model call).
+    let input = json!([
+        {"type": "message", "role": "user", "content": "fix the parser"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "e0"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+        {"type": "reasoning", "summary": [], "encrypted_content": "e1"},
+        {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c0"},
+        {"type": "function_call_output", "call_id": "c0", "output": "ok"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+        {"type": "message", "role": "user", "content": "thanks"}
+    ]);
+    let text = json!({"instructions": "sys", "input": input}).to_string();
+    let request = Request::parse(&text).unwrap();
+    let bridged = to_chat(&request);
+    let roles: Vec<&str> = bridged.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "user"]
+    );
+    assert_eq!(bridged.origins[2], bridge::Origin::Items(vec![1, 2, 3, 4]));
+    assert_eq!(bridged.messages[2].text(), "Looking.");
+    assert_eq!(bridged.messages[2].tool_calls().len(), 1);
+    // A message not followed by calls stays a message of its own.
+    assert!(!bridged.messages[4].has_tool_calls());
+    // The no-op bridge gives back the exact bytes.
+    let back = from_chat(&request, &bridged, &bridged.messages);
+    assert_eq!(back.to_json_string(), text);
+    // The engine's text on the turn patches the message item only.
+    let mut out = bridged.messages.clone();
+    out[2].content = crate::message::Content::Text("SUMMARY\n\nLooking.".into());
+    let back = from_chat(&request, &bridged, &out);
+    assert!(validate(&back).is_empty(), "{:#?}", validate(&back));
+    assert_eq!(back.items().len(), request.items().len());
+    assert_eq!(back.items()[1], request.items()[1], "reasoning untouched");
+    assert_eq!(back.items()[4], request.items()[4], "call untouched");
+    assert_eq!(to_chat(&back).messages[2].text(), "SUMMARY\n\nLooking.");
+    // Read a call at a time (a proxy's cache), the message joins the calls
+    // that arrive after it.
+    let cut = |n: usize| {
+        let mut r = request.clone();
+        r.input = Input::Items(request.items()[..n].to_vec());
+        r
+    };
+    for n in 1..=request.items().len() {
+        let (whole, _) = bridge::to_chat_from(&request, to_chat(&cut(n)), n);
+        assert_eq!(whole, bridged, "{n} items read first");
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Helpers shared by the `ctx` end-to-end tests: run the binary from the
 //! repository root with a clean environment, read its output, find the
-//! fixtures and the shared corpus.
+//! fixtures and the shared corpus, start `ctx serve` ([`serve::Serve`]).
 #![allow(dead_code)]
+
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
