@@ -62,8 +62,8 @@ use crate::message::Message;
 pub use at_rest::{AtRest, AtRestStore, KeyError, SEALED_FIELD, Seal};
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{
-    archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
-    parse_archive_notes, span_handle,
+    ArchiveNote, archive_note, archive_note_for, find_archive_note, is_store_handle, left_out_note,
+    message_handle, message_hash, parse_archive_note, parse_archive_notes, span_handle,
 };
 pub use matched_lines::{MatchedLine, Terms};
 pub use memory::MemoryStore;
