@@ -59,10 +59,7 @@ mod tests {
             ts_query(&["test_io.py", "KeyError"], true).as_deref(),
             Some("(test & io & py) & (keyerror)")
         );
-        assert_eq!(
-            ts_query(&["a'b", "&|!"], false).as_deref(),
-            Some("(a & b)")
-        );
+        assert_eq!(ts_query(&["a'b", "&|!"], false).as_deref(), Some("(a & b)"));
         assert_eq!(ts_query(&[":"], true), None);
         assert_eq!(
             tsv_text("Fix tests/test_io.py::x!"),
