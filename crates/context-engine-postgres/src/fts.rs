@@ -25,9 +25,15 @@ pub(crate) fn tsv_text(body: &str) -> String {
     out
 }
 
-/// The `tsquery` for `words`: each word a phrase of its letter-and-digit
-/// runs (`<->`), joined by `&` or `|`. Only letters and digits reach the
-/// query text, so no query is a syntax error. `None` when no word has one.
+/// The `tsquery` for `words`: each word the AND of its letter-and-digit
+/// runs, joined by `&` or `|`. Only letters and digits reach the query
+/// text, so no query is a syntax error. `None` when no word has one.
+///
+/// Not a phrase (`<->`): a `tsvector` keeps at most 256 positions of a
+/// word, so in a long text (a test log naming `test` a thousand times) a
+/// phrase near its end is not found. The index narrows by tokens, as
+/// FTS5's does, and the store keeps a row only when its text holds the
+/// words themselves (`Terms::matching`, the check every store makes).
 pub(crate) fn ts_query(words: &[&str], all: bool) -> Option<String> {
     let phrases: Vec<String> = words
         .iter()
@@ -37,7 +43,7 @@ pub(crate) fn ts_query(words: &[&str], all: bool) -> Option<String> {
                 .filter(|p| !p.is_empty())
                 .map(|p| p.chars().flat_map(char::to_lowercase).collect())
                 .collect();
-            (!pieces.is_empty()).then(|| format!("({})", pieces.join(" <-> ")))
+            (!pieces.is_empty()).then(|| format!("({})", pieces.join(" & ")))
         })
         .collect();
     (!phrases.is_empty()).then(|| phrases.join(if all { " & " } else { " | " }))
@@ -48,15 +54,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_are_phrases_of_words_only() {
+    fn queries_are_tokens_of_words_only() {
         assert_eq!(
             ts_query(&["test_io.py", "KeyError"], true).as_deref(),
-            Some("(test <-> io <-> py) & (keyerror)")
+            Some("(test & io & py) & (keyerror)")
         );
-        assert_eq!(
-            ts_query(&["a'b", "&|!"], false).as_deref(),
-            Some("(a <-> b)")
-        );
+        assert_eq!(ts_query(&["a'b", "&|!"], false).as_deref(), Some("(a & b)"));
         assert_eq!(ts_query(&[":"], true), None);
         assert_eq!(
             tsv_text("Fix tests/test_io.py::x!"),

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use context_engine::message::Message;
-use context_engine::store::backend::{hit_handle, now_ms, query_words, snippet};
+use context_engine::store::Terms;
+use context_engine::store::backend::{now_ms, query_words};
 use context_engine::store::{
     Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, SearchHit, SessionStore, Since,
     StoreError, Versioned,
@@ -405,7 +406,8 @@ impl SessionStore for PgStore {
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
         let words: Vec<String> = query_words(query).into_iter().map(str::to_owned).collect();
-        if words.is_empty() || limit == 0 {
+        let terms = Terms::of_words(&query_words(query));
+        if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let session = session.map(str::to_owned);
@@ -414,43 +416,54 @@ impl SessionStore for PgStore {
             let err = |e: tokio_postgres::Error| inner.err(&e);
             let stmt = client
                 .prepare_cached(
-                    "SELECT m.hash, m.role, m.json, m.body, \
+                    "SELECT m.hash, m.json, m.body, \
                        ARRAY(SELECT DISTINCT h.handle FROM ctx_handle_members hm \
                              JOIN ctx_handles h ON h.session = hm.session AND h.handle = hm.handle \
                              WHERE hm.message = m.id AND h.kind = 'span' \
-                               AND ($2::TEXT IS NULL OR hm.session = $2) ORDER BY h.handle) \
+                               AND ($2::TEXT IS NULL OR hm.session = $2) ORDER BY h.handle), \
+                       ts_rank(m.tsv, to_tsquery('simple', $1)) AS rank \
                      FROM ctx_messages m \
                      JOIN (SELECT message, MAX(seq) AS seq FROM ctx_archive \
                            WHERE $2::TEXT IS NULL OR session = $2 GROUP BY message) a ON a.message = m.id \
                      WHERE m.tsv @@ to_tsquery('simple', $1) \
-                     ORDER BY ts_rank(m.tsv, to_tsquery('simple', $1)) DESC, a.seq DESC \
+                     ORDER BY rank DESC, a.seq DESC \
                      LIMIT $3",
                 )
                 .await
                 .map_err(err)?;
             let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+            // The index matches lowercased tokens; a few more rows than
+            // wanted, since the text must hold the words themselves
+            // (`Terms::matching`, as every store checks).
+            let rows_wanted = (limit * 2).max(limit + 16) as i64;
             for all in [true, false] {
                 let Some(q) = ts_query(&refs, all) else {
                     return Ok(Vec::new());
                 };
                 let rows = client
-                    .query(&stmt, &[&q, &session, &(limit as i64)])
+                    .query(&stmt, &[&q, &session, &rows_wanted])
                     .await
                     .map_err(err)?;
-                if !rows.is_empty() || refs.len() == 1 {
-                    return rows
-                        .iter()
-                        .map(|r| {
+                let mut ranked = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    let body: String = r.get(2);
+                    let Some(count) = terms.matching(&body, all) else {
+                        continue;
+                    };
+                    let rank: f32 = r.get(4);
+                    ranked.push((rank, count, r, body));
+                }
+                // Best rank first (then the newest, as the query ordered),
+                // ties by words matched.
+                ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+                if !ranked.is_empty() || refs.len() == 1 {
+                    return ranked
+                        .into_iter()
+                        .take(limit)
+                        .map(|(_, _, r, body)| {
                             let hash: String = r.get(0);
-                            let message = inner.parse_message(r.get(2))?;
-                            let body: String = r.get(3);
-                            Ok(SearchHit {
-                                handle: hit_handle(&message, &hash),
-                                spans: r.get(4),
-                                role: r.get(1),
-                                source: "archive",
-                                snippet: snippet(&body, &refs),
-                            })
+                            let message = inner.parse_message(r.get(1))?;
+                            Ok(SearchHit::archived(&message, &hash, r.get(3), &body, &terms))
                         })
                         .collect();
                 }

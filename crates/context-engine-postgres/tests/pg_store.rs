@@ -33,6 +33,21 @@ fn keeps_the_store_contract() {
     assert_eq!(other.search(None, "KeyError", 5).expect("search").len(), 1);
 }
 
+/// Postgres answers a search with the hits and matched lines the embedded
+/// stores give for the same archive, byte for byte.
+#[test]
+fn search_answers_match_the_embedded_stores() {
+    let Some(db) = TestDb::create() else { return };
+    let store = store(&db);
+    store_contract::search_shows_the_matching_line(&store);
+    let memory = context_engine::store::MemoryStore::new();
+    store_contract::search_archive(&memory);
+    assert_eq!(
+        store_contract::search_answers(&store),
+        store_contract::search_answers(&memory)
+    );
+}
+
 /// The at-rest policies keep the contract around Postgres: the default
 /// (redacted) and a verbatim store under a key (ciphertext segments read
 /// by what follows, as Postgres answers).

@@ -244,11 +244,16 @@ async fn read_as(
     out
 }
 
-/// A's own reads find the secrets (the attack's positive control).
+/// A's own reads find the secrets (the attack's positive control): the
+/// whole output for recall and expand, the line that holds the words for
+/// search.
 fn assert_reads_back(reads: &[Outcome]) {
-    for r in reads {
+    for (r, seen) in reads.iter().zip([3, 0, 3]) {
         let answer = r.engine_answer.as_deref().expect("the call was resolved");
-        assert!(answer.contains(&secrets()[3]), "A reads its own: {answer}");
+        assert!(
+            answer.contains(&secrets()[seen]),
+            "A reads its own: {answer}"
+        );
     }
 }
 

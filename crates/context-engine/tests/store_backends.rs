@@ -60,3 +60,33 @@ fn at_rest_stores_keep_the_contract() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Every embedded backend answers a search with the same hits and the same
+/// matched lines (the failing line of a long pytest output, not its
+/// `PASSED` lines), byte for byte (Postgres: `pg_store.rs`).
+#[test]
+fn search_answers_are_the_same_on_every_embedded_backend() {
+    use context_engine::store::AtRest;
+    use std::sync::Arc;
+
+    let dir = std::env::temp_dir().join(format!("ctx-search-same-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let memory = MemoryStore::new();
+    store_contract::search_shows_the_matching_line(&memory);
+    let expected = store_contract::search_answers(&memory);
+    assert!(expected.contains("expected 38 got 136 in test_11_6"));
+    let sqlite = SqliteStore::open(&dir.join("plain.db")).expect("open");
+    store_contract::search_shows_the_matching_line(&sqlite);
+    assert_eq!(store_contract::search_answers(&sqlite), expected, "sqlite");
+    let wrapped = AtRest::default().wrap(Arc::new(
+        SqliteStore::open(&dir.join("at-rest.db")).expect("open"),
+    ));
+    store_contract::search_shows_the_matching_line(wrapped.as_ref());
+    assert_eq!(
+        store_contract::search_answers(wrapped.as_ref()),
+        expected,
+        "redacted at rest"
+    );
+    drop((sqlite, wrapped));
+    let _ = std::fs::remove_dir_all(dir);
+}

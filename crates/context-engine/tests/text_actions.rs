@@ -635,3 +635,153 @@ fn tool_calls_converted_to_text_actions_read_the_same() {
     assert_eq!(a.failing_tests, vec!["t.py::a"]);
     assert_eq!(a.failing_tests, b.failing_tests);
 }
+
+/// A text-action session as the same agent with a tool channel would have
+/// written it: each ```bash block a tool call, each observation its result.
+fn as_tool_calls(messages: &[Message]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    let mut call = 0;
+    for (i, m) in messages.iter().enumerate() {
+        let observation =
+            observation_with(messages, i, context_engine::validate::auto_text_actions());
+        match (&m.role, observation) {
+            (Role::User, Some(_)) => {
+                out.push(Message::tool_result(format!("call_{call}"), m.text()));
+            }
+            (Role::Assistant, _) if m.text().contains("```bash\n") => {
+                let text = m.text();
+                let command = text
+                    .split("```bash\n")
+                    .nth(1)
+                    .and_then(|c| c.split("\n```").next())
+                    .unwrap_or_default();
+                call += 1;
+                out.push(Message::assistant_tool_calls(
+                    text.split("```bash").next().unwrap_or_default().trim(),
+                    vec![ToolCall::function(
+                        format!("call_{call}"),
+                        "bash",
+                        serde_json::json!({ "command": command }).to_string(),
+                    )],
+                ));
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    out
+}
+
+/// Replays `messages` at `window` with a session store: the report, and
+/// every request's text.
+fn run_stored(messages: &[Message], window: u64) -> (ReplayReport, Vec<String>) {
+    let counter = counter();
+    let engine = Compressor::new(Arc::clone(&counter), window);
+    let store: Arc<dyn context_engine::store::SessionStore> =
+        Arc::new(context_engine::store::MemoryStore::new());
+    let mut session = Session::new("channel", Box::new(engine), Arc::clone(&counter))
+        .with_store(store)
+        .unwrap();
+    let r = replay(
+        messages,
+        &mut session,
+        counter.as_ref(),
+        &ReplayOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    let texts = r
+        .compaction_views
+        .iter()
+        .map(|v| &v.request)
+        .chain([&r.final_request])
+        .flat_map(|request| request.iter().map(|m| m.text().into_owned()))
+        .collect();
+    (r, texts)
+}
+
+/// What the engine writes into a text-action agent's request (the archive
+/// note, the state record's collapsed entries, a left-out note, digest
+/// lines) names no engine tool, since the agent has none to call; retention
+/// counts nothing it cannot see as recallable. The same session with a
+/// tool channel is told the tools, and facts only the archive keeps are
+/// recallable there.
+#[test]
+fn a_text_action_agent_is_told_no_tool_it_cannot_call() {
+    // More files and errors than a state record keeps: the oldest collapse
+    // into counts, and only the archive has them.
+    let mut rng = Rng(9);
+    let mut text = vec![
+        Message::system("Your response must contain exactly ONE bash code block."),
+        Message::user(TASK),
+    ];
+    for k in 0..48 {
+        let (command, code, output) = if k % 2 == 0 {
+            (
+                format!("cat src/pkg_{k}/module_{k}.py"),
+                0,
+                file_body(&mut rng, 40, None),
+            )
+        } else {
+            (
+                format!("python scripts/check_{k}.py --strict"),
+                1,
+                format!("Traceback (most recent call last):\nKeyError: 'missing_key_{k}'"),
+            )
+        };
+        text.push(Message::assistant(format!(
+            "THOUGHT: step {k}.\n\n```bash\n{command}\n```"
+        )));
+        text.push(Message::user(format!(
+            "<returncode>{code}</returncode>\n<output>\n{output}\n</output>"
+        )));
+    }
+    let tools = as_tool_calls(&text);
+    assert_eq!(
+        context_engine::digest::ToolChannel::of(
+            &text,
+            context_engine::validate::auto_text_actions()
+        ),
+        context_engine::digest::ToolChannel::TextActions
+    );
+    assert_eq!(
+        context_engine::digest::ToolChannel::of(
+            &tools,
+            context_engine::validate::auto_text_actions()
+        ),
+        context_engine::digest::ToolChannel::Tools
+    );
+    let names = ["context_expand", "context_search", "context_recall"];
+    let (r, texts) = run_stored(&text, 6_000);
+    assert!(!r.compaction_views.is_empty(), "the session must compact");
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("archived verbatim (handle s")),
+        "the summary still says what was archived"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("earlier commands archived)")),
+        "the record's counts say where the entries went"
+    );
+    for t in &texts {
+        for name in names {
+            assert!(!t.contains(name), "a text-action request names {name}: {t}");
+        }
+    }
+    assert_eq!(r.retention.recallable, 0, "{:?}", r.retention);
+    assert!(r.compactions.iter().all(|c| c.retention.recallable == 0));
+    let text_lost = r.retention.lost;
+    assert!(text_lost > 0, "{:?}", r.retention);
+
+    let (r, texts) = run_stored(&tools, 6_000);
+    assert!(!r.compaction_views.is_empty(), "the session must compact");
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("context_expand {\"handle\":\"s"))
+    );
+    assert!(r.retention.recallable > 0, "{:?}", r.retention);
+    assert!(r.retention.lost < text_lost, "{:?}", r.retention);
+}

@@ -170,9 +170,20 @@ fn every_corpus_transcript_replays_at_half_its_peak() {
         let sum =
             u(&ret["verbatim"]) + u(&ret["in_summary"]) + u(&ret["recallable"]) + u(&ret["lost"]);
         assert_eq!(sum, u(&ret["probes"]), "{file}: {ret}");
-        assert_nothing_lost(&file, &r);
+        if file.contains(TEXT_ACTIONS_LOSING) {
+            // Its agent has no tool to recall with: nothing is recallable,
+            // what the request does not show is lost.
+            assert_eq!(u(&ret["recallable"]), 0, "{file}: {ret}");
+        } else {
+            assert_nothing_lost(&file, &r);
+        }
     }
 }
+
+/// The corpus session whose half peak leaves messages out of the request
+/// (see [`PRESENT_SHARE_UNMET`]): a text-action agent's, which cannot call
+/// the engine's tools, so what they held is lost to it, not recallable.
+const TEXT_ACTIONS_LOSING: &str = "mini_github_issue";
 
 /// With the (default, in-memory) store nothing is lost: every fact is in
 /// the last request, in a summary, or reachable through a handle it names;
@@ -206,11 +217,11 @@ fn the_examples_lose_nothing_at_half_their_peak_and_below() {
 /// Sessions whose facts are not nine in ten present at half their peak,
 /// with the floor they keep (present facts of all): mini_github_issue's
 /// half peak is a 1,024-token window that the system prompt, the task and
-/// the last action nearly fill, so no summary fits beside them: the note
-/// naming what the fit left out lists what of their commands and errors
-/// the rest of the window holds, the older ones only recallable through
-/// its handle.
-const PRESENT_SHARE_UNMET: &[(&str, u64, u64)] = &[("mini_github_issue", 7, 13)];
+/// the last action nearly fill, so no summary fits beside them, and the
+/// request is fitted under the threshold with a note saying what was left
+/// out (its agent writes text actions and has no tool to read them back:
+/// the note names none, and they are lost to it).
+const PRESENT_SHARE_UNMET: &[(&str, u64, u64)] = &[("mini_github_issue", 3, 13)];
 
 /// Issue 13's retention goal: at half the peak, at least nine in ten of
 /// the session's facts (asks, files, commands, error lines) are in the

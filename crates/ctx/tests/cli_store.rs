@@ -109,6 +109,62 @@ fn compact_archives_what_it_removes_and_recall_gives_it_back_exactly() {
     assert_eq!(s.status.code(), Some(2), "{}", stderr(&s));
 }
 
+/// The issue's example: a long pytest output archived with one failing
+/// assertion among hundreds of PASSED lines. `ctx search` shows that line
+/// (number and text) under the handle that recalls the whole output, and
+/// `--json` carries the line with the ranges of the words in it.
+#[test]
+fn search_shows_the_line_that_matched() {
+    use context_engine::store::{Batch, SessionStore, SqliteStore};
+    use context_engine::{Message, ToolCall};
+
+    let db = temp("issue.db");
+    let mut output = String::new();
+    for i in 0..300 {
+        output.push_str(&format!("tests/test_main.py::test_{i} PASSED in 0.01s\n"));
+    }
+    output.push_str("E   AssertionError: expected 38 got 136 in test_11_6\n");
+    for i in 0..40 {
+        output.push_str(&format!("tests/test_io.py::test_{i} PASSED\n"));
+    }
+    let span = [
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function("p1", "bash", r#"{"command": "pytest"}"#)],
+        ),
+        Message::tool_result("p1", output),
+    ];
+    let store = SqliteStore::open(&db).unwrap();
+    let mut batch = Batch::new();
+    let span_handle = batch.archive_span(&span, 1, 3);
+    store.commit("s", &batch).unwrap();
+    drop(store);
+    let db = db.to_str().unwrap();
+    let query = "expected 38 got 136 in test_11_6";
+    let s = ctx(&["search", "--store", db, query]);
+    assert_eq!(s.status.code(), Some(0), "{}", stderr(&s));
+    assert_eq!(
+        stdout(&s),
+        format!(
+            "p1  tool  span {span_handle}\n  301: E   AssertionError: expected 38 got 136 in test_11_6\n"
+        )
+    );
+    let s = ctx(&["search", "--store", db, query, "--json"]);
+    let hits: Vec<Value> = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0]["handle"], "p1");
+    let line = &hits[0]["lines"][0];
+    assert_eq!(line["line"], 301);
+    let text = line["text"].as_str().unwrap();
+    let marked: Vec<&str> = line["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &text[r[0].as_u64().unwrap() as usize..r[1].as_u64().unwrap() as usize])
+        .collect();
+    assert_eq!(marked, ["expected", "38", "got", "136", "in", "test_11_6"]);
+}
+
 #[test]
 fn bad_store_files_are_clear_errors_and_left_alone() {
     let junk = temp("notes.txt");

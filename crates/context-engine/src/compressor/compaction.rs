@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::digest::summarizer_input;
+use crate::digest::{ToolChannel, summarizer_input};
 use crate::engine::{
     Compaction, CompressRequest, EngineError, SummarySource, prefix_key, sanitize_memory_context,
 };
@@ -193,6 +193,7 @@ impl Compressor {
                 .filter(|m| !m.is_empty()),
             target,
             ledger: self.ledger_tokens(),
+            tool_channel: ToolChannel::of(messages, self.options.text_actions()),
             text_actions: self.options.text_actions().clone(),
         }
     }
@@ -397,7 +398,9 @@ impl Compressor {
         if request.archive {
             let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
             let handle = crate::store::span_handle(&replaced);
-            body = insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle);
+            let channel = ToolChannel::of(messages, self.options.text_actions());
+            body =
+                insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle, channel);
         }
         let wrapped = wrap_summary(&body);
 
@@ -516,6 +519,7 @@ pub(super) struct SpanInputs {
     pub(super) memory: Option<String>,
     pub(super) target: usize,
     pub(super) ledger: usize,
+    pub(super) tool_channel: ToolChannel,
     pub(super) text_actions: crate::validate::TextActions,
 }
 
@@ -523,6 +527,7 @@ impl SpanInputs {
     pub(super) fn request(&self) -> SummaryRequest<'_> {
         let mut r = SummaryRequest::new(&self.turns, self.target)
             .with_ledger_tokens(self.ledger)
+            .with_tool_channel(self.tool_channel)
             .with_text_actions(&self.text_actions);
         if let Some(p) = &self.previous {
             r = r.with_previous_summary(p);

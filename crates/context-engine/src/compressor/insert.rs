@@ -19,9 +19,16 @@ into a summary marked [CONTEXT SUMMARY]; treat it as background and prefer the m
 follow it.";
 
 /// `body` opened by the line naming the archived span `start..end` of the
-/// input and its handle (see [`crate::store::archive_note`]).
-pub fn with_archive_note(body: &str, start: usize, end: usize, handle: &str) -> String {
-    let note = crate::store::archive_note(start, end, handle);
+/// input and its handle, worded for an agent on `channel` (see
+/// [`crate::store::archive_note_for`]).
+pub fn with_archive_note(
+    body: &str,
+    start: usize,
+    end: usize,
+    handle: &str,
+    channel: crate::digest::ToolChannel,
+) -> String {
+    let note = crate::store::archive_note_for(start, end, handle, channel);
     format!("{note}\n\n{}", body.trim())
 }
 

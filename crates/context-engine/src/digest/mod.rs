@@ -65,6 +65,7 @@
 //! next only the previously newest batch changes and the provider's prompt
 //! cache still matches everything before it.
 
+mod channel;
 mod line;
 
 use std::borrow::Cow;
@@ -78,6 +79,7 @@ use crate::tool_output::{self, Flags, RECALL_TOOL, clip};
 use crate::validate::{self, TextActions, envelope, observation_with};
 
 pub use crate::validate::ENVELOPE_HEADER;
+pub use channel::ToolChannel;
 // Recall lives in `crate::recall` (one home for the engine tools); the
 // digest's users keep finding it here.
 /// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then

@@ -1,7 +1,7 @@
 //! Recall from the live history: the exact original body behind a digest
 //! line, so nothing the digest hides is lost to the agent.
 
-use super::RECALL_TOOL;
+use super::RecallError;
 use crate::digest::{hash_handle, is_digest_line, result_handle};
 use crate::message::{Message, Role};
 use crate::tool_output::PRUNE_MARK;
@@ -14,43 +14,6 @@ pub struct LineRange {
     pub start: usize,
     /// Last line, inclusive; past the end means the last line.
     pub end: Option<usize>,
-}
-
-/// Why a recall gave no body.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RecallError {
-    /// No tool result or envelope block in the history has this handle.
-    #[error("no tool result with handle `{handle}` in the stored history")]
-    UnknownHandle {
-        /// The handle asked for.
-        handle: String,
-    },
-    /// The history given holds only the digest (a request view was passed
-    /// instead of the stored history).
-    #[error(
-        "tool result `{handle}` (message {index}) is itself a digest; recall needs the stored history"
-    )]
-    Digested {
-        /// The handle asked for.
-        handle: String,
-        /// Index of the digested message.
-        index: usize,
-    },
-    /// The line range is empty or starts past the last line.
-    #[error("lines {start}..={end} are out of range for `{handle}`, which has {lines} line(s)")]
-    BadRange {
-        /// The handle asked for.
-        handle: String,
-        /// First line asked for.
-        start: usize,
-        /// Last line asked for (the last line when open).
-        end: usize,
-        /// Lines in the body.
-        lines: usize,
-    },
-    /// The tool call's arguments are not what the schema says.
-    #[error("bad {RECALL_TOOL} arguments: {0}")]
-    BadArguments(String),
 }
 
 /// The full original body for `handle` (a `tool_call_id`, or the `h…` hash

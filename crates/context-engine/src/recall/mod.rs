@@ -11,22 +11,23 @@
 //! do, and large answers are bounded ([`MAX_ANSWER_BYTES`]) with the handle
 //! to continue from.
 
+mod error;
 mod history;
 
 use serde_json::{Value, json};
 
 use crate::message::Message;
-use crate::store::text::{index_text, matches, query_words, snippet};
-use crate::store::{Entry, EntryKind, SessionStore, message_handle, message_hash};
+use crate::store::text::index_text;
+use crate::store::{
+    Entry, EntryKind, MatchedLine, SearchHit, SessionStore, Terms, message_handle, message_hash,
+};
 
-pub use history::{LineRange, RecallError, recall};
+pub use error::RecallError;
+pub use history::{LineRange, recall};
 
-/// The name of the recall tool.
-pub use crate::tool_output::RECALL_TOOL;
-/// The name of the search tool.
-pub const SEARCH_TOOL: &str = "context_search";
-/// The name of the expand tool.
-pub const EXPAND_TOOL: &str = "context_expand";
+/// The names of the tools (words the digest, prune and archive notes
+/// show, so they live with those).
+pub use crate::tool_output::{EXPAND_TOOL, RECALL_TOOL, SEARCH_TOOL};
 
 /// Largest `content` (or page of messages) one answer carries, in bytes;
 /// the rest comes with the continuation the answer names.
@@ -86,11 +87,13 @@ pub fn handle_tool_call(name: &str, args: &Value, sources: Sources<'_>) -> Strin
         RECALL_TOOL => recall_answer(args, sources),
         SEARCH_TOOL => search_answer(args, sources),
         EXPAND_TOOL => expand_answer(args, sources),
-        _ => Err(format!("Unknown context engine tool: {name}")),
+        _ => Err(RecallError::UnknownTool {
+            name: name.to_owned(),
+        }),
     };
     match answer {
         Ok(v) => v.to_string(),
-        Err(e) => json!({ "error": e }).to_string(),
+        Err(e) => json!({ "error": e.to_string() }).to_string(),
     }
 }
 
@@ -147,8 +150,9 @@ pub fn search_tool_schema() -> Value {
         "function": {
             "name": SEARCH_TOOL,
             "description": "Search this conversation, including the parts compacted away, for \
-    words (file names, error text, commands). Returns short snippets, each with a handle for \
-    context_recall or context_expand.",
+    words (file names, error text, commands). Returns, per message found (best first), the lines \
+    that hold the words with their line numbers, and a handle: context_recall with it returns the \
+    whole message (start_line/end_line: part of it), context_expand pages it.",
             "parameters": {
                 "type": "object",
                 "properties": {
@@ -201,34 +205,33 @@ struct Found {
     entry: Option<Entry>,
 }
 
-fn handle_arg(args: &Value) -> Result<&str, String> {
+fn handle_arg(args: &Value) -> Result<&str, RecallError> {
     match args.get("handle").and_then(Value::as_str).map(str::trim) {
         Some(h) if !h.is_empty() => Ok(h),
-        _ => Err("`handle` must be a non-empty string (the handle a digest line, summary or search hit names)".into()),
+        _ => Err(RecallError::MissingHandle),
     }
 }
 
 /// Looks `handle` up in the live history, then the archive.
-fn find(handle: &str, sources: Sources<'_>) -> Result<Found, String> {
+fn find(handle: &str, sources: Sources<'_>) -> Result<Found, RecallError> {
     let live = history::find(sources.history, handle);
-    if let Ok(text) = live {
-        return Ok(Found {
-            text,
-            source: "history",
-            entry: None,
-        });
-    }
+    let live = match live {
+        Ok(text) => {
+            return Ok(Found {
+                text,
+                source: "history",
+                entry: None,
+            });
+        }
+        Err(e) => e,
+    };
     let Some(store) = sources.store else {
-        return Err(live.err().map_or_else(String::new, |e| e.to_string()));
+        return Err(live);
     };
     let entry = store
-        .resolve(Some(sources.session), handle)
-        .map_err(|e| format!("the archive is unavailable: {e}"))?
-        .ok_or_else(|| {
-            format!(
-                "no tool result, message or span with handle `{handle}` in the conversation or its archive; \
-                 use context_search to find a handle"
-            )
+        .resolve(Some(sources.session), handle)?
+        .ok_or_else(|| RecallError::NotArchived {
+            handle: handle.to_owned(),
         })?;
     let text = match entry.kind {
         EntryKind::Message => history::find(&entry.messages, handle)
@@ -266,7 +269,7 @@ fn render(messages: &[Message]) -> String {
         .join("\n\n")
 }
 
-fn line_arg(args: &Value, key: &str) -> Result<Option<usize>, String> {
+fn line_arg(args: &Value, key: &'static str) -> Result<Option<usize>, RecallError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -274,16 +277,18 @@ fn line_arg(args: &Value, key: &str) -> Result<Option<usize>, String> {
             .and_then(|n| usize::try_from(n).ok())
             .filter(|n| *n > 0)
             .map(Some)
-            .ok_or_else(|| format!("`{key}` must be a positive integer")),
+            .ok_or(RecallError::NotPositive { key }),
     }
 }
 
 /// The line range of a recall call: `start_line`/`end_line`, or `lines`
 /// as `"a-b"` or `"a"`.
-fn range_arg(args: &Value) -> Result<Option<LineRange>, String> {
+fn range_arg(args: &Value) -> Result<Option<LineRange>, RecallError> {
     let (mut start, mut end) = (line_arg(args, "start_line")?, line_arg(args, "end_line")?);
     if let Some(lines) = args.get("lines").filter(|v| !v.is_null()) {
-        let bad = || format!("`lines` must be a range like \"120-180\" or \"120\", not {lines}");
+        let bad = || RecallError::BadLines {
+            given: lines.to_string(),
+        };
         let text = lines.as_str().ok_or_else(bad)?;
         let (a, b) = text.split_once('-').unwrap_or((text, text));
         let parse = |s: &str| s.trim().parse::<usize>().ok().filter(|n| *n > 0);
@@ -326,7 +331,7 @@ fn page(lines: &[&str], from: usize, until: usize) -> (String, usize, bool) {
     (out, last, clipped)
 }
 
-fn recall_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
+fn recall_answer(args: &Value, sources: Sources<'_>) -> Result<Value, RecallError> {
     let handle = handle_arg(args)?;
     let range = range_arg(args)?;
     let found = find(handle, sources)?;
@@ -342,8 +347,7 @@ fn recall_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
                     start: r.start,
                     end: r.end.unwrap_or(total),
                     lines: total,
-                }
-                .to_string());
+                });
             }
             (r.start, last)
         }
@@ -363,25 +367,26 @@ fn recall_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
     Ok(answer)
 }
 
-fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
+fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, RecallError> {
     let query = args
         .get("query")
         .and_then(Value::as_str)
-        .ok_or("`query` must be a string of words to find")?;
-    let words = query_words(query);
-    if words.is_empty() {
-        return Err(
-            "`query` has no words to search for (give a file name, an error text or a command)"
-                .into(),
-        );
+        .ok_or(RecallError::MissingQuery)?;
+    let terms = Terms::new(query);
+    if terms.is_empty() {
+        return Err(RecallError::EmptyQuery);
     }
     let limit = match args.get("limit") {
         None | Some(Value::Null) => DEFAULT_SEARCH_LIMIT,
         Some(v) => v
             .as_u64()
             .filter(|n| *n > 0)
-            .map(|n| (n as usize).min(MAX_SEARCH_LIMIT))
-            .ok_or("`limit` must be a positive integer")?,
+            .map(|n| {
+                usize::try_from(n)
+                    .unwrap_or(usize::MAX)
+                    .min(MAX_SEARCH_LIMIT)
+            })
+            .ok_or(RecallError::NotPositive { key: "limit" })?,
     };
     // The live history (newest first) and the archive share the limit:
     // live text is mostly in the request already, so it gets at most half
@@ -392,25 +397,24 @@ fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
             break;
         }
         let text = index_text(m);
-        if matches(&text, &words, true) {
+        if terms.matches(&text, true) {
             let mut hit = json!({
                 "source": "history",
                 "message": i,
                 "role": m.role.as_str(),
-                "snippet": snippet(&text, &words),
             });
             if let Some(h) = crate::store::handle::result_handles(m).into_iter().next() {
                 hit["handle"] = json!(h);
             }
+            hit["lines"] = shown_lines(&terms.lines(&text));
             live.push(hit);
         }
     }
     let archived: Vec<Value> = match sources.store {
         Some(store) => store
-            .search(Some(sources.session), query, limit)
-            .map_err(|e| format!("the archive is unavailable: {e}"))?
-            .into_iter()
-            .map(|h| json!(h))
+            .search(Some(sources.session), query, limit)?
+            .iter()
+            .map(archived_hit)
             .collect(),
         None => Vec::new(),
     };
@@ -425,16 +429,38 @@ fn search_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
     Ok(json!({ "query": query, "hits": hits }))
 }
 
-fn expand_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
+/// An archive hit as the agent reads it: the handle that recalls the whole
+/// message, where it was archived, and the lines that matched.
+fn archived_hit(hit: &SearchHit) -> Value {
+    json!({
+        "source": hit.source,
+        "handle": hit.handle,
+        "role": hit.role,
+        "spans": hit.spans,
+        "lines": shown_lines(&hit.lines),
+    })
+}
+
+/// Matched lines as the agent reads them: number and text (the byte
+/// ranges are for a page that highlights them).
+fn shown_lines(lines: &[MatchedLine]) -> Value {
+    lines
+        .iter()
+        .map(|l| json!({ "line": l.line, "text": l.text }))
+        .collect()
+}
+
+fn expand_answer(args: &Value, sources: Sources<'_>) -> Result<Value, RecallError> {
     let raw = handle_arg(args)?;
     // A continuation is `handle#n`: message n (a span) or line n (a body).
     let (handle, from) = match raw.rsplit_once('#') {
         Some((h, n)) => (
             h,
-            n.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("`{raw}`: the part after # must be a positive number"))?,
+            n.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                RecallError::BadContinuation {
+                    asked: raw.to_owned(),
+                }
+            })?,
         ),
         None => (raw, 1),
     };
@@ -447,7 +473,12 @@ fn expand_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
             let lines: Vec<&str> = found.text.split_inclusive('\n').collect();
             let total = lines.len();
             if from > total.max(1) {
-                return Err(format!("`{raw}`: the text has only {total} line(s)"));
+                return Err(RecallError::PastEnd {
+                    asked: raw.to_owned(),
+                    what: "text",
+                    total,
+                    unit: "line",
+                });
             }
             let (content, last, clipped) = page(&lines, from, total);
             let mut answer = json!({
@@ -466,12 +497,20 @@ fn expand_answer(args: &Value, sources: Sources<'_>) -> Result<Value, String> {
     }
 }
 
-fn expand_span(handle: &str, from: usize, entry: &Entry, source: &str) -> Result<Value, String> {
+fn expand_span(
+    handle: &str,
+    from: usize,
+    entry: &Entry,
+    source: &str,
+) -> Result<Value, RecallError> {
     let total = entry.messages.len();
     if from > total {
-        return Err(format!(
-            "`{handle}#{from}`: the span has only {total} message(s)"
-        ));
+        return Err(RecallError::PastEnd {
+            asked: format!("{handle}#{from}"),
+            what: "span",
+            total,
+            unit: "message",
+        });
     }
     let mut used = 0;
     let mut shown = Vec::new();

@@ -107,6 +107,10 @@ fn search_finds_live_and_archived_text_with_handles() {
     assert_eq!(hits.len(), 1, "{a}");
     assert_eq!(hits[0]["handle"], "c1");
     assert_eq!(hits[0]["spans"], json!([span]));
+    assert_eq!(
+        hits[0]["lines"],
+        json!([{"line": 1, "text": "error[E0425]: cannot find value `tok`"}])
+    );
     let a = call(SEARCH_TOOL, json!({"query": "pruned"}), src);
     assert_eq!(a["hits"][0]["source"], "history");
 }
@@ -150,4 +154,61 @@ fn expand_pages_large_answers_with_a_continuation() {
     );
     assert_eq!(a["truncated"], true);
     assert_eq!(a["next"]["start_line"], 6554);
+}
+
+/// The issue's example: a long pytest output with one failing assertion
+/// among hundreds of PASSED lines. The hit shows that line, by number,
+/// with the handle that recalls the whole output; live hits show their
+/// lines too.
+#[test]
+fn search_hits_show_the_line_that_matched_not_the_lines_around_it() {
+    let mut output = String::new();
+    for i in 0..300 {
+        output.push_str(&format!("tests/test_main.py::test_{i} PASSED in 0.01s\n"));
+    }
+    output.push_str("E   AssertionError: expected 38 got 136 in test_11_6\n");
+    for i in 0..40 {
+        output.push_str(&format!("tests/test_io.py::test_{i} PASSED\n"));
+    }
+    let span = vec![
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function("p1", "bash", r#"{"command": "pytest"}"#)],
+        ),
+        Message::tool_result("p1", output.clone()),
+    ];
+    let store = MemoryStore::new();
+    let mut batch = Batch::new();
+    let handle = batch.archive_span(&span, 1, 3);
+    store.commit("s", &batch).expect("commit");
+    let live = vec![Message::tool_result(
+        "p2",
+        "ok\nrerun: expected 38 got 136 in test_11_6 again\n",
+    )];
+    let src = Sources::history(&live).with_store(&store, "s");
+    let a = call(
+        SEARCH_TOOL,
+        json!({"query": "expected 38 got 136 in test_11_6"}),
+        src,
+    );
+    assert_eq!(
+        a["hits"],
+        json!([
+            {"source": "history", "message": 0, "role": "tool", "handle": "p2",
+             "lines": [{"line": 2, "text": "rerun: expected 38 got 136 in test_11_6 again"}]},
+            {"source": "archive", "handle": "p1", "role": "tool", "spans": [handle],
+             "lines": [{"line": 301, "text": "E   AssertionError: expected 38 got 136 in test_11_6"}]},
+        ]),
+        "{a}"
+    );
+    // The handle recalls the whole output, and the line number reads it.
+    let r = call(
+        RECALL_TOOL,
+        json!({"handle": "p1", "start_line": 301, "end_line": 301}),
+        src,
+    );
+    assert_eq!(
+        r["content"],
+        "E   AssertionError: expected 38 got 136 in test_11_6\n"
+    );
 }

@@ -16,6 +16,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::compressor::fit::{FitStep, Unfittable};
+use crate::digest::ToolChannel;
 use crate::engine::Usage;
 use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
@@ -694,10 +695,13 @@ pub fn replay(
     };
     let last_seen = calls.last().map_or(0, |c| c.message_index);
     // With a store, what the request reaches through the handles it names
-    // is recallable; the archive only grows, so the final one serves the
-    // earlier checks too (a handle names the same content forever).
+    // is recallable (for an agent that can call the engine's tools); the
+    // archive only grows, so the final one serves the earlier checks too
+    // (a handle names the same content forever).
+    let channel = ToolChannel::of(recording, &options.text_actions);
     let mut reach = session
         .store()
+        .filter(|_| channel.calls_tools())
         .and_then(|s| crate::store::Reach::new(s.as_ref(), session.id()).ok());
     let mut archived = |view: &[Message]| -> Vec<Message> {
         reach
@@ -710,6 +714,7 @@ pub fn replay(
         &final_request,
         &history,
         &archived(&final_request),
+        channel,
     );
     let compactions = compaction_views
         .iter()
@@ -723,6 +728,7 @@ pub fn replay(
                     &v.request,
                     &v.history,
                     &archived(&v.request),
+                    channel,
                 ),
             })
         })

@@ -16,7 +16,10 @@
 //!    handle (its `tool_call_id`, or the `h…` hash of its body) is in the view,
 //!    or, with a session store ([`check_with_archive`]), in an archived
 //!    message reachable from a handle the view names
-//!    ([`reachable`](crate::store::reachable));
+//!    ([`reachable`](crate::store::reachable)); only for an agent that can
+//!    call the engine's tools: a text-action agent
+//!    ([`ToolChannel::TextActions`]) reaches nothing it does not see, so
+//!    what it does not see is lost;
 //! 4. [`ProbeStatus::Lost`].
 //!
 //! Matching is on whitespace-normalised text (runs of whitespace collapsed
@@ -51,7 +54,7 @@ use memchr::memmem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::digest::result_handle;
+use crate::digest::{ToolChannel, result_handle};
 use crate::message::Message;
 use crate::summary_text::{SUMMARY_PREFIX, summary_body, without_summary};
 use crate::tool_output::string_leaves;
@@ -159,18 +162,24 @@ pub const ERROR_MAX_BYTES: usize = 150;
 /// Looks up every probe (see the module docs): `view` is the request the
 /// engine sent, `stored` the (possibly compacted) history that recall reads.
 pub fn check(probes: &[Probe], view: &[Message], stored: &[Message]) -> RetentionReport {
-    check_with_archive(probes, view, stored, &[])
+    check_with_archive(probes, view, stored, &[], ToolChannel::Tools)
 }
 
 /// [`check`], where `archived` (the archived messages the view reaches
-/// through the handles it names) also counts as recallable, whole.
+/// through the handles it names) also counts as recallable, whole, for an
+/// agent on `channel`: one without tools ([`ToolChannel::TextActions`])
+/// can recall nothing, so only what it sees counts.
 pub fn check_with_archive(
     probes: &[Probe],
     view: &[Message],
     stored: &[Message],
     archived: &[Message],
+    channel: ToolChannel,
 ) -> RetentionReport {
-    let index = Haystacks::new(view, stored, archived);
+    let index = match channel {
+        ToolChannel::Tools => Haystacks::new(view, stored, archived),
+        ToolChannel::TextActions => Haystacks::new(view, &[], &[]),
+    };
     let mut report = RetentionReport {
         probes: probes.len(),
         ..RetentionReport::default()

@@ -229,6 +229,15 @@ fn check_finds_verbatim_summary_recallable_and_lost() {
     // Without its handle in the view, a stored result is not recallable.
     let report = check(&probes, &view[..1], &stored);
     assert_eq!(report.recallable, 0);
+    // An archived message the view reaches is recallable for an agent
+    // with tools; an agent without (text actions) can reach neither it nor
+    // the stored result: both are lost.
+    let archived = [Message::tool_result("c2", "def vanished(): pass")];
+    let tools = check_with_archive(&probes, &view, &stored, &archived, ToolChannel::Tools);
+    assert_eq!((tools.recallable, tools.lost), (2, 1));
+    let text = check_with_archive(&probes, &view, &stored, &archived, ToolChannel::TextActions);
+    assert_eq!((text.verbatim, text.in_summary), (2, 1));
+    assert_eq!((text.recallable, text.lost), (0, 3));
 }
 
 #[test]

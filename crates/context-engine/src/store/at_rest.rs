@@ -17,7 +17,7 @@
 //! **Verbatim** (`store.verbatim: true`) keeps the texts as they are. With
 //! a key (`store.encryption_key_env`) every stored text is encrypted with
 //! XChaCha20-Poly1305 (random 24-byte nonces): an archived message is kept
-//! as its masked form (what the index and search snippets read) with the
+//! as its masked form (what the index and search hits' lines read) with the
 //! ciphertext of its verbatim JSON in a [`SEALED_FIELD`] field; the state
 //! and each history segment are ciphertext whole. The associated data
 //! binds each ciphertext to where it belongs: a message to its content

@@ -11,8 +11,9 @@
 use serde_json::Value;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
-use crate::digest::{envelope_block_handles, result_handle};
+use crate::digest::{ToolChannel, envelope_block_handles, result_handle};
 use crate::message::{Message, Role};
+use crate::tool_output::{EXPAND_TOOL, SEARCH_TOOL};
 use crate::validate::is_tool_reentry;
 
 /// A message's content address: xxh3-128 of its exact JSON, 32 hex digits.
@@ -75,45 +76,117 @@ pub fn is_store_handle(text: &str) -> bool {
 
 /// The line a summary carries for the span it replaces: messages
 /// `start..end` of the compaction's input (end exclusive; shown as the
-/// inclusive range `start-(end-1)`) archived under `handle`.
+/// inclusive range `start-(end-1)`) archived under `handle`, for an agent
+/// that calls tools ([`archive_note_for`]).
 pub fn archive_note(start: usize, end: usize, handle: &str) -> String {
+    archive_note_for(start, end, handle, ToolChannel::Tools)
+}
+
+/// [`archive_note`] for an agent on `channel`: with tools, it names the
+/// tools that bring the span back; a text-action agent, which cannot call
+/// them, reads only that the span was archived.
+pub fn archive_note_for(start: usize, end: usize, handle: &str, channel: ToolChannel) -> String {
     let last = end.saturating_sub(1).max(start);
-    format!(
-        "Messages {start}-{last} archived verbatim (handle {handle}): \
-         context_expand {{\"handle\":\"{handle}\"}} shows them; context_search finds words in them."
-    )
+    match channel {
+        ToolChannel::Tools => format!(
+            "Messages {start}-{last} archived verbatim (handle {handle}): \
+             {EXPAND_TOOL} {{\"handle\":\"{handle}\"}} shows them; {SEARCH_TOOL} finds words in them."
+        ),
+        ToolChannel::TextActions => format!(
+            "Messages {start}-{last} archived verbatim (handle {handle}); \
+             this summary is what remains of them in the conversation."
+        ),
+    }
+}
+
+/// The note a request carries for the `n` messages it left out to fit the
+/// window, archived under `handle`, for an agent on `channel` (see
+/// [`archive_note_for`]).
+pub fn left_out_note(n: usize, handle: &str, channel: ToolChannel) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    match channel {
+        ToolChannel::Tools => format!(
+            "[{n} earlier message{s} left out of this request to fit the window, archived (handle {handle}): \
+             {EXPAND_TOOL} {{\"handle\":\"{handle}\"}} shows them; {SEARCH_TOOL} finds words in them.]"
+        ),
+        ToolChannel::TextActions => format!(
+            "[{n} earlier message{s} left out of this request to fit the window, archived (handle {handle}).]"
+        ),
+    }
+}
+
+/// An [`archive_note`] found in a text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveNote<'t> {
+    /// The span's first input index.
+    pub start: usize,
+    /// One past its last.
+    pub end: usize,
+    /// Its handle.
+    pub handle: String,
+    /// The note as written (to the end of its line).
+    pub text: &'t str,
+}
+
+impl ArchiveNote<'_> {
+    /// The channel the note was written for.
+    pub fn channel(&self) -> ToolChannel {
+        if self.text.contains(EXPAND_TOOL) {
+            ToolChannel::Tools
+        } else {
+            ToolChannel::TextActions
+        }
+    }
 }
 
 /// The span a summary names through [`archive_note`]: `(start, end, handle)`
 /// with `end` exclusive. A summary opens with its own note; notes of the
 /// earlier summaries it carries come later, so the first note wins.
 pub fn parse_archive_note(text: &str) -> Option<(usize, usize, String)> {
-    parse_archive_notes(text).into_iter().next()
+    find_archive_note(text).map(|n| (n.start, n.end, n.handle))
+}
+
+/// The first [`archive_note`] in `text`, as written.
+pub fn find_archive_note(text: &str) -> Option<ArchiveNote<'_>> {
+    archive_notes(text).next()
 }
 
 /// Every [`archive_note`] in `text`, in order.
 pub fn parse_archive_notes(text: &str) -> Vec<(usize, usize, String)> {
-    const MARK: &str = " archived verbatim (handle ";
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(at) = text[from..].find(MARK).map(|i| from + i) {
-        from = at + MARK.len();
-        if let Some(note) = note_at(text, at, MARK) {
-            out.push(note);
-        }
-    }
-    out
+    archive_notes(text)
+        .map(|n| (n.start, n.end, n.handle))
+        .collect()
 }
 
-fn note_at(text: &str, at: usize, mark: &str) -> Option<(usize, usize, String)> {
+fn archive_notes(text: &str) -> impl Iterator<Item = ArchiveNote<'_>> {
+    const MARK: &str = " archived verbatim (handle ";
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        while let Some(at) = text[from..].find(MARK).map(|i| from + i) {
+            from = at + MARK.len();
+            if let Some(note) = note_at(text, at, MARK) {
+                return Some(note);
+            }
+        }
+        None
+    })
+}
+
+fn note_at<'t>(text: &'t str, at: usize, mark: &str) -> Option<ArchiveNote<'t>> {
     let before = &text[..at];
-    let open = before.rfind("Messages ")? + "Messages ".len();
-    let (start, last) = before[open..].split_once('-')?;
+    let open = before.rfind("Messages ")?;
+    let (start, last) = before[open + "Messages ".len()..].split_once('-')?;
     let start: usize = start.trim().parse().ok()?;
     let last: usize = last.trim().parse().ok()?;
     let rest = &text[at + mark.len()..];
     let handle = &rest[..rest.find(')')?];
-    (is_store_handle(handle) && start <= last).then(|| (start, last + 1, handle.to_owned()))
+    let close = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    (is_store_handle(handle) && start <= last).then(|| ArchiveNote {
+        start,
+        end: last + 1,
+        handle: handle.to_owned(),
+        text: &text[open..close],
+    })
 }
 
 #[cfg(test)]
@@ -161,6 +234,29 @@ mod tests {
             Some("s111111111111".into())
         );
         assert_eq!(parse_archive_notes(&nested).len(), 2);
+    }
+
+    #[test]
+    fn a_text_action_agents_note_names_no_tool_and_parses_back() {
+        let tools = archive_note_for(3, 9, "s111111111111", ToolChannel::Tools);
+        let text = archive_note_for(3, 9, "s111111111111", ToolChannel::TextActions);
+        assert_eq!(tools, archive_note(3, 9, "s111111111111"));
+        for name in [EXPAND_TOOL, SEARCH_TOOL, "context_recall"] {
+            assert!(!text.contains(name), "{text}");
+            assert!(!left_out_note(4, "s1", ToolChannel::TextActions).contains(name));
+        }
+        assert!(tools.contains(EXPAND_TOOL));
+        assert!(left_out_note(1, "s1", ToolChannel::Tools).contains(SEARCH_TOOL));
+        for (note, channel) in [
+            (&tools, ToolChannel::Tools),
+            (&text, ToolChannel::TextActions),
+        ] {
+            let body = format!("[CONTEXT SUMMARY]\n{note}\n\nwhat happened");
+            let found = find_archive_note(&body).expect("note");
+            assert_eq!((found.start, found.end), (3, 9));
+            assert_eq!(found.text, note.as_str());
+            assert_eq!(found.channel(), channel);
+        }
     }
 
     #[test]

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::handle::{message_handle, result_handles};
-use super::text::{index_text, matches, query_words, snippet};
+use super::text::index_text;
 use super::{
     Batch, CompactionRecord, Entry, EntryKind, HandleEntry, MEMORY_PATH, SearchHit, SessionStore,
-    StoreError, duplicate_compaction,
+    StoreError, Terms, duplicate_compaction,
 };
 use crate::message::Message;
 
@@ -140,8 +140,8 @@ impl SessionStore for MemoryStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let words = query_words(query);
-        if words.is_empty() || limit == 0 {
+        let terms = Terms::new(query);
+        if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let inner = self.lock();
@@ -152,15 +152,16 @@ impl SessionStore for MemoryStore {
             .map(|(_, s)| s)
             .collect();
         for all in [true, false] {
+            // No rank of its own: the newest first, and (any word) the
+            // messages holding more of the words before them.
             let mut hits = Vec::new();
             let mut seen = HashSet::new();
-            for s in &sessions {
-                // Newest first.
+            'scan: for s in &sessions {
                 for hash in s.archived.iter().rev() {
                     let Some((message, text)) = inner.messages.get(hash) else {
                         continue;
                     };
-                    if !seen.contains(hash) && matches(text, &words, all) {
+                    if !seen.contains(hash) && terms.matches(text, all) {
                         seen.insert(hash.clone());
                         let spans = s
                             .handles
@@ -168,20 +169,17 @@ impl SessionStore for MemoryStore {
                             .filter(|h| h.kind == EntryKind::Span && h.hashes.contains(hash))
                             .map(|h| h.handle.clone())
                             .collect();
-                        hits.push(SearchHit {
-                            handle: hit_handle(message, hash),
-                            spans,
-                            role: message.role.as_str().to_owned(),
-                            source: "archive",
-                            snippet: snippet(text, &words),
-                        });
-                        if hits.len() == limit {
-                            return Ok(hits);
+                        hits.push(SearchHit::archived(message, hash, spans, text, &terms));
+                        // Every hit holds every word: the newest are the best.
+                        if all && hits.len() == limit {
+                            break 'scan;
                         }
                     }
                 }
             }
-            if !hits.is_empty() || words.len() == 1 {
+            hits.sort_by_key(|h| std::cmp::Reverse(h.terms));
+            hits.truncate(limit);
+            if !hits.is_empty() || terms.len() == 1 {
                 return Ok(hits);
             }
         }

@@ -41,6 +41,7 @@
 mod at_rest;
 mod batch;
 pub mod handle;
+pub mod matched_lines;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod pack;
@@ -61,9 +62,10 @@ use crate::message::Message;
 pub use at_rest::{AtRest, AtRestStore, KeyError, SEALED_FIELD, Seal};
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{
-    archive_note, is_store_handle, message_handle, message_hash, parse_archive_note,
-    parse_archive_notes, span_handle,
+    ArchiveNote, archive_note, archive_note_for, find_archive_note, is_store_handle, left_out_note,
+    message_handle, message_hash, parse_archive_note, parse_archive_notes, span_handle,
 };
+pub use matched_lines::{MatchedLine, Terms};
 pub use memory::MemoryStore;
 pub use reach::{Reach, reachable};
 #[cfg(feature = "sqlite")]
@@ -74,9 +76,9 @@ pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 /// stable API.
 #[doc(hidden)]
 pub mod backend {
-    pub use super::memory::hit_handle;
+    pub use super::matched_lines::query_words;
     pub use super::now_ms;
-    pub use super::text::{index_text, query_words, snippet};
+    pub use super::text::index_text;
     pub use super::{duplicate_compaction, version_conflict};
 }
 
@@ -289,8 +291,34 @@ pub struct SearchHit {
     pub role: String,
     /// Where it came from: `history` (live) or `archive`.
     pub source: &'static str,
-    /// A short excerpt around the first match.
-    pub snippet: String,
+    /// How many of the query's words the message holds (what breaks a tie
+    /// of the store's ranks).
+    pub terms: usize,
+    /// The lines that hold the query's words, the most words first, each
+    /// with its number and the words' byte ranges
+    /// ([`Terms::lines`](matched_lines::Terms::lines)).
+    pub lines: Vec<MatchedLine>,
+}
+
+impl SearchHit {
+    /// The hit for archived `message` (stored as `hash`, in `spans`),
+    /// whose searched text is `text`: what every backend returns.
+    pub fn archived(
+        message: &Message,
+        hash: &str,
+        spans: Vec<String>,
+        text: &str,
+        terms: &Terms,
+    ) -> SearchHit {
+        SearchHit {
+            handle: memory::hit_handle(message, hash),
+            spans,
+            role: message.role.as_str().to_owned(),
+            source: "archive",
+            terms: terms.count(text),
+            lines: terms.lines(text),
+        }
+    }
 }
 
 /// The session store (see the module docs). Methods are synchronous and
@@ -310,10 +338,13 @@ pub trait SessionStore: Send + Sync {
     fn resolve(&self, session: Option<&str>, handle: &str) -> Result<Option<Entry>, StoreError>;
 
     /// Full-text search over the archived text of `session` (every session
-    /// when `None`): at most `limit` hits, the newest matches first (a
-    /// backend may rank a window of the newest matches best first). Every word of
-    /// `query` must match (words are phrases: `test_io.py` matches those
-    /// three tokens in order); when nothing matches all, any may.
+    /// when `None`): at most `limit` hits, best first by the backend's rank
+    /// (memory: the newest; SQLite: windows of the newest matches, each
+    /// ranked by BM25; Postgres: `ts_rank`), ties broken by how many words
+    /// match ([`SearchHit::terms`]). Every word of `query` must match (words
+    /// are phrases of whole tokens, case aside: `test_io.py` matches those
+    /// three tokens in order; [`matched_lines`]); when nothing matches all,
+    /// any may. Each hit shows the lines that match ([`SearchHit::lines`]).
     fn search(
         &self,
         session: Option<&str>,

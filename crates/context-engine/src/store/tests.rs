@@ -101,7 +101,15 @@ fn story(store: &dyn SessionStore) {
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].handle, "c1");
     assert_eq!(hits[0].spans, vec![handle.clone()]);
-    assert!(hits[0].snippet.contains("KeyError"), "{}", hits[0].snippet);
+    // The line that holds the words, with their ranges.
+    let line = &hits[0].lines[0];
+    assert_eq!(line.line, 1, "{line:?}");
+    let marked: Vec<&str> = line
+        .ranges
+        .iter()
+        .map(|[s, e]| &line.text[*s..*e])
+        .collect();
+    assert_eq!(marked, ["test_parse.py", "KeyError"], "{line:?}");
     let any = store
         .search(Some("s1"), "linter tokenizer", 5)
         .expect("search");
@@ -499,7 +507,10 @@ fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
     assert_eq!(indexed(), (2 + INDEX_BATCH) as i64);
     let hits = store.search(Some("s"), "needle", 5).expect("search");
     assert_eq!(hits.len(), 2);
-    assert!(hits.iter().any(|h| h.snippet.contains("late message")));
+    assert!(
+        hits.iter()
+            .any(|h| h.lines[0].text.contains("late message"))
+    );
     // Deleting a session drops its messages, indexed or waiting.
     archive(&store, "one more needle".into());
     store.delete_session("s").expect("delete");
@@ -518,7 +529,7 @@ fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
     assert_eq!(reader.search(None, "needle", 5).expect("search").len(), 1);
     let hits = store.search(None, "needle", 5).expect("search");
     assert_eq!(hits.len(), 1);
-    assert!(hits[0].snippet.contains("session t"));
+    assert!(hits[0].lines[0].text.contains("session t"));
     assert_eq!(indexed(), 1);
     drop((store, reader));
     let _ = std::fs::remove_dir_all(dir);

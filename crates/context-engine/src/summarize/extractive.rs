@@ -99,7 +99,7 @@ impl ExtractiveSummarizer {
             record.carry_over(previous);
         }
         let ledger_room = request.ledger_room(budget - budget / 20 - 2, CHARS_PER_TOKEN);
-        let record = record.render(ledger_room, request.archive_handle);
+        let record = record.render(ledger_room, request.collapsed());
         let room = budget.saturating_sub(record.len() + 2).max(budget / 20);
         // The narrative's sections, in order of what a successor needs
         // most (the last ones are clipped first); the commands and their

@@ -53,6 +53,9 @@ pub struct SummaryRequest<'a> {
     /// The archive handle of the span, when the caller archived it: the
     /// state record's collapsed entries point to it.
     pub archive_handle: Option<&'a str>,
+    /// Whether the agent calls tools: only then do the state record's
+    /// collapsed entries name `context_expand` ([`SummaryRequest::collapsed`]).
+    pub tool_channel: crate::digest::ToolChannel,
     /// Which user messages of `turns` are a text-action agent's tool
     /// output (`context.text_actions`; the built-in shapes by default).
     pub text_actions: &'a crate::validate::TextActions,
@@ -69,8 +72,24 @@ impl<'a> SummaryRequest<'a> {
             target_tokens,
             ledger_tokens: 0,
             archive_handle: None,
+            tool_channel: crate::digest::ToolChannel::Tools,
             text_actions: crate::validate::auto_text_actions(),
         }
+    }
+
+    /// Sets [`tool_channel`](Self::tool_channel).
+    pub fn with_tool_channel(mut self, channel: crate::digest::ToolChannel) -> SummaryRequest<'a> {
+        self.tool_channel = channel;
+        self
+    }
+
+    /// Where the state record's collapsed entries point: the archive handle
+    /// as the agent's channel allows, else nowhere.
+    pub fn collapsed(&self) -> state::Collapsed<'a> {
+        self.archive_handle
+            .map_or(state::Collapsed::NotListed, |h| {
+                state::Collapsed::archived(h, self.tool_channel)
+            })
     }
 
     /// Sets [`text_actions`](Self::text_actions).

@@ -25,16 +25,18 @@
 //! verbatim is not listed again, a failing test that a listed error line
 //! names neither, and empty sections are left out. When it still does not
 //! fit, the oldest entries of the longest lists collapse into a count, and
-//! the count names the span's archive handle when the caller has one (the
-//! originals stay recallable there); the asks give way last.
+//! the count names the span's archive handle when the caller has one and
+//! the agent can call `context_expand` on it (a text-action agent reads
+//! only that they were archived, [`Collapsed`]); the asks give way last.
 
 use std::fmt::Write as _;
 
 use serde_json::json;
 
+use crate::digest::ToolChannel;
 use crate::message::{Message, Role};
 use crate::summary_text::{is_summary, without_summary};
-use crate::tool_output::{self, Flags, clip, one_line};
+use crate::tool_output::{self, EXPAND_TOOL, Flags, clip, one_line};
 use crate::validate::{TextActions, is_real_user_turn};
 
 /// The heading the record starts with; also how a summary is known to
@@ -167,6 +169,30 @@ impl CommandState {
             failed,
             runs,
         })
+    }
+}
+
+/// Where the entries of a state record that do not fit went (what its
+/// count lines say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collapsed<'a> {
+    /// Nowhere the record can name: `(N earlier files not listed)`.
+    NotListed,
+    /// Into the span's archive, which the agent has no tool to read (a
+    /// text-action agent): `(N earlier files archived)`.
+    Archived,
+    /// Into the span's archive under this handle, which the agent reads
+    /// with `context_expand`: the first count line names the call.
+    Expand(&'a str),
+}
+
+impl<'a> Collapsed<'a> {
+    /// Into the archive under `handle`, named as `channel` allows.
+    pub fn archived(handle: &'a str, channel: ToolChannel) -> Collapsed<'a> {
+        match channel {
+            ToolChannel::Tools => Collapsed::Expand(handle),
+            ToolChannel::TextActions => Collapsed::Archived,
+        }
     }
 }
 
@@ -328,9 +354,8 @@ impl StateRecord {
     }
 
     /// The record as Markdown within about `budget` bytes (see the module
-    /// docs). `handle` is the span's archive handle: collapsed entries
-    /// point to it.
-    pub fn render(&self, budget: usize, handle: Option<&str>) -> String {
+    /// docs). `collapsed` says where the entries that do not fit went.
+    pub fn render(&self, budget: usize, collapsed: Collapsed<'_>) -> String {
         let mut keep = [
             self.asks.len(),
             self.files.len(),
@@ -347,7 +372,7 @@ impl StateRecord {
         let mut next = self.next.clone().unwrap_or_else(|| "not stated".into());
         let mut shortened = false;
         loop {
-            let (text, shown) = self.render_keeping(&asks, &keep, &next, handle);
+            let (text, shown) = self.render_keeping(&asks, &keep, &next, collapsed);
             if text.len() <= budget {
                 return text;
             }
@@ -397,7 +422,10 @@ impl StateRecord {
             ..self.clone()
         };
         let extra = STATE_RECORD_HEADING.len() + next.len() + 2;
-        let text = record.render((room + extra).saturating_sub(LEAD.len() + 1), None);
+        let text = record.render(
+            (room + extra).saturating_sub(LEAD.len() + 1),
+            Collapsed::NotListed,
+        );
         let body = text
             .strip_prefix(STATE_RECORD_HEADING)?
             .trim_start()
@@ -416,7 +444,7 @@ impl StateRecord {
         asks: &[String],
         keep: &[usize; 5],
         next: &str,
-        handle: Option<&str>,
+        collapsed: Collapsed<'_>,
     ) -> (String, [usize; 5]) {
         let mut out = String::from(STATE_RECORD_HEADING);
         out.push('\n');
@@ -457,16 +485,19 @@ impl StateRecord {
             }
             if dropped > 0 {
                 let noun = nouns[k];
-                let _ = match handle {
-                    Some(_) if named => {
+                let _ = match collapsed {
+                    Collapsed::Expand(_) if named => {
                         writeln!(out, "- ({dropped} earlier {noun} archived there too)")
                     }
-                    Some(h) => writeln!(
+                    Collapsed::Expand(h) => writeln!(
                         out,
-                        "- ({dropped} earlier {noun} archived: context_expand {})",
+                        "- ({dropped} earlier {noun} archived: {EXPAND_TOOL} {})",
                         json!({ "handle": h })
                     ),
-                    None => writeln!(out, "- ({dropped} earlier {noun} not listed)"),
+                    Collapsed::Archived => writeln!(out, "- ({dropped} earlier {noun} archived)"),
+                    Collapsed::NotListed => {
+                        writeln!(out, "- ({dropped} earlier {noun} not listed)")
+                    }
                 };
                 named = true;
             }
@@ -618,7 +649,7 @@ mod tests {
         assert_eq!(r.next.as_deref(), Some("Next I will update the changelog."));
         // The observations are not asks.
         assert_eq!(r.asks.len(), 1);
-        let text = r.render(10_000, None);
+        let text = r.render(10_000, Collapsed::NotListed);
         assert!(text.starts_with(STATE_RECORD_HEADING), "{text}");
         assert!(
             text.contains("- `python -m pytest -q` → 2 runs\n"),
@@ -637,8 +668,8 @@ mod tests {
             ));
         }
         let r = StateRecord::build(&turns, crate::validate::auto_text_actions());
-        let full = r.render(100_000, None);
-        let small = r.render(1_200, Some("s-12-57"));
+        let full = r.render(100_000, Collapsed::NotListed);
+        let small = r.render(1_200, Collapsed::Expand("s-12-57"));
         assert!(small.len() <= 1_200, "{}", small.len());
         assert!(small.len() < full.len());
         // The handle is named once, on the first count line; the others
@@ -673,9 +704,25 @@ mod tests {
             small.contains("src/a/long/folder/file39.py | head"),
             "{small}"
         );
-        let bare = r.render(1_200, None);
+        let bare = r.render(1_200, Collapsed::NotListed);
         assert!(bare.contains("earlier commands not listed"), "{bare}");
         assert!(!bare.contains("omitted"));
+        // A text-action agent, which has no tool to call: archived, no call.
+        let text = r.render(
+            1_200,
+            Collapsed::archived("s-12-57", ToolChannel::TextActions),
+        );
+        assert!(text.contains("earlier files archived)"), "{text}");
+        assert!(
+            !text.contains(EXPAND_TOOL) && !text.contains("s-12-57"),
+            "{text}"
+        );
+        let parsed = StateRecord::parse(&text).expect("record");
+        assert!(
+            parsed.files.iter().all(|f| f.starts_with("src/")),
+            "the counts are not entries: {:?}",
+            parsed.files
+        );
     }
 
     #[test]
@@ -742,7 +789,7 @@ mod tests {
             v
         };
         let summary1 = StateRecord::build(&first, crate::validate::auto_text_actions())
-            .render(10_000, Some("s1"));
+            .render(10_000, Collapsed::Expand("s1"));
         assert!(
             !summary1.contains("- src/io.py"),
             "named by its command: {summary1}"
@@ -752,7 +799,7 @@ mod tests {
             crate::validate::auto_text_actions(),
         );
         second.carry_over(&summary1);
-        let summary2 = second.render(10_000, Some("s2"));
+        let summary2 = second.render(10_000, Collapsed::Expand("s2"));
         let mut third = StateRecord::build(
             &mini("python -m pytest -q", 0, "1 passed"),
             crate::validate::auto_text_actions(),
@@ -773,7 +820,7 @@ mod tests {
             third.errors,
             vec!["FAILED tests/test_io.py::test_read - KeyError: 'x'"]
         );
-        let text = third.render(10_000, None);
+        let text = third.render(10_000, Collapsed::NotListed);
         assert!(text.contains("- `cat src/io.py`\n"), "{text}");
         // The failing test is in the error line: not listed twice.
         assert!(!text.contains("### Failing tests"), "{text}");
@@ -812,7 +859,7 @@ mod codex_tests {
         }
         let r = StateRecord::build(&v, crate::validate::auto_text_actions());
         assert_eq!(r.commands.len(), 20);
-        let text = r.render(3000, Some("h123"));
+        let text = r.render(3000, Collapsed::Expand("h123"));
         for k in 0..20 {
             assert!(text.contains(&format!("file_{k}.txt")), "{text}");
         }

@@ -42,6 +42,13 @@ pub const PRUNE_MARK: &str = "[pruned]";
 /// tool itself is [`crate::recall`]'s).
 pub const RECALL_TOOL: &str = "context_recall";
 
+/// The name of the search tool, as archive notes name it.
+pub const SEARCH_TOOL: &str = "context_search";
+
+/// The name of the expand tool, as archive notes and a state record's
+/// counts name it.
+pub const EXPAND_TOOL: &str = "context_expand";
+
 /// The ellipsis that marks a clipped writ, error line or note.
 pub(crate) const ELLIPSIS: &str = "…";
 

@@ -85,7 +85,15 @@ pub fn archive(store: &dyn SessionStore) {
     assert_eq!(hits[0].handle, "c1");
     assert_eq!(hits[0].spans, vec![handle.clone()]);
     assert_eq!(hits[0].source, "archive");
-    assert!(hits[0].snippet.contains("KeyError"), "{}", hits[0].snippet);
+    // The line that holds the words, with their ranges.
+    let line = &hits[0].lines[0];
+    assert_eq!(line.line, 1, "{line:?}");
+    let marked: Vec<&str> = line
+        .ranges
+        .iter()
+        .map(|[s, e]| &line.text[*s..*e])
+        .collect();
+    assert_eq!(marked, ["test_parse.py", "KeyError"], "{line:?}");
     let any = store
         .search(Some("s1"), "linter tokenizer", 5)
         .expect("search");
@@ -473,5 +481,101 @@ pub fn claims(store: &dyn SessionStore) {
         store
             .try_claim("e", "summary", "live", long)
             .expect("expired")
+    );
+}
+
+/// A pytest run whose long output holds one failing assertion among
+/// hundreds of `PASSED` lines (the `ctx search` issue's example).
+pub fn pytest_output() -> String {
+    let mut out = String::from("============ test session starts ============\n");
+    for i in 0..300 {
+        out.push_str(&format!(
+            "tests/test_main.py::test_case_{i} PASSED in 0.01s [{:>3}%]\n",
+            i / 3
+        ));
+    }
+    out.push_str("E   AssertionError: expected 38 got 136 in test_11_6\n");
+    for i in 0..40 {
+        out.push_str(&format!("tests/test_io.py::test_read_{i} PASSED\n"));
+    }
+    out.push_str("1 failed, 340 passed in 3.20s\n[exit 1]");
+    out
+}
+
+/// Archives a session `q` whose search the backends must answer alike: the
+/// long pytest output, a short failure, messages naming the test.
+pub fn search_archive(store: &dyn SessionStore) {
+    let span = vec![
+        Message::user("make test_11_6 pass; the count is off"),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "p1",
+                "bash",
+                r#"{"command": "pytest -q tests/"}"#,
+            )],
+        ),
+        Message::tool_result("p1", pytest_output()),
+        Message::assistant("test_11_6 expected 38: the counter double counts\nin src/count.py"),
+        Message::assistant_tool_calls(
+            "",
+            vec![ToolCall::function(
+                "p2",
+                "bash",
+                r#"{"command": "python -c 'import count'"}"#,
+            )],
+        ),
+        Message::tool_result(
+            "p2",
+            "Traceback (most recent call last):\n  File \"src/count.py\", line 3\nKeyError: 'total'\n[exit 1]",
+        ),
+    ];
+    let mut batch = Batch::new();
+    batch.archive_span(&span, 1, 7);
+    store.commit("q", &batch).expect("commit");
+}
+
+/// The queries of [`search_archive`] and each backend's answer, as JSON
+/// text: the hits of each query sorted by handle (their order is each
+/// backend's rank), byte for byte what the backend returned.
+pub fn search_answers(store: &dyn SessionStore) -> String {
+    let queries = [
+        "expected 38 got 136 in test_11_6",
+        "PASSED",
+        "test_11_6",
+        "KeyError count.py",
+        "keyerror TRACEBACK",
+        "src/count.py double",
+        "nothing-like-this",
+    ];
+    let answers: Vec<Value> = queries
+        .iter()
+        .map(|q| {
+            let mut hits = store.search(Some("q"), q, 10).expect("search");
+            hits.sort_by(|a, b| a.handle.cmp(&b.handle));
+            json!({ "query": q, "hits": hits })
+        })
+        .collect();
+    serde_json::to_string_pretty(&answers).expect("json")
+}
+
+/// The issue's example on any backend: the hit shows the failing line.
+pub fn search_shows_the_matching_line(store: &dyn SessionStore) {
+    search_archive(store);
+    let hits = store
+        .search(Some("q"), "expected 38 got 136 in test_11_6", 5)
+        .expect("search");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].handle, "p1");
+    let line = &hits[0].lines[0];
+    assert_eq!(
+        (line.line, line.text.as_str()),
+        (302, "E   AssertionError: expected 38 got 136 in test_11_6")
+    );
+    assert_eq!(hits[0].terms, 6);
+    assert!(
+        hits[0].lines.iter().all(|l| !l.text.contains("PASSED")),
+        "no PASSED line holds a word of the query: {:?}",
+        hits[0].lines
     );
 }

@@ -1,9 +1,11 @@
 //! `ctx search --store DB QUERY [--session S] [--limit N] [--json]`:
-//! full-text search over the archive, each hit with the handle to recall.
+//! full-text search over the archive, each hit with the handle to recall
+//! and the lines that hold the words.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use crate::output::Table;
+use context_engine::store::{SearchHit, Terms};
 
 /// Arguments of `ctx search`.
 #[derive(Debug, clap::Args)]
@@ -18,10 +20,11 @@ pub struct SearchArgs {
     /// Most hits to show.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
-    /// One JSON array of hits.
+    /// One JSON array of hits (each with its matched lines: number, text
+    /// and the byte ranges of the words in it).
     #[arg(long)]
     pub json: bool,
-    /// Show the snippets as stored, without masking what redaction would
+    /// Show the lines as stored, without masking what redaction would
     /// mask (a verbatim store's secrets).
     #[arg(long)]
     pub unmasked: bool,
@@ -39,23 +42,20 @@ pub fn run(args: &SearchArgs) -> anyhow::Result<ExitCode> {
     }
     let mut hits = store.search(args.session.as_deref(), &args.query, args.limit)?;
     if !args.unmasked {
-        for h in &mut hits {
-            h.snippet = at_rest.egress().string(&h.snippet);
+        // Masking may move the words: their ranges are found again.
+        let terms = Terms::new(&args.query);
+        for line in hits.iter_mut().flat_map(|h| h.lines.iter_mut()) {
+            let masked = at_rest.egress().string(&line.text);
+            if masked != line.text {
+                line.ranges = terms.ranges(&masked);
+                line.text = masked;
+            }
         }
     }
     if args.json {
         crate::output::json(&hits)?;
     } else if !hits.is_empty() {
-        let mut table = Table::new(["handle", "role", "span", "snippet"]);
-        for h in &hits {
-            table.row([
-                h.handle.clone(),
-                h.role.clone(),
-                h.spans.join(" "),
-                h.snippet.clone(),
-            ]);
-        }
-        print!("{}", table.render(0));
+        print!("{}", render(&hits));
     } else {
         eprintln!("ctx: nothing in the archive matches `{}`", args.query);
     }
@@ -64,4 +64,30 @@ pub fn run(args: &SearchArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Each hit as a line naming its handle, role and spans, then its matched
+/// lines, numbered, indented under it.
+fn render(hits: &[SearchHit]) -> String {
+    let mut out = String::new();
+    for (k, h) in hits.iter().enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let _ = write!(out, "{}  {}", h.handle, h.role);
+        if !h.spans.is_empty() {
+            let _ = write!(out, "  span {}", h.spans.join(" "));
+        }
+        out.push('\n');
+        let width = h
+            .lines
+            .iter()
+            .map(|l| l.line.to_string().len())
+            .max()
+            .unwrap_or(1);
+        for l in &h.lines {
+            let _ = writeln!(out, "  {:>width$}: {}", l.line, l.text);
+        }
+    }
+    out
 }

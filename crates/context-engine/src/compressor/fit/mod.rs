@@ -33,7 +33,7 @@ pub use crate::engine::{FitStep, FitStepKind, Unfittable};
 use crate::message::{Content, Message, Role};
 use crate::prune::clip_arguments;
 use crate::recall::RECALL_TOOL;
-use crate::summarize::state::{STATE_RECORD_HEADING, StateRecord};
+use crate::summarize::state::{Collapsed, STATE_RECORD_HEADING, StateRecord};
 use crate::tokens::TokenCounter;
 
 use crate::validate::{
@@ -269,13 +269,8 @@ fn left_out_note(
         return None;
     }
     let handle = crate::store::span_handle(&gone);
-    let arg = serde_json::json!({ "handle": handle });
-    let mut note = format!(
-        "[{n} earlier message{s} left out of this request to fit the window, archived (handle {handle}): \
-         context_expand {arg} shows them; context_search finds words in them.]",
-        n = gone.len(),
-        s = if gone.len() == 1 { "" } else { "s" },
-    );
+    let channel = crate::digest::ToolChannel::of(originals, actions);
+    let mut note = crate::store::left_out_note(gone.len(), &handle, channel);
     if with_asks {
         let kept: String = fitted
             .messages
@@ -730,10 +725,8 @@ impl<'c> Work<'c> {
         // What must stay of it: the note naming the span it replaced (the
         // way back to everything it summarized) and the user's asks of its
         // state record; then the note alone.
-        let note = crate::store::parse_archive_note(body).and_then(|(s, e, h)| {
-            let note = crate::store::archive_note(s, e, &h);
-            body.contains(&note).then_some(note)
-        });
+        let found = crate::store::find_archive_note(body);
+        let note = found.as_ref().map(|n| n.text.to_owned());
         let rest = match &note {
             Some(n) => body.replacen(n.as_str(), "", 1),
             None => body.to_owned(),
@@ -756,10 +749,12 @@ impl<'c> Work<'c> {
                 return 1;
             }
             if let Some(record) = StateRecord::parse(ledger) {
-                let handle = crate::store::parse_archive_note(body).map(|(_, _, h)| h);
+                let collapsed = found.as_ref().map_or(Collapsed::NotListed, |n| {
+                    Collapsed::archived(&n.handle, n.channel())
+                });
                 let mut room = ledger.len() / 2;
                 while room >= STATE_RECORD_HEADING.len() + 64 {
-                    let lower = record.render(room, handle.as_deref());
+                    let lower = record.render(room, collapsed);
                     let new = format!("{}{head}{lower}{}", &text[..start], &text[end..]);
                     self.set(s, with_text(&original, new));
                     if self.total() <= budget {
@@ -903,8 +898,7 @@ fn summary_note_only(message: &Message) -> Option<Message> {
     let end = text[start..]
         .find(SUMMARY_END)
         .map_or(text.len(), |e| start + e);
-    let (s, e, h) = crate::store::parse_archive_note(&text[start..end])?;
-    let note = crate::store::archive_note(s, e, &h);
+    let note = crate::store::find_archive_note(&text[start..end])?.text;
     let new = format!("{}\n{note}\n{}", &text[..start], &text[end..]);
     (new.len() < text.len()).then(|| with_text(message, new))
 }

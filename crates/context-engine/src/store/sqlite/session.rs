@@ -6,12 +6,22 @@ use serde_json::Value;
 
 use super::index::{INDEXED_UPTO, Waiting, index_waiting};
 use super::{SEARCH_WINDOW, SqliteStore, map_err};
-use crate::store::memory::hit_handle;
-use crate::store::text::{fts_query, index_text, matches, query_words, snippet};
+use crate::store::matched_lines::query_words;
+use crate::store::text::{fts_query, index_text};
 use crate::store::{
     Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, MEMORY_PATH, SearchHit, SessionStore,
-    Since, StoreError, Versioned, now_ms, version_conflict,
+    Since, StoreError, Terms, Versioned, now_ms, version_conflict,
 };
+
+/// A message the index matched, before it becomes a hit.
+struct Candidate {
+    id: i64,
+    rank: f64,
+    count: usize,
+    hash: String,
+    message: crate::message::Message,
+    text: String,
+}
 
 impl SessionStore for SqliteStore {
     fn location(&self) -> String {
@@ -96,7 +106,8 @@ impl SessionStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
         let words = query_words(query);
-        if words.is_empty() || limit == 0 {
+        let terms = Terms::of_words(&words);
+        if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let mut conn = self.lock();
@@ -142,33 +153,38 @@ impl SessionStore for SqliteStore {
                 }
                 let message = self.parse_message(json.clone())?;
                 let text = index_text(&message);
-                if !matches(&text, &words, all) {
+                if !terms.matches(&text, all) {
                     continue;
                 }
-                hits.push(SearchHit {
-                    handle: hit_handle(&message, hash),
-                    spans: self.spans_of(&conn, session, *id)?,
-                    role: message.role.as_str().to_owned(),
-                    source: "archive",
-                    snippet: snippet(&text, &words),
-                });
+                let spans = self.spans_of(&conn, session, *id)?;
+                hits.push(SearchHit::archived(&message, hash, spans, &text, &terms));
             }
             let mut offset = 0usize;
             while hits.len() < limit {
-                let ids = conn
+                let ranked = conn
                     .prepare_cached(
-                        "SELECT rowid FROM (SELECT rowid, rank FROM message_fts \
+                        "SELECT rowid, rank FROM (SELECT rowid, rank FROM message_fts \
                          WHERE message_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2 OFFSET ?3) \
                          ORDER BY rank",
                     )
                     .map_err(|e| self.err(e))?
                     .query_map(params![expr, page as i64, offset as i64], |r| {
-                        r.get::<_, i64>(0)
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?))
                     })
                     .map_err(|e| self.err(e))?
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| self.err(e))?;
-                for &id in &ids {
+                // The window's matches, best rank first, ties by words
+                // matched: read until the hits still wanted are found and
+                // the rank changes.
+                let room = limit - hits.len();
+                let mut window = Vec::new();
+                for &(id, rank) in &ranked {
+                    if window.len() >= room
+                        && window.last().is_some_and(|w: &Candidate| w.rank != rank)
+                    {
+                        break;
+                    }
                     if !self.archived_in(&conn, id, session)? {
                         continue;
                     }
@@ -181,21 +197,26 @@ impl SessionStore for SqliteStore {
                     // The index matched the words' tokens; the text must
                     // hold the words themselves.
                     let text = index_text(&message);
-                    if !matches(&text, &words, all) {
+                    let Some(count) = terms.matching(&text, all) else {
                         continue;
-                    }
-                    hits.push(SearchHit {
-                        handle: hit_handle(&message, &hash),
-                        spans: self.spans_of(&conn, session, id)?,
-                        role: message.role.as_str().to_owned(),
-                        source: "archive",
-                        snippet: snippet(&text, &words),
+                    };
+                    window.push(Candidate {
+                        id,
+                        rank,
+                        count,
+                        hash,
+                        message,
+                        text,
                     });
-                    if hits.len() == limit {
-                        break;
-                    }
                 }
-                if hits.len() == limit || ids.len() < page {
+                window.sort_by(|a, b| a.rank.total_cmp(&b.rank).then(b.count.cmp(&a.count)));
+                for c in window.into_iter().take(room) {
+                    let spans = self.spans_of(&conn, session, c.id)?;
+                    hits.push(SearchHit::archived(
+                        &c.message, &c.hash, spans, &c.text, &terms,
+                    ));
+                }
+                if hits.len() == limit || ranked.len() < page {
                     break;
                 }
                 offset += page;

@@ -268,7 +268,7 @@ impl OpenAiSummarizer {
         if let Some(previous) = request.previous_summary {
             record.carry_over(previous);
         }
-        let record = record.render(budget, request.archive_handle);
+        let record = record.render(budget, request.collapsed());
         Ok(format!("{}\n\n{record}", reply.text.trim_end()))
     }
 
