@@ -42,9 +42,21 @@ pub enum Error {
     /// A replay run failed ([`crate::builder::Engines::replay`]).
     #[error(transparent)]
     Run(#[from] crate::builder::RunError),
+    /// A session store failed: not found, a conflict, a locked, corrupt or
+    /// newer file ([`crate::store`]).
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// The key of an encrypted session store.
     #[error(transparent)]
     StoreKey(#[from] crate::store::KeyError),
+    /// A client-format request (Anthropic Messages, Responses) is malformed
+    /// ([`crate::front`]).
+    #[error(transparent)]
+    Format(#[from] crate::anthropic::FormatError),
+    /// A transcript has nothing between its protected head and tail
+    /// ([`crate::compressor::Compressor::plan`]).
+    #[error(transparent)]
+    NothingToCut(#[from] crate::compressor::NothingToCut),
     /// A summarizer failed ([`crate::summarize`]).
     #[error(transparent)]
     Summarize(#[from] crate::summarize::SummarizeError),
@@ -128,6 +140,12 @@ mod tests {
             .into();
         assert!(err.violation().is_none());
         assert!(matches!(err, Error::Profile(_)));
+        let err: Error = crate::store::StoreError::NotFound {
+            what: "handle `h1`".into(),
+        }
+        .into();
+        assert!(matches!(err, Error::Store(_)));
+        assert_eq!(err.to_string(), "handle `h1` not found in the store");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Engine registry and process plugins, through the real protocol: the
-//! shipped Python example (`plugins/context_engine/last-turns`) and a
-//! test plugin that misbehaves on demand (`tests/plugins/.../misbehave`).
+//! shipped Python example (`plugins/context_engine/last-turns`), a
+//! test plugin that misbehaves on demand (`tests/plugins/.../misbehave`)
+//! and one that answers canned results (`tests/plugins/.../canned`, a
+//! shell script).
 //! Skipped, with the reason printed, where `python3` is missing.
 
 mod common;
@@ -16,7 +18,7 @@ use context_engine::engine::{
 use context_engine::message::{Message, Role, ToolCall};
 use context_engine::plugin::{
     EngineContext, EngineSource, EventKind, FailureKind, PluginError, PluginManifest,
-    ProcessEngine, find_plugin, select_engine,
+    ProcessEngine, Refusal, find_plugin, select_engine,
 };
 use context_engine::tokens::{CountOptions, EstimateCounter, TokenCounter};
 use context_engine::transcript::Transcript;
@@ -437,6 +439,150 @@ fn invalid_select_context_is_ignored() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].0, FailureKind::InvalidResult);
     assert!(seen[0].1.contains("provider rule"), "{seen:?}");
+}
+
+/// Every hook's malformed answer (a field of the wrong type, missing
+/// messages, a bad state patch) is refused as an `invalid_result` failure
+/// whose reason names the method and the field; the hook answers as if the
+/// plugin were not there and the host's state is untouched. (The `canned`
+/// plugin is a shell script: each refusal restarts it, in milliseconds.)
+#[cfg(unix)]
+#[test]
+fn malformed_answers_are_refused_naming_the_hook_and_the_field() {
+    // method -> (answer, what the refusal names)
+    let cases = [
+        (
+            "on_session_start",
+            json!({"state": {"context_length": 1.5}}),
+            "at `state.context_length`",
+        ),
+        (
+            "should_compress",
+            json!("yes"),
+            "expected a boolean (got \"yes\")",
+        ),
+        (
+            "should_compress_info",
+            json!({"should_compress": 1}),
+            "at `should_compress`",
+        ),
+        (
+            "compress",
+            json!({"result": []}),
+            "missing field `messages`",
+        ),
+        (
+            "select_context",
+            json!({"messages": "all"}),
+            "at `messages`",
+        ),
+        (
+            "prune_tool_results_only",
+            json!({"messages": [{"role": "user"}], "pruned": "1"}),
+            "at `pruned`",
+        ),
+        (
+            "should_compress_preflight",
+            json!(null),
+            "expected a boolean",
+        ),
+        (
+            "should_defer_preflight_to_real_usage",
+            json!(1),
+            "expected a boolean",
+        ),
+        (
+            "has_content_to_compress",
+            json!([true]),
+            "expected a boolean",
+        ),
+        (
+            "update_from_response",
+            json!({"state": {"threshold_tokens": "big"}}),
+            "at `state.threshold_tokens`",
+        ),
+        ("on_turn_complete", json!({"state": "reset"}), "at `state`"),
+        (
+            "update_model",
+            json!({"state": {"protect_last_n": -1}}),
+            "at `state.protect_last_n`",
+        ),
+        ("get_status", json!(["x"]), "expected an object"),
+        (
+            "on_session_reset",
+            json!({"state": {"last_prompt_tokens": "none"}}),
+            "at `state.last_prompt_tokens`",
+        ),
+        ("on_session_end", json!(true), "expected null or an object"),
+    ];
+    let hooks: Vec<&str> = cases.iter().map(|(m, _, _)| *m).collect();
+    let init = json!({"name": "canned", "protocol_version": 1, "capabilities": hooks});
+    let mut table = format!("initialize\t{init}\n");
+    for (method, answer, _) in &cases {
+        table.push_str(&format!("{method}\t{answer}\n"));
+    }
+    let answers = scratch("canned").join("answers.tsv");
+    std::fs::write(&answers, table).unwrap();
+    let path = find_plugin("canned", &[test_plugins()]).unwrap();
+    let mut manifest = PluginManifest::load(&path).unwrap();
+    manifest
+        .env
+        .insert("CANNED_ANSWERS".into(), answers.display().to_string());
+    let mut engine = ProcessEngine::new(manifest, EngineContext::new(counter(), 10_000));
+    engine.start().unwrap();
+    let state = engine.state().clone();
+    let messages = short_session();
+
+    engine.on_session_start("s1", &SessionInfo::default());
+    assert!(
+        engine.should_compress(Some(9_000)),
+        "the host-side threshold"
+    );
+    assert!(engine.should_compress_info(Some(10)).block_reason.is_none());
+    let err = engine
+        .compress(&messages, &CompressRequest::new())
+        .unwrap_err();
+    let refusal = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<Refusal>())
+        .expect("the refusal is the error's source");
+    assert_eq!((refusal.method, refusal.path()), ("compress", Some("")));
+    assert!(
+        engine
+            .select_context(&SelectRequest::new(&messages, &messages))
+            .is_none()
+    );
+    let (pruned, n) = engine.prune_tool_results_only(&messages, Some(10));
+    assert_eq!((pruned.len(), n), (messages.len(), 0));
+    assert!(!engine.should_compress_preflight(&messages));
+    assert!(!engine.should_defer_preflight_to_real_usage(10));
+    assert!(engine.has_content_to_compress(&messages));
+    engine.update_from_response(&Usage::new(10, 1));
+    engine.on_turn_complete(&messages, None, &TurnInfo::default());
+    engine.update_model(&ModelInfo::new("gpt-4o", 10_000));
+    let status = engine.status();
+    assert_eq!(status.extra.keys().collect::<Vec<_>>(), ["plugin"]);
+    engine.on_session_reset();
+    engine.on_session_end("s1", &messages);
+
+    assert_eq!(engine.state().threshold_tokens, state.threshold_tokens);
+    assert_eq!(engine.state().protect_last_n, state.protect_last_n);
+    assert_eq!(engine.state().compression_count, 0);
+    let seen = engine
+        .events()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Failure(FailureKind::InvalidResult))
+        .map(|e| (e.method.unwrap_or_default(), e.detail))
+        .collect::<Vec<_>>();
+    assert_eq!(seen.len(), cases.len(), "{seen:#?}");
+    for ((method, detail), (want, _, names)) in seen.iter().zip(&cases) {
+        assert_eq!(method, want);
+        assert!(
+            detail.starts_with(&format!("`{method}` answer: ")),
+            "{method}: {detail}"
+        );
+        assert!(detail.contains(names), "{method}: {detail}");
+    }
+    assert!(!engine.is_fallback(), "max_failures: 100");
 }
 
 #[test]

@@ -24,7 +24,9 @@ use crate::handlers::relay::{self, Stream};
 use crate::handlers::{account_plan, answer_collected, engine_step, respond};
 use crate::identity::Identity;
 use crate::session::key::session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
+use crate::session::{
+    Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
+};
 use crate::sse::ChatReader;
 use crate::token::AuthorizationConsumed;
 use crate::tools::{self, ChatRounds, StreamTools};
@@ -65,7 +67,8 @@ pub async fn chat_completions(
         &state,
         &mut guard,
         &key,
-        plan.as_mut().map_err(|w| &*w),
+        plan.as_mut()
+            .map_err(|w| w as &(dyn std::error::Error + 'static)),
         None,
     );
 
@@ -150,7 +153,7 @@ fn prepare(
     key: &SessionKey,
     body: &ChatBody<'_>,
     store: Option<&SharedStore>,
-) -> Result<Plan, String> {
+) -> Result<Plan, SessionError> {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         if let Some(store) = store {
             return persist::prepare_stored(slot, ctx, key, body.messages(), store);
@@ -163,12 +166,12 @@ fn prepare(
                 m.use_model(body.model());
                 m.prepare_json(body.messages())
             }
-            None => Err("no session".to_owned()),
+            None => Err(SessionError::NoSession),
         }
     }));
     result.unwrap_or_else(|_| {
         *slot = None;
-        Err("the engine panicked; the session starts over".to_owned())
+        Err(SessionError::Panicked)
     })
 }
 

@@ -36,7 +36,9 @@ use crate::handlers::relay::{self, Stream};
 use crate::handlers::{account_plan, answer_collected, engine_step, passthrough};
 use crate::identity::Identity;
 use crate::session::key::front_session_key;
-use crate::session::{Managed, Plan, SessionContext, SessionKey, SharedStore, persist};
+use crate::session::{
+    Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
+};
 use crate::sse::WireReader;
 use crate::tools::FrontTools;
 
@@ -114,7 +116,10 @@ pub(crate) async fn handle(
         .ok()
         .map(|(_, rebuilt)| (call.kind, rebuilt.marked_prefix))
         .or(Some((call.kind, false)));
-    let plan = outcome.as_mut().map(|(plan, _)| plan).map_err(|why| &*why);
+    let plan = outcome
+        .as_mut()
+        .map(|(plan, _)| plan)
+        .map_err(|why| why as &(dyn std::error::Error + 'static));
     let managed = account_plan(&state, &mut guard, &key, plan, front);
 
     // The request that goes upstream: the managed fields, the engine's
@@ -194,12 +199,15 @@ fn prepare(
     cache: &Mutex<FrontCache>,
     step: &Step<'_>,
     split: &ChatBody<'_>,
-) -> Result<(Plan, Rebuilt), String> {
+) -> Result<(Plan, Rebuilt), FrontError> {
     let fields = split.fields();
     let items = lib::split_items(step.kind, &fields);
     let mut kept = std::mem::take(&mut *cache.lock().unwrap_or_else(PoisonError::into_inner));
     let mut front = FrontRequest::parse_parts(step.kind, &fields, items.as_deref(), &mut kept)
-        .map_err(|e| format!("unreadable {} request: {e}", step.kind))?;
+        .map_err(|error| FrontError::Unreadable {
+            kind: step.kind,
+            error,
+        })?;
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
         let plan = if let Some(store) = step.store {
@@ -210,7 +218,7 @@ fn prepare(
             }
             match slot.as_mut() {
                 Some(m) => m.prepare(&refs)?,
-                None => return Err("no session".to_owned()),
+                None => return Err(SessionError::NoSession.into()),
             }
         };
         drop(refs);
@@ -221,11 +229,9 @@ fn prepare(
         };
         let rebuilt = front
             .rebuild_with(&plan.request, items.as_deref(), stable)
-            .map_err(|v| {
-                format!(
-                    "the managed {} request would break a rule: {v}",
-                    front.kind()
-                )
+            .map_err(|violation| FrontError::Rule {
+                kind: front.kind(),
+                violation,
             })?;
         Ok((plan, rebuilt))
     }));
@@ -237,9 +243,35 @@ fn prepare(
         }
         Err(_) => {
             *slot = None;
-            Err("the engine panicked; the session starts over".to_owned())
+            Err(SessionError::Panicked.into())
         }
     }
+}
+
+/// Why a front's request goes unmanaged: the session step failed, or the
+/// request cannot be read or rebuilt in its format.
+#[derive(Debug, thiserror::Error)]
+enum FrontError {
+    /// The session step failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The request is not one of its format.
+    #[error("unreadable {kind} request: {error}")]
+    Unreadable {
+        /// The format.
+        kind: FrontKind,
+        /// What is wrong with it.
+        error: context_engine::anthropic::FormatError,
+    },
+    /// The managed request, rebuilt in the client's format, would break
+    /// one of the format's rules.
+    #[error("the managed {kind} request would break a rule: {violation}")]
+    Rule {
+        /// The format.
+        kind: FrontKind,
+        /// The rule broken.
+        violation: context_engine::validate::Violation,
+    },
 }
 
 /// `POST /v1/messages/count_tokens`: counted by the upstream on the

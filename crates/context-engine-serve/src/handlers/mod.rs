@@ -76,7 +76,7 @@ pub(crate) fn account_plan(
     state: &AppState,
     guard: &mut Guard,
     key: &SessionKey,
-    plan: Result<&mut Plan, &String>,
+    plan: Result<&mut Plan, &(dyn std::error::Error + 'static)>,
     front: Option<(FrontKind, bool)>,
 ) -> bool {
     match plan {
@@ -91,6 +91,7 @@ pub(crate) fn account_plan(
             true
         }
         Err(why) => {
+            let why = context_engine::error_chain(why);
             state.metrics().fallback();
             if let Some(m) = guard.as_mut() {
                 m.stats.fallbacks += 1;

@@ -18,6 +18,8 @@
 
 use context_engine::message::Message;
 use serde_json::value::RawValue;
+
+use super::LineageError;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
 /// One managed message's bookkeeping (parallel to the messages).
@@ -185,19 +187,12 @@ impl Lineage {
     /// Inflates the texts of a sleeping lineage and parses its messages
     /// again (nothing to do when awake). On `Err` the lineage is unchanged
     /// (still asleep).
-    pub fn wake(&mut self) -> Result<(), String> {
+    pub fn wake(&mut self) -> Result<(), LineageError> {
         let Some(asleep) = &self.asleep else {
             return Ok(());
         };
         let texts = unpack(asleep)?;
-        let messages = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                serde_json::from_str::<Message>(t)
-                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let messages = parse_sleeping(&texts)?;
         for (m, t) in self.meta.iter_mut().zip(texts) {
             m.text = t;
         }
@@ -208,23 +203,15 @@ impl Lineage {
 
     /// The managed history, parsed from the texts when asleep (which
     /// stays asleep).
-    pub fn parsed(&self) -> Result<std::borrow::Cow<'_, [Message]>, String> {
+    pub fn parsed(&self) -> Result<std::borrow::Cow<'_, [Message]>, LineageError> {
         let Some(asleep) = &self.asleep else {
             return Ok(std::borrow::Cow::Borrowed(&self.messages));
         };
-        unpack(asleep)?
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                serde_json::from_str::<Message>(t)
-                    .map_err(|e| format!("sleeping managed message {i}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(std::borrow::Cow::Owned)
+        parse_sleeping(&unpack(asleep)?).map(std::borrow::Cow::Owned)
     }
 
     /// Each managed message's frozen text, asleep or awake.
-    fn texts(&self) -> Result<std::borrow::Cow<'_, [Meta]>, String> {
+    fn texts(&self) -> Result<std::borrow::Cow<'_, [Meta]>, LineageError> {
         let Some(asleep) = &self.asleep else {
             return Ok(std::borrow::Cow::Borrowed(&self.meta));
         };
@@ -339,9 +326,9 @@ impl Lineage {
             match k {
                 Some(k) => {
                     next = k + 1;
-                    Ok(k)
+                    Text::Managed(k)
                 }
-                None => Err(to_json(m)),
+                None => Text::Own(to_json(m)),
             }
         })
     }
@@ -363,23 +350,23 @@ impl Lineage {
     pub(crate) fn render_applied(&mut self, originals: &[(usize, Message)]) -> Rendered {
         self.render_each(self.messages.len(), |l, i| {
             let Ok(k) = originals.binary_search_by_key(&i, |(j, _)| *j) else {
-                return Ok(i);
+                return Text::Managed(i);
             };
             if originals[k].1 == l.messages[i] {
-                Ok(i)
+                Text::Managed(i)
             } else {
-                Err(to_json(&l.messages[i]))
+                Text::Own(to_json(&l.messages[i]))
             }
         })
     }
 
-    /// The JSON array of `n` messages: message `i` as the managed text at
-    /// `j` when `text_of(i)` is `Ok(j)`, else as the text it gives;
-    /// records the hashes for the next request's reuse estimate.
+    /// The JSON array of `n` messages: message `i` as `text_of(i)` says
+    /// (see [`Text`]); records the hashes for the next request's reuse
+    /// estimate.
     fn render_each(
         &mut self,
         n: usize,
-        mut text_of: impl FnMut(&Lineage, usize) -> Result<usize, String>,
+        mut text_of: impl FnMut(&Lineage, usize) -> Text,
     ) -> Rendered {
         let mut json =
             String::with_capacity(self.meta.iter().map(|m| m.text.len() + 1).sum::<usize>() + 2);
@@ -394,8 +381,8 @@ impl Lineage {
             }
             let start = json.len();
             match text_of(self, i) {
-                Err(text) => json.push_str(&text),
-                Ok(j) => json.push_str(self.meta.get(j).map_or("", |m| &m.text)),
+                Text::Own(text) => json.push_str(&text),
+                Text::Managed(j) => json.push_str(self.meta.get(j).map_or("", |m| &m.text)),
             }
             let h = xxhash_rust::xxh3::xxh3_64(&json.as_bytes()[start..]);
             if same && self.last_sent.get(i) == Some(&h) {
@@ -433,31 +420,50 @@ impl Lineage {
     }
 }
 
+/// Where a rendered message's text comes from.
+enum Text {
+    /// The frozen text of managed message `j`.
+    Managed(usize),
+    /// Its own serialization.
+    Own(String),
+}
+
 /// The texts of a sleeping lineage, inflated.
-fn unpack(asleep: &Asleep) -> Result<Vec<Box<str>>, String> {
+fn unpack(asleep: &Asleep) -> Result<Vec<Box<str>>, LineageError> {
     let total: usize = asleep.lengths.iter().map(|&n| n as usize).sum();
     let mut bytes = Vec::with_capacity(total);
     std::io::Read::read_to_end(
         &mut flate2::read::DeflateDecoder::new(&asleep.packed[..]),
         &mut bytes,
     )
-    .map_err(|e| format!("sleeping lineage: {e}"))?;
+    .map_err(LineageError::Inflate)?;
     if bytes.len() != total {
-        return Err(format!(
-            "sleeping lineage: {} bytes of text, {total} expected",
-            bytes.len()
-        ));
+        return Err(LineageError::Length {
+            got: bytes.len(),
+            expected: total,
+        });
     }
     let mut out = Vec::with_capacity(asleep.lengths.len());
     let mut at = 0;
     for &n in &asleep.lengths {
         let end = at + n as usize;
-        let text =
-            std::str::from_utf8(&bytes[at..end]).map_err(|e| format!("sleeping lineage: {e}"))?;
+        let text = std::str::from_utf8(&bytes[at..end]).map_err(LineageError::Utf8)?;
         out.push(Box::from(text));
         at = end;
     }
     Ok(out)
+}
+
+/// The messages of a sleeping lineage's texts.
+fn parse_sleeping(texts: &[Box<str>]) -> Result<Vec<Message>, LineageError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, t)| {
+            serde_json::from_str::<Message>(t)
+                .map_err(|error| LineageError::SleepingMessage { index, error })
+        })
+        .collect()
 }
 
 /// A lineage as a session store keeps it (see `persist`): each managed
@@ -542,25 +548,26 @@ impl RecordPrints {
 impl Lineage {
     /// The lineage as JSON text, for a session store (one segment that
     /// keeps nothing).
-    pub fn to_record(&self) -> Result<String, String> {
+    pub fn to_record(&self) -> Result<String, LineageError> {
         self.to_segment(RecordKeep::default())
     }
 
     /// A record segment: the items of each part past what `keep` keeps.
-    pub fn to_segment(&self, keep: RecordKeep) -> Result<String, String> {
+    pub fn to_segment(&self, keep: RecordKeep) -> Result<String, LineageError> {
         let meta = self.texts()?;
         let messages = meta
             .iter()
+            .enumerate()
             .skip(keep.messages)
-            .map(|m| {
+            .map(|(index, m)| {
                 Ok(RecordMessage {
                     json: RawValue::from_string(m.text.to_string())
-                        .map_err(|e| format!("managed message is not JSON: {e}"))?,
+                        .map_err(|error| LineageError::NotJson { index, error })?,
                     depends: m.depends,
                     engine_made: m.engine_made,
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, LineageError>>()?;
         let record = Record {
             keep,
             chain: self
@@ -572,7 +579,7 @@ impl Lineage {
             messages,
             sent: self.last_sent.iter().skip(keep.sent).copied().collect(),
         };
-        serde_json::to_string(&record).map_err(|e| e.to_string())
+        serde_json::to_string(&record).map_err(LineageError::Encode)
     }
 
     /// What of the lineage (whose prints are `now`) a store that holds
@@ -616,12 +623,12 @@ impl Lineage {
 
     /// The lineage [`to_record`](Self::to_record) wrote; each message is
     /// parsed from its frozen text.
-    pub fn from_record(text: &str) -> Result<Lineage, String> {
+    pub fn from_record(text: &str) -> Result<Lineage, LineageError> {
         Lineage::from_segments(&[text])
     }
 
     /// The lineage a store's record segments build, oldest first.
-    pub fn from_segments<S: AsRef<str>>(segments: &[S]) -> Result<Lineage, String> {
+    pub fn from_segments<S: AsRef<str>>(segments: &[S]) -> Result<Lineage, LineageError> {
         let mut l = Lineage::default();
         l.apply_segments(segments, 0)?;
         Ok(l)
@@ -634,37 +641,46 @@ impl Lineage {
         &mut self,
         segments: &[S],
         first: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), LineageError> {
         if self.asleep.is_some() {
-            return Err("stored lineage: segments applied to a sleeping lineage".into());
+            return Err(LineageError::Asleep);
         }
         let l = self;
         for (k, text) in segments.iter().enumerate() {
-            let k = first + k;
+            let segment = first + k;
             let record: Record = serde_json::from_str(text.as_ref())
-                .map_err(|e| format!("stored lineage, segment {k}: {e}"))?;
+                .map_err(|error| LineageError::Segment { segment, error })?;
             let keep = record.keep;
             if keep.chain > l.chain.len()
                 || keep.messages > l.messages.len()
                 || keep.sent > l.last_sent.len()
             {
-                return Err(format!(
-                    "stored lineage, segment {k}: keeps {keep:?} of {} chain entries, {} messages, {} hashes",
-                    l.chain.len(),
-                    l.messages.len(),
-                    l.last_sent.len()
-                ));
+                return Err(LineageError::Keeps {
+                    segment,
+                    keep,
+                    chain: l.chain.len(),
+                    messages: l.messages.len(),
+                    sent: l.last_sent.len(),
+                });
             }
             l.chain.truncate(keep.chain);
             for h in &record.chain {
-                l.chain
-                    .push(u128::from_str_radix(h, 16).map_err(|e| format!("stored chain: {e}"))?);
+                let hash = u128::from_str_radix(h, 16).map_err(|error| LineageError::Chain {
+                    segment,
+                    entry: h.clone(),
+                    error,
+                })?;
+                l.chain.push(hash);
             }
             l.messages.truncate(keep.messages);
             l.meta.truncate(keep.messages);
             for (i, m) in record.messages.into_iter().enumerate() {
-                let message: Message = serde_json::from_str(m.json.get())
-                    .map_err(|e| format!("stored managed message {}: {e}", keep.messages + i))?;
+                let message: Message = serde_json::from_str(m.json.get()).map_err(|error| {
+                    LineageError::StoredMessage {
+                        index: keep.messages + i,
+                        error,
+                    }
+                })?;
                 l.messages.push(message);
                 l.meta.push(Meta {
                     text: m.json.get().into(),
@@ -836,6 +852,40 @@ mod tests {
         assert_eq!(
             feed(&mut l, &raws(&[S, U1, A1, U2, A2, U3])),
             Reconcile::Extends { new_from: 4 }
+        );
+    }
+
+    #[test]
+    fn a_broken_stored_record_names_its_segment_and_part() {
+        let good = compacted().to_record().unwrap();
+        let err = |segments: &[&str]| Lineage::from_segments(segments).unwrap_err().to_string();
+        let text = err(&[&good, "{not json"]);
+        assert!(text.starts_with("stored lineage, segment 1: "), "{text}");
+        let keeps =
+            r#"{"keep":{"chain":9,"messages":0,"sent":0},"chain":[],"messages":[],"sent":[]}"#;
+        let text = err(&[&good, keeps]);
+        assert!(
+            text.starts_with("stored lineage, segment 1: keeps RecordKeep { chain: 9,"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("of 4 chain entries, 3 messages, 0 hashes"),
+            "{text}"
+        );
+        let text = err(&[r#"{"chain":["zz"],"messages":[],"sent":[]}"#]);
+        assert!(
+            text.starts_with("stored lineage, segment 0: chain entry `zz`: "),
+            "{text}"
+        );
+        let bad = r#"{"chain":[],"messages":[{"json":{"content":"x"},"depends":1,"engine_made":false}],"sent":[]}"#;
+        let text = err(&[bad]);
+        assert!(text.starts_with("stored managed message 0: "), "{text}");
+        assert!(
+            matches!(
+                Lineage::from_segments(&[bad]),
+                Err(LineageError::StoredMessage { index: 0, .. })
+            ),
+            "typed"
         );
     }
 

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::EngineFactory;
+use super::SessionError;
 use super::lineage::{self, Lineage, Reconcile};
 use super::persist::Staged;
 
@@ -133,7 +134,7 @@ impl std::fmt::Debug for Managed {
 
 impl Managed {
     /// A new session `id` with a fresh engine.
-    pub fn new(ctx: Arc<SessionContext>, id: &str) -> Result<Managed, String> {
+    pub fn new(ctx: Arc<SessionContext>, id: &str) -> Result<Managed, SessionError> {
         let host = new_host(&ctx, id)?;
         Ok(Managed {
             ctx,
@@ -205,7 +206,7 @@ impl Managed {
     /// Wakes a sleeping session (parses its managed history again). Texts
     /// that cannot be read back (never expected) start the session over
     /// from the client's history, as a dropped session would.
-    fn wake(&mut self) -> Result<(), String> {
+    fn wake(&mut self) -> Result<(), SessionError> {
         if let Err(why) = self.lineage.wake() {
             tracing::warn!(session = %self.id, reason = %why, "sleeping session unreadable: it starts over");
             self.lineage = Lineage::default();
@@ -219,7 +220,7 @@ impl Managed {
     /// Takes the client's full history (`raw`, each message as the client
     /// wrote it) and returns the managed request. On `Err` the caller sends
     /// the client's request unmanaged; the reason says why.
-    pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+    pub fn prepare(&mut self, raw: &[&RawValue]) -> Result<Plan, SessionError> {
         self.prepare_as(raw, true)
     }
 
@@ -227,11 +228,11 @@ impl Managed {
     /// [`Plan::messages_json`] only (chat completions): [`Plan::request`]
     /// is left empty when the engine's view could be applied in place, so
     /// the managed history is not copied for the request.
-    pub fn prepare_json(&mut self, raw: &[&RawValue]) -> Result<Plan, String> {
+    pub fn prepare_json(&mut self, raw: &[&RawValue]) -> Result<Plan, SessionError> {
         self.prepare_as(raw, false)
     }
 
-    fn prepare_as(&mut self, raw: &[&RawValue], keep_request: bool) -> Result<Plan, String> {
+    fn prepare_as(&mut self, raw: &[&RawValue], keep_request: bool) -> Result<Plan, SessionError> {
         self.wake()?;
         self.stats.requests += 1;
         self.take_summary();
@@ -341,9 +342,7 @@ impl Managed {
                     if let Some(v) =
                         introduced_violation(&unmanaged, self.lineage.messages(), profile)
                     {
-                        return Err(format!(
-                            "the managed request would break a provider rule: {v}"
-                        ));
+                        return Err(SessionError::Violation(v));
                     }
                 }
                 self.stats.last_request_tokens = applied.request_tokens;
@@ -385,9 +384,7 @@ impl Managed {
                         .map(|(i, m)| parse(m, i))
                         .collect::<Result<_, _>>()?;
                     if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
-                        return Err(format!(
-                            "the managed request would break a provider rule: {v}"
-                        ));
+                        return Err(SessionError::Violation(v));
                     }
                 }
                 self.stats.last_request_tokens = prepared.request_tokens;
@@ -483,19 +480,26 @@ impl Managed {
     }
 }
 
-fn new_host(ctx: &SessionContext, id: &str) -> Result<host::Session, String> {
-    let engine = ctx.factory.create(id).map_err(|e| {
-        format!(
-            "cannot start the engine: {}",
-            context_engine::error_chain(&*e)
-        )
-    })?;
+fn new_host(ctx: &SessionContext, id: &str) -> Result<host::Session, SessionError> {
+    let engine = create_engine(ctx, id)?;
     Ok(host::Session::new(id, engine, Arc::clone(&ctx.counter)).with_options(ctx.host.clone()))
 }
 
-fn parse(raw: &RawValue, index: usize) -> Result<Message, String> {
-    serde_json::from_str(raw.get())
-        .map_err(|e| format!("message {index} is not a chat message: {e}"))
+/// Session `id`'s engine, from the server's factory.
+fn create_engine(
+    ctx: &SessionContext,
+    id: &str,
+) -> Result<Box<dyn context_engine::engine::ContextEngine>, SessionError> {
+    ctx.factory
+        .create(id)
+        .map_err(|error| SessionError::EngineStart {
+            session: id.to_owned(),
+            error,
+        })
+}
+
+fn parse(raw: &RawValue, index: usize) -> Result<Message, SessionError> {
+    serde_json::from_str(raw.get()).map_err(|error| SessionError::Message { index, error })
 }
 
 impl Managed {
@@ -535,7 +539,7 @@ impl Managed {
         store_id: &str,
         staged: Arc<Staged>,
         record: Option<super::persist::Loaded>,
-    ) -> Result<Managed, String> {
+    ) -> Result<Managed, SessionError> {
         let (version, state, history) = match record {
             Some(r) => (r.version, Some(r.state), r.history),
             None => (0, None, Vec::new()),
@@ -559,30 +563,33 @@ impl Managed {
         state: serde_json::Value,
         from: usize,
         segments: &[String],
-    ) -> Result<Managed, String> {
+    ) -> Result<Managed, SessionError> {
         let Some((staged, _)) = &self.stored else {
-            return Err("the session is not stored".into());
+            return Err(SessionError::NotStored);
         };
         let staged = Arc::clone(staged);
         let Some(mark) = staged.mark() else {
-            return Err("no stored history held".into());
+            return Err(SessionError::NoStoredHistory);
         };
         if mark.segments() != from {
-            return Err(format!("{from} segments kept, {} held", mark.segments()));
+            return Err(SessionError::Segments {
+                from,
+                held: mark.segments(),
+            });
         }
         if !self.lineage.record_prints().same_parts(mark.prints()) {
-            return Err("the copy changed since it was stored".into());
+            return Err(SessionError::CopyChanged);
         }
         let want = state
             .pointer("/serve/lineage")
             .and_then(serde_json::Value::as_str)
             .and_then(|h| u128::from_str_radix(h, 16).ok())
-            .ok_or("the record has no lineage digest")?;
+            .ok_or(SessionError::NoDigest)?;
         let mut lineage = std::mem::take(&mut self.lineage);
         lineage.apply_segments(segments, from)?;
         let mark = mark.appended(&lineage, segments);
         if mark.digest() != want {
-            return Err("the segments do not build the stored lineage".into());
+            return Err(SessionError::DigestMismatch);
         }
         Self::restore(
             Arc::clone(&self.ctx),
@@ -605,25 +612,23 @@ impl Managed {
         state: Option<serde_json::Value>,
         lineage: Lineage,
         mark: Option<super::persist::HistoryMark>,
-    ) -> Result<Managed, String> {
+    ) -> Result<Managed, SessionError> {
         let serve: Option<ServeState> = state
             .as_ref()
             .and_then(|s| s.get("serve"))
             .map(|v| serde_json::from_value(v.clone()))
             .transpose()
-            .map_err(|e| format!("stored session `{store_id}`: {e}"))?;
+            .map_err(|error| SessionError::Record {
+                session: store_id.to_owned(),
+                error,
+            })?;
         let staging = Arc::new(Staged::new(Arc::clone(store), state));
         staging.set_mark(mark);
-        let engine = ctx.factory.create(store_id).map_err(|e| {
-            format!(
-                "cannot start the engine: {}",
-                context_engine::error_chain(&*e)
-            )
-        })?;
+        let engine = create_engine(&ctx, store_id)?;
         let host = host::Session::new(store_id, engine, Arc::clone(&ctx.counter))
             .with_options(ctx.host.clone())
             .with_store(Arc::clone(&staging) as Arc<dyn context_engine::store::SessionStore>)
-            .map_err(|e| e.to_string())?;
+            .map_err(SessionError::Restore)?;
         let serve = serve.unwrap_or(ServeState {
             calls: 0,
             stats: SessionStats::default(),
@@ -658,12 +663,12 @@ impl Managed {
     /// state), attached to the staging store when there is one. The
     /// store keeps the compaction records of every lineage the session
     /// id named: the new host numbers its records after them.
-    fn fresh_host(&self) -> Result<host::Session, String> {
+    fn fresh_host(&self) -> Result<host::Session, SessionError> {
         let host = new_host(&self.ctx, &self.id)?;
         match &self.stored {
             Some((staged, _)) => Ok(host
                 .with_store(Arc::clone(staged) as Arc<dyn context_engine::store::SessionStore>)
-                .map_err(|e| e.to_string())?
+                .map_err(SessionError::Restore)?
                 .with_records_after(self.host.records_numbered())),
             None => Ok(host),
         }
@@ -707,10 +712,10 @@ impl Managed {
             serde_json::Value,
             Option<super::persist::HistoryDelta>,
         ),
-        String,
+        SessionError,
     > {
         let Some((staged, _)) = &self.stored else {
-            return Err("the session is not stored".into());
+            return Err(SessionError::NotStored);
         };
         let history = if with_history {
             staged.history_delta(&self.lineage)?
@@ -731,7 +736,10 @@ impl Managed {
         if let serde_json::Value::Object(map) = &mut state {
             map.insert(
                 "serve".into(),
-                serde_json::to_value(serve).map_err(|e| e.to_string())?,
+                serde_json::to_value(serve).map_err(|error| SessionError::Encode {
+                    session: self.id.clone(),
+                    error,
+                })?,
             );
         }
         // A batch that carries only a state snapshot is superseded by the

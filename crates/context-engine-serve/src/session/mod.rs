@@ -16,6 +16,7 @@
 
 pub mod background;
 pub mod breaker;
+mod error;
 pub mod key;
 pub mod lineage;
 pub mod managed;
@@ -31,6 +32,7 @@ use context_engine::engine::Usage;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 pub use background::SummaryClaims;
+pub use error::{LineageError, SessionError};
 pub use key::{KeySource, SessionKey};
 pub use managed::{Managed, Plan, SessionContext, SessionStats};
 pub use persist::{SharedStore, StoreHealth};

@@ -63,6 +63,7 @@ use context_engine::store::{
 
 use super::breaker::{Admit, Breaker};
 use super::lineage::{Lineage, RecordPrints};
+use super::{LineageError, SessionError};
 use serde_json::Value;
 
 /// Compare-and-swap attempts per step before the request fails open.
@@ -335,7 +336,10 @@ impl Staged {
 
     /// What a write of `lineage` must add to the stored history (`None`:
     /// nothing changed).
-    pub(crate) fn history_delta(&self, lineage: &Lineage) -> Result<Option<HistoryDelta>, String> {
+    pub(crate) fn history_delta(
+        &self,
+        lineage: &Lineage,
+    ) -> Result<Option<HistoryDelta>, LineageError> {
         let mark = self.mark.lock().unwrap_or_else(PoisonError::into_inner);
         history_delta(lineage, mark.as_ref())
     }
@@ -508,9 +512,9 @@ impl HistoryDelta {
 pub(crate) fn history_delta(
     lineage: &Lineage,
     mark: Option<&HistoryMark>,
-) -> Result<Option<HistoryDelta>, String> {
+) -> Result<Option<HistoryDelta>, LineageError> {
     let prints = lineage.record_prints();
-    let whole = |prints: RecordPrints| -> Result<Option<HistoryDelta>, String> {
+    let whole = |prints: RecordPrints| -> Result<Option<HistoryDelta>, LineageError> {
         let segment = lineage.to_record()?;
         Ok(Some(HistoryDelta {
             keep: 0,
@@ -584,10 +588,6 @@ impl StepTiming {
     }
 }
 
-fn unavailable(e: &StoreError) -> String {
-    format!("session store unavailable: {e}")
-}
-
 /// [`Managed::prepare`](super::Managed::prepare) for a stored session:
 /// brings the cached copy up to date, runs the step, and commits it by
 /// compare-and-swap (retrying on a conflict). Blocking: call it on the
@@ -599,7 +599,7 @@ pub(crate) fn prepare_stored(
     key: &super::SessionKey,
     raw: &[&serde_json::value::RawValue],
     store: &SharedStore,
-) -> Result<super::Plan, String> {
+) -> Result<super::Plan, SessionError> {
     let sid = store_id(key);
     if !store.available() {
         // The store failed lately: skipped at once, not waited for.
@@ -609,9 +609,7 @@ pub(crate) fn prepare_stored(
             .degraded()
             .map(|(why, _)| why)
             .unwrap_or_default();
-        return Err(format!(
-            "session store unavailable, skipped until a probe finds it answering: {why}"
-        ));
+        return Err(SessionError::Skipped { why });
     }
     // Set when a step numbered a compaction record the store holds: the
     // highest stored number, which the step run again numbers after.
@@ -670,7 +668,7 @@ pub(crate) fn prepare_stored(
             }) => {
                 let advanced = match slot.take() {
                     Some(m) => m.advance(version, state, from, &segments),
-                    None => Err("no copy".into()),
+                    None => Err(SessionError::NoCopy),
                 };
                 match advanced {
                     Ok(m) => {
@@ -682,13 +680,13 @@ pub(crate) fn prepare_stored(
                         tracing::debug!(session = %sid, reason = %why, "stored session read whole");
                         store
                             .observe(Instant::now(), store.store.load_versioned(&sid))
-                            .map_err(|e| unavailable(&e))
+                            .map_err(SessionError::Unavailable)
                             .and_then(|r| rebuild(slot, ctx, &sid, store, r))
                             .map(|()| true)
                     }
                 }
             }
-            Err(e) => Err(unavailable(&e)),
+            Err(e) => Err(SessionError::Unavailable(e)),
         };
         match rebuilt {
             Ok(true) => {
@@ -702,7 +700,7 @@ pub(crate) fn prepare_stored(
             }
         }
         let Some(m) = slot.as_mut() else {
-            return Err("no session".into());
+            return Err(SessionError::NoSession);
         };
         if let Some(n) = renumber {
             m.host_mut().number_records_after(n);
@@ -761,23 +759,24 @@ pub(crate) fn prepare_stored(
                 // step runs again numbered after the stored records.
                 *slot = None;
                 if renumber.is_some() {
-                    return Err(format!("the session store refused the step: {e}"));
+                    return Err(SessionError::Refused(e));
                 }
                 let records = store
                     .observe(Instant::now(), store.store.compactions(&sid))
-                    .map_err(|e| unavailable(&e))?;
+                    .map_err(SessionError::Unavailable)?;
                 tracing::warn!(session = %sid, error = %e, "compaction numbered like a stored one: numbered after the stored records and run again");
                 renumber = Some(records.iter().map(|r| r.seq).max().unwrap_or(0));
             }
             Err(e) => {
                 *slot = None;
-                return Err(unavailable(&e));
+                return Err(SessionError::Unavailable(e));
             }
         }
     }
-    Err(format!(
-        "session `{sid}` kept changing under this instance ({RETRIES} attempts)"
-    ))
+    Err(SessionError::Contended {
+        session: sid,
+        attempts: RETRIES,
+    })
 }
 
 /// Replaces the copy in `slot` by the session built from `record` (none: a
@@ -788,7 +787,7 @@ fn rebuild(
     sid: &str,
     store: &SharedStore,
     record: Option<Versioned>,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     // A plain state (version 0) is not a server's record.
     let record = record.filter(|r| r.version > 0).map(Loaded::from);
     let staged = Arc::new(Staged::new(Arc::clone(&store.store), None));
@@ -878,17 +877,14 @@ pub(crate) fn after_response_stored(
     let started = Instant::now();
     let expected = m.stored_version().unwrap_or(0);
     let mut commit = Duration::ZERO;
-    let written = m
-        .record(false)
-        .map_err(|e| e.to_string())
-        .and_then(|(b, s, _)| {
-            let t = Instant::now();
-            let r = store
-                .observe(t, store.store.commit_versioned(sid, expected, &b, &s, None))
-                .map_err(|e| e.to_string());
-            commit = t.elapsed();
-            r
-        });
+    let written = m.record(false).and_then(|(b, s, _)| {
+        let t = Instant::now();
+        let r = store
+            .observe(t, store.store.commit_versioned(sid, expected, &b, &s, None))
+            .map_err(SessionError::Unavailable);
+        commit = t.elapsed();
+        r
+    });
     tracing::trace!(
         target: "ctx_timing::session",
         session = sid,

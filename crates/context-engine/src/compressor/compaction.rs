@@ -18,19 +18,19 @@ use crate::validate::{
 
 use super::{
     COOLDOWN_MALFORMED, COOLDOWN_NOT_CONFIGURED, COOLDOWN_OTHER, COOLDOWN_TRANSIENT,
-    CompactionReport, Compressor, CompressorOptions, FitStep, FitStepKind, NAME, Outcome,
-    Placement, Plan, Span, fit, insert, is_summary, plan, wrap_summary,
+    CompactionReport, Compressor, CompressorOptions, FitStep, FitStepKind, NAME, NothingToCut,
+    Outcome, Placement, Plan, Span, fit, insert, is_summary, plan, wrap_summary,
 };
 
 impl Compressor {
     /// Where the next compaction would cut `messages`, or why it cannot.
-    pub fn plan(&self, messages: &[Message]) -> Result<Plan, String> {
+    pub fn plan(&self, messages: &[Message]) -> Result<Plan, NothingToCut> {
         self.plan_with(messages, false)
     }
 
     /// [`plan`](Self::plan), with the tail cut to the last group when
     /// `minimal_tail` (the escalation's second step).
-    fn plan_with(&self, messages: &[Message], minimal_tail: bool) -> Result<Plan, String> {
+    fn plan_with(&self, messages: &[Message], minimal_tail: bool) -> Result<Plan, NothingToCut> {
         // The state's protections win: hosts adjust them there.
         let options = CompressorOptions {
             protect_first_n: self.state.protect_first_n,
@@ -99,7 +99,7 @@ impl Compressor {
         &self,
         messages: &[Message],
         escalation: &mut Vec<FitStep>,
-    ) -> Result<Plan, String> {
+    ) -> Result<Plan, NothingToCut> {
         let mut plan = self.plan(messages)?;
         let threshold = self.state.threshold_tokens;
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
@@ -315,6 +315,7 @@ impl Compressor {
             None => match self.plan_for(messages, &mut escalation) {
                 Ok(plan) => plan,
                 Err(why) => {
+                    let why = why.to_string();
                     self.finish(CompactionReport {
                         reason: Some(why.clone()),
                         ..unchanged(Outcome::NothingToCompress)

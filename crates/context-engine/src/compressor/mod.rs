@@ -40,7 +40,7 @@ pub use options::{
     COOLDOWN_MALFORMED, COOLDOWN_NOT_CONFIGURED, COOLDOWN_OTHER, COOLDOWN_TRANSIENT,
     CompressorOptions,
 };
-pub use plan::Plan;
+pub use plan::{NothingToCut, Plan};
 
 // The report and the threshold policy are engine-level; re-exported here
 // for callers that name them through the compressor.

@@ -22,6 +22,17 @@ pub struct Plan {
     pub previous: Option<(usize, String)>,
 }
 
+/// Why a transcript has nothing to compact: the protected head and the
+/// tail kept verbatim leave nothing between them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("nothing between the protected head ({head} messages) and the tail ({tail} messages)")]
+pub struct NothingToCut {
+    /// Messages of the head.
+    pub head: usize,
+    /// Messages of the tail.
+    pub tail: usize,
+}
+
 impl Plan {
     /// Indices of the messages the summary replaces.
     pub fn middle(&self) -> impl Iterator<Item = usize> + '_ {
@@ -42,7 +53,7 @@ pub(super) fn plan(
     compression_count: u64,
     counter: &dyn TokenCounter,
     minimal_tail: bool,
-) -> Result<Plan, String> {
+) -> Result<Plan, NothingToCut> {
     let n = messages.len();
     let cuts = CutPoints::with_profile(messages, opts.profile, opts.text_actions());
     let previous = find_summary(messages);
@@ -162,10 +173,10 @@ pub(super) fn plan(
         previous,
     };
     if plan.middle().next().is_none() {
-        return Err(format!(
-            "nothing between the protected head ({head_end} messages) and the tail ({} messages)",
-            n - tail_start
-        ));
+        return Err(NothingToCut {
+            head: head_end,
+            tail: n - tail_start,
+        });
     }
     Ok(plan)
 }

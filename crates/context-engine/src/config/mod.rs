@@ -623,16 +623,20 @@ impl Config {
     }
 }
 
+/// A threshold that is neither a fraction in (0, 1] nor a percent in
+/// (1, 100] (the key's path is added by the loader).
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("invalid value: {0}, expected a fraction in (0, 1] or a percent in (1, 100]")]
+pub(crate) struct NotAPercent(f64);
+
 /// Reads a threshold: a fraction in (0, 1], or a percent in (1, 100].
-fn percent(value: f64) -> Result<f64, String> {
+fn percent(value: f64) -> Result<f64, NotAPercent> {
     if value.is_finite() && value > 0.0 && value <= 1.0 {
         Ok(value)
     } else if value.is_finite() && value > 1.0 && value <= 100.0 {
         Ok(value / 100.0)
     } else {
-        Err(format!(
-            "invalid value: {value}, expected a fraction in (0, 1] or a percent in (1, 100]"
-        ))
+        Err(NotAPercent(value))
     }
 }
 

@@ -8,9 +8,9 @@ use crate::engine::{
     automatic_compaction_status_message,
 };
 use crate::message::Message;
-use crate::store::{Batch, CompactionInfo};
+use crate::store::{Batch, CompactionInfo, StoreError};
 use crate::tokens::TokenCounter;
-use crate::validate::introduced_violation;
+use crate::validate::{Violation, introduced_violation};
 
 use super::{Compaction, Missed, MissedKind, Notice, NoticeKind, Session, Trigger, Update};
 
@@ -230,15 +230,33 @@ impl Session {
 
     /// An engine output is acceptable when it is not empty (for a
     /// non-empty input) and adds no provider-rule violation.
-    pub(super) fn check_output(&self, input: &[Message], output: &[Message]) -> Result<(), String> {
+    pub(super) fn check_output(
+        &self,
+        input: &[Message],
+        output: &[Message],
+    ) -> Result<(), Rejected> {
         if output.is_empty() && !input.is_empty() {
-            return Err("the engine returned no messages".into());
+            return Err(Rejected::Empty);
         }
         match introduced_violation(input, output, self.options.profile) {
-            Some(v) => Err(v.to_string()),
+            Some(v) => Err(Rejected::Violation(v)),
             None => Ok(()),
         }
     }
+}
+
+/// Why the driver did not accept an engine's output.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Rejected {
+    /// No messages for a non-empty input.
+    #[error("the engine returned no messages")]
+    Empty,
+    /// A provider rule the input kept is broken.
+    #[error("{0}")]
+    Violation(Violation),
+    /// The session store could not archive what the output left out.
+    #[error("session store cannot archive it: {0}")]
+    Archive(StoreError),
 }
 
 /// How a compaction record names its trigger.

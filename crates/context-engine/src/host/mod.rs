@@ -233,8 +233,7 @@ impl Session {
             let archived = self.check_output(base, &pruned).and_then(|()| {
                 let mut batch = Batch::new();
                 batch.archive_removed(base, &pruned);
-                self.commit(batch)
-                    .map_err(|e| format!("session store cannot archive it: {e}"))
+                self.commit(batch).map_err(compact::Rejected::Archive)
             });
             match archived {
                 Ok(()) => {

@@ -86,13 +86,13 @@ impl Session {
         })
     }
 
-    /// Commits `batch` with the current state; `Err` with a warning text.
-    pub(super) fn commit(&self, mut batch: Batch) -> Result<(), String> {
+    /// Commits `batch` with the current state.
+    pub(super) fn commit(&self, mut batch: Batch) -> Result<(), StoreError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
         batch.set_state(self.snapshot());
-        store.commit(&self.id, &batch).map_err(|e| e.to_string())
+        store.commit(&self.id, &batch)
     }
 
     /// Saves the state alone; a failure becomes a warning on the next update.

@@ -18,6 +18,7 @@
 //! Plugins fail open: whatever a plugin does, the host's transcript is never
 //! worse than without it.
 
+mod answer;
 mod events;
 mod hook;
 mod manifest;
@@ -38,10 +39,13 @@ use crate::redact::Redactor;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 
+pub use answer::{Refusal, RefusalReason};
 pub use events::{EventKind, FailureKind, PluginEvent};
 pub use hook::{Hook, UnknownHook};
 pub use manifest::{DEFAULT_MAX_FAILURES, MANIFEST_FILE, PluginManifest, Timeouts};
 pub use process::{HOOKS, ProcessEngine};
+pub use rpc::SpawnError;
+pub use supervisor::StartError;
 pub use wire::{ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, PROTOCOL_VERSION};
 
 /// Names of the engines built into the library.
@@ -93,7 +97,8 @@ pub enum PluginError {
         /// Its manifest.
         manifest: PathBuf,
         /// What went wrong.
-        reason: String,
+        #[source]
+        reason: Box<StartError>,
     },
 }
 

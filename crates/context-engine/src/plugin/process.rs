@@ -22,27 +22,29 @@ use serde_json::{Map, Value, json};
 
 use super::EngineContext;
 use super::PluginError;
+use super::answer::{Refusal, RefusalReason, apply_state, decode, decode_object, select_messages};
 use super::events::{EventKind, FailureKind, PluginEvent};
 use super::hook::Hook;
 use super::manifest::PluginManifest;
-use super::supervisor::{Skip, Supervisor, clip_json};
+use super::supervisor::{Skip, Supervisor};
 use super::wire::{
-    CompressParams, ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, InitializeParams, MessagesParams,
-    PROTOCOL_VERSION, PromptTokensParams, PruneParams, RoughTokensParams, SelectParams,
-    SessionEndParams, SessionStartParams, StateParams, StateSnapshot, ToolCallParams,
+    CompressAnswer, CompressInfoAnswer, CompressParams, ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS,
+    InitializeParams, MessagesParams, NotifyAnswer, PROTOCOL_VERSION, PromptTokensParams,
+    PruneAnswer, PruneParams, RoughTokensParams, SelectParams, SessionEndParams,
+    SessionStartParams, StateParams, StateSnapshot, StatusAnswer, ToolCallAnswer, ToolCallParams,
     TurnCompleteParams, UpdateModelParams, UsageParams,
 };
 use crate::compressor::{Compressor, CompressorOptions};
 use crate::engine::{
     BlockReason, Compaction, CompressDecision, CompressRequest, ContextEngine, EngineError,
-    EngineState, EngineStatus, ModelInfo, PromptTokens, SelectRequest, SessionInfo,
-    ToolCallContext, TurnInfo, Usage, sanitize_memory_context, unknown_tool,
+    EngineState, EngineStatus, ModelInfo, SelectRequest, SessionInfo, ToolCallContext, TurnInfo,
+    Usage, sanitize_memory_context, unknown_tool,
 };
 use crate::message::Message;
 use crate::redact::{Egress, Redactor};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::validate::{Profile, Violation, introduced_violation};
+use crate::validate::{Profile, introduced_violation};
 
 /// Every optional hook a plugin may declare in `capabilities`, by name.
 pub const HOOKS: &[&str] = &[
@@ -146,7 +148,7 @@ impl ProcessEngine {
         sup.start(&init).map_err(|reason| PluginError::Start {
             engine: self.name.clone(),
             manifest: sup.manifest().path.clone(),
-            reason,
+            reason: Box::new(reason),
         })
     }
 
@@ -261,10 +263,11 @@ impl ProcessEngine {
 
     /// A well-formed answer that cannot be accepted: same treatment as a
     /// crash (kill, restart later, count towards the fallback).
-    fn reject(&self, hook: Hook, reason: &str) {
+    fn reject(&self, refusal: &Refusal) {
         let exhausted = {
             let mut sup = self.supervisor.borrow_mut();
-            sup.record_failure(hook.as_str(), FailureKind::InvalidResult, reason);
+            let reason = refusal.to_string();
+            sup.record_failure(refusal.method, FailureKind::InvalidResult, &reason);
             sup.exhausted()
         };
         if exhausted {
@@ -303,23 +306,33 @@ impl ProcessEngine {
 
     /// A boolean hook: the plugin's answer, or `default` on any failure.
     fn ask_bool<P: Serialize>(&self, hook: Hook, params: &P, default: bool) -> bool {
-        match self.call(hook, params) {
-            Ok(Value::Bool(b)) => b,
-            Ok(other) => {
-                self.reject(
-                    hook,
-                    &format!("expected true or false, got {}", clip_json(&other)),
-                );
-                default
-            }
-            Err(_) => default,
-        }
+        let Ok(answer) = self.call(hook, params) else {
+            return default;
+        };
+        self.accept(decode::<bool>(hook.as_str(), &answer))
+            .unwrap_or(default)
     }
 
     /// A hook whose answer only matters for its optional `state`.
     fn notify_hook<P: Serialize>(&mut self, hook: Hook, params: &P) {
-        if let Ok(v) = self.call(hook, params) {
-            apply_state(&mut self.state, &v);
+        let Ok(answer) = self.call(hook, params) else {
+            return;
+        };
+        let decoded = decode_object::<Option<NotifyAnswer>>(hook.as_str(), &answer);
+        if let Some(patch) = self.accept(decoded).flatten().and_then(|a| a.state) {
+            apply_state(&mut self.state, &patch);
+        }
+    }
+
+    /// The value of an accepted answer; a refused one is
+    /// [rejected](Self::reject) (`None`).
+    fn accept<T>(&self, decoded: Result<T, Refusal>) -> Option<T> {
+        match decoded {
+            Ok(v) => Some(v),
+            Err(refusal) => {
+                self.reject(&refusal);
+                None
+            }
         }
     }
 
@@ -332,41 +345,30 @@ impl ProcessEngine {
         }
     }
 
-    /// Parses and checks a transcript answered for `input`; `Err` is the
-    /// reason it is refused.
-    fn accept_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, String> {
-        self.check_transcript(input, value)
-            .map_err(|refusal| refusal.to_string())
+    /// The engine error of a refused answer (the refusal is its source).
+    fn refused(&self, refusal: Refusal) -> EngineError {
+        EngineError::Plugin {
+            engine: self.name.clone(),
+            operation: refusal.method.to_owned(),
+            reason: refusal.to_string(),
+            source: Some(Box::new(refusal)),
+        }
     }
 
-    /// [`accept_transcript`](Self::accept_transcript) with a broken
-    /// provider rule kept typed.
-    fn check_transcript(&self, input: &[Message], value: &Value) -> Result<Vec<Message>, Refusal> {
-        let out = parse_messages(value).map_err(Refusal::Other)?;
+    /// Checks a transcript answered for `input`: not empty (for a
+    /// non-empty input), no provider rule broken that `input` kept.
+    fn check_transcript(
+        &self,
+        input: &[Message],
+        out: Vec<Message>,
+    ) -> Result<Vec<Message>, RefusalReason> {
         if !input.is_empty() && out.is_empty() {
-            return Err(Refusal::Other("the result is empty".to_owned()));
+            return Err(RefusalReason::Empty);
         }
         if let Some(v) = introduced_violation(input, &out, self.profile) {
-            return Err(Refusal::Violation(v));
+            return Err(RefusalReason::Violation(v));
         }
         Ok(out)
-    }
-}
-
-/// Why a transcript answered by the plugin is refused.
-enum Refusal {
-    /// It breaks a provider rule its input kept.
-    Violation(Violation),
-    /// Anything else (not messages, empty).
-    Other(String),
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::Violation(v) => write!(f, "the result breaks a provider rule at {v}"),
-            Refusal::Other(reason) => f.write_str(reason),
-        }
     }
 }
 
@@ -389,58 +391,6 @@ fn build_compressor(counter: Arc<dyn TokenCounter>, parts: Option<FallbackParts>
     match p.summarizer {
         Some(s) => c.with_summarizer(s),
         None => c,
-    }
-}
-
-/// The `messages` list of an answer.
-fn parse_messages(value: &Value) -> Result<Vec<Message>, String> {
-    let Some(items) = value.as_array() else {
-        return Err(format!(
-            "`messages` must be a list, got {}",
-            clip_json(value)
-        ));
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, m)| Message::from_value(m.clone()).map_err(|e| format!("messages[{i}]: {e}")))
-        .collect()
-}
-
-/// Applies the optional `state` object of an answer to the host's state
-/// (known keys of the right type; anything else is ignored).
-fn apply_state(state: &mut EngineState, answer: &Value) {
-    let Some(Value::Object(patch)) = answer.get("state") else {
-        return;
-    };
-    let u = |key: &str| patch.get(key).and_then(Value::as_u64);
-    if let Some(v) = patch.get("last_prompt_tokens") {
-        match v {
-            Value::Null => state.last_prompt_tokens = PromptTokens::AwaitingRealUsage,
-            v => {
-                if let Some(n) = v.as_u64() {
-                    state.last_prompt_tokens = PromptTokens::Known(n);
-                }
-            }
-        }
-    }
-    if let Some(n) = u("threshold_tokens") {
-        state.threshold_tokens = n;
-    }
-    if let Some(n) = u("context_length") {
-        state.context_length = n;
-    }
-    if let Some(n) = u("compression_count") {
-        state.compression_count = n;
-    }
-    if let Some(p) = patch.get("threshold_percent").and_then(Value::as_f64) {
-        state.threshold_percent = p;
-    }
-    if let Some(n) = u("protect_first_n") {
-        state.protect_first_n = usize::try_from(n).unwrap_or(usize::MAX);
-    }
-    if let Some(n) = u("protect_last_n") {
-        state.protect_last_n = usize::try_from(n).unwrap_or(usize::MAX);
     }
 }
 
@@ -506,16 +456,18 @@ impl ContextEngine for ProcessEngine {
             prompt_tokens: prompt_tokens.or(self.state.last_prompt_tokens.known()),
             state: self.snapshot(),
         };
-        match self.call(hook, &params) {
-            Ok(v) => match serde_json::from_value::<CompressDecision>(v.clone()) {
-                Ok(d) => d,
-                Err(e) => {
-                    self.reject(hook, &format!("{e}: {}", clip_json(&v)));
-                    CompressDecision::plain(self.state().exceeds_threshold(prompt_tokens))
-                }
-            },
-            Err(_) => CompressDecision::plain(self.state().exceeds_threshold(prompt_tokens)),
-        }
+        self.call(hook, &params)
+            .ok()
+            .and_then(|answer| {
+                self.accept(decode_object::<CompressInfoAnswer>(hook.as_str(), &answer))
+            })
+            .map_or_else(
+                || CompressDecision::plain(self.state().exceeds_threshold(prompt_tokens)),
+                |a| CompressDecision {
+                    should_compress: a.should_compress,
+                    block_reason: a.block_reason,
+                },
+            )
     }
 
     fn compress(
@@ -562,23 +514,32 @@ impl ContextEngine for ProcessEngine {
             }
             Err(skip) => return Err(self.plugin_error(hook, skip.reason())),
         };
-        let Some(value) = answer.get("messages") else {
-            let reason = format!("the answer has no `messages`: {}", clip_json(&answer));
-            self.reject(hook, &reason);
-            return Err(self.plugin_error(hook, reason));
+        let method = hook.as_str();
+        let refuse = |reason: RefusalReason| {
+            let refusal = Refusal::new(method, reason);
+            self.reject(&refusal);
+            refusal
         };
-        let out = match self.check_transcript(messages, value) {
-            Ok(out) => out,
+        let CompressAnswer {
+            messages: out,
+            state,
+        } = match decode_object(method, &answer) {
+            Ok(a) => a,
             Err(refusal) => {
-                self.reject(hook, &refusal.to_string());
-                return Err(match refusal {
-                    Refusal::Violation(violation) => EngineError::InvalidOutput {
-                        engine: self.name.clone(),
-                        violation,
-                    },
-                    Refusal::Other(reason) => self.plugin_error(hook, reason),
+                self.reject(&refusal);
+                return Err(self.refused(refusal));
+            }
+        };
+        let out = match self.check_transcript(messages, out) {
+            Ok(out) => out,
+            Err(RefusalReason::Violation(violation)) => {
+                refuse(RefusalReason::Violation(violation.clone()));
+                return Err(EngineError::InvalidOutput {
+                    engine: self.name.clone(),
+                    violation,
                 });
             }
+            Err(reason) => return Err(self.refused(refuse(reason))),
         };
         let threshold = self.state.threshold_tokens;
         let compaction = Compaction::from_diff(messages, out, self.counter.as_ref(), threshold);
@@ -587,12 +548,13 @@ impl ContextEngine for ProcessEngine {
             compaction.report.tokens_after,
         );
         if after >= before {
-            let reason = format!("the result is not smaller ({after} tokens, input {before})");
-            self.reject(hook, &reason);
-            return Err(self.plugin_error(hook, reason));
+            let refusal = refuse(RefusalReason::NotSmaller { before, after });
+            return Err(self.refused(refusal));
         }
         self.state.record_compression();
-        apply_state(&mut self.state, &answer);
+        if let Some(patch) = &state {
+            apply_state(&mut self.state, patch);
+        }
         Ok(compaction)
     }
 
@@ -616,38 +578,38 @@ impl ContextEngine for ProcessEngine {
         let Ok(answer) = self.call(hook, &params) else {
             return (Cow::Borrowed(messages), 0);
         };
-        let value = answer.get("messages").unwrap_or(&Value::Null);
-        if value.is_null() {
+        let Some(PruneAnswer {
+            messages: Some(out),
+            pruned,
+        }) = self
+            .accept(decode_object::<Option<PruneAnswer>>(hook.as_str(), &answer))
+            .flatten()
+        else {
             return (Cow::Borrowed(messages), 0);
-        }
-        let checked = self.accept_transcript(messages, value).and_then(|out| {
+        };
+        let checked = self.check_transcript(messages, out).and_then(|out| {
             if out.len() != messages.len() {
-                return Err(format!(
-                    "a prune keeps every message ({} in, {} out)",
-                    messages.len(),
-                    out.len()
-                ));
+                return Err(RefusalReason::PruneCount {
+                    input: messages.len(),
+                    output: out.len(),
+                });
             }
             let before = self.counter.count_messages(messages);
             let after = self.counter.count_messages(&out);
             if after > before {
-                return Err(format!(
-                    "the result is larger ({after} tokens, input {before})"
-                ));
+                return Err(RefusalReason::Larger { before, after });
             }
             Ok(out)
         });
         match checked {
             Ok(out) => {
-                let pruned = answer
-                    .get("pruned")
-                    .and_then(Value::as_u64)
+                let pruned = pruned
                     .and_then(|n| usize::try_from(n).ok())
                     .unwrap_or_else(|| messages.iter().zip(&out).filter(|(a, b)| a != b).count());
                 (Cow::Owned(out), pruned)
             }
             Err(reason) => {
-                self.reject(hook, &reason);
+                self.reject(&Refusal::new(hook.as_str(), reason));
                 (Cow::Borrowed(messages), 0)
             }
         }
@@ -682,18 +644,11 @@ impl ContextEngine for ProcessEngine {
             state: self.snapshot(),
         };
         let answer = self.call(hook, &params).ok()?;
-        let value = match &answer {
-            Value::Null => return None,
-            Value::Object(o) => o.get("messages").unwrap_or(&Value::Null),
-            other => other,
-        };
-        if value.is_null() {
-            return None;
-        }
-        match self.accept_transcript(request.request_messages, value) {
+        let out = self.accept(select_messages(hook.as_str(), &answer))??;
+        match self.check_transcript(request.request_messages, out) {
             Ok(out) => Some(out),
             Err(reason) => {
-                self.reject(hook, &reason);
+                self.reject(&Refusal::new(hook.as_str(), reason));
                 None
             }
         }
@@ -833,9 +788,14 @@ impl ContextEngine for ProcessEngine {
             arguments: self.egress.value(args),
             messages: ctx.messages.map(|m| self.outgoing(m)),
         };
-        match self.call(hook, &params) {
-            Ok(Value::String(s)) => s,
-            Ok(other) => other.to_string(),
+        let answer = self
+            .call(hook, &params)
+            .map(|answer| decode::<ToolCallAnswer>(hook.as_str(), &answer));
+        match answer {
+            Ok(Ok(ToolCallAnswer::Text(s))) => s,
+            Ok(Ok(ToolCallAnswer::Json(other))) => other.to_string(),
+            // Every JSON value is a tool answer: never refused.
+            Ok(Err(refusal)) => refusal.to_string(),
             Err(skip) => json!({
                 "error": format!(
                     "context engine plugin `{}` failed: {}",
@@ -857,20 +817,19 @@ impl ContextEngine for ProcessEngine {
             let params = StateParams {
                 state: self.snapshot(),
             };
-            match self.call(hook, &params) {
-                Ok(Value::Object(extra)) => {
-                    for (k, v) in extra {
-                        if !STATUS_FIELDS.contains(&k.as_str()) {
-                            status.extra.insert(k, v);
-                        }
-                    }
-                }
-                Ok(Value::Null) | Err(_) => {}
-                Ok(other) => {
-                    self.reject(
-                        hook,
-                        &format!("expected an object, got {}", clip_json(&other)),
-                    );
+            let extra = self
+                .call(hook, &params)
+                .ok()
+                .and_then(|answer| {
+                    self.accept(decode_object::<Option<StatusAnswer>>(
+                        hook.as_str(),
+                        &answer,
+                    ))
+                })
+                .flatten();
+            for (k, v) in extra.map(|a| a.0).unwrap_or_default() {
+                if !STATUS_FIELDS.contains(&k.as_str()) {
+                    status.extra.insert(k, v);
                 }
             }
         }
@@ -933,20 +892,5 @@ mod tests {
     fn hook_names_are_the_typed_hooks() {
         let names: Vec<&str> = Hook::ALL.iter().map(|h| h.as_str()).collect();
         assert_eq!(names, HOOKS);
-    }
-
-    #[test]
-    fn state_patch_updates_known_fields_only() {
-        let mut state = EngineState::default();
-        apply_state(
-            &mut state,
-            &json!({"state": {"threshold_tokens": 900, "last_prompt_tokens": null, "bogus": 1}}),
-        );
-        assert_eq!(state.threshold_tokens, 900);
-        assert_eq!(state.last_prompt_tokens, PromptTokens::AwaitingRealUsage);
-        apply_state(&mut state, &json!({"state": {"last_prompt_tokens": 12}}));
-        assert_eq!(state.last_prompt_tokens, PromptTokens::Known(12));
-        apply_state(&mut state, &json!(true));
-        assert_eq!(state.threshold_tokens, 900);
     }
 }

@@ -43,6 +43,23 @@ pub(crate) enum CallError {
     Remote { code: i64, message: String },
 }
 
+/// Why a plugin process could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The program could not be run.
+    #[error("cannot start `{}`: {source}", program.display())]
+    Program {
+        /// The program, as resolved.
+        program: std::path::PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The process came without the pipes it was given.
+    #[error("the process has no piped stdio")]
+    NoPipes,
+}
+
 /// A running plugin process.
 pub(crate) struct Connection {
     child: Child,
@@ -55,7 +72,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// Starts the manifest's command in the plugin folder, with piped stdio.
-    pub(crate) fn spawn(manifest: &PluginManifest) -> Result<Connection, String> {
+    pub(crate) fn spawn(manifest: &PluginManifest) -> Result<Connection, SpawnError> {
         let program = manifest.program();
         let mut command = Command::new(&program);
         command
@@ -65,15 +82,16 @@ impl Connection {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("cannot start `{}`: {e}", program.display()))?;
+        let mut child = command.spawn().map_err(|source| SpawnError::Program {
+            program: program.clone(),
+            source,
+        })?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err("the process has no piped stdio".to_owned());
+            return Err(SpawnError::NoPipes);
         };
         let writer = spawn_writer(stdin);
         let (line_tx, lines) = mpsc::channel();

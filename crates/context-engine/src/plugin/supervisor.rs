@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::answer::{Refusal, RefusalReason, decode_object};
 use super::events::{EventKind, FailureKind, PluginEvent};
 use super::hook::Hook;
 use super::manifest::PluginManifest;
-use super::rpc::{CallError, Connection};
-use super::wire::{InitializeParams, InitializeResult, PROTOCOL_VERSION, SessionStartParams};
+use super::rpc::{CallError, Connection, SpawnError};
+use super::wire::{
+    InitializeParams, InitializeResult, InitializeVersion, PROTOCOL_VERSION, SessionStartParams,
+};
 use crate::redact::Egress;
 
 /// Events kept; older ones are dropped.
@@ -39,6 +42,53 @@ impl Skip {
         match self {
             Skip::Unavailable(r) | Skip::Failed(r) => r.clone(),
             Skip::Remote { code, message } => format!("error {code}: {message}"),
+        }
+    }
+}
+
+/// Why a plugin process did not start (spawn, `initialize`, or the replay
+/// of `on_session_start` after a restart).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The process could not be started.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// The `initialize` params could not be encoded.
+    #[error("cannot encode initialize: {0}")]
+    Encode(serde_json::Error),
+    /// The process failed the call (crashed, hung, wrote garbage).
+    #[error("{method}: {detail}")]
+    Call {
+        /// `initialize` or the `on_session_start` replay.
+        method: &'static str,
+        /// How it failed.
+        kind: FailureKind,
+        /// What happened.
+        detail: String,
+    },
+    /// `initialize` answered a JSON-RPC error.
+    #[error("initialize answered error {code}: {message}")]
+    Remote {
+        /// The error code.
+        code: i64,
+        /// The plugin's message.
+        message: String,
+    },
+    /// The `initialize` answer was refused.
+    #[error(transparent)]
+    Answer(#[from] Refusal),
+}
+
+impl StartError {
+    /// How the start failed, as events and status name it.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            StartError::Call { kind, .. } => *kind,
+            StartError::Answer(_) => FailureKind::InvalidResult,
+            StartError::Spawn(_) | StartError::Encode(_) | StartError::Remote { .. } => {
+                FailureKind::Startup
+            }
         }
     }
 }
@@ -194,39 +244,38 @@ impl Supervisor {
     /// Starts (or restarts) the process and runs `initialize`; on failure
     /// the process is killed, the failure recorded as an event, and the
     /// reason returned.
-    pub(crate) fn start(&mut self, init: &InitializeParams<'_>) -> Result<(), String> {
+    pub(crate) fn start(&mut self, init: &InitializeParams<'_>) -> Result<(), StartError> {
         self.kill();
-        self.connect(init).map_err(|(kind, reason)| {
+        self.connect(init).inspect_err(|error| {
             self.drain_output();
             self.kill();
-            let detail = self.egress.string(&reason);
-            self.push(EventKind::Failure(kind), Some("initialize"), detail);
-            reason
+            let detail = self.egress.string(&error.to_string());
+            self.push(EventKind::Failure(error.kind()), Some("initialize"), detail);
         })
     }
 
     /// Spawns the process and runs `initialize` (and replays
     /// `on_session_start` after a restart).
-    fn connect(&mut self, params: &InitializeParams<'_>) -> Result<(), (FailureKind, String)> {
-        let startup = |e: String| (FailureKind::Startup, e);
-        let mut conn = Connection::spawn(&self.manifest).map_err(startup)?;
-        let params = serde_json::to_value(params)
-            .map_err(|e| startup(format!("cannot encode initialize: {e}")))?;
+    fn connect(&mut self, params: &InitializeParams<'_>) -> Result<(), StartError> {
+        let mut conn = Connection::spawn(&self.manifest)?;
+        let params = serde_json::to_value(params).map_err(StartError::Encode)?;
         let answer = conn.call("initialize", params, self.manifest.timeouts.startup());
         self.conn = Some(conn);
         self.drain_output();
         let result = match answer {
             Ok(v) => v,
             Err(CallError::Failure(kind, detail)) => {
-                return Err((kind, format!("initialize: {detail}")));
+                return Err(StartError::Call {
+                    method: "initialize",
+                    kind,
+                    detail,
+                });
             }
             Err(CallError::Remote { code, message }) => {
-                return Err(startup(format!(
-                    "initialize answered error {code}: {message}"
-                )));
+                return Err(StartError::Remote { code, message });
             }
         };
-        let init = parse_initialize(&result).map_err(|e| (FailureKind::InvalidResult, e))?;
+        let init = parse_initialize(&result)?;
         let unknown = init.unknown_hooks.first().cloned();
         self.init = init;
         self.starts += 1;
@@ -254,7 +303,11 @@ impl Supervisor {
             match conn.call(hook, params, self.manifest.timeouts.call()) {
                 Ok(_) | Err(CallError::Remote { .. }) => {}
                 Err(CallError::Failure(kind, detail)) => {
-                    return Err((kind, format!("on_session_start replay: {detail}")));
+                    return Err(StartError::Call {
+                        method: "on_session_start replay",
+                        kind,
+                        detail,
+                    });
                 }
             }
         }
@@ -281,8 +334,9 @@ impl Supervisor {
                     "waiting to restart the plugin process".to_owned(),
                 ));
             }
-            if let Err((kind, detail)) = self.connect(init) {
-                self.record_failure(method, kind, &detail);
+            if let Err(error) = self.connect(init) {
+                let detail = error.to_string();
+                self.record_failure(method, error.kind(), &detail);
                 return Err(Skip::Failed(detail));
             }
         }
@@ -354,70 +408,38 @@ impl Supervisor {
     }
 }
 
-/// Checks the `initialize` answer.
-pub(crate) fn parse_initialize(result: &Value) -> Result<Init, String> {
-    if !result.is_object() {
-        return Err(format!(
-            "initialize must answer an object, got {}",
-            clip_json(result)
-        ));
-    }
-    let answer: InitializeResult =
-        serde_json::from_value(result.clone()).map_err(|e| format!("initialize answer: {e}"))?;
-    let version = answer.protocol_version.as_ref().and_then(Value::as_u64);
+/// Reads the `initialize` answer: the protocol version first (a plugin of
+/// another version may shape the rest differently), then the rest.
+pub(crate) fn parse_initialize(result: &Value) -> Result<Init, Refusal> {
+    const METHOD: &str = "initialize";
+    let version = decode_object::<InitializeVersion>(METHOD, result)?.protocol_version;
     if version != Some(PROTOCOL_VERSION) {
-        return Err(format!(
-            "the plugin speaks protocol version {}, this host speaks {PROTOCOL_VERSION}",
-            answer
-                .protocol_version
-                .as_ref()
-                .map(clip_json)
-                .unwrap_or_else(|| "none".to_owned())
+        return Err(Refusal::new(
+            METHOD,
+            RefusalReason::Version { found: version },
         ));
     }
+    let answer: InitializeResult = decode_object(METHOD, result)?;
     let mut capabilities = BTreeSet::new();
     let mut unknown_hooks = Vec::new();
-    match answer.capabilities {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for item in items {
-                let Some(name) = item.as_str() else {
-                    return Err(format!("capabilities: not a string: {item}"));
-                };
-                match name.parse::<Hook>() {
-                    Ok(hook) => {
-                        capabilities.insert(hook);
-                    }
-                    Err(_) => unknown_hooks.push(name.to_owned()),
-                }
+    for name in answer.capabilities.unwrap_or_default() {
+        match name.parse::<Hook>() {
+            Ok(hook) => {
+                capabilities.insert(hook);
             }
-        }
-        Some(other) => {
-            return Err(format!(
-                "capabilities must be a list, got {}",
-                clip_json(&other)
-            ));
+            Err(_) => unknown_hooks.push(name),
         }
     }
-    let tools = match answer.tools {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) if items.iter().all(Value::is_object) => items,
-        Some(other) => {
-            return Err(format!(
-                "tools must be a list of JSON schemas, got {}",
-                clip_json(&other)
-            ));
-        }
-    };
     Ok(Init {
-        name: answer
-            .name
-            .as_ref()
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        name: answer.name,
         capabilities,
         unknown_hooks,
-        tools,
+        tools: answer
+            .tools
+            .unwrap_or_default()
+            .into_iter()
+            .map(Value::Object)
+            .collect(),
     })
 }
 
@@ -447,10 +469,27 @@ mod tests {
         assert_eq!(ok.unknown_hooks, vec!["telepathy"]);
         assert_eq!(ok.tools.len(), 1);
         assert_eq!(ok.name.as_deref(), Some("x"));
-        assert!(parse_initialize(&json!({"protocol_version": 2})).is_err());
+        let refused = |answer: Value| parse_initialize(&answer).unwrap_err().to_string();
+        let text = refused(json!({"protocol_version": 2, "capabilities": [{"v2": true}]}));
         assert!(
-            parse_initialize(&json!({"protocol_version": 1, "capabilities": "compress"})).is_err()
+            text.contains("speaks protocol version 2, this host speaks 1"),
+            "{text}"
         );
-        assert!(parse_initialize(&json!([1])).is_err());
+        let text = refused(json!({"protocol_version": 1, "capabilities": "compress"}));
+        assert!(
+            text.contains("`initialize` answer: at `capabilities`"),
+            "{text}"
+        );
+        let text = refused(json!({"protocol_version": 1, "capabilities": ["compress", 7]}));
+        assert!(text.contains("at `capabilities[1]`"), "{text}");
+        let text = refused(json!({"protocol_version": 1, "tools": [{"type": "function"}, "x"]}));
+        assert!(text.contains("at `tools[1]`"), "{text}");
+        let text = refused(json!({"protocol_version": 1, "name": 3}));
+        assert!(text.contains("at `name`"), "{text}");
+        let text = refused(json!({"protocol_version": "1"}));
+        assert!(text.contains("at `protocol_version`"), "{text}");
+        let text = refused(json!([1]));
+        assert!(text.contains("`initialize` answer: "), "{text}");
+        assert!(text.contains("(got [1])"), "{text}");
     }
 }

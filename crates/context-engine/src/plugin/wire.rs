@@ -6,13 +6,30 @@
 //!
 //! Field order is the order on the wire. Every text a request carries was
 //! already redacted by the adapter ([`crate::redact::Egress`]).
+//!
+//! Each answer is read into its shape, never looked up key by key; an answer
+//! that does not fit is refused with the path of the field that is wrong.
+//! Unknown fields are ignored everywhere (the protocol's additive changes
+//! add fields); what the protocol leaves optional is an `Option`.
+//!
+//! | method | answer |
+//! |---|---|
+//! | `initialize` | [`InitializeResult`] |
+//! | `should_compress`, `should_compress_preflight`, `should_defer_preflight_to_real_usage`, `has_content_to_compress` | `bool` |
+//! | `should_compress_info` | [`CompressInfoAnswer`] |
+//! | `compress` | [`CompressAnswer`] |
+//! | `prune_tool_results_only` | `null` or [`PruneAnswer`] |
+//! | `select_context` | `null`, [`SelectAnswer`] or a bare list of messages |
+//! | `update_from_response`, `on_turn_complete`, `on_session_start`, `on_session_end`, `on_session_reset`, `update_model` | `null` or [`NotifyAnswer`] |
+//! | `handle_tool_call` | [`ToolCallAnswer`] |
+//! | `get_status` | `null` or [`StatusAnswer`] |
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 
-use crate::engine::{EngineState, TurnInfo, Usage};
+use crate::engine::{BlockReason, EngineState, TurnInfo, Usage};
 use crate::message::Message;
 
 /// The protocol version this host speaks (sent in `initialize`; a plugin
@@ -84,20 +101,131 @@ pub struct InitializeParams<'a> {
 
 /// The `initialize` answer, as far as the host reads it.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(expecting = "an object with `protocol_version`")]
 pub struct InitializeResult {
     /// The plugin's own engine name.
     #[serde(default)]
-    pub name: Option<Value>,
+    pub name: Option<String>,
     /// Must equal [`PROTOCOL_VERSION`].
     #[serde(default)]
-    pub protocol_version: Option<Value>,
+    pub protocol_version: Option<u64>,
     /// The hooks it implements (unknown names are ignored with a log).
     #[serde(default)]
-    pub capabilities: Option<Value>,
+    pub capabilities: Option<Vec<String>>,
     /// JSON schemas of its tools.
     #[serde(default)]
-    pub tools: Option<Value>,
+    pub tools: Option<Vec<Map<String, Value>>>,
 }
+
+/// The part of the `initialize` answer read first: a plugin of another
+/// version may shape the rest differently.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(expecting = "an object with `protocol_version`")]
+pub struct InitializeVersion {
+    /// Must equal [`PROTOCOL_VERSION`].
+    #[serde(default)]
+    pub protocol_version: Option<u64>,
+}
+
+/// The optional `state` object an answer may carry: the host adopts each
+/// key given (unknown keys are ignored; `null` leaves a key as it is,
+/// except `last_prompt_tokens`, where it means "awaiting real usage").
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, expecting = "an object of token-state fields")]
+pub struct StatePatch {
+    /// `Some(None)`: the key was `null`.
+    #[serde(deserialize_with = "present")]
+    pub last_prompt_tokens: Option<Option<u64>>,
+    /// Prompt size at which compaction fires.
+    pub threshold_tokens: Option<u64>,
+    /// The model's window.
+    pub context_length: Option<u64>,
+    /// Compactions this session.
+    pub compression_count: Option<u64>,
+    /// Fraction of the window at which compaction fires.
+    pub threshold_percent: Option<f64>,
+    /// Head messages kept verbatim.
+    pub protect_first_n: Option<usize>,
+    /// Tail messages kept verbatim.
+    pub protect_last_n: Option<usize>,
+}
+
+/// A key that is present, `null` included (`Some(None)`); an absent one is
+/// the field's default (`None`).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
+}
+
+/// The answer of a hook that only reports (`update_from_response`,
+/// `on_turn_complete`, `on_session_start`, `on_session_end`,
+/// `on_session_reset`, `update_model`) when it is not `null`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(expecting = "null or an object")]
+pub struct NotifyAnswer {
+    /// State the host adopts.
+    #[serde(default)]
+    pub state: Option<StatePatch>,
+}
+
+/// The `should_compress_info` answer.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(expecting = "an object with `should_compress`")]
+pub struct CompressInfoAnswer {
+    /// Compaction should fire this turn.
+    pub should_compress: bool,
+    /// Why a due compaction is held back.
+    #[serde(default)]
+    pub block_reason: Option<BlockReason>,
+}
+
+/// The `compress` answer.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(expecting = "an object with `messages`")]
+pub struct CompressAnswer {
+    /// The compacted transcript.
+    pub messages: Vec<Message>,
+    /// State the host adopts once it accepts the transcript.
+    #[serde(default)]
+    pub state: Option<StatePatch>,
+}
+
+/// The `prune_tool_results_only` answer when it is not `null`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(expecting = "null or an object with `messages`")]
+pub struct PruneAnswer {
+    /// The pruned transcript; `null` prunes nothing.
+    #[serde(default)]
+    pub messages: Option<Vec<Message>>,
+    /// Messages pruned (counted by the host when absent).
+    #[serde(default)]
+    pub pruned: Option<u64>,
+}
+
+/// The `select_context` answer when it is an object.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(expecting = "null, a list of messages or an object with `messages`")]
+pub struct SelectAnswer {
+    /// The request to send instead; `null` keeps it.
+    #[serde(default)]
+    pub messages: Option<Vec<Message>>,
+}
+
+/// The `handle_tool_call` answer: the tool result's text, or any other
+/// JSON value (serialized as the text).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ToolCallAnswer {
+    /// The text itself.
+    Text(String),
+    /// Anything else.
+    Json(Value),
+}
+
+/// The `get_status` answer when it is not `null`: fields added to the
+/// status report.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(expecting = "null or an object")]
+pub struct StatusAnswer(pub Map<String, Value>);
 
 /// Hooks that only carry the state: `on_session_reset`, `get_status`.
 #[derive(Clone, Debug, Serialize)]

@@ -97,19 +97,31 @@ pub(crate) struct Rule {
 /// ASCII), the fast mode; fall back to Unicode mode for user patterns that
 /// need it (`\p{..}`). Also returns the longest match length in bytes, when
 /// the pattern bounds it.
-pub(crate) fn compile(pattern: &str) -> Result<(Regex, Option<usize>), String> {
+pub(crate) fn compile(pattern: &str) -> Result<(Regex, Option<usize>), PatternError> {
     let ascii = syntax::Config::new().unicode(false).utf8(false);
     let hir = match syntax::parse_with(pattern, &ascii) {
         Ok(hir) => hir,
         Err(_) => syntax::parse_with(pattern, &syntax::Config::new().utf8(false))
-            .map_err(|e| e.to_string())?,
+            .map_err(|e| PatternError::Syntax(Box::new(e)))?,
     };
     let max_len = hir.properties().maximum_len();
     let regex = Regex::builder()
         .configure(Regex::config().utf8_empty(false))
         .build_from_hir(&hir)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PatternError::Build(Box::new(e)))?;
     Ok((regex, max_len))
+}
+
+/// Why a pattern does not compile (the parser's or the builder's own
+/// message; [`RedactError::Regex`] adds which pattern).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PatternError {
+    /// Not a regular expression.
+    #[error(transparent)]
+    Syntax(Box<regex_syntax::Error>),
+    /// A regular expression the engine cannot build (too big, ...).
+    #[error(transparent)]
+    Build(Box<regex_automata::meta::BuildError>),
 }
 
 /// Parse a rule table (TOML text) into compiled rules and allowlist regexes.
@@ -125,10 +137,10 @@ pub(crate) fn parse_table(
     let mut allow = Vec::new();
     if let Some(spec) = file.allowlist {
         for (i, pattern) in spec.regexes.iter().enumerate() {
-            let (re, _) = compile(pattern).map_err(|message| RedactError::Regex {
+            let (re, _) = compile(pattern).map_err(|e| RedactError::Regex {
                 what: format!("{source}: allowlist regex #{i}"),
                 pattern: pattern.clone(),
-                message,
+                message: e.to_string(),
             })?;
             allow.push(re);
         }
@@ -141,10 +153,10 @@ pub(crate) fn parse_table(
 }
 
 fn build_rule(spec: RuleSpec, source: &str) -> Result<Rule, RedactError> {
-    let (regex, max_len) = compile(&spec.regex).map_err(|message| RedactError::Regex {
+    let (regex, max_len) = compile(&spec.regex).map_err(|e| RedactError::Regex {
         what: format!("{source}: rule `{}`", spec.id),
         pattern: spec.regex.clone(),
-        message,
+        message: e.to_string(),
     })?;
     if spec.keywords.iter().all(|k| k.is_empty()) {
         return Err(RedactError::Table {
@@ -193,10 +205,10 @@ fn build_rule(spec: RuleSpec, source: &str) -> Result<Rule, RedactError> {
 /// A user pattern (config `security.redact_patterns`): the whole match is the
 /// secret; the keyword prefilter cannot apply, so the regex scans every text.
 pub(crate) fn user_rule(index: usize, pattern: &str) -> Result<Rule, RedactError> {
-    let (regex, _) = compile(pattern).map_err(|message| RedactError::Regex {
+    let (regex, _) = compile(pattern).map_err(|e| RedactError::Regex {
         what: format!("user pattern #{index}"),
         pattern: pattern.to_owned(),
-        message,
+        message: e.to_string(),
     })?;
     Ok(Rule {
         id: format!("user-pattern-{index}"),

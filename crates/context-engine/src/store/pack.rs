@@ -75,21 +75,29 @@ impl rusqlite::ToSql for Packed<'_> {
     }
 }
 
+/// Why a stored value holds no message JSON.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum UnpackError {
+    /// A BLOB that is not raw DEFLATE of UTF-8 text.
+    #[error("cannot inflate the stored message: {0}")]
+    Inflate(std::io::Error),
+    /// A value of another SQLite type.
+    #[error("a message stored as {0:?}, not JSON")]
+    NotJson(rusqlite::types::Type),
+}
+
 /// The JSON a stored value holds; `Err` says what is wrong with it.
-pub(super) fn unpack(value: Value) -> Result<String, String> {
+pub(super) fn unpack(value: Value) -> Result<String, UnpackError> {
     match value {
         Value::Text(t) => Ok(t),
         Value::Blob(b) => {
             let mut json = String::with_capacity(b.len() * 3);
             DeflateDecoder::new(b.as_slice())
                 .read_to_string(&mut json)
-                .map_err(|e| format!("cannot inflate the stored message: {e}"))?;
+                .map_err(UnpackError::Inflate)?;
             Ok(json)
         }
-        other => Err(format!(
-            "a message stored as {:?}, not JSON",
-            other.data_type()
-        )),
+        other => Err(UnpackError::NotJson(other.data_type())),
     }
 }
 

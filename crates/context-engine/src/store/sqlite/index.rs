@@ -66,7 +66,7 @@ pub(super) fn index_waiting(
             Some(w) => std::borrow::Cow::Borrowed(w.text.as_str()),
             None => {
                 let stored = json.query_row([id], |r| r.get(0)).map_err(err)?;
-                let text = unpack(stored).map_err(|e| corrupt(id, e))?;
+                let text = unpack(stored).map_err(|e| corrupt(id, e.to_string()))?;
                 let message: Message =
                     serde_json::from_str(&text).map_err(|e| corrupt(id, e.to_string()))?;
                 std::borrow::Cow::Owned(index_text(&message))
