@@ -26,9 +26,12 @@
 pub const REPLAY_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
 
 /// The live page's policy: as the report's, plus fetches from its own
-/// origin (the proxy's JSON endpoints). Sent as a header too, where
-/// `frame-ancestors` also holds.
-pub const UI_CSP: &str = "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/// origin (the proxy's JSON endpoints).
+pub const UI_CSP: &str = "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
+
+/// [`UI_CSP`] as the proxy sends it in a header, where `frame-ancestors`
+/// also holds (a `<meta>` policy may not carry it).
+pub const UI_CSP_HEADER: &str = "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 const CSS: &str = include_str!("../assets/view.css");
 const VIEW_JS: &str = include_str!("../assets/view.js");
@@ -68,7 +71,9 @@ fn head(title: &str, csp: &str) -> String {
     html.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     html.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"");
     html.push_str(&html_escape::encode_double_quoted_attribute(csp));
-    html.push_str("\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    html.push_str(
+        "\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+    );
     html.push_str("<meta name=\"referrer\" content=\"no-referrer\">\n<title>");
     html.push_str(&html_escape::encode_text(title));
     html.push_str("</title>\n<style>\n");
@@ -127,10 +132,17 @@ mod tests {
     #[test]
     fn each_page_carries_its_policy_and_weighs_under_300_kb() {
         let report = replay_page("r", "{}");
-        assert!(report.contains("default-src &#x27;none&#x27;") || report.contains("default-src 'none'"));
+        assert!(
+            report.contains("default-src &#x27;none&#x27;")
+                || report.contains("default-src 'none'")
+        );
         assert!(!report.contains("connect-src"));
         let ui = ui_page();
         assert!(ui.contains("connect-src"));
+        // A meta policy may not carry frame-ancestors (the browser says so
+        // in the console); the header does.
+        assert!(!ui.contains("frame-ancestors"));
+        assert!(UI_CSP_HEADER.starts_with(UI_CSP));
         for page in [&report, &ui] {
             assert!(page.len() < 300 * 1024, "{} bytes", page.len());
         }

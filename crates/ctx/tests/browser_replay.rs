@@ -3,9 +3,9 @@
 //! compaction's summary beside the messages it replaced, and makes no
 //! request (its policy refuses any, which would show in the console).
 
-mod common;
 #[path = "common/browser.rs"]
 mod browser;
+mod common;
 
 use browser::{Browser, file_url};
 use common::{TempDir, ctx, stderr, stdout};
@@ -53,7 +53,11 @@ async fn the_html_report_shows_what_the_json_report_says_and_loads_nothing() {
     let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let html = std::fs::read_to_string(&page).unwrap();
     assert_eq!(embedded_report(&html), json);
-    assert!(html.len() < 300 * 1024 + stdout(&out).len(), "{} bytes", html.len());
+    assert!(
+        html.len() < 300 * 1024 + stdout(&out).len(),
+        "{} bytes",
+        html.len()
+    );
     let compactions = json["compactions"].as_array().unwrap();
     assert!(!compactions.is_empty(), "the example compacts at 16k");
 
@@ -111,7 +115,10 @@ async fn the_html_report_shows_what_the_json_report_says_and_loads_nothing() {
         assert_eq!(shown(&f[figure]), u(&r[key]), "figure {figure}");
     }
     // Every lost and every recallable fact is listed.
-    assert_eq!(u(&seen["lost"]), r["lost_probes"].as_array().unwrap().len() as u64);
+    assert_eq!(
+        u(&seen["lost"]),
+        r["lost_probes"].as_array().unwrap().len() as u64
+    );
     assert_eq!(
         u(&seen["recallable"]),
         r["recallable_probes"].as_array().unwrap().len() as u64
@@ -142,7 +149,10 @@ async fn the_html_report_shows_what_the_json_report_says_and_loads_nothing() {
         let first = &c["archived"][0]["replaced"][0];
         let first_text = first["content"].as_str().unwrap_or_default();
         assert!(
-            s["firstReplaced"].as_str().unwrap().starts_with(first_text.trim_end()),
+            s["firstReplaced"]
+                .as_str()
+                .unwrap()
+                .starts_with(first_text.trim_end()),
             "the first replaced message is shown as archived"
         );
     }

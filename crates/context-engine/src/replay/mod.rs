@@ -741,8 +741,7 @@ pub fn replay(
             let archive = store
                 .as_ref()
                 .and_then(|s| {
-                    archived_compactions(s.as_ref(), session.id(), first..=v.records_numbered)
-                        .ok()
+                    archived_compactions(s.as_ref(), session.id(), first..=v.records_numbered).ok()
                 })
                 .unwrap_or_default();
             Some(CompactionRecord {
@@ -753,7 +752,12 @@ pub fn replay(
                     &v.history,
                     &archived(&v.request),
                 ),
-                summary: v.request.iter().filter(|m| is_summary(m)).cloned().collect(),
+                summary: v
+                    .request
+                    .iter()
+                    .filter(|m| is_summary(m))
+                    .cloned()
+                    .collect(),
                 archived: archive,
                 compaction,
             })

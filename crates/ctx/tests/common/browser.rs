@@ -83,11 +83,15 @@ impl Browser {
     /// chromedriver is missing (a failure under `CI=true`).
     pub async fn start(name: &str) -> Option<Browser> {
         let Some(chromium) = find_binary("CTX_CHROMIUM", &["chromium", "chromium-browser"]) else {
-            crate::common::skip("chromium is not installed (run scripts/browser.sh install, or set CTX_CHROMIUM)");
+            crate::common::skip(
+                "chromium is not installed (run scripts/browser.sh install, or set CTX_CHROMIUM)",
+            );
             return None;
         };
         let Some(chromedriver) = find_binary("CTX_CHROMEDRIVER", &["chromedriver"]) else {
-            crate::common::skip("chromedriver is not installed (run scripts/browser.sh install, or set CTX_CHROMEDRIVER)");
+            crate::common::skip(
+                "chromedriver is not installed (run scripts/browser.sh install, or set CTX_CHROMEDRIVER)",
+            );
             return None;
         };
         let port = crate::common::free_port();
@@ -109,10 +113,8 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let profile = std::env::temp_dir().join(format!(
-            "ctx-browser-{name}-{}-{port}",
-            std::process::id()
-        ));
+        let profile =
+            std::env::temp_dir().join(format!("ctx-browser-{name}-{}-{port}", std::process::id()));
         let caps: Capabilities = serde_json::from_value(json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -176,7 +178,15 @@ impl Browser {
             }
             if started.elapsed() > Duration::from_secs(20) {
                 let errors = self.console().await;
-                panic!("the page never got to `{ready}` (console: {errors:#?})");
+                let text = self
+                    .eval("return document.body ? document.body.innerText.slice(0, 3000) : '';")
+                    .await;
+                let shot = self.screenshot("timeout").await;
+                panic!(
+                    "the page never got to `{ready}` (console: {errors:#?}; screenshot {}; text:\n{})",
+                    shot.display(),
+                    text.as_str().unwrap_or_default()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
