@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `ctx replay --html`, opened from disk in headless Chromium: the page
 //! shows the figures `--json` reports, one chart point per call, each
 //! compaction's summary beside the messages it replaced, and makes no

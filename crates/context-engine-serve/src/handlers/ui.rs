@@ -97,14 +97,10 @@ fn gate(
     headers: &HeaderMap,
     uri: &Uri,
     local: Option<&LocalAddr>,
-) -> Result<(), Response> {
+) -> Result<(), Refused> {
     let ui = &state.options().ui;
     if !ui.enabled {
-        return Err((
-            StatusCode::NOT_FOUND,
-            "the page is off (serve.ui.enabled: false)\n",
-        )
-            .into_response());
+        return Err(Refused::Off);
     }
     let local_ip = local.map(|l| l.0.ip());
     if !ui.remote && !local_ip.is_some_and(|ip| ip.is_loopback()) {
@@ -113,7 +109,7 @@ fn gate(
              to others (the access token and identity rules still hold)"
                 .into(),
         )
-        .into_response());
+        .into());
     }
     edge::site::check(
         state.allowed_hosts(),
@@ -122,7 +118,35 @@ fn gate(
         local_ip,
         edge::site::RouteKind::Passthrough,
     )
-    .map_err(IntoResponse::into_response)
+    .map_err(Refused::from)
+}
+
+/// Why a `/ui` request is refused.
+#[derive(Debug)]
+enum Refused {
+    /// The page is off: as if there were no such route.
+    Off,
+    /// Refused as any request is.
+    Error(ServeError),
+}
+
+impl From<ServeError> for Refused {
+    fn from(e: ServeError) -> Refused {
+        Refused::Error(e)
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Off => (
+                StatusCode::NOT_FOUND,
+                "the page is off (serve.ui.enabled: false)\n",
+            )
+                .into_response(),
+            Refused::Error(e) => e.into_response(),
+        }
+    }
 }
 
 /// Headers of every `/ui` answer: no caching, no sniffing, no framing,
@@ -146,8 +170,8 @@ fn private(mut response: Response) -> Response {
     response
 }
 
-fn answer(result: Result<Response, Response>) -> Response {
-    private(result.unwrap_or_else(|e| e))
+fn answer(result: Result<Response, Refused>) -> Response {
+    private(result.unwrap_or_else(IntoResponse::into_response))
 }
 
 /// `GET /ui`: the page (HTML, CSS and JavaScript in one document; no data).
@@ -228,7 +252,7 @@ pub async fn sessions(
         gate(&state, &headers, &uri, local.as_deref()).and_then(|()| {
             let viewer = Viewer::of(&state, &headers, &identity);
             if viewer == Viewer::Nobody {
-                return Err(no_identity().into_response());
+                return Err(no_identity().into());
             }
             let mut listed: Vec<Listed> = state
                 .sessions()
@@ -317,7 +341,7 @@ pub async fn session(
     }
     let (key, slot) = match visible(&state, &headers, &identity, scope, id) {
         Ok(v) => v,
-        Err(e) => return answer(Err(e.into_response())),
+        Err(e) => return answer(Err(e.into())),
     };
     let (calls, compactions): (Vec<Call>, Vec<CompactionMark>) = {
         let log = slot
@@ -378,7 +402,7 @@ pub async fn compactions(
     }
     let (key, slot) = match visible(&state, &headers, &identity, scope, id) {
         Ok(v) => v,
-        Err(e) => return answer(Err(e.into_response())),
+        Err(e) => return answer(Err(e.into())),
     };
     let marks: Vec<CompactionMark> = slot
         .calls
@@ -400,11 +424,11 @@ pub async fn compactions(
                 return answer(Err(ServeError::Internal(
                     "the session store does not answer".into(),
                 )
-                .into_response()));
+                .into()));
             }
             Err(_) => {
                 return answer(Err(
-                    ServeError::Internal("the store read failed".into()).into_response()
+                    ServeError::Internal("the store read failed".into()).into()
                 ));
             }
         };

@@ -299,7 +299,7 @@ mod tests {
             ..Marks::default()
         };
         for k in 0..5u64 {
-            let compaction = (k == 3).then(|| CompactionMark {
+            let compaction = (k == 3).then_some(CompactionMark {
                 call: 0,
                 last_record: 1,
                 passes: 1,
