@@ -33,6 +33,8 @@ pub const UI_SESSIONS: &str = "/ui/api/sessions";
 pub const UI_SESSION: &str = "/ui/api/sessions/{scope}/{id}";
 /// One session's compactions.
 pub const UI_COMPACTIONS: &str = "/ui/api/sessions/{scope}/{id}/compactions";
+/// One session's archive, searched.
+pub const UI_SEARCH: &str = "/ui/api/sessions/{scope}/{id}/search/{query}";
 
 /// The managed routes: JSON bodies only (see
 /// [`edge::site`](crate::edge::site)).
@@ -57,4 +59,5 @@ pub fn routes() -> Router<AppState> {
         .route(UI_SESSIONS, get(ui::sessions))
         .route(UI_SESSION, get(ui::session))
         .route(UI_COMPACTIONS, get(ui::compactions))
+        .route(UI_SEARCH, get(ui::search))
 }

@@ -51,6 +51,7 @@
   const sessionsPart = el('section', {id: 'sessions'});
   const sessionPart = el('section', {id: 'session'});
   let selected = null; // {scope, id}
+  const searchPart = searchBox();
   let shownCompactions = -1;
   let polls = 0;
 
@@ -118,6 +119,7 @@
       tr.addEventListener('click', () => {
         selected = {scope: s.scope, id: s.id};
         shownCompactions = -1;
+        searchPart.querySelector('.search-results').replaceChildren();
         poll();
       });
       return tr;
@@ -149,7 +151,7 @@
     let compactionsPart = sessionPart.querySelector('#compactions');
     if (!compactionsPart) compactionsPart = el('div', {id: 'compactions'});
     sessionPart.replaceChildren(el('h2', {}, `Session ${d.id}`), el('p', {class: 'muted small'}, figures),
-      el('h3', {}, `Prompt tokens per call (last ${d.calls.length})`), chartPart, compactionsPart);
+      el('h3', {}, `Prompt tokens per call (last ${d.calls.length})`), chartPart, searchPart, compactionsPart);
     return compactionsPart;
   }
 
@@ -183,6 +185,31 @@
     }
     part.replaceChildren(el('h3', {}, `Compactions (${c.store ? c.archived.length + ' archived' : marks.length})`),
       ...(items.length ? items : [el('p', {class: 'muted'}, 'No compaction yet.')]));
+  }
+
+  // The session's archive, searched (the store's full-text search, as
+  // context_search reads it); kept across polls.
+  function searchBox() {
+    const input = el('input', {type: 'text', placeholder: 'search this session\u2019s archive', 'aria-label': 'search'});
+    const results = el('div', {class: 'search-results'});
+    const form = el('form', {class: 'toolbar search'}, input, el('button', {type: 'submit'}, 'Search'));
+    form.addEventListener('submit', async e => {
+      e.preventDefault();
+      const q = input.value.trim();
+      if (!q || !selected) return;
+      try {
+        const r = await get(sessionPath(selected) + '/search/' + encodeURIComponent(q));
+        results.replaceChildren(!r.store
+          ? el('p', {class: 'muted'}, 'Search needs a session store (ctx serve --store).')
+          : r.hits.length
+            ? V.table(['message', 'handle', 'match'], r.hits.map(h => [`${h.role} (${h.source})`, el('code', {}, h.handle),
+              el('pre', {}, h.snippet)]), {class: 'hits'})
+            : el('p', {class: 'muted hits-none'}, `No match for \u201c${q}\u201d.`));
+      } catch (err) {
+        results.replaceChildren(el('p', {class: 'error'}, String(err.message || err)));
+      }
+    });
+    return el('div', {class: 'panel', id: 'search'}, form, results);
   }
 
   async function poll() {

@@ -197,6 +197,29 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
         assert!(summary.contains("[CONTEXT SUMMARY"), "{summary}");
         assert!(c["replaced"].as_u64().unwrap() > 0, "{c}");
     }
+    // The archive, searched from the page: the hits show their snippet.
+    browser
+        .eval(
+            "const f = document.querySelector('#search form'); \
+             f.querySelector('input').value = 'compute'; f.requestSubmit(); return true;",
+        )
+        .await;
+    browser
+        .wait_for("document.querySelectorAll('#search table.hits tbody tr').length > 0")
+        .await;
+    let snippets = browser
+        .eval(
+            "return [...document.querySelectorAll('#search table.hits pre')].map(p => p.textContent);",
+        )
+        .await;
+    assert!(
+        snippets
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.as_str().unwrap().contains("compute")),
+        "{snippets}"
+    );
     browser.assert_no_console_errors().await;
     browser.screenshot("alice").await;
 

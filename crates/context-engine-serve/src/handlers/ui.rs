@@ -14,7 +14,9 @@
 //!   [`identity`](crate::identity)): its own provider key, or the
 //!   gateway's identity header; a request without an identity sees none;
 //! - the operator's token (`serve.ui.operator_token_env`, sent as
-//!   [`OPERATOR_HEADER`]) sees every identity's sessions.
+//!   [`OPERATOR_HEADER`]) sees every identity's sessions;
+//! - a session's archive is searched through the store's search (what
+//!   `context_search` reads), within that session only.
 //!
 //! Everything answers only on connections that arrived on a loopback
 //! address unless `serve.ui.remote` is set, passes the edge's site rule
@@ -459,4 +461,59 @@ pub async fn compactions(
         "summary": summary,
     }))
     .into_response()))
+}
+
+/// Longest query the page's search takes, in bytes.
+const MAX_QUERY_BYTES: usize = 200;
+
+/// Hits the page's search returns.
+const SEARCH_HITS: usize = 10;
+
+/// `GET /ui/api/sessions/{scope}/{id}/search/{query}`: the session's
+/// archive searched as `context_search` searches it (the store's full-text
+/// index), each hit with its handle and snippet; needs a session store.
+pub async fn search(
+    State(state): State<AppState>,
+    local: Option<axum::Extension<LocalAddr>>,
+    uri: Uri,
+    headers: HeaderMap,
+    identity: Identity,
+    Path((scope, id, query)): Path<(String, String, String)>,
+) -> Response {
+    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
+        return answer(Err(e));
+    }
+    let (key, _slot) = match visible(&state, &headers, &identity, scope, id) {
+        Ok(v) => v,
+        Err(e) => return answer(Err(e.into())),
+    };
+    let query = query.trim().to_owned();
+    if query.is_empty() || query.len() > MAX_QUERY_BYTES {
+        return answer(Err(ServeError::BadRequest(format!(
+            "the search takes 1 to {MAX_QUERY_BYTES} bytes"
+        ))
+        .into()));
+    }
+    let Some(store) = state.sessions().store().cloned() else {
+        return answer(Ok(
+            Json(json!({ "store": false, "hits": [] })).into_response()
+        ));
+    };
+    let name = store_id(&key);
+    let read =
+        tokio::task::spawn_blocking(move || store.store.search(Some(&name), &query, SEARCH_HITS))
+            .await;
+    match read {
+        Ok(Ok(hits)) => answer(Ok(
+            Json(json!({ "store": true, "hits": hits })).into_response()
+        )),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "page: the session's search failed");
+            answer(Err(ServeError::Internal(
+                "the session store does not answer".into(),
+            )
+            .into()))
+        }
+        Err(_) => answer(Err(ServeError::Internal("the search failed".into()).into())),
+    }
 }
