@@ -119,6 +119,63 @@ pub struct ServeOptions {
     /// several processes share (Postgres), lets any instance serve any
     /// session.
     pub store: Option<SharedStore>,
+    /// The page at `/ui`.
+    pub ui: UiOptions,
+}
+
+/// The page at `/ui` ([`handlers::ui`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct UiOptions {
+    /// Answer `/ui` and its JSON, and keep each session's last calls.
+    pub enabled: bool,
+    /// Answer on connections that did not arrive on a loopback address.
+    pub remote: bool,
+    /// The operator's token: a request presenting it
+    /// ([`handlers::ui::OPERATOR_HEADER`]) sees every session.
+    pub operator_token: Option<String>,
+    /// Calls kept per session.
+    pub calls_per_session: usize,
+}
+
+impl Default for UiOptions {
+    /// On, loopback only, no operator, 1,000 calls per session.
+    fn default() -> UiOptions {
+        UiOptions {
+            enabled: true,
+            remote: false,
+            operator_token: None,
+            calls_per_session: 1000,
+        }
+    }
+}
+
+impl UiOptions {
+    /// The page off: no route, no call kept.
+    pub fn off() -> UiOptions {
+        UiOptions {
+            enabled: false,
+            ..UiOptions::default()
+        }
+    }
+
+    /// Sets [`remote`](Self::remote).
+    pub fn with_remote(mut self, on: bool) -> UiOptions {
+        self.remote = on;
+        self
+    }
+
+    /// Sets [`operator_token`](Self::operator_token) (empty: none).
+    pub fn with_operator_token(mut self, token: Option<String>) -> UiOptions {
+        self.operator_token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Sets [`calls_per_session`](Self::calls_per_session).
+    pub fn with_calls_per_session(mut self, n: usize) -> UiOptions {
+        self.calls_per_session = n;
+        self
+    }
 }
 
 impl ServeOptions {
@@ -145,7 +202,14 @@ impl ServeOptions {
             hibernate_after: Some(Duration::from_secs(60)),
             shutdown_grace: Duration::from_secs(30),
             store: None,
+            ui: UiOptions::default(),
         }
+    }
+
+    /// Sets [`ui`](Self::ui).
+    pub fn with_ui(mut self, ui: UiOptions) -> ServeOptions {
+        self.ui = ui;
+        self
     }
 
     /// Sets [`store`](Self::store).
@@ -269,6 +333,7 @@ struct Shared {
     token: Option<[u8; 32]>,
     allowed_hosts: edge::site::AllowedHosts,
     inflight: Arc<edge::budget::InflightBudget>,
+    operator: Option<[u8; 32]>,
 }
 
 impl AppState {
@@ -297,15 +362,26 @@ impl AppState {
         let upstream =
             Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
         identity::check_options(&options)?;
+        let calls = if options.ui.enabled {
+            options.ui.calls_per_session
+        } else {
+            0
+        };
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
-            .with_hibernation(options.hibernate_after);
+            .with_hibernation(options.hibernate_after)
+            .with_call_log(calls);
         if let Some(store) = sessions.store() {
             store.health.time_into(metrics.store_latency());
             sessions.set_summary_claims(Arc::new(store.clone()));
         }
         let token = options
             .auth_token
+            .as_deref()
+            .map(|t| token::digest(t.as_bytes()));
+        let operator = options
+            .ui
+            .operator_token
             .as_deref()
             .map(|t| token::digest(t.as_bytes()));
         Ok(AppState(Arc::new(Shared {
@@ -316,6 +392,7 @@ impl AppState {
             token,
             allowed_hosts,
             inflight,
+            operator,
         })))
     }
 
@@ -352,6 +429,11 @@ impl AppState {
     /// SHA-256 of the access token, when one is required.
     pub(crate) fn token_digest(&self) -> Option<&[u8; 32]> {
         self.0.token.as_ref()
+    }
+
+    /// SHA-256 of the page's operator token, when one is configured.
+    pub(crate) fn operator_digest(&self) -> Option<&[u8; 32]> {
+        self.0.operator.as_ref()
     }
 }
 

@@ -2,7 +2,9 @@
 //! a reason from a fixed set only (session ids would make the label set
 //! unbounded; per-session figures are at `/ctx/sessions/{id}`).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -62,6 +64,55 @@ pub struct Metrics {
     prompt_total: AtomicU64,
     prefix_total: AtomicU64,
     store_latency: Histogram,
+    client_tokens: Counter,
+    managed_tokens: Counter,
+    api_requests: AtomicU64,
+    recent: Mutex<Recent>,
+}
+
+/// What the page's overview shows besides the counters: the added latency
+/// of the last requests and the last fallbacks' reasons (bounded).
+#[derive(Debug, Default)]
+struct Recent {
+    overhead_ms: VecDeque<f32>,
+    fallbacks: VecDeque<(u64, String)>,
+}
+
+/// Added-latency samples kept for the overview's percentiles.
+const OVERHEAD_SAMPLES: usize = 1024;
+/// Fallback reasons kept for the overview.
+const FALLBACK_REASONS: usize = 10;
+
+/// The counters the page's overview shows, read at once (see
+/// [`Metrics::overview`]): the same values `/metrics` reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Overview {
+    /// Responses on the `/v1/` routes (`ctx_requests_total` over them).
+    pub requests: u64,
+    /// Prompt tokens of the clients' histories, counted
+    /// (`ctx_client_prompt_tokens_total`).
+    pub client_prompt_tokens: u64,
+    /// Prompt tokens of the managed requests, counted
+    /// (`ctx_managed_prompt_tokens_total`).
+    pub managed_prompt_tokens: u64,
+    /// Prompt tokens the upstream reported (`ctx_prompt_tokens_total`).
+    pub prompt_tokens: u64,
+    /// Completion tokens the upstream reported.
+    pub completion_tokens: u64,
+    /// Prompt tokens the upstream read from its cache.
+    pub cache_read_tokens: u64,
+    /// Compactions accepted.
+    pub compactions: u64,
+    /// Requests sent unmanaged because the engine failed.
+    pub fallbacks: u64,
+    /// New lineages.
+    pub lineages: u64,
+    /// Added latency of the last requests (up to 1,024), in milliseconds:
+    /// 50th, 90th and 99th percentiles (nearest rank); `None` before any.
+    pub overhead_ms: Option<[f64; 3]>,
+    /// The last fallbacks' reasons (newest last), with their Unix
+    /// milliseconds.
+    pub fallback_reasons: Vec<(u64, String)>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -109,6 +160,10 @@ impl Metrics {
             prompt_total: AtomicU64::new(0),
             prefix_total: AtomicU64::new(0),
             store_latency: latency_histogram(),
+            client_tokens: Counter::default(),
+            managed_tokens: Counter::default(),
+            api_requests: AtomicU64::new(0),
+            recent: Mutex::default(),
         };
         registry.register(
             "store_seconds",
@@ -144,6 +199,16 @@ impl Metrics {
             "completion_tokens",
             "Completion tokens the upstream reported",
             m.tokens_out.clone(),
+        );
+        registry.register(
+            "client_prompt_tokens",
+            "Prompt tokens of the clients' histories of managed requests, counted (what went upstream without the engine)",
+            m.client_tokens.clone(),
+        );
+        registry.register(
+            "managed_prompt_tokens",
+            "Prompt tokens of the managed requests sent upstream, counted",
+            m.managed_tokens.clone(),
         );
         registry.register("compactions", "Compactions accepted", m.compactions.clone());
         registry.register(
@@ -212,6 +277,9 @@ impl Metrics {
 
     /// One response on `route` with `status`.
     pub fn request(&self, route: &str, status: u16) {
+        if route.starts_with("/v1/") {
+            self.api_requests.fetch_add(1, Ordering::Relaxed);
+        }
         self.requests
             .get_or_create(&RouteStatus {
                 route: route.to_owned(),
@@ -227,6 +295,11 @@ impl Metrics {
         };
         self.upstream_latency.get_or_create(&r).observe(upstream);
         self.overhead.get_or_create(&r).observe(overhead);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.overhead_ms.len() >= OVERHEAD_SAMPLES {
+            recent.overhead_ms.pop_front();
+        }
+        recent.overhead_ms.push_back((overhead * 1e3) as f32);
     }
 
     /// Time from a stream's arrival to its upstream call.
@@ -284,6 +357,51 @@ impl Metrics {
     /// A request went out unmanaged.
     pub fn fallback(&self) {
         self.fallbacks.inc();
+    }
+
+    /// A request went out unmanaged for `reason` (kept for the page's
+    /// overview, the last few only).
+    pub fn fallback_because(&self, reason: &str) {
+        self.fallback();
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.fallbacks.len() >= FALLBACK_REASONS {
+            recent.fallbacks.pop_front();
+        }
+        let reason: String = reason.chars().take(300).collect();
+        recent
+            .fallbacks
+            .push_back((context_engine::store::now_ms(), reason));
+    }
+
+    /// A managed request: the tokens of the client's history and of the
+    /// request that went upstream, both counted.
+    pub fn managed_tokens(&self, client: u64, upstream: u64) {
+        self.client_tokens.inc_by(client);
+        self.managed_tokens.inc_by(upstream);
+    }
+
+    /// The counters of the page's overview.
+    pub fn overview(&self) -> Overview {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut samples: Vec<f64> = recent.overhead_ms.iter().map(|&v| f64::from(v)).collect();
+        samples.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let k = (q * samples.len() as f64).ceil() as usize;
+            samples[k.clamp(1, samples.len()) - 1]
+        };
+        Overview {
+            requests: self.api_requests.load(Ordering::Relaxed),
+            client_prompt_tokens: self.client_tokens.get(),
+            managed_prompt_tokens: self.managed_tokens.get(),
+            prompt_tokens: self.tokens_in.get(),
+            completion_tokens: self.tokens_out.get(),
+            cache_read_tokens: self.cache_read.get(),
+            compactions: self.compactions.get(),
+            fallbacks: self.fallbacks.get(),
+            lineages: self.lineages.get(),
+            overhead_ms: (!samples.is_empty()).then(|| [rank(0.5), rank(0.9), rank(0.99)]),
+            fallback_reasons: recent.fallbacks.iter().cloned().collect(),
+        }
     }
 
     /// A diverging history started a new lineage.

@@ -5,7 +5,7 @@ use axum::Router;
 use axum::routing::{any, get, post};
 
 use crate::AppState;
-use crate::handlers::{chat, messages, ops, passthrough, responses};
+use crate::handlers::{chat, messages, ops, passthrough, responses, ui};
 
 /// OpenAI chat completions, managed by the engine.
 pub const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
@@ -23,13 +23,25 @@ pub const HEALTHZ: &str = "/healthz";
 pub const METRICS: &str = "/metrics";
 /// One session's engine status.
 pub const SESSION: &str = "/ctx/sessions/{id}";
+/// The live page (no data: it needs no token to load).
+pub const UI: &str = "/ui";
+/// The page's overview: the proxy's counters.
+pub const UI_OVERVIEW: &str = "/ui/api/overview";
+/// The caller's sessions.
+pub const UI_SESSIONS: &str = "/ui/api/sessions";
+/// One session's calls.
+pub const UI_SESSION: &str = "/ui/api/sessions/{scope}/{id}";
+/// One session's compactions.
+pub const UI_COMPACTIONS: &str = "/ui/api/sessions/{scope}/{id}/compactions";
+/// One session's archive, searched.
+pub const UI_SEARCH: &str = "/ui/api/sessions/{scope}/{id}/search/{query}";
 
 /// The managed routes: JSON bodies only (see
 /// [`edge::site`](crate::edge::site)).
 pub const MANAGED: &[&str] = &[CHAT_COMPLETIONS, MESSAGES, MESSAGES_COUNT_TOKENS, RESPONSES];
 
 /// Paths that need no access token.
-pub const UNAUTHENTICATED: &[&str] = &[HEALTHZ];
+pub const UNAUTHENTICATED: &[&str] = &[HEALTHZ, UI];
 
 /// The routes, without layers.
 pub fn routes() -> Router<AppState> {
@@ -42,4 +54,10 @@ pub fn routes() -> Router<AppState> {
         .route(HEALTHZ, get(ops::healthz))
         .route(METRICS, get(ops::metrics))
         .route(SESSION, get(ops::session_status))
+        .route(UI, get(ui::page))
+        .route(UI_OVERVIEW, get(ui::overview))
+        .route(UI_SESSIONS, get(ui::sessions))
+        .route(UI_SESSION, get(ui::session))
+        .route(UI_COMPACTIONS, get(ui::compactions))
+        .route(UI_SEARCH, get(ui::search))
 }

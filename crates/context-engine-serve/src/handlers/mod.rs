@@ -8,6 +8,7 @@ pub mod ops;
 pub mod passthrough;
 pub(crate) mod relay;
 pub mod responses;
+pub mod ui;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -20,6 +21,7 @@ use context_engine::front::FrontKind;
 
 use crate::AppState;
 use crate::error::ServeError;
+use crate::session::calls::{CallPoint, CompactionMark, Marks};
 use crate::session::{Guard, Plan, SessionKey, background};
 use crate::upstream::response_headers;
 
@@ -85,14 +87,18 @@ pub(crate) fn account_plan(
                 background::spawn(m, &key.id, job, state.sessions().summary_claims());
             }
             report_plan(state, &key.id, plan, front);
+            state
+                .metrics()
+                .managed_tokens(plan.client_tokens, plan.request_tokens);
             if let Some(m) = guard.as_mut() {
                 m.stats.managed += 1;
+                log_call(state, key, m, plan);
             }
             true
         }
         Err(why) => {
             let why = context_engine::error_chain(why);
-            state.metrics().fallback();
+            state.metrics().fallback_because(&why);
             if let Some(m) = guard.as_mut() {
                 m.stats.fallbacks += 1;
                 m.stats.last_fallback = Some(why.clone());
@@ -102,6 +108,38 @@ pub(crate) fn account_plan(
             false
         }
     }
+}
+
+/// Keeps the call for the page at `/ui` (when it is on): what the client
+/// sent, what went upstream, the engine's marks.
+fn log_call(state: &AppState, key: &SessionKey, m: &crate::session::Managed, plan: &Plan) {
+    let capacity = state.sessions().call_log();
+    if capacity == 0 {
+        return;
+    }
+    let Some(slot) = state.sessions().get(key) else {
+        return;
+    };
+    let marks = Marks {
+        compaction: plan.compaction.is_some(),
+        digest: plan.selected,
+        prune: plan.pruned > 0,
+        diverged: plan.diverged,
+    };
+    let compaction = plan.compaction.as_ref().map(|c| CompactionMark {
+        call: 0,
+        last_record: m.host().records_numbered(),
+        passes: c.passes,
+        request_tokens_before: c.request_tokens_before,
+        request_tokens_after: c.request_tokens_after,
+        messages_before: c.messages_before,
+        messages_after: c.messages_after,
+    });
+    let point = CallPoint::new(plan.client_tokens, plan.request_tokens, marks);
+    slot.calls
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(point, compaction, capacity);
 }
 
 /// Runs an engine step that may block (an engine that blocks on I/O, a

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::EngineFactory;
 use super::SessionError;
+use super::calls::ClientTokens;
 use super::lineage::{self, Lineage, Reconcile};
 use super::persist::Staged;
 
@@ -73,6 +74,9 @@ pub struct SessionStats {
     pub last_managed_messages: usize,
     /// Times the session went to sleep idle ([`Managed::hibernate`]).
     pub sleeps: u64,
+    /// Tokens of the client's last history, counted (with the request's
+    /// overhead, as `last_request_tokens`).
+    pub last_client_tokens: u64,
 }
 
 /// What [`Managed::prepare`] produced for one request.
@@ -95,6 +99,15 @@ pub struct Plan {
     /// The managed request's messages (what `messages_json` holds); empty
     /// from [`Managed::prepare_json`] when the view was applied in place.
     pub request: Vec<Message>,
+    /// Tokens of the client's history, counted (the page's "sent by the
+    /// client").
+    pub client_tokens: u64,
+    /// Tokens of the managed request, counted.
+    pub request_tokens: u64,
+    /// The engine's view replaced the request (digests).
+    pub selected: bool,
+    /// Tool results a proactive prune shortened for this request.
+    pub pruned: usize,
 }
 
 /// One session: the host driver, the managed history and its figures.
@@ -121,6 +134,8 @@ pub struct Managed {
     /// been settled yet (its usage is on the way): stored with the record,
     /// so that another instance waits for it ([`persist`](super::persist)).
     awaiting: Option<String>,
+    /// The tokens of the client's history, message by message.
+    client: ClientTokens,
 }
 
 impl std::fmt::Debug for Managed {
@@ -148,6 +163,7 @@ impl Managed {
             stored: None,
             current: false,
             awaiting: None,
+            client: ClientTokens::default(),
         })
     }
 
@@ -275,6 +291,13 @@ impl Managed {
         for (i, m) in raw.iter().enumerate().skip(new_from) {
             batch.push(parse(m, i)?);
         }
+        let counter = self.ctx.counter.as_ref();
+        self.stats.last_client_tokens =
+            self.client
+                .update(raw, new_from, &batch[context..], counter)
+                + counter.request_overhead() as u64;
+        let selected;
+        let mut pruned = 0;
 
         let mut notices = Vec::new();
         let mut compaction = None;
@@ -298,6 +321,7 @@ impl Managed {
         if self.calls > 0 && tools > 0 {
             self.lineage.set_chain(&chain[..new_from + replies + tools]);
             let update = self.host.after_tools(self.lineage.messages());
+            pruned += update.pruned;
             notices.extend(update.notices);
             if let Some(h) = update.new_history {
                 self.lineage.replace(h);
@@ -327,6 +351,7 @@ impl Managed {
                 // view swapped in, validated by the driver); rendered
                 // without a copy, then restored.
                 notices.append(&mut applied.update.notices);
+                (selected, pruned) = (applied.selected, pruned + applied.update.pruned);
                 self.calls += 1;
                 // A view the driver swapped in is valid; the history as it
                 // stands (no view) is checked as any request is: never one
@@ -357,6 +382,7 @@ impl Managed {
                 (rendered, request)
             }
             InPlace::Prepared(prepared) => {
+                (selected, pruned) = (prepared.selected, pruned + prepared.update.pruned);
                 notices.extend(prepared.update.notices);
                 if let Some(e) = &prepared.unfittable {
                     // A proxy does not drop a call: the managed request, the
@@ -407,6 +433,10 @@ impl Managed {
             notices,
             summary_job,
             request,
+            client_tokens: self.stats.last_client_tokens,
+            request_tokens: self.stats.last_request_tokens,
+            selected,
+            pruned,
         })
     }
 
@@ -635,6 +665,12 @@ impl Managed {
             awaiting: None,
             lineage: None,
         });
+        // The record keeps the client's tokens as a sum only.
+        let overhead = ctx.counter.request_overhead() as u64;
+        let client = ClientTokens::resume(
+            serve.stats.last_client_messages,
+            serve.stats.last_client_tokens.saturating_sub(overhead),
+        );
         Ok(Managed {
             ctx,
             id: store_id.to_owned(),
@@ -647,6 +683,7 @@ impl Managed {
             awaiting: serve.awaiting,
             pending: None,
             model: None,
+            client,
         })
     }
 

@@ -16,6 +16,7 @@
 
 pub mod background;
 pub mod breaker;
+pub mod calls;
 mod error;
 pub mod key;
 pub mod lineage;
@@ -67,6 +68,9 @@ pub struct Slot {
     /// `state`'s lock; content addressed, so it stays valid whatever
     /// happens to the session).
     pub front: Mutex<context_engine::front::FrontCache>,
+    /// The session's last calls, for the page at `/ui` (empty when the
+    /// page is off: [`Sessions::with_call_log`]).
+    pub calls: Mutex<calls::CallLog>,
     last_used: AtomicU64,
 }
 
@@ -83,6 +87,7 @@ pub struct Sessions {
     claims: OnceLock<Arc<dyn SummaryClaims>>,
     store: Option<SharedStore>,
     hibernate: Option<Duration>,
+    call_log: usize,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -106,7 +111,28 @@ impl Sessions {
             claims: OnceLock::new(),
             store: None,
             hibernate: None,
+            call_log: 0,
         }
+    }
+
+    /// Keeps each session's last `calls` calls for the page (0: none).
+    pub fn with_call_log(mut self, calls: usize) -> Sessions {
+        self.call_log = calls;
+        self
+    }
+
+    /// Calls kept per session for the page (0: none).
+    pub fn call_log(&self) -> usize {
+        self.call_log
+    }
+
+    /// Every session held, with its slot (for the page: the caller
+    /// filters by identity).
+    pub fn list(&self) -> Vec<(SessionKey, Arc<Slot>)> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .map(|(k, s)| (k.clone(), Arc::clone(s)))
+            .collect()
     }
 
     /// Sessions idle this long sleep (`None`: never).
@@ -232,6 +258,7 @@ impl Sessions {
         let slot = Arc::new(Slot {
             state: Arc::new(AsyncMutex::new(None)),
             front: Mutex::default(),
+            calls: Mutex::default(),
             last_used: AtomicU64::new(now),
         });
         map.insert(key.clone(), Arc::clone(&slot));

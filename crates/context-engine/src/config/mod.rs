@@ -472,6 +472,38 @@ pub struct ServeConfig {
     pub summary_watermark: f64,
     /// How long a shutdown waits for in-flight requests, in seconds.
     pub shutdown_grace_seconds: u64,
+    /// The page `ctx serve` answers at `/ui`.
+    pub ui: UiConfig,
+}
+
+/// `serve.ui`: the live page at `/ui` and the per-call figures it shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UiConfig {
+    /// Answer `/ui` and its JSON, and keep each session's last calls for
+    /// it. Off: the routes answer 404 and no call is kept.
+    pub enabled: bool,
+    /// Answer the page on connections that did not arrive on a loopback
+    /// address too (the access token and the identity rules still hold).
+    pub remote: bool,
+    /// NAME of the environment variable holding the operator's token: a
+    /// request presenting it (`x-ctx-operator-token`) sees every session,
+    /// not only its own identity's.
+    pub operator_token_env: Option<String>,
+    /// Calls kept per session for its chart (the oldest go first); about
+    /// 16 bytes each.
+    pub calls_per_session: usize,
+}
+
+impl Default for UiConfig {
+    fn default() -> UiConfig {
+        UiConfig {
+            enabled: true,
+            remote: false,
+            operator_token_env: None,
+            calls_per_session: 1000,
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -494,6 +526,7 @@ impl Default for ServeConfig {
             hibernate_seconds: 60,
             summary_watermark: 0.7,
             shutdown_grace_seconds: 30,
+            ui: UiConfig::default(),
         }
     }
 }

@@ -22,6 +22,8 @@ use crate::host::{Compaction, Missed, MissedKind, Notice, Session};
 use crate::message::{Message, Role};
 use crate::pricing::{CostParts, PromptCache};
 use crate::retention::{Probe, RetentionReport, check_with_archive, extract_probes};
+use crate::store::{ArchivedCompaction, archived_compactions};
+use crate::summary_text::is_summary;
 use crate::tokens::{TokenCounter, recorded_prompt_tokens};
 use crate::transcript::recorded_time;
 use crate::validate::{
@@ -455,6 +457,14 @@ pub struct CompactionRecord {
     /// Probes of the messages seen until then, checked in the request sent
     /// right after it and the stored history then.
     pub retention: RetentionReport,
+    /// The summary as the model received it: the messages of the request
+    /// sent right after the compaction that carry a summary (its state
+    /// record included).
+    pub summary: Vec<Message>,
+    /// Each pass as the session store archived it: the span it replaced,
+    /// with the replaced messages, and the summary it added. Empty without
+    /// a store (`ctx replay --no-store`).
+    pub archived: Vec<ArchivedCompaction>,
 }
 
 /// The state right after one compaction, kept for retention checks.
@@ -468,6 +478,10 @@ pub struct CompactionView {
     pub request: Vec<Message>,
     /// The stored history right after it.
     pub history: Vec<Message>,
+    /// Compaction records the session had numbered after it
+    /// ([`Session::records_numbered`]): its passes are the last
+    /// `passes` of them.
+    pub records_numbered: u64,
 }
 
 /// Checks that `messages` can be replayed: at least one model call and no
@@ -641,6 +655,7 @@ pub fn replay(
                 seen: index,
                 request: request.clone(),
                 history: history[..history.len() - 1].to_vec(),
+                records_numbered: session.records_numbered(),
             });
         }
         calls.push(CallRecord {
@@ -716,13 +731,26 @@ pub fn replay(
         &archived(&final_request),
         channel,
     );
+    let store = session.store().cloned();
     let compactions = compaction_views
         .iter()
         .filter_map(|v| {
             let compaction = calls.get(v.call)?.compaction.clone()?;
+            let first = v
+                .records_numbered
+                .saturating_sub(u64::from(compaction.passes))
+                + 1;
+            // The report shows what the store holds; a store that cannot
+            // read it back leaves the list empty (the replay's figures do
+            // not depend on it).
+            let archive = store
+                .as_ref()
+                .and_then(|s| {
+                    archived_compactions(s.as_ref(), session.id(), first..=v.records_numbered).ok()
+                })
+                .unwrap_or_default();
             Some(CompactionRecord {
                 call: v.call,
-                compaction,
                 retention: check_with_archive(
                     &seen(v.seen),
                     &v.request,
@@ -730,6 +758,14 @@ pub fn replay(
                     &archived(&v.request),
                     channel,
                 ),
+                summary: v
+                    .request
+                    .iter()
+                    .filter(|m| is_summary(m))
+                    .cloned()
+                    .collect(),
+                archived: archive,
+                compaction,
             })
         })
         .collect();

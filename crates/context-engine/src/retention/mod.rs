@@ -122,6 +122,9 @@ pub struct RetentionReport {
     pub lost: usize,
     /// The lost probes, in input order.
     pub lost_probes: Vec<Probe>,
+    /// The probes only recallable (through a handle the view names), in
+    /// input order.
+    pub recallable_probes: Vec<Probe>,
     /// The user asks among the probes, counted the same way.
     pub asks: AskCounts,
 }
@@ -189,7 +192,10 @@ pub fn check_with_archive(
         match status {
             ProbeStatus::Verbatim => report.verbatim += 1,
             ProbeStatus::InSummary => report.in_summary += 1,
-            ProbeStatus::Recallable => report.recallable += 1,
+            ProbeStatus::Recallable => {
+                report.recallable += 1;
+                report.recallable_probes.push(probe.clone());
+            }
             ProbeStatus::Lost => {
                 report.lost += 1;
                 report.lost_probes.push(probe.clone());

@@ -38,6 +38,7 @@
 //! # Ok::<(), context_engine::store::StoreError>(())
 //! ```
 
+mod archived;
 mod at_rest;
 mod batch;
 pub mod handle;
@@ -59,6 +60,7 @@ use thiserror::Error;
 
 use crate::message::Message;
 
+pub use archived::{ArchivedCompaction, archived_compactions};
 pub use at_rest::{AtRest, AtRestStore, KeyError, SEALED_FIELD, Seal};
 pub use batch::{ArchivedSpan, Batch, CompactionInfo};
 pub use handle::{

@@ -57,6 +57,13 @@ pub struct ReplayArgs {
     /// Draw prompt tokens per call, with and without the engine, as SVG.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page (opens from
+    /// disk, no network): the per-call chart, the bill of the three
+    /// policies, each compaction's summary beside the messages it replaced,
+    /// and every lost or recallable fact. The tables (or `--json`) still go
+    /// to stdout.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
     /// Session store the replay archives into (default: in memory); the
     /// replay's session in it starts afresh.
     #[arg(long, value_name = "DB", conflicts_with = "no_store")]
@@ -173,11 +180,18 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         };
         write_svg(path, &data)?;
     }
+    let json_report = JsonReport {
+        file: &file,
+        report: &report,
+    };
+    if let Some(path) = &args.html {
+        let text = serde_json::to_string(&json_report).context("cannot serialize the report")?;
+        let page = context_engine_view::replay_page(&format!("{file}: replay"), &text);
+        std::fs::write(path, page)
+            .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
+    }
     if args.json {
-        json(&JsonReport {
-            file: &file,
-            report: &report,
-        })?;
+        json(&json_report)?;
     } else {
         print!("{}", render(&file, &report, args.verbose));
     }

@@ -13,7 +13,7 @@ use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::{
-    FactoryError, ServeOptions, SessionContext, StartError, UpstreamOptions,
+    FactoryError, ServeOptions, SessionContext, StartError, UiOptions, UpstreamOptions,
 };
 
 /// Arguments of `ctx serve`.
@@ -97,7 +97,18 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             (s.hibernate_seconds > 0).then(|| Duration::from_secs(s.hibernate_seconds)),
         )
         .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
-        .with_store(open_store(args.store.as_deref(), &config)?);
+        .with_store(open_store(args.store.as_deref(), &config)?)
+        .with_ui(if s.ui.enabled {
+            UiOptions::default()
+                .with_remote(s.ui.remote)
+                .with_operator_token(env_value(
+                    s.ui.operator_token_env.as_deref(),
+                    "serve.ui.operator_token_env",
+                )?)
+                .with_calls_per_session(s.ui.calls_per_session)
+        } else {
+            UiOptions::off()
+        });
 
     // One engine now (a plugin is started and checked); each session then
     // gets a fresh one of the same configuration, sharing the counter, the
@@ -131,8 +142,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         blocking,
     };
     eprintln!(
-        "ctx serve: http://{listen}/v1 -> {} (window {context_length} tokens); metrics at http://{listen}/metrics",
-        options.upstream.url
+        "ctx serve: http://{listen}/v1 -> {} (window {context_length} tokens); metrics at http://{listen}/metrics{}",
+        options.upstream.url,
+        if options.ui.enabled {
+            format!("; the page at http://{listen}/ui")
+        } else {
+            String::new()
+        }
     );
     context_engine_serve::run(options, ctx)?;
     Ok(ExitCode::SUCCESS)
