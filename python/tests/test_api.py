@@ -166,6 +166,37 @@ def test_digest_is_exactly_ctx_digest(tmp_path):
     assert got != ce.load_transcript(path), "the file's min_bytes should digest something"
 
 
+def test_compress_is_exactly_ctx_compact(tmp_path):
+    """`Compressor(config=F).compress(..., force=True)` and `ctx compact
+    --config F` build one engine from one file (`EngineBuilder`): the same
+    transcript comes out."""
+    ctx = Path(os.environ.get("CTX_BIN", ROOT / "target" / "debug" / "ctx"))
+    require(ctx.is_file(), f"the ctx binary ({ctx}) is not built: cargo build -p ctx")
+    path = EXAMPLES / "coding-session.json"
+    require(path.is_file(), f"{path} is absent")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "context:\n  context_length: 16000\n  text_actions: [mini-swe-agent]\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTX_")}
+    run = subprocess.run(
+        [str(ctx), "compact", str(path), "--config", str(config), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    want = json.loads(out.read_text(encoding="utf-8"))
+    messages = ce.load_transcript(path)
+    got = ce.Compressor(config=config).compress(messages, force=True)
+    assert got == want
+    assert len(got) < len(messages)
+
+
 def test_replay_returns_the_ctx_report():
     path = EXAMPLES / "coding-session.json"
     require(path.is_file(), f"{path} is absent")
