@@ -8,6 +8,9 @@
 # stops both, also when a test fails. Fails when a prerequisite is missing:
 # it never passes without having run.
 #
+# `bash scripts/e2e-clients.sh install` installs only (.ci/run does this
+# in the background while the workspace builds).
+#
 # Environment: E2E_CLIENTS_VENV (default .cache/e2e-clients/venv),
 # LOCAL_LLM_DIR / LOCAL_LLM_STATE as for scripts/local-llm.sh.
 set -euo pipefail
@@ -25,6 +28,9 @@ fi
 
 echo "== local model: install"
 bash scripts/local-llm.sh install
+if [ "${1:-}" = "install" ]; then
+  exit 0
+fi
 
 echo "== ctx: build"
 cargo build --locked -p ctx

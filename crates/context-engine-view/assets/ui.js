@@ -1,6 +1,7 @@
 // ctx serve's /ui: the proxy's overview, the caller's sessions, one
-// session's per-call chart and its compactions, polled every two seconds
-// from the proxy's JSON (same origin; no reload).
+// session's per-call chart, what went upstream on its last calls and its
+// compactions, polled every two seconds from the proxy's JSON (same
+// origin; no reload).
 //
 // Access: the access token (x-ctx-token), the caller's provider key (its
 // sessions are its identity's) and the operator's token can be typed in,
@@ -52,6 +53,8 @@
   const sessionPart = el('section', {id: 'session'});
   let selected = null; // {scope, id}
   const searchPart = searchBox();
+  const requestPart = el('div', {class: 'panel', id: 'request'});
+  let shownRequest = null; // {scope, id, call}
   let shownCompactions = -1;
   let polls = 0;
 
@@ -94,6 +97,9 @@
         V.card('tokens the agents sent', V.num(m.client_prompt_tokens), 'client_prompt_tokens', 'counted, managed requests'),
         V.card('tokens sent upstream', V.num(m.managed_prompt_tokens), 'managed_prompt_tokens', saved ? `${saved} against the agents'` : ''),
         V.card('prompt tokens billed', V.num(m.prompt_tokens), 'prompt_tokens', `as the upstream reported; cache hits ${cache}`),
+        o.cost ? V.card('estimated bill, with / without the engine',
+          `${V.money(o.cost.with_engine)} / ${V.money(o.cost.without_engine)}`, 'cost',
+          `${o.cost.price} prices; ${V.change(o.cost.without_engine, o.cost.with_engine)} with the engine`) : null,
         V.card('compactions', V.num(m.compactions), 'compactions'),
         V.card('fallbacks', V.num(m.fallbacks), 'fallbacks', 'sent unmanaged'),
         V.card('added latency p50 / p90 / p99', latency, 'overhead', 'last 1,024 requests'),
@@ -119,6 +125,8 @@
       tr.addEventListener('click', () => {
         selected = {scope: s.scope, id: s.id};
         shownCompactions = -1;
+        shownRequest = null;
+        requestPart.replaceChildren();
         searchPart.querySelector('.search-results').replaceChildren();
         poll();
       });
@@ -151,8 +159,63 @@
     let compactionsPart = sessionPart.querySelector('#compactions');
     if (!compactionsPart) compactionsPart = el('div', {id: 'compactions'});
     sessionPart.replaceChildren(el('h2', {}, `Session ${d.id}`), el('p', {class: 'muted small'}, figures),
-      el('h3', {}, `Prompt tokens per call (last ${d.calls.length})`), chartPart, searchPart, compactionsPart);
+      el('h3', {}, `Prompt tokens per call (last ${d.calls.length})`), chartPart, requestCalls(d.requests || []),
+      requestPart, searchPart, compactionsPart);
     return compactionsPart;
+  }
+
+  // The calls whose request the proxy still holds (the newest twenty), each
+  // a button that opens it.
+  function requestCalls(calls) {
+    const shown = calls.slice(-20);
+    if (!shown.length) return el('p', {class: 'muted small'}, 'No request kept to show (serve.ui.request_bytes).');
+    return el('div', {class: 'toolbar', id: 'request-calls'}, el('span', {class: 'muted small'}, 'What went upstream on call'),
+      shown.map(n => {
+        const b = el('button', {type: 'button', 'data-call': String(n),
+          class: shownRequest && shownRequest.call === n ? 'selected' : ''}, String(n));
+        b.addEventListener('click', () => openRequest(n));
+        return b;
+      }));
+  }
+
+  const FATE = {kept: 'kept', changed: 'changed', summarized: 'summarized', left_out: 'left out'};
+
+  // One message of a call's request, folded: role, tokens, what became of
+  // it; the text inside.
+  function viewMessage(m, index, tag, cls) {
+    const text = V.messageText(m.message);
+    const head = el('summary', {}, el('span', {class: 'role'}, `#${index} ${m.message.role}`),
+      el('span', {class: `badge ${cls}`}, tag), el('span', {class: 'muted small'}, ` ${V.num(m.tokens)} tokens · `),
+      el('span', {class: 'small'}, text.slice(0, 120)));
+    return el('details', {class: `view-message ${cls}`, 'data-tag': cls}, head, el('pre', {}, text));
+  }
+
+  async function openRequest(n) {
+    if (!selected) return;
+    shownRequest = {scope: selected.scope, id: selected.id, call: n};
+    try {
+      const r = await get(sessionPath(selected) + '/calls/' + n);
+      const sum = list => V.num(list.reduce((t, m) => t + m.tokens, 0));
+      const fates = {};
+      for (const m of r.client) fates[m.fate] = (fates[m.fate] || 0) + 1;
+      const tally = Object.entries(fates).map(([f, k]) => `${k} ${FATE[f] || f}`).join(', ');
+      const source = s => s.kind === 'kept' ? [`kept #${s.client}`, 'kept']
+        : s.kind === 'changed' ? [`changed #${s.client}`, 'changed']
+          : s.kind === 'summary' ? ['summary', 'summarized'] : ['added by the engine', 'added'];
+      requestPart.replaceChildren(el('h3', {}, `Call ${r.call}: what the agent sent and what went upstream (${r.format})`),
+        el('div', {class: 'sides'},
+          el('div', {}, el('h4', {}, `What the agent sent: ${r.client.length} messages, ${sum(r.client)} tokens`),
+            el('p', {class: 'muted small'}, tally),
+            el('div', {class: 'list'}, r.client.map((m, i) => viewMessage(m, i, FATE[m.fate] || m.fate, m.fate)))),
+          el('div', {}, el('h4', {}, `What went upstream: ${r.upstream.length} messages, ${sum(r.upstream)} tokens`),
+            el('p', {class: 'muted small'}, 'texts redacted with the configured patterns'),
+            el('div', {class: 'list'}, r.upstream.map((m, i) => {
+              const [tag, cls] = source(m);
+              return viewMessage(m, i, tag, cls);
+            })))));
+    } catch (err) {
+      requestPart.replaceChildren(el('p', {class: 'error'}, String(err.message || err)));
+    }
   }
 
   function renderCompactions(part, c, marks) {
@@ -249,6 +312,9 @@
       }
       polls += 1;
       app.dataset.polls = String(polls);
+      // When the first poll that drew a session's chart ended, in ms from
+      // the page's start (read by the page's benchmark).
+      if (selected && !app.dataset.firstRenderMs) app.dataset.firstRenderMs = String(Math.round(performance.now()));
       status.textContent = `updated ${new Date().toLocaleTimeString()} · you are: ${o.viewer}`;
       status.className = 'muted small';
     } catch (e) {

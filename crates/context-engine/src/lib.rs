@@ -44,6 +44,7 @@ pub mod prune;
 pub mod recall;
 pub mod redact;
 pub mod replay;
+pub mod request_map;
 pub mod retention;
 pub mod schedule;
 pub mod store;

@@ -2,9 +2,10 @@
 //! `ctx serve`'s page at `/ui`, in headless Chromium: the real binary with
 //! a session store in memory and a scripted upstream; two identities drive
 //! a session each (one long enough to compact). The page shows what
-//! `/metrics` reports, one chart point per call, the compaction's summary
-//! beside the messages it replaced; each identity sees only its own
-//! sessions, the operator's token all; no console error.
+//! `/metrics` reports and the bill it makes, one chart point per call, the
+//! compaction's summary beside the messages it replaced, the last call's
+//! request message by message; each identity sees only its own sessions,
+//! the operator's token all; no console error.
 
 #[path = "common/browser.rs"]
 mod browser;
@@ -221,6 +222,50 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
             .any(|s| s.as_str().unwrap().eq_ignore_ascii_case("compute")),
         "{snippets}"
     );
+    // The last call's request, message by message: the agent's 50
+    // messages, the compacted ones summarized, the summary upstream.
+    browser
+        .eval(
+            "const b = [...document.querySelectorAll('#request-calls button')].pop(); \
+             b.click(); return b.dataset.call;",
+        )
+        .await;
+    browser
+        .wait_for("document.querySelectorAll('#request details.view-message').length > 0")
+        .await;
+    let request = browser
+        .eval(
+            "const tags = side => [...document.querySelectorAll(`#request .sides > div:nth-child(${side}) details`)] \
+               .map(d => d.dataset.tag); \
+             return {client: tags(1), upstream: tags(2), title: document.querySelector('#request h3').textContent};",
+        )
+        .await;
+    let tags =
+        |side: &str| -> Vec<String> { serde_json::from_value(request[side].clone()).unwrap() };
+    assert_eq!(tags("client").len(), full.len(), "{request}");
+    assert!(
+        tags("client").iter().any(|t| t == "summarized"),
+        "{request}"
+    );
+    assert_eq!(
+        tags("client").last().map(String::as_str),
+        Some("kept"),
+        "{request}"
+    );
+    assert!(
+        tags("upstream").iter().any(|t| t == "summarized"),
+        "the summary: {request}"
+    );
+    assert!(
+        request["title"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Call {alice_calls}:")),
+        "{request}"
+    );
+    // The bill, estimated at the configured prices (the openai preset).
+    let cost = f["cost"].as_str().unwrap_or_default();
+    assert!(cost.starts_with('$') && cost.contains(" / $"), "{cost}");
     browser.assert_no_console_errors().await;
     browser.screenshot("alice").await;
 
@@ -280,4 +325,65 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
         .await
         .unwrap();
     assert_eq!(anonymous.status(), 403);
+}
+
+/// The page's weight and its first render for a session of 500 calls
+/// (`cargo test -p ctx --test browser_ui -- --ignored --nocapture`): a
+/// measurement for docs/benchmarks.md, printed, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn measure_the_page_weight_and_first_render_of_500_calls() {
+    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
+        "http://127.0.0.1:9/v1",
+    ));
+    let dir = TempDir::new("browser", "ui-500");
+    let script = Arc::new(Script::default());
+    let upstream = start_upstream(Arc::clone(&script)).await;
+    let instance = spawn(&dir.0, &upstream).await;
+    let mut history = serve_common::long_history(1);
+    let started = Instant::now();
+    for i in 0..500 {
+        call(&instance, "sk-alice", "long-run", &history).await;
+        history.push(json!({"role": "assistant", "content": format!("step {i} done")}));
+        history.push(json!({"role": "user", "content": format!("next step {i}")}));
+    }
+    let driven = started.elapsed();
+    let page = reqwest::get(format!("http://{}/ui", instance.addr))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let Some(browser) = Browser::start("ui-500").await else {
+        return;
+    };
+    let mut renders = Vec::new();
+    for round in 0..5 {
+        browser
+            .open(
+                &format!("http://{}/ui?round={round}#key=sk-alice", instance.addr),
+                "document.getElementById('app').dataset.firstRenderMs",
+            )
+            .await;
+        let points = browser
+            .eval("return document.querySelectorAll('#session svg.chart circle.point').length;")
+            .await;
+        assert_eq!(points, json!(500));
+        let ms = browser
+            .eval("return Number(document.getElementById('app').dataset.firstRenderMs);")
+            .await;
+        renders.push(ms.as_f64().unwrap());
+    }
+    browser.assert_no_console_errors().await;
+    browser.finish().await;
+    renders.sort_by(f64::total_cmp);
+    println!(
+        "page weight {} bytes; 500 calls driven in {:.1} s; first render of the 500-call session \
+         (navigation start to the chart drawn), 5 loads: median {:.0} ms, min {:.0}, max {:.0}",
+        page.len(),
+        driven.as_secs_f64(),
+        renders[2],
+        renders[0],
+        renders[4]
+    );
 }

@@ -21,9 +21,10 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::handlers::relay::{self, Stream};
-use crate::handlers::{account_plan, answer_collected, engine_step, respond};
+use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, respond};
 use crate::identity::Identity;
 use crate::session::key::session_key;
+use crate::session::requests::Wire;
 use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
@@ -102,6 +103,9 @@ pub async fn chat_completions(
         let borrowed: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
         Bytes::from(parsed.write(&borrowed))
     };
+    if managed {
+        keep_request(&state, &slot, &key, Wire::Chat, (&body, &upstream_body));
+    }
 
     if stream {
         state

@@ -33,9 +33,10 @@ use serde_json::value::RawValue;
 use crate::AppState;
 use crate::body::ChatBody;
 use crate::handlers::relay::{self, Stream};
-use crate::handlers::{account_plan, answer_collected, engine_step, passthrough};
+use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, passthrough};
 use crate::identity::Identity;
 use crate::session::key::front_session_key;
+use crate::session::requests::Wire;
 use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
@@ -145,6 +146,15 @@ pub(crate) async fn handle(
         let borrowed: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
         Bytes::from(split.write(&borrowed))
     };
+    if managed {
+        keep_request(
+            &state,
+            &slot,
+            &key,
+            Wire::Front(call.kind),
+            (&body, &upstream_body),
+        );
+    }
 
     if stream {
         state

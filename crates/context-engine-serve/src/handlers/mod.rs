@@ -22,6 +22,7 @@ use context_engine::front::FrontKind;
 use crate::AppState;
 use crate::error::ServeError;
 use crate::session::calls::{CallPoint, CompactionMark, Marks};
+use crate::session::requests::{KeptCall, Wire};
 use crate::session::{Guard, Plan, SessionKey, background};
 use crate::upstream::response_headers;
 
@@ -140,6 +141,34 @@ fn log_call(state: &AppState, key: &SessionKey, m: &crate::session::Managed, pla
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(point, compaction, capacity);
+}
+
+/// Keeps a managed call's bodies for the page's view of a call's request (when it is
+/// on): the client's as it came, the upstream's as it goes; two reference
+/// counts, nothing copied.
+pub(crate) fn keep_request(
+    state: &AppState,
+    slot: &crate::session::Slot,
+    key: &SessionKey,
+    wire: Wire,
+    (client, upstream): (&Bytes, &Bytes),
+) {
+    let log = state.sessions().requests();
+    if !log.is_on() {
+        return;
+    }
+    let call = slot
+        .calls
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .total();
+    log.keep(KeptCall {
+        key: key.clone(),
+        call,
+        wire,
+        client: client.clone(),
+        upstream: upstream.clone(),
+    });
 }
 
 /// Runs an engine step that may block (an engine that blocks on I/O, a

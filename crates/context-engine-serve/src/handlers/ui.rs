@@ -16,7 +16,11 @@
 //! - the operator's token (`serve.ui.operator_token_env`, sent as
 //!   [`OPERATOR_HEADER`]) sees every identity's sessions;
 //! - a session's archive is searched through the store's search (what
-//!   `context_search` reads), within that session only.
+//!   `context_search` reads), within that session only;
+//! - a call's request (what the client sent against what went upstream)
+//!   is read from the server's request log (the last calls'
+//!   bodies, bounded in bytes) and shows its texts redacted with the user's
+//!   patterns, whatever the store keeps.
 //!
 //! Everything answers only on connections that arrived on a loopback
 //! address unless `serve.ui.remote` is set, passes the edge's site rule
@@ -31,6 +35,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use context_engine::message::Message;
+use context_engine::request_map::{self, Fate, Source};
 use context_engine::store::{ArchivedCompaction, archived_compactions};
 use context_engine::summary_text::is_summary;
 use serde::Serialize;
@@ -45,6 +50,7 @@ use crate::identity::Identity;
 use crate::session::calls::{CompactionMark, Marks};
 use crate::session::key::SessionKey;
 use crate::session::persist::store_id;
+use crate::session::requests::Wire;
 use crate::token::digest;
 
 /// The header the operator's token is presented in.
@@ -217,8 +223,15 @@ pub async fn overview(
                 Some((_, since)) => json!({ "kind": "degraded", "for_s": since.as_secs() }),
             },
         };
+        let cost = state
+            .options()
+            .ui
+            .price
+            .as_ref()
+            .map(|price| Estimate::of(price, &metrics));
         Json(json!({
             "metrics": metrics,
+            "cost": cost,
             "sessions": state.sessions().len(),
             "store": store,
             "viewer": viewer.name(),
@@ -226,6 +239,34 @@ pub async fn overview(
         }))
         .into_response()
     }))
+}
+
+/// The bill of the requests the proxy saw, estimated at the configured
+/// prices: as sent (the prompt tokens the upstream reported, its cache
+/// reads, the completions), and as the agents would have sent them without
+/// the engine (the same, plus the prompt tokens the engine left out). The
+/// second is a floor: without the engine the provider's cache might have
+/// served more of the longer prompts, but never more than they held.
+#[derive(Debug, Serialize)]
+struct Estimate {
+    /// The price model's name (a preset, or `custom`).
+    price: String,
+    with_engine: f64,
+    without_engine: f64,
+}
+
+impl Estimate {
+    fn of(price: &context_engine::pricing::PriceModel, m: &crate::metrics::Overview) -> Estimate {
+        let left_out = m
+            .client_prompt_tokens
+            .saturating_sub(m.managed_prompt_tokens);
+        let bill = |prompt: u64| price.cost(prompt, m.cache_read_tokens, 0, m.completion_tokens);
+        Estimate {
+            price: price.name.clone(),
+            with_engine: bill(m.prompt_tokens),
+            without_engine: bill(m.prompt_tokens + left_out),
+        }
+    }
 }
 
 /// One session in the list.
@@ -378,14 +419,109 @@ pub async fn session(
         }),
         Err(_) => None,
     };
+    let requests = state.sessions().requests().calls_of(&key);
     answer(Ok(Json(json!({
         "scope": key.scope,
         "id": key.id,
         "calls": calls,
         "compactions": compactions,
+        "requests": requests,
         "session": engine,
     }))
     .into_response()))
+}
+
+/// One message of a call's request as the page shows it: the message (redacted), its tokens,
+/// and what became of it (client side) or where it came from (upstream).
+#[derive(Serialize)]
+struct Shown<T> {
+    message: Message,
+    tokens: usize,
+    #[serde(flatten)]
+    how: T,
+}
+
+#[derive(Serialize)]
+struct FateOf {
+    fate: Fate,
+}
+
+/// `GET /ui/api/sessions/{scope}/{id}/calls/{n}`: call `n`'s request,
+/// when the request log still holds it: what the client sent and what went
+/// upstream, message by message ([`request_map`]), texts redacted with
+/// the user's patterns.
+pub async fn request(
+    State(state): State<AppState>,
+    local: Option<axum::Extension<LocalAddr>>,
+    uri: Uri,
+    headers: HeaderMap,
+    identity: Identity,
+    Path((scope, id, call)): Path<(String, String, u64)>,
+) -> Response {
+    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
+        return answer(Err(e));
+    }
+    let (key, _slot) = match visible(&state, &headers, &identity, scope, id) {
+        Ok(v) => v,
+        Err(e) => return answer(Err(e.into())),
+    };
+    let Some(kept) = state.sessions().requests().get(&key, call) else {
+        return answer(Err(ServeError::NotFound(format!(
+            "call {call} of this session is not kept: the page keeps the last calls' requests, \
+             {} bytes in all (serve.ui.request_bytes)",
+            state.options().ui.request_bytes
+        ))
+        .into()));
+    };
+    let counter = std::sync::Arc::clone(&state.sessions().context().counter);
+    let egress = state.options().ui.egress.clone();
+    let shown = tokio::task::spawn_blocking(move || {
+        let (client, upstream) = kept.messages()?;
+        let view = request_map::map(&client, &upstream);
+        let show = |m: &Message| (egress.message(m), counter.count_message(m));
+        let client: Vec<Shown<FateOf>> = client
+            .iter()
+            .zip(view.client)
+            .map(|(m, fate)| {
+                let (message, tokens) = show(m);
+                Shown {
+                    message,
+                    tokens,
+                    how: FateOf { fate },
+                }
+            })
+            .collect();
+        let upstream: Vec<Shown<Source>> = upstream
+            .iter()
+            .zip(view.upstream)
+            .map(|(m, source)| {
+                let (message, tokens) = show(m);
+                Shown {
+                    message,
+                    tokens,
+                    how: source,
+                }
+            })
+            .collect();
+        Ok::<_, ServeError>(json!({
+            "call": call,
+            "format": match kept.wire {
+                Wire::Chat => "chat",
+                Wire::Front(kind) => kind.name(),
+            },
+            "client": client,
+            "upstream": upstream,
+        }))
+    })
+    .await;
+    match shown {
+        Ok(Ok(v)) => answer(Ok(Json(v).into_response())),
+        Ok(Err(e)) => answer(Err(e.into())),
+        Err(_) => answer(Err(ServeError::Internal(
+            "reading the call's request failed".into(),
+        )
+        .into())),
+    }
 }
 
 /// `GET /ui/api/sessions/{scope}/{id}/compactions`: each compaction the

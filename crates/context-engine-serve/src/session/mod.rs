@@ -22,6 +22,7 @@ pub mod key;
 pub mod lineage;
 pub mod managed;
 pub mod persist;
+pub mod requests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,6 +89,7 @@ pub struct Sessions {
     store: Option<SharedStore>,
     hibernate: Option<Duration>,
     call_log: usize,
+    requests: requests::RequestLog,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -112,6 +114,7 @@ impl Sessions {
             store: None,
             hibernate: None,
             call_log: 0,
+            requests: requests::RequestLog::new(0),
         }
     }
 
@@ -119,6 +122,18 @@ impl Sessions {
     pub fn with_call_log(mut self, calls: usize) -> Sessions {
         self.call_log = calls;
         self
+    }
+
+    /// Keeps the last managed calls' bodies for the page's view of a call's request,
+    /// up to `bytes` in all (0: none).
+    pub fn with_request_log(mut self, bytes: usize) -> Sessions {
+        self.requests = requests::RequestLog::new(bytes);
+        self
+    }
+
+    /// The last managed calls' bodies (see [`requests`]).
+    pub fn requests(&self) -> &requests::RequestLog {
+        &self.requests
     }
 
     /// Calls kept per session for the page (0: none).

@@ -493,6 +493,10 @@ pub struct UiConfig {
     /// Calls kept per session for its chart (the oldest go first); about
     /// 16 bytes each.
     pub calls_per_session: usize,
+    /// Bytes of the last managed calls' bodies (the client's and the
+    /// upstream's) kept for the page's view of a call's request, all sessions together; the
+    /// oldest go first; 0 keeps none.
+    pub request_bytes: usize,
 }
 
 impl Default for UiConfig {
@@ -502,6 +506,7 @@ impl Default for UiConfig {
             remote: false,
             operator_token_env: None,
             calls_per_session: 1000,
+            request_bytes: 32 << 20,
         }
     }
 }

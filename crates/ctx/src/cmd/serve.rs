@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use context_engine::builder::Engines;
 use context_engine::engine::ContextEngine;
+use context_engine::redact::Egress;
 use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
@@ -106,6 +107,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                     "serve.ui.operator_token_env",
                 )?)
                 .with_calls_per_session(s.ui.calls_per_session)
+                .with_price(config.pricing.price_model())
+                .with_request_bytes(s.ui.request_bytes)
+                .with_egress(Egress::new(Some(Arc::new(config.redactor()?))))
         } else {
             UiOptions::off()
         });
