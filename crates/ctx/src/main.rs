@@ -104,15 +104,24 @@ enum Command {
                             ctx serve --upstream http://127.0.0.1:8080/v1 --listen 127.0.0.1:9000"
     )]
     Serve(cmd::serve::ServeArgs),
+    /// See the proxy and its page work, offline: a recorded session driven through `ctx serve`.
+    #[command(
+        after_help = "Starts the proxy (a session store in memory) in front of a stand-in model that \
+                      answers with the recorded session's own replies, prints the page's address and \
+                      drives the session through it call by call; the page fills in live.\n\n\
+                      Example:\n  ctx demo\n  ctx demo session.traj --context-length 8000 --listen 127.0.0.1:9000"
+    )]
+    Demo(cmd::demo::DemoArgs),
 }
 
-/// Structured logs on stderr for `ctx serve` (`CTX_LOG=debug|info|warn`,
-/// default `info`); bodies and keys are never logged.
-fn init_logging() {
+/// Structured logs on stderr for `ctx serve` and `ctx demo`
+/// (`CTX_LOG=debug|info|warn`, default `default`); bodies and keys are never
+/// logged.
+fn init_logging(default: tracing::Level) {
     let level = std::env::var("CTX_LOG")
         .ok()
         .and_then(|l| l.parse::<tracing::Level>().ok())
-        .unwrap_or(tracing::Level::INFO);
+        .unwrap_or(default);
     tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
@@ -133,8 +142,12 @@ fn main() -> ExitCode {
         Command::Recall(args) => cmd::recall::run(args),
         Command::Search(args) => cmd::search::run(args),
         Command::Serve(args) => {
-            init_logging();
+            init_logging(tracing::Level::INFO);
             cmd::serve::run(args)
+        }
+        Command::Demo(args) => {
+            init_logging(tracing::Level::WARN);
+            cmd::demo::run(args)
         }
     };
     match result {

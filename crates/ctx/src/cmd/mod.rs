@@ -3,6 +3,7 @@
 
 pub mod compact;
 pub mod config;
+pub mod demo;
 pub mod digest;
 pub mod engine;
 pub mod inspect;

@@ -52,6 +52,38 @@ pub struct ServeArgs {
 
 /// Run `ctx serve` until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let Proxy {
+        options,
+        ctx,
+        window,
+    } = prepare(args)?;
+    let listen = options.listen;
+    eprintln!(
+        "ctx serve: http://{listen}/v1 -> {} (window {} tokens); metrics at http://{listen}/metrics{}",
+        options.upstream.url,
+        window,
+        if options.ui.enabled {
+            format!("; the page at http://{listen}/ui")
+        } else {
+            String::new()
+        }
+    );
+    context_engine_serve::run(options, ctx)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The proxy `args` and the configuration describe, ready to serve.
+pub struct Proxy {
+    pub options: ServeOptions,
+    /// Its sessions' engine (a plugin started and checked, the first
+    /// request's work done).
+    pub ctx: SessionContext,
+    /// The model's window, in tokens.
+    pub window: u64,
+}
+
+/// The proxy `args` and the configuration describe (see [`Proxy`]).
+pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
     // The one place config becomes an engine; a broken configuration fails
     // here, at start, not on the first request.
     let profile = args.profile;
@@ -145,17 +177,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         host,
         blocking,
     };
-    eprintln!(
-        "ctx serve: http://{listen}/v1 -> {} (window {context_length} tokens); metrics at http://{listen}/metrics{}",
-        options.upstream.url,
-        if options.ui.enabled {
-            format!("; the page at http://{listen}/ui")
-        } else {
-            String::new()
-        }
-    );
-    context_engine_serve::run(options, ctx)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Proxy {
+        options,
+        ctx,
+        window: context_length,
+    })
 }
 
 /// The value of the variable `name` (from config key `key`), if one is named.
