@@ -55,6 +55,7 @@
   const searchPart = searchBox();
   const requestPart = el('div', {class: 'panel', id: 'request'});
   let shownRequest = null; // {scope, id, call}
+  let sortBy = 'recent'; // or 'savings': the sessions list's order
   let shownCompactions = -1;
   let polls = 0;
 
@@ -114,7 +115,20 @@
 
   function renderSessions(list) {
     const operator = list.viewer === 'operator';
-    const rows = list.sessions.map(s => {
+    const saved = s => s.client_tokens - s.upstream_tokens;
+    const sessions = sortBy === 'savings'
+      ? [...list.sessions].sort((a, b) => saved(b) - saved(a) || b.last_ms - a.last_ms)
+      : list.sessions;
+    const sorter = el('div', {class: 'toolbar', id: 'sort'}, el('span', {class: 'muted small'}, 'order:'),
+      [['recent', 'most recent'], ['savings', 'largest savings']].map(([key, label]) => {
+        const b = el('button', {type: 'button', 'data-sort': key, class: sortBy === key ? 'selected' : ''}, label);
+        b.addEventListener('click', () => {
+          sortBy = key;
+          renderSessions(list);
+        });
+        return b;
+      }));
+    const rows = sessions.map(s => {
       const tr = el('tr', {class: 'clickable' + (selected && selected.id === s.id && selected.scope === s.scope ? ' selected' : ''),
         'data-id': s.id},
         el('td', {}, s.id), operator ? el('td', {}, el('code', {}, s.scope)) : null,
@@ -136,7 +150,7 @@
       'compactions', 'last call'].filter(Boolean);
     sessionsPart.replaceChildren(el('h2', {}, `Sessions (${list.sessions.length})`),
       list.sessions.length
-        ? el('div', {class: 'panel'}, el('table', {class: 'sessions'},
+        ? el('div', {class: 'panel'}, sorter, el('table', {class: 'sessions'},
           el('thead', {}, el('tr', {}, head.map(h => el('th', {}, h)))), el('tbody', {}, rows)))
         : el('p', {class: 'muted'}, 'No session of yours yet: point your agent at this proxy and send a request.'));
   }

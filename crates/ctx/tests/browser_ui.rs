@@ -289,6 +289,14 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
     let mut all: Vec<String> = serde_json::from_value(seen["sessions"].clone()).unwrap();
     all.sort();
     assert_eq!(all, ["alice-run", "bob-run"]);
+    // Ordered by savings, Alice's (which compacted) comes first.
+    let order = browser
+        .eval(
+            "document.querySelector('#sort button[data-sort=savings]').click(); \
+             return [...document.querySelectorAll('table.sessions tbody tr')].map(r => r.dataset.id);",
+        )
+        .await;
+    assert_eq!(order[0], "alice-run", "{order}");
     browser.assert_no_console_errors().await;
     browser.screenshot("operator").await;
     browser.finish().await;
