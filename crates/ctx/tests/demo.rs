@@ -8,7 +8,14 @@ use std::process::Command;
 #[test]
 fn the_demo_drives_the_bundled_session_through_the_proxy_and_compacts() {
     let out = Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(["demo", "--exit", "--pace-ms", "0", "--listen", "127.0.0.1:0"])
+        .args([
+            "demo",
+            "--exit",
+            "--pace-ms",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .env("CTX_LOG", "error")
         .output()
         .unwrap();

@@ -4,7 +4,8 @@
 //! page polls the overview, the caller's sessions and the session it shows;
 //! the bench polls `LOAD_PAGE_VIEWERS` pages (default 4) every
 //! `LOAD_PAGE_POLL_MS` (default 100 ms, 20 times the page's own 2 s), so a
-//! cost the page has shows here magnified.
+//! cost the page has shows here magnified; `LOAD_PAGE_ROUNDS` (6) rounds of
+//! `LOAD_PAGE_CALLS` (500) calls each way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,18 +104,19 @@ pub async fn page_cost(direct: &str) {
     let (via, _state) = super::proxy(direct).await;
     let base = via.trim_end_matches("/v1").to_owned();
     let client = reqwest::Client::new();
-    let rounds = env("LOAD_PAGE_ROUNDS", 10) as usize;
+    let rounds = env("LOAD_PAGE_ROUNDS", 6) as usize;
+    let per_round = env("LOAD_PAGE_CALLS", 500) as usize;
     let viewers = env("LOAD_PAGE_VIEWERS", 4) as usize;
     let every = Duration::from_millis(env("LOAD_PAGE_POLL_MS", 100));
     calls(&client, &via, "page-warm", 50).await;
     let (mut closed, mut open, mut polls) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds {
-        closed.extend(calls(&client, &via, &format!("closed-{r}"), 100).await);
+        closed.extend(calls(&client, &via, &format!("closed-{r}"), per_round).await);
         let stop = Arc::new(AtomicBool::new(false));
         let pages: Vec<_> = (0..viewers)
             .map(|_| tokio::spawn(viewer(base.clone(), every, Arc::clone(&stop))))
             .collect();
-        open.extend(calls(&client, &via, &format!("open-{r}"), 100).await);
+        open.extend(calls(&client, &via, &format!("open-{r}"), per_round).await);
         stop.store(true, Ordering::Relaxed);
         for p in pages {
             polls.extend(p.await.unwrap_or_default());
