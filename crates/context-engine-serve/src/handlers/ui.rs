@@ -31,7 +31,8 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use context_engine::message::Message;
@@ -129,6 +130,24 @@ fn gate(
     .map_err(Refused::from)
 }
 
+/// The caller of a `/ui` route, past the page's rules ([`gate`]): who is
+/// looking. A request the rules refuse is answered here.
+pub struct Caller(Viewer);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Response> {
+        let local = parts.extensions.get::<LocalAddr>().copied();
+        gate(state, &parts.headers, &parts.uri, local.as_ref()).map_err(|e| answer(Err(e)))?;
+        let identity = match Identity::from_request_parts(parts, state).await {
+            Ok(identity) => identity,
+            Err(never) => match never {},
+        };
+        Ok(Caller(Viewer::of(state, &parts.headers, &identity)))
+    }
+}
+
 /// Why a `/ui` request is refused.
 #[derive(Debug)]
 enum Refused {
@@ -183,13 +202,8 @@ fn answer(result: Result<Response, Refused>) -> Response {
 }
 
 /// `GET /ui`: the page (HTML, CSS and JavaScript in one document; no data).
-pub async fn page(
-    State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    answer(gate(&state, &headers, &uri, local.as_deref()).map(|()| {
+pub async fn page(_: Caller) -> Response {
+    private(
         (
             [(
                 header::CONTENT_TYPE,
@@ -197,38 +211,31 @@ pub async fn page(
             )],
             context_engine_view::ui_page(),
         )
-            .into_response()
-    }))
+            .into_response(),
+    )
 }
 
 /// `GET /ui/api/overview`: the proxy's counters (as `/metrics`), the
 /// sessions held, the store's health, and who is looking.
-pub async fn overview(
-    State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
-) -> Response {
-    answer(gate(&state, &headers, &uri, local.as_deref()).map(|()| {
-        let viewer = Viewer::of(&state, &headers, &identity);
-        let mut metrics = state.metrics().overview();
-        if viewer != Viewer::Operator {
-            metrics.fallback_reasons.clear();
-        }
-        let store = match state.sessions().store() {
-            None => json!({ "kind": "none" }),
-            Some(s) => match s.health.degraded() {
-                None => json!({ "kind": "ok", "location": s.store.location() }),
-                Some((_, since)) => json!({ "kind": "degraded", "for_s": since.as_secs() }),
-            },
-        };
-        let cost = state
-            .options()
-            .ui
-            .price
-            .as_ref()
-            .map(|price| Estimate::of(price, &metrics));
+pub async fn overview(State(state): State<AppState>, Caller(viewer): Caller) -> Response {
+    let mut metrics = state.metrics().overview();
+    if viewer != Viewer::Operator {
+        metrics.fallback_reasons.clear();
+    }
+    let store = match state.sessions().store() {
+        None => json!({ "kind": "none" }),
+        Some(s) => match s.health.degraded() {
+            None => json!({ "kind": "ok", "location": s.store.location() }),
+            Some((_, since)) => json!({ "kind": "degraded", "for_s": since.as_secs() }),
+        },
+    };
+    let cost = state
+        .options()
+        .ui
+        .price
+        .as_ref()
+        .map(|price| Estimate::of(price, &metrics));
+    private(
         Json(json!({
             "metrics": metrics,
             "cost": cost,
@@ -237,8 +244,8 @@ pub async fn overview(
             "viewer": viewer.name(),
             "calls_per_session": state.sessions().call_log(),
         }))
-        .into_response()
-    }))
+        .into_response(),
+    )
 }
 
 /// The bill of the requests the proxy saw, estimated at the configured
@@ -284,45 +291,37 @@ struct Listed {
 
 /// `GET /ui/api/sessions`: the caller's sessions (the operator's: all),
 /// most recent first.
-pub async fn sessions(
-    State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
-) -> Response {
-    answer(
-        gate(&state, &headers, &uri, local.as_deref()).and_then(|()| {
-            let viewer = Viewer::of(&state, &headers, &identity);
-            if viewer == Viewer::Nobody {
-                return Err(no_identity().into());
+pub async fn sessions(State(state): State<AppState>, Caller(viewer): Caller) -> Response {
+    if viewer == Viewer::Nobody {
+        return answer(Err(no_identity().into()));
+    }
+    let mut listed: Vec<Listed> = state
+        .sessions()
+        .list()
+        .into_iter()
+        .filter(|(key, _)| viewer.sees(&key.scope))
+        .map(|(key, slot)| {
+            let log = slot
+                .calls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (client_tokens, upstream_tokens) = log.sums();
+            Listed {
+                scope: key.scope,
+                id: key.id,
+                calls: log.total(),
+                last_ms: log.last_ms(),
+                client_tokens,
+                upstream_tokens,
+                compactions: log.compactions().count(),
             }
-            let mut listed: Vec<Listed> = state
-                .sessions()
-                .list()
-                .into_iter()
-                .filter(|(key, _)| viewer.sees(&key.scope))
-                .map(|(key, slot)| {
-                    let log = slot
-                        .calls
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let (client_tokens, upstream_tokens) = log.sums();
-                    Listed {
-                        scope: key.scope,
-                        id: key.id,
-                        calls: log.total(),
-                        last_ms: log.last_ms(),
-                        client_tokens,
-                        upstream_tokens,
-                        compactions: log.compactions().count(),
-                    }
-                })
-                .collect();
-            listed.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.id.cmp(&b.id)));
-            Ok(Json(json!({ "viewer": viewer.name(), "sessions": listed })).into_response())
-        }),
+        })
+        .collect();
+    listed.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.id.cmp(&b.id)));
+    answer(Ok(Json(
+        json!({ "viewer": viewer.name(), "sessions": listed }),
     )
+    .into_response()))
 }
 
 fn no_identity() -> ServeError {
@@ -337,13 +336,11 @@ fn no_identity() -> ServeError {
 /// The session `scope`/`id` if the caller may see it.
 fn visible(
     state: &AppState,
-    headers: &HeaderMap,
-    identity: &Identity,
+    viewer: &Viewer,
     scope: String,
     id: String,
 ) -> Result<(SessionKey, std::sync::Arc<crate::session::Slot>), ServeError> {
-    let viewer = Viewer::of(state, headers, identity);
-    if viewer == Viewer::Nobody {
+    if *viewer == Viewer::Nobody {
         return Err(no_identity());
     }
     // Another identity's session is answered as a missing one.
@@ -373,16 +370,10 @@ struct Call {
 /// compactions, window and threshold, and its figures.
 pub async fn session(
     State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
+    Caller(viewer): Caller,
     Path((scope, id)): Path<(String, String)>,
 ) -> Response {
-    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
-        return answer(Err(e));
-    }
-    let (key, slot) = match visible(&state, &headers, &identity, scope, id) {
+    let (key, slot) = match visible(&state, &viewer, scope, id) {
         Ok(v) => v,
         Err(e) => return answer(Err(e.into())),
     };
@@ -452,16 +443,10 @@ struct FateOf {
 /// the user's patterns.
 pub async fn request(
     State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
+    Caller(viewer): Caller,
     Path((scope, id, call)): Path<(String, String, u64)>,
 ) -> Response {
-    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
-        return answer(Err(e));
-    }
-    let (key, _slot) = match visible(&state, &headers, &identity, scope, id) {
+    let (key, _slot) = match visible(&state, &viewer, scope, id) {
         Ok(v) => v,
         Err(e) => return answer(Err(e.into())),
     };
@@ -529,16 +514,10 @@ pub async fn request(
 /// replaced; without a store, the summary the managed history carries now.
 pub async fn compactions(
     State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
+    Caller(viewer): Caller,
     Path((scope, id)): Path<(String, String)>,
 ) -> Response {
-    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
-        return answer(Err(e));
-    }
-    let (key, slot) = match visible(&state, &headers, &identity, scope, id) {
+    let (key, slot) = match visible(&state, &viewer, scope, id) {
         Ok(v) => v,
         Err(e) => return answer(Err(e.into())),
     };
@@ -612,16 +591,10 @@ const SEARCH_HITS: usize = 10;
 /// store.
 pub async fn search(
     State(state): State<AppState>,
-    local: Option<axum::Extension<LocalAddr>>,
-    uri: Uri,
-    headers: HeaderMap,
-    identity: Identity,
+    Caller(viewer): Caller,
     Path((scope, id, query)): Path<(String, String, String)>,
 ) -> Response {
-    if let Err(e) = gate(&state, &headers, &uri, local.as_deref()) {
-        return answer(Err(e));
-    }
-    let (key, _slot) = match visible(&state, &headers, &identity, scope, id) {
+    let (key, _slot) = match visible(&state, &viewer, scope, id) {
         Ok(v) => v,
         Err(e) => return answer(Err(e.into())),
     };
