@@ -139,8 +139,8 @@ pub struct UiOptions {
     /// The prices the overview estimates the bill with (`pricing.*`);
     /// `None`: no estimate.
     pub price: Option<context_engine::pricing::PriceModel>,
-    /// Bytes of the last managed calls' bodies kept for the page's view of a call's request,
-    /// all sessions together (0: none).
+    /// Bytes of the last managed calls' bodies kept for the page's view of
+    /// a call's request, all sessions together (0: none).
     pub request_bytes: usize,
     /// The redaction the page shows a call's request with (the user's
     /// `security.*` patterns).

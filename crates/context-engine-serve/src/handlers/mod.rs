@@ -143,9 +143,9 @@ fn log_call(state: &AppState, key: &SessionKey, m: &crate::session::Managed, pla
         .push(point, compaction, capacity);
 }
 
-/// Keeps a managed call's bodies for the page's view of a call's request (when it is
-/// on): the client's as it came, the upstream's as it goes; two reference
-/// counts, nothing copied.
+/// Keeps a managed call's bodies for the page's view of a call's request
+/// (when it is on): the client's as it came, the upstream's as it goes; two
+/// reference counts, nothing copied.
 pub(crate) fn keep_request(
     state: &AppState,
     slot: &crate::session::Slot,
@@ -154,7 +154,8 @@ pub(crate) fn keep_request(
     (client, upstream): (&Bytes, &Bytes),
 ) {
     let log = state.sessions().requests();
-    if !log.is_on() {
+    // Calls are named by their number in the call log: none without it.
+    if !log.is_on() || state.sessions().call_log() == 0 {
         return;
     }
     let call = slot
