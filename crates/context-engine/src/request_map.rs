@@ -66,11 +66,13 @@ pub struct RequestMap {
 /// The map of `upstream` against the client's `client` messages.
 pub fn map(client: &[Message], upstream: &[Message]) -> RequestMap {
     let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut by_call: HashMap<&str, usize> = HashMap::new();
+    // A call id names both the assistant message that makes the call and
+    // the result that answers it: keyed by role too.
+    let mut by_call: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, m) in client.iter().enumerate() {
         exact.entry(key(m)).or_default().push(i);
         if let Some(id) = call_id(m) {
-            by_call.entry(id).or_insert(i);
+            by_call.entry((m.role.as_str(), id)).or_insert(i);
         }
     }
     let mut used = vec![false; client.len()];
@@ -82,8 +84,8 @@ pub fn map(client: &[Message], upstream: &[Message]) -> RequestMap {
         } else if is_summary(m) {
             Source::Summary
         } else if let Some(i) = call_id(m)
-            .and_then(|id| by_call.get(id).copied())
-            .filter(|&i| !used[i] && client[i].role == m.role)
+            .and_then(|id| by_call.get(&(m.role.as_str(), id)).copied())
+            .filter(|&i| !used[i])
         {
             Source::Changed { client: i }
         } else if let Some(i) = (next..client.len())
@@ -230,6 +232,33 @@ mod tests {
         ];
         let v = map(&client, &upstream);
         assert_eq!(v.upstream[2], Source::Changed { client: 2 });
+        assert_eq!(
+            v.client,
+            [Fate::Kept, Fate::Kept, Fate::Changed, Fate::Kept]
+        );
+    }
+
+    #[test]
+    fn a_changed_result_is_found_by_its_call_id_wherever_it_stands() {
+        let calls = vec![
+            ToolCall::function("a", "bash", "{\"command\":\"ls\"}"),
+            ToolCall::function("b", "bash", "{\"command\":\"pwd\"}"),
+        ];
+        let client = vec![
+            Message::user("task"),
+            Message::assistant_tool_calls("", calls),
+            Message::tool_result("a", "x".repeat(5000)),
+            Message::tool_result("b", "/repo"),
+        ];
+        // The results in the other order: no position to go by.
+        let upstream = vec![
+            client[0].clone(),
+            client[1].clone(),
+            client[3].clone(),
+            Message::tool_result("a", "[digested: 5000 bytes]"),
+        ];
+        let v = map(&client, &upstream);
+        assert_eq!(v.upstream[3], Source::Changed { client: 2 });
         assert_eq!(
             v.client,
             [Fate::Kept, Fate::Kept, Fate::Changed, Fate::Kept]

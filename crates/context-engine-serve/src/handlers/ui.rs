@@ -422,8 +422,9 @@ pub async fn session(
     .into_response()))
 }
 
-/// One message of a call's request as the page shows it: the message (redacted), its tokens,
-/// and what became of it (client side) or where it came from (upstream).
+/// One message of a call's request as the page shows it: the message
+/// (redacted), its tokens, and what became of it (client side) or where it
+/// came from (upstream).
 #[derive(Serialize)]
 struct Shown<T> {
     message: Message,
