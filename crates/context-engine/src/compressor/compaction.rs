@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::digest::{ToolChannel, summarizer_input};
 use crate::engine::{
-    Compaction, CompressRequest, EngineError, SummarySource, prefix_key, sanitize_memory_context,
+    Compaction, CompressRequest, EngineError, SummarySource, ledger_ceiling, prefix_key,
+    sanitize_memory_context,
 };
 use crate::message::{Content, Message};
 use crate::schedule::CompactionEstimate;
@@ -19,7 +20,8 @@ use crate::validate::{
 use super::{
     COOLDOWN_MALFORMED, COOLDOWN_NOT_CONFIGURED, COOLDOWN_OTHER, COOLDOWN_TRANSIENT,
     CompactionReport, Compressor, CompressorOptions, FitStep, FitStepKind, NAME, NothingToCut,
-    Outcome, Placement, Plan, Span, fit, insert, is_summary, plan, wrap_summary,
+    Outcome, Placement, Plan, Span, THRASH_CALLS, fit, insert, is_summary, ledger_kept, plan,
+    wrap_summary,
 };
 
 impl Compressor {
@@ -101,6 +103,19 @@ impl Compressor {
         escalation: &mut Vec<FitStep>,
     ) -> Result<Plan, NothingToCut> {
         let mut plan = self.plan(messages)?;
+        // Thrash (compacting again within a few calls): aim deeper, the
+        // tail cut to the last group, so the next calls have room.
+        if self.thrash().is_some()
+            && let Ok(minimal) = self.plan_with(messages, true)
+            && minimal.tail_start > plan.tail_start
+        {
+            escalation.push(FitStep {
+                step: FitStepKind::ShrinkTail,
+                messages: minimal.tail_start - plan.tail_start,
+                tokens_after: 0,
+            });
+            return Ok(minimal);
+        }
         let threshold = self.state.threshold_tokens;
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
             let profile = self.options.profile;
@@ -140,6 +155,14 @@ impl Compressor {
         Ok(plan)
     }
 
+    /// The calls since the previous compaction when a compaction now would
+    /// be thrash (fewer than [`THRASH_CALLS`], at least one: the passes of
+    /// one compaction are not).
+    fn thrash(&self) -> Option<u32> {
+        self.calls_since_compaction
+            .filter(|&n| n > 0 && n < THRASH_CALLS)
+    }
+
     /// What the summarizer is given for `plan`'s span: the turns digested
     /// and redacted (without the previous summary's own text), the previous
     /// summary, focus and memory redacted, and the target size.
@@ -149,10 +172,30 @@ impl Compressor {
         plan: &Plan,
         request: &CompressRequest,
     ) -> SpanInputs {
+        // Every summary in the span, wherever it stands (its own message,
+        // merged into a user, assistant or observation message): its body
+        // is the previous summary (several, oldest first, when a fit or a
+        // client left more than one), never the agent's own words.
+        // The pinned ask may hold one too: it stays, without it.
+        let mut held: Vec<usize> = plan
+            .middle()
+            .chain(plan.pinned)
+            .filter(|&i| is_summary(&messages[i]))
+            .collect();
+        held.sort_unstable();
+        let bodies: Vec<String> = held
+            .iter()
+            .filter_map(|&i| insert::summary_body(&messages[i].text()).map(str::to_owned))
+            .filter(|b| !b.is_empty())
+            .collect();
+        let previous = match (bodies.is_empty(), &plan.previous) {
+            (false, _) => Some(bodies.join("\n\n")),
+            (true, Some((_, body))) => Some(body.clone()),
+            (true, None) => None,
+        };
         // Borrowed when the span is one run of the input (the common case:
         // no copy of 1 MB).
-        let previous = plan.previous.as_ref().map(|(_, body)| body.as_str());
-        let contiguous = plan.previous.is_none()
+        let contiguous = held.is_empty()
             && plan
                 .pinned
                 .is_none_or(|u| u < plan.head_end || u >= plan.tail_start);
@@ -163,7 +206,7 @@ impl Compressor {
                 plan.middle()
                     .filter_map(|i| {
                         let m = &messages[i];
-                        if Some(i) == plan.previous.as_ref().map(|(j, _)| *j) {
+                        if held.contains(&i) {
                             // The holder's own words and tool calls stay in
                             // the span (a summary merged into a tool-call turn
                             // must not take the calls with it).
@@ -187,7 +230,7 @@ impl Compressor {
         SpanInputs {
             handle,
             turns: egress.messages(&summarizer_input(&span, &self.options.digest).messages),
-            previous: previous.map(|p| egress.string(p)),
+            previous: previous.map(|p| egress.string(&p)),
             focus: request.focus_topic.as_deref().map(|f| egress.string(f)),
             memory: Some(egress.string(&sanitize_memory_context(&request.memory_context)))
                 .filter(|m| !m.is_empty()),
@@ -420,15 +463,72 @@ impl Compressor {
         let mut tokens_after = self.counter.count_messages(&out) as u64;
         // The rest of the ladder on the compacted transcript.
         let mut unfittable = None;
-        if threshold > 0 && tokens_after > threshold {
+        // Thrash aims deeper, and so does a compaction close behind the
+        // previous one: room for THRASH_CALLS calls of the session's growth
+        // under the threshold (at most two fifths of it), so the next
+        // compaction is that many calls away.
+        let thrash = self.thrash();
+        let deep = match self.calls_since_compaction {
+            Some(n) if n > 0 && n < 2 * THRASH_CALLS => {
+                let growth = self.scheduler.state().growth_per_call.max(threshold / 10);
+                let room = (u64::from(THRASH_CALLS) * growth).min(threshold * 2 / 5);
+                threshold - room
+            }
+            _ => threshold,
+        };
+        if deep > 0 && tokens_after > deep {
             let counter = self.counter.as_ref();
-            match fit::fit_history(
-                &out,
+            let fit_to = |budget| {
+                fit::fit_history(
+                    &out,
+                    budget,
+                    counter,
+                    self.options.profile,
+                    self.options.text_actions(),
+                )
+            };
+            // Under the (deeper) threshold, else above it up to the
+            // ledger's ceiling, else the window: the first budget whose fit
+            // keeps the state record whole and needs no truncation (which
+            // leaves turns out), else the first fit. A stored history never
+            // cuts its state record to fit; a request that cannot hold it
+            // says so.
+            let ceiling = ledger_ceiling(
+                self.state.context_length,
                 threshold,
-                counter,
-                self.options.profile,
-                self.options.text_actions(),
-            ) {
+                self.state.reply_reserve,
+            );
+            let whole = |f: &fit::Fitted| {
+                ledger_kept(&out, &f.messages)
+                    && f.steps.iter().all(|s| s.step != FitStepKind::Truncate)
+            };
+            let mut budgets = vec![deep, threshold, ceiling, self.state.context_length];
+            budgets.dedup();
+            let mut result = None;
+            let mut first_ok = None;
+            for budget in budgets {
+                if budget < deep {
+                    break;
+                }
+                match fit_to(budget) {
+                    Ok(f) if whole(&f) => {
+                        result = Some(Ok(f));
+                        break;
+                    }
+                    Ok(f) => {
+                        first_ok.get_or_insert(f);
+                    }
+                    Err(e) if budget == threshold => result = Some(Err(e)),
+                    Err(_) => {}
+                }
+            }
+            let result = match (result, first_ok) {
+                (Some(Ok(f)), _) => Ok(f),
+                (_, Some(f)) => Ok(f),
+                (Some(Err(e)), None) => Err(e),
+                (None, None) => fit_to(threshold),
+            };
+            match result {
                 Ok(fitted) => {
                     if let Some(shrink) = escalation.first_mut() {
                         shrink.tokens_after = tokens_after;
@@ -464,6 +564,7 @@ impl Compressor {
             within_budget: tokens_after <= threshold,
             escalation,
             unfittable,
+            thrash,
         };
         if tokens_after >= tokens_before {
             let why = format!(
@@ -504,6 +605,7 @@ impl Compressor {
             });
         }
         self.finish(report.clone());
+        self.calls_since_compaction = Some(0);
         self.state.record_compression();
         self.awaiting_effect = Some(tokens_before);
         Ok(Compaction::with_report(out, report))
@@ -596,7 +698,12 @@ fn assemble(
         });
     }
     if let Some(u) = plan.pinned {
-        out.push(messages[u].clone());
+        // A summary merged into the pinned ask is carried by the new one.
+        let m = &messages[u];
+        out.push(match is_summary(m) {
+            true => with_text(m, insert::without_summary(&m.text())),
+            false => m.clone(),
+        });
     }
     let tail = &messages[plan.tail_start..];
     let asks_in = |part: &[Message]| {

@@ -33,6 +33,9 @@ struct Persisted {
     last_savings_percent: f64,
     awaiting_effect: Option<u64>,
     seen_real_usage: bool,
+    /// Provider responses since the last compaction (thrash detection).
+    #[serde(default)]
+    calls_since_compaction: Option<u32>,
     /// The cache-aware schedule's state (digest frontier, last request,
     /// growth per call): a restarted host decides as the first one would.
     #[serde(default)]
@@ -57,6 +60,7 @@ impl ContextEngine for Compressor {
     fn update_from_response(&mut self, usage: &Usage) {
         self.state.record_usage(usage);
         self.seen_real_usage = true;
+        self.calls_since_compaction = self.calls_since_compaction.map(|n| n.saturating_add(1));
         if let Some(before) = self.awaiting_effect.take() {
             let after = usage.prompt_tokens;
             self.last_savings_percent = if before == 0 {
@@ -247,6 +251,7 @@ impl ContextEngine for Compressor {
         self.ineffective_streak = 0;
         self.last_savings_percent = 0.0;
         self.awaiting_effect = None;
+        self.calls_since_compaction = None;
         self.seen_real_usage = false;
         self.last_report = None;
         self.prepared = None;
@@ -284,6 +289,7 @@ impl ContextEngine for Compressor {
             last_savings_percent: self.last_savings_percent,
             awaiting_effect: self.awaiting_effect,
             seen_real_usage: self.seen_real_usage,
+            calls_since_compaction: self.calls_since_compaction,
             schedule: self.scheduler.state().clone(),
         };
         json!({ "state": self.state, "compressor": own })
@@ -311,6 +317,7 @@ impl ContextEngine for Compressor {
         self.last_savings_percent = own.last_savings_percent;
         self.awaiting_effect = own.awaiting_effect;
         self.seen_real_usage = own.seen_real_usage;
+        self.calls_since_compaction = own.calls_since_compaction;
         self.scheduler.restore(own.schedule);
         Ok(())
     }

@@ -31,7 +31,7 @@ use crate::tokens::TokenCounter;
 use compaction::{Ready, preflight_slack};
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit, fit_noted};
+pub use fit::{FitStep, FitStepKind, Fitted, Unfittable, fit, fit_noted, ledger_kept};
 pub use insert::{
     Placement, SUMMARY_END, SUMMARY_PREFIX, SYSTEM_NOTE, find_summary, is_summary, summary_body,
     without_summary, wrap_summary,
@@ -45,7 +45,7 @@ pub use plan::{NothingToCut, Plan};
 // The report and the threshold policy are engine-level; re-exported here
 // for callers that name them through the compressor.
 pub use crate::engine::{
-    CompactionReport, Outcome, SMALL_WINDOW_PERCENT, Span, compaction_threshold,
+    CompactionReport, Outcome, SMALL_WINDOW_PERCENT, Span, THRASH_CALLS, compaction_threshold,
 };
 
 /// The engine's name.
@@ -68,6 +68,9 @@ pub struct Compressor {
     last_savings_percent: f64,
     /// Tokens before the last compaction, while its effect is unknown.
     awaiting_effect: Option<u64>,
+    /// Provider responses since the last compaction (`None` before the
+    /// first): a compaction fewer than [`THRASH_CALLS`] after it is thrash.
+    calls_since_compaction: Option<u32>,
     seen_real_usage: bool,
     last_report: Option<CompactionReport>,
     /// Redaction of everything sent to the summarizer and of its reply,
@@ -126,6 +129,7 @@ impl Compressor {
             ineffective_streak: 0,
             last_savings_percent: 0.0,
             awaiting_effect: None,
+            calls_since_compaction: None,
             seen_real_usage: false,
             last_report: None,
             egress: Egress::builtin(),

@@ -3,7 +3,7 @@
 //! [`CutPoints`] gives; this module never re-derives tool-call groups.
 
 use super::CompressorOptions;
-use super::insert::{find_summary, is_summary};
+use super::insert::{find_summary, is_summary, without_summary};
 use crate::message::{Message, Role};
 use crate::tokens::TokenCounter;
 use crate::validate::{CutPoints, is_real_user_turn, may_join};
@@ -143,8 +143,11 @@ pub(super) fn plan(
     // The latest user message stays verbatim: in the head, the tail, or
     // pinned between them.
     let mut pinned = None;
+    // A summary merged into an ask leaves it an ask (its own words).
     let latest_user = (0..messages.len()).rev().find(|&i| {
-        is_real_user_turn(messages, i, opts.text_actions()) && !is_summary(&messages[i])
+        let m = &messages[i];
+        is_real_user_turn(messages, i, opts.text_actions())
+            && (!is_summary(m) || !without_summary(&m.text()).trim().is_empty())
     });
     if let Some(u) = latest_user
         && u >= head_end

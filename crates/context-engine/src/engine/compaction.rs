@@ -178,7 +178,16 @@ pub struct CompactionReport {
     pub escalation: Vec<FitStep>,
     /// Why no result could fit the threshold, when none could.
     pub unfittable: Option<Unfittable>,
+    /// Set when this compaction followed the previous one within
+    /// [`THRASH_CALLS`] calls (the window barely holds the system prompt
+    /// and the tail): the calls between them. Such a compaction aims
+    /// deeper (the minimal tail) and the host warns.
+    pub thrash: Option<u32>,
 }
+
+/// Compactions fewer calls apart than this are thrash (see
+/// [`CompactionReport::thrash`]).
+pub const THRASH_CALLS: u32 = 3;
 
 impl CompactionReport {
     /// A report for a call that left `messages` messages of `tokens`
@@ -206,6 +215,7 @@ impl CompactionReport {
             within_budget: tokens <= threshold,
             escalation: Vec::new(),
             unfittable: None,
+            thrash: None,
         }
     }
 

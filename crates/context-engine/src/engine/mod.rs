@@ -37,7 +37,7 @@ use crate::message::Message;
 pub use background::{
     DEFAULT_SUMMARY_WATERMARK, PreparedSummary, SummaryJob, SummarySource, prefix_key, summary_due,
 };
-pub use compaction::{Compaction, CompactionReport, Outcome, Span};
+pub use compaction::{Compaction, CompactionReport, Outcome, Span, THRASH_CALLS};
 pub use error::{BoxError, EngineError};
 pub use fit_report::{FitStep, FitStepKind, Unfittable};
 pub use memory::{
@@ -49,8 +49,8 @@ pub use state::{
     EngineStatus, PromptTokens,
 };
 pub use threshold::{
-    SMALL_WINDOW_PERCENT, compaction_threshold, resolve_model_threshold, resolve_model_window,
-    threshold_tokens,
+    SMALL_WINDOW_PERCENT, compaction_threshold, ledger_ceiling, resolve_model_threshold,
+    resolve_model_window, threshold_tokens,
 };
 pub use types::{
     BlockReason, CompactionPhase, CompactionStatusContext, CompressDecision, CompressRequest,

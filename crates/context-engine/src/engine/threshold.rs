@@ -28,6 +28,19 @@ pub fn compaction_threshold(context_length: u64, percent: f64, reserve: Option<u
     }
 }
 
+/// The largest compacted history the compressor accepts when fitting under
+/// `threshold` would cut the summary's state record (the facts a later
+/// turn needs): halfway between the threshold and the usable window (the
+/// window less the reply reserve), so the reply still has room. `threshold`
+/// itself when the window is unknown.
+pub fn ledger_ceiling(context_length: u64, threshold: u64, reserve: Option<u64>) -> u64 {
+    let usable = context_length.saturating_sub(reserve.unwrap_or(0));
+    if context_length == 0 || usable <= threshold {
+        return threshold;
+    }
+    threshold + (usable - threshold) / 2
+}
+
 /// `floor(context_length * percent)`; a negative or non-finite percent gives 0.
 pub fn threshold_tokens(context_length: u64, percent: f64) -> u64 {
     // `as` saturates: NaN and negatives become 0, huge values u64::MAX.

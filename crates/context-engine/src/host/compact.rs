@@ -123,6 +123,13 @@ impl Session {
             )));
             return;
         }
+        if let Some(calls) = reports.iter().find_map(|r| r.thrash) {
+            update.notices.push(Notice::warning(format!(
+                "{THRASH}: compacted again {calls} call(s) after the previous compaction (the \
+                 window barely holds the system prompt and the tail), so this one kept only \
+                 the last exchange"
+            )));
+        }
         let history_tokens = self.counter.count_messages(history) as u64;
         if archiving {
             let recorded = self.recorded;
@@ -269,6 +276,10 @@ fn trigger_name(trigger: Trigger) -> &'static str {
 }
 
 /// The context is over the threshold but the engine holds compaction back.
+/// How the warning about compaction thrash starts (what `ctx replay`, the
+/// page and `/metrics` count).
+pub const THRASH: &str = "compaction thrash";
+
 pub(super) fn held_back(update: &mut Update, trigger: Trigger, reason: &impl std::fmt::Display) {
     update.notices.push(Notice::warning(format!(
         "context is over the compaction threshold, but compaction is held back: {reason}"

@@ -43,6 +43,8 @@ mod compact;
 mod options;
 mod persist;
 mod request;
+pub use compact::THRASH;
+pub use request::LEDGER_CUT;
 mod update;
 
 use std::sync::Arc;

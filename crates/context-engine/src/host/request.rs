@@ -1,7 +1,7 @@
 //! The request view: preflight, selection and fitting of the next model
 //! call's request.
 
-use crate::compressor::fit::{Fitted, Unfittable, fit, fit_noted};
+use crate::compressor::fit::{Fitted, Unfittable, fit, fit_noted, ledger_kept};
 use crate::engine::{CompressRequest, SelectRequest, SummarySource};
 use crate::message::Message;
 use crate::store::Batch;
@@ -11,6 +11,10 @@ use crate::validate::validate;
 use super::compact::held_back;
 use super::update::swap_edits;
 use super::{Applied, InPlace, MissedKind, Notice, Prepared, Session, Trigger, Update};
+
+/// How a request's warning starts when the window could not hold the
+/// summary's state record (what `ctx replay` reports per call).
+pub const LEDGER_CUT: &str = "state record cut to fit the window";
 
 impl Session {
     /// Leading messages of `request` (prepared by this session) the next
@@ -218,6 +222,14 @@ impl Session {
             match self.fit_request(&request, &originals, window) {
                 Ok(fitted) => match self.check_output(base, &fitted.messages) {
                     Ok(()) => {
+                        if !ledger_kept(&request, &fitted.messages) {
+                            update.notices.push(Notice::warning(format!(
+                                "{LEDGER_CUT}: the window ({window} tokens) cannot hold the \
+                                 system prompt, the latest exchange and the summary's state \
+                                 record, so this request carries the record cut to fit (the \
+                                 history keeps it whole)"
+                            )));
+                        }
                         self.archive_left_out(&fitted, &originals, &mut update.notices);
                         request = fitted.messages;
                         request_tokens = fitted.tokens_after;
@@ -262,29 +274,38 @@ impl Session {
         let counter = self.counter.as_ref();
         let profile = self.options.profile;
         let actions = &self.options.text_actions;
+        // Under the threshold (room for the next turns), then under the
+        // window; a fit that keeps the summary's state record whole is
+        // taken before one that cuts it (the facts outrank the room).
+        let mut budgets = vec![window];
+        if threshold > 0 && threshold < window {
+            budgets.insert(0, threshold);
+        }
         // Without a store, no note: its handle would name nothing.
         let Some(_) = &self.store else {
-            return match (threshold > 0 && threshold < window)
-                .then(|| fit(request, threshold, counter, profile, actions).ok())
-                .flatten()
-            {
+            let mut first = None;
+            for &budget in &budgets {
+                match fit(request, budget, counter, profile, actions) {
+                    Ok(f) if ledger_kept(request, &f.messages) => return Ok(f),
+                    Ok(f) => first = first.or(Some(f)),
+                    Err(_) => {}
+                }
+            }
+            return match first {
                 Some(f) => Ok(f),
                 None => fit(request, window, counter, profile, actions),
             };
         };
         // The first that names what it left out with the asks among them,
-        // else the handle alone: under the threshold (room for the next
-        // turns), then under the window.
-        let mut budgets = vec![window];
-        if threshold > 0 && threshold < window {
-            budgets.insert(0, threshold);
-        }
-        // A request that cannot fit under the threshold may still fit the
-        // window: only the window says that no request can fit.
-        let mut fallback = None;
+        // else the handle alone; one that keeps the state record whole
+        // before one that names its handle (a text-action agent cannot
+        // follow a handle). A request that cannot fit under the threshold
+        // may still fit the window: only the window says that no request
+        // can fit.
+        let mut candidates = Vec::new();
         for require_asks in [true, false] {
             for &budget in &budgets {
-                match fit_noted(
+                if let Ok(f) = fit_noted(
                     request,
                     originals,
                     budget,
@@ -293,12 +314,23 @@ impl Session {
                     actions,
                     require_asks,
                 ) {
-                    Ok(f) if f.left_out.is_empty() || f.archive_handle.is_some() => return Ok(f),
-                    Ok(f) => fallback = fallback.or(Some(f)),
-                    Err(_) => {}
+                    let noted = f.left_out.is_empty() || f.archive_handle.is_some();
+                    let ledger = ledger_kept(request, &f.messages);
+                    if noted && ledger {
+                        return Ok(f);
+                    }
+                    candidates.push((ledger, noted, f));
                 }
             }
         }
+        let pick = |want: fn(bool, bool) -> bool, c: &mut Vec<(bool, bool, Fitted)>| {
+            c.iter()
+                .position(|(l, n, _)| want(*l, *n))
+                .map(|i| c.swap_remove(i).2)
+        };
+        let fallback = pick(|ledger, _| ledger, &mut candidates)
+            .or_else(|| pick(|_, noted| noted, &mut candidates))
+            .or_else(|| pick(|_, _| true, &mut candidates));
         match fallback {
             Some(f) => Ok(f),
             None => fit(request, window, counter, profile, actions),

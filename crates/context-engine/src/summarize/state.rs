@@ -291,11 +291,25 @@ impl StateRecord {
     /// because a listed command named them come back from those commands.
     /// `previous` is the previous summary's text; without a record in it
     /// nothing changes.
+    ///
+    /// A `previous` that holds several records (the summaries of more than
+    /// one earlier compaction, oldest first) carries them all, in order.
     pub fn carry_over(&mut self, previous: &str) {
-        let Some(at) = previous.find(STATE_RECORD_HEADING) else {
-            return;
-        };
-        let old = parse_sections(&previous[at..]);
+        let starts: Vec<usize> = previous
+            .match_indices(STATE_RECORD_HEADING)
+            .map(|(at, _)| at)
+            .collect();
+        // Newest first: each carried record goes before what is there.
+        for (k, &at) in starts.iter().enumerate().rev() {
+            let end = starts.get(k + 1).copied().unwrap_or(previous.len());
+            self.carry_one(&previous[at..end]);
+        }
+    }
+
+    /// [`carry_over`](Self::carry_over) of one record, `record` starting at
+    /// its heading.
+    fn carry_one(&mut self, record: &str) {
+        let old = parse_sections(record);
         let items = |title: &str| -> Vec<String> {
             old.iter()
                 .find(|(t, _)| t.starts_with(title))

@@ -175,6 +175,17 @@ mod tests {
             shell_paths("open src/big.py 120\ncreate reproduce.py"),
             vec!["src/big.py", "reproduce.py"]
         );
+        // A SWE-agent editor block is file content, not commands: its
+        // lines name no file (`rm = cat > x` would give `=` and `x`).
+        assert!(
+            shell_paths("edit 287:295\n    rm = cat > x\n    echo = 1 > y\nend_of_edit").is_empty()
+        );
+        assert_eq!(
+            shell_paths("insert 3\ncat = tee > z\nend_of_insert\ncat notes.txt"),
+            vec!["notes.txt"]
+        );
+        // Without its end line, `edit` is a word like any other.
+        assert_eq!(shell_paths("edit\ncat a.txt"), vec!["a.txt"]);
         assert!(shell_paths("cd /testbed && ls -la").is_empty());
         assert!(shell_paths("cat *.py $HOME/x 2>/dev/null").is_empty());
         assert!(shell_paths("grep -e foo").is_empty());

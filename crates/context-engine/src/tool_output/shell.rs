@@ -52,13 +52,29 @@ pub(crate) fn logical_lines(command: &str) -> Vec<String> {
             continue;
         }
         pending.push_str(raw);
-        heredoc = heredoc_marker(&pending);
+        heredoc = heredoc_marker(&pending).or_else(|| editor_block_marker(&pending, command));
         out.push(std::mem::take(&mut pending));
     }
     if !pending.is_empty() {
         out.push(pending);
     }
     out
+}
+
+/// The end marker of a SWE-agent editor block opened on `line`: `edit
+/// 287:295` (or `insert 12`, `append`) followed by the new text and a line
+/// `end_of_edit` (`end_of_insert`, …); the text between is file content, not
+/// commands. Only when `command` has that end line.
+fn editor_block_marker(line: &str, command: &str) -> Option<String> {
+    let word = line.split_whitespace().next()?;
+    if !word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        return None;
+    }
+    let marker = format!("end_of_{word}");
+    command
+        .lines()
+        .any(|l| l.trim() == marker)
+        .then_some(marker)
 }
 
 /// The end marker of a heredoc opened on `line` (`<< 'EOF'`, `<<-EOF`).

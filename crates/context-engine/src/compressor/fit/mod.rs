@@ -453,6 +453,23 @@ fn fit_impl(
     })
 }
 
+/// Whether every state record that a summary of `before` carries is in
+/// `after` whole (the ladder cut only narratives, if anything, of the
+/// summaries): what a fit that keeps every fact of the ledger must give.
+pub fn ledger_kept(before: &[Message], after: &[Message]) -> bool {
+    let ledger = |text: &str| -> Option<String> {
+        let body = crate::summary_text::summary_body(text)?;
+        let at = body.find(STATE_RECORD_HEADING)?;
+        Some(body[at..].trim().to_owned())
+    };
+    before.iter().filter(|m| is_summary(m)).all(|m| {
+        let Some(record) = ledger(&m.text()) else {
+            return true;
+        };
+        after.iter().any(|a| a.text().contains(record.as_str()))
+    })
+}
+
 /// Tokens of the leading instructions of `messages` plus the request's own
 /// overhead: what every request of this conversation costs at least. A
 /// window no larger than this can never hold a request.
@@ -748,6 +765,12 @@ impl<'c> Work<'c> {
             }) {
                 return 1;
             }
+            // A stored history keeps its ledger whole: the facts of every
+            // earlier compaction live there and nowhere else in the
+            // conversation; a request view may cut it (its host says so).
+            if self.history {
+                return 1;
+            }
             if let Some(record) = StateRecord::parse(ledger) {
                 let collapsed = found.as_ref().map_or(Collapsed::NotListed, |n| {
                     Collapsed::archived(&n.handle, n.channel())
@@ -849,10 +872,19 @@ impl<'c> Work<'c> {
             if self.total() <= budget {
                 break;
             }
-            // A summary keeps the note naming what it replaced: the way
-            // back to everything before it.
+            // A summary keeps its state record when it fits, else the
+            // note naming what it replaced: the way back to everything
+            // before it.
             if is_summary(&self.messages[i]) {
-                if let Some(out) = summary_note_only(&self.messages[i]) {
+                let original = self.messages[i].clone();
+                if let Some(out) = summary_ledger_only(&original) {
+                    self.set(i, out);
+                    changed += 1;
+                    if self.total() <= budget {
+                        continue;
+                    }
+                }
+                if let Some(out) = summary_note_only(&original) {
                     self.set(i, out);
                     changed += 1;
                 }
@@ -878,6 +910,20 @@ impl<'c> Work<'c> {
             (self.messages, self.tokens, self.dropped) = before;
             return 0;
         }
+        // A request that left its summary out takes back the summary's
+        // state record alone where the room and the roles allow: the facts
+        // of every earlier compaction, in a few hundred tokens.
+        if let Some(s) = self.summary().filter(|&s| self.dropped[s])
+            && let Some(ledger) = summary_ledger_only(&self.messages[s])
+        {
+            let kept = (self.messages[s].clone(), self.tokens[s]);
+            self.dropped[s] = false;
+            self.set(s, ledger);
+            if self.total() > budget || !self.still_valid(input, profile) {
+                self.dropped[s] = true;
+                (self.messages[s], self.tokens[s]) = kept;
+            }
+        }
         changed
     }
 
@@ -900,6 +946,24 @@ fn summary_note_only(message: &Message) -> Option<Message> {
         .map_or(text.len(), |e| start + e);
     let note = crate::store::find_archive_note(&text[start..end])?.text;
     let new = format!("{}\n{note}\n{}", &text[..start], &text[end..]);
+    (new.len() < text.len()).then(|| with_text(message, new))
+}
+
+/// A summary message cut down to its opening, the note naming the span it
+/// replaced, its state record and its closing (the holder's own words
+/// after it stay); `None` when it has no state record or is no longer.
+fn summary_ledger_only(message: &Message) -> Option<Message> {
+    let text = message.text();
+    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
+    let end = text[start..]
+        .find(SUMMARY_END)
+        .map_or(text.len(), |e| start + e);
+    let body = &text[start..end];
+    let ledger = body[body.find(STATE_RECORD_HEADING)?..].trim();
+    let note = crate::store::find_archive_note(body)
+        .map(|n| format!("{}\n\n", n.text))
+        .unwrap_or_default();
+    let new = format!("{}\n{note}{ledger}\n{}", &text[..start], &text[end..]);
     (new.len() < text.len()).then(|| with_text(message, new))
 }
 
