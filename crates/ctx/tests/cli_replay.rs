@@ -185,6 +185,83 @@ fn every_corpus_transcript_replays_at_half_its_peak() {
     }
 }
 
+/// Issue 38: replayed at a half, a quarter and a sixth of its peak window,
+/// no session loses a fact (user asks, files, commands, errors: each in
+/// the last request verbatim, in a summary, or recallable by an agent that
+/// can call the engine's tools), however often it compacts, unless the
+/// window cannot hold the system prompt, the latest exchange and the state
+/// record: then the replay says so on that call (a warning that starts with
+/// `LEDGER_CUT`, or the call cannot fit at all), never silently. And no two
+/// compactions fewer than three calls apart without the thrash warning.
+#[test]
+fn nothing_is_lost_at_a_half_a_quarter_and_a_sixth_of_the_peak() {
+    let Some(mut files) = corpus_files() else {
+        return;
+    };
+    files.extend([
+        EXAMPLE.to_owned(),
+        "examples/bugfix-session.json".to_owned(),
+    ]);
+    let said = |c: &Value, prefix: &str| {
+        c["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["text"].as_str().unwrap().starts_with(prefix))
+    };
+    let mut checked = 0;
+    for file in &files {
+        let full = replay_json(file, "10000000");
+        let peak = u(&full["totals"]["largest_request_without_engine"]);
+        for divisor in [2, 4, 6] {
+            let window = (peak / divisor).to_string();
+            let out = ctx(&[
+                "replay",
+                file,
+                "--context-length",
+                &window,
+                "--json",
+                "--no-baseline",
+            ]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if out.status.code() == Some(2) && stderr.contains("too small for the system prompt") {
+                // The replay says so: no request can be made at all.
+                continue;
+            }
+            let r: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{file} at {window}: {e}: {stderr}"));
+            let at = format!("{file} at 1/{divisor} of its peak ({window} tokens)");
+            let calls = r["calls"].as_array().unwrap();
+            let last = calls.last().unwrap();
+            let ret = &r["retention"];
+            let excused =
+                said(last, context_engine::host::LEDGER_CUT) || !last["unfittable"].is_null();
+            assert!(
+                u(&ret["lost"]) == 0 || excused,
+                "{at}: lost silently {}",
+                ret["lost_probes"]
+            );
+            let compacted: Vec<u64> = calls
+                .iter()
+                .filter(|c| !c["compaction"].is_null())
+                .map(|c| u(&c["call"]))
+                .collect();
+            for pair in compacted.windows(2) {
+                let later = &calls[pair[1] as usize];
+                assert!(
+                    pair[1] - pair[0] >= u64::from(context_engine::engine::THRASH_CALLS)
+                        || said(later, context_engine::host::THRASH),
+                    "{at}: compactions before calls {} and {} without a thrash warning",
+                    pair[0],
+                    pair[1]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3 * 2, "only {checked} replays ran");
+}
+
 /// The corpus session whose half peak leaves messages out of the request
 /// (see [`PRESENT_SHARE_UNMET`]): a text-action agent's, which cannot call
 /// the engine's tools, so what they held is lost to it, not recallable.

@@ -697,15 +697,28 @@ fn assemble(
             m.clone()
         });
     }
-    if let Some(u) = plan.pinned {
-        // A summary merged into the pinned ask is carried by the new one.
+    // A summary merged into the pinned ask is carried by the new one.
+    let pinned = plan.pinned.map(|u| {
         let m = &messages[u];
-        out.push(match is_summary(m) {
+        match is_summary(m) {
             true => with_text(m, insert::without_summary(&m.text())),
             false => m.clone(),
-        });
-    }
+        }
+    });
     let tail = &messages[plan.tail_start..];
+    if plan.summary_first
+        && let Some(ask) = pinned.clone()
+    {
+        // Head, the summary as the assistant's turn, the ask, the tail:
+        // the order strict alternation allows without growing the head.
+        out.push(Message::assistant(wrapped));
+        out.push(ask);
+        out.extend(tail.iter().cloned());
+        return (out, Placement::Assistant);
+    }
+    if let Some(ask) = pinned {
+        out.push(ask);
+    }
     let asks_in = |part: &[Message]| {
         (0..part.len())
             .any(|i| crate::validate::is_real_user_turn(part, i, actions) && !is_summary(&part[i]))

@@ -6,7 +6,7 @@ use super::CompressorOptions;
 use super::insert::{find_summary, is_summary, without_summary};
 use crate::message::{Message, Role};
 use crate::tokens::TokenCounter;
-use crate::validate::{CutPoints, is_real_user_turn, may_join};
+use crate::validate::{CutPoints, is_real_user_turn, may_join, may_place};
 
 /// The cut of one compaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +20,11 @@ pub struct Plan {
     pub tail_start: usize,
     /// The previous summary inside the middle: its index and body.
     pub previous: Option<(usize, String)>,
+    /// The summary goes before the pinned message, as the assistant's
+    /// turn (head, summary, pinned ask, tail): where the rules forbid the
+    /// ask right after the head (strict alternation) and the head would
+    /// otherwise grow to an assistant turn before it.
+    pub summary_first: bool,
 }
 
 /// Why a transcript has nothing to compact: the protected head and the
@@ -143,6 +148,7 @@ pub(super) fn plan(
     // The latest user message stays verbatim: in the head, the tail, or
     // pinned between them.
     let mut pinned = None;
+    let mut summary_first = false;
     // A summary merged into an ask leaves it an ask (its own words).
     let latest_user = (0..messages.len()).rev().find(|&i| {
         let m = &messages[i];
@@ -156,13 +162,28 @@ pub(super) fn plan(
         // The pinned message must be allowed right after the head (no new
         // same-role pair): grow the head to such a boundary before `u`.
         let joinable = |b: usize| may_join(&messages[..b], &messages[u..=u], opts.profile);
+        // Else the summary may stand between the head and the ask as the
+        // assistant's turn, the ask before the tail: the head stays.
+        let between = || {
+            let ask = &messages[u..=u];
+            may_place(&messages[..head_end], &Role::Assistant, ask, opts.profile)
+                && may_join(ask, &messages[tail_start..], opts.profile)
+        };
         let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));
         match head {
-            Some(b) if cuts.is_safe(u) && cuts.is_safe(u + 1) => {
+            _ if !cuts.is_safe(u) || !cuts.is_safe(u + 1) => {
+                tail_start = cuts.at_or_before(u).max(head_end);
+            }
+            Some(b) if b == head_end => pinned = Some(u),
+            _ if u > head_end && between() => {
+                pinned = Some(u);
+                summary_first = true;
+            }
+            Some(b) => {
                 head_end = b;
                 pinned = Some(u);
             }
-            _ => tail_start = cuts.at_or_before(u).max(head_end),
+            None => tail_start = cuts.at_or_before(u).max(head_end),
         }
     }
     if previous.as_ref().is_some_and(|(s, _)| *s >= tail_start) {
@@ -174,6 +195,7 @@ pub(super) fn plan(
         pinned,
         tail_start,
         previous,
+        summary_first,
     };
     if plan.middle().next().is_none() {
         return Err(NothingToCut {

@@ -754,3 +754,266 @@ fn a_summary_merged_into_a_tool_call_turn_keeps_the_calls_for_the_next_summary()
     );
     assert!(validate(&out, Profile::OpenAi).is_empty());
 }
+
+/// A SWE-agent-like text-action session: an ask, then `turns` actions
+/// (an assistant text with a fenced command, its observation as a user
+/// message).
+fn text_action_session(turns: usize, tag: &str) -> Vec<Message> {
+    let mut m = vec![
+        Message::system("You are an autonomous programmer."),
+        Message::user("Fix the crash in pkg/core.py; keep the public API."),
+    ];
+    for i in 0..turns {
+        m.push(Message::assistant(format!(
+            "Looking at step {i}.\n\n```\ncat pkg/{tag}_{i}.py\n```"
+        )));
+        m.push(Message::user(format!(
+            "{}\n(Open file: pkg/{tag}_{i}.py)\nbash-$",
+            format!("{tag} line {i}\n").repeat(60)
+        )));
+    }
+    m
+}
+
+/// The ledger lines (`- …`) of the last summary's state record in
+/// `messages`.
+fn ledger_of(messages: &[Message]) -> String {
+    let (_, body) = find_summary(messages).expect("a summary");
+    let at = body
+        .find(crate::summarize::state::STATE_RECORD_HEADING)
+        .expect("a state record");
+    body[at..].to_owned()
+}
+
+#[test]
+fn a_summary_is_carried_forward_wherever_it_was_merged() {
+    let actions = crate::validate::TextActions::auto();
+    let options = CompressorOptions::default().with_text_actions(actions.clone());
+    let mut engine = Compressor::with_options(counter(), 8_000, options);
+    let first = engine
+        .compress(&text_action_session(12, "first"), &CompressRequest::new())
+        .unwrap()
+        .messages;
+    let record = ledger_of(&first);
+    assert!(record.contains("cat pkg/first_1.py"), "{record}");
+    // Move the summary into other messages, as a strict template or a
+    // client would: merged into an assistant turn and into an observation.
+    let body = find_summary(&first).unwrap().1;
+    for holder in [Role::Assistant, Role::User] {
+        let mut history: Vec<Message> = first
+            .iter()
+            .filter_map(|m| match is_summary(m) {
+                false => Some(m.clone()),
+                true => {
+                    let own = without_summary(&m.text());
+                    let mut m = m.clone();
+                    m.content = Content::Text(own.clone());
+                    (!own.is_empty()).then_some(m)
+                }
+            })
+            .collect();
+        let mut more = text_action_session(12, "second");
+        more.drain(..2);
+        let at = more
+            .iter()
+            .position(|m| m.role == holder)
+            .expect("a holder");
+        more[at] = insert::prepend_text(&more[at], &wrap_summary(&body));
+        history.extend(more);
+        // A model is handed it as the previous summary, never as a turn.
+        let (stub, seen) = Stub::new(vec![]);
+        let options = CompressorOptions::default().with_text_actions(actions.clone());
+        let mut model =
+            Compressor::with_options(counter(), 8_000, options.clone()).with_summarizer(stub);
+        model.compress(&history, &CompressRequest::new()).unwrap();
+        let asked = seen.lock().unwrap().concat();
+        assert_eq!(
+            asked.matches(SUMMARY_PREFIX).count(),
+            0,
+            "{holder}: {asked}"
+        );
+        assert!(asked.contains("cat pkg/first_1.py"), "{holder}");
+        let mut again = Compressor::with_options(counter(), 8_000, options);
+        let out = again
+            .compress(&history, &CompressRequest::new())
+            .unwrap()
+            .messages;
+        assert!(again.last_report().unwrap().iterative, "{holder}");
+        assert_eq!(summaries(&out), 1, "{holder}");
+        // The earlier record is in the new one, entry by entry (what
+        // the first kept verbatim is still verbatim).
+        let ledger = ledger_of(&out);
+        let all: String = out.iter().map(|m| m.text().into_owned()).collect();
+        for k in 0..12 {
+            let cmd = format!("cat pkg/first_{k}.py");
+            assert!(all.contains(&cmd), "{holder}: {cmd}: {ledger}");
+            assert!(
+                !record.contains(&cmd) || ledger.contains(&cmd),
+                "{holder}: {cmd}"
+            );
+        }
+        assert!(ledger.contains("cat pkg/second_0.py"), "{holder}: {ledger}");
+        // The old summary's text is not quoted as the agent's own words.
+        let body = find_summary(&out).unwrap().1;
+        assert!(
+            !body.contains(SUMMARY_PREFIX) && !body.contains(SUMMARY_END),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn two_summaries_in_the_span_are_both_carried() {
+    let actions = crate::validate::TextActions::auto();
+    let record = |tag: &str| {
+        crate::summarize::state::StateRecord::build(&text_action_session(3, tag), &actions)
+            .render(10_000, crate::summarize::state::Collapsed::NotListed)
+    };
+    let mut history = vec![
+        Message::system("You are an autonomous programmer."),
+        Message::user(wrap_summary(&record("alpha"))),
+    ];
+    let mut rest = text_action_session(10, "gamma");
+    rest.drain(..1);
+    rest[3] = insert::prepend_text(&rest[3], &wrap_summary(&record("beta")));
+    history.extend(rest);
+    let options = CompressorOptions::default().with_text_actions(actions.clone());
+    let mut engine = Compressor::with_options(counter(), 6_000, options);
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    let ledger = ledger_of(&out);
+    for tag in ["alpha", "beta", "gamma"] {
+        assert!(
+            ledger.contains(&format!("cat pkg/{tag}_0.py")),
+            "{tag}: {ledger}"
+        );
+    }
+    // Oldest first.
+    let at = |w: &str| ledger.find(w).unwrap();
+    assert!(
+        at("alpha_0") < at("beta_0") && at("beta_0") < at("gamma_0"),
+        "{ledger}"
+    );
+}
+
+#[test]
+fn a_tight_window_keeps_the_history_state_record_whole() {
+    // A window the system prompt and the ask nearly fill: fitting the
+    // compacted history under the threshold would cut the state record,
+    // so the history keeps it whole (above the threshold if it must).
+    let actions = crate::validate::TextActions::auto();
+    let mut history = text_action_session(30, "tight");
+    history[0] = Message::system("You are an autonomous programmer. ".repeat(120));
+    let options = CompressorOptions::default().with_text_actions(actions.clone());
+    let mut engine = Compressor::with_options(counter(), 2_400, options);
+    let out = engine
+        .compress(&history, &CompressRequest::new())
+        .unwrap()
+        .messages;
+    let ledger = ledger_of(&out);
+    let all: String = out.iter().map(|m| m.text().into_owned()).collect();
+    for k in 0..30 {
+        assert!(
+            all.contains(&format!("cat pkg/tight_{k}.py")),
+            "{k}: {ledger}"
+        );
+    }
+    assert!(
+        !ledger.contains("earlier commands"),
+        "nothing collapsed: {ledger}"
+    );
+    let tokens = counter().count_messages(&out) as u64;
+    assert!(tokens <= 2_400, "within the window: {tokens}");
+    assert!(validate(&out, Profile::OpenAi).is_empty());
+}
+
+#[test]
+fn compactions_a_call_apart_are_thrash_and_aim_deeper() {
+    let mut engine = Compressor::new(counter(), 20_000);
+    let first = engine
+        .compress(&session(40), &CompressRequest::new())
+        .unwrap()
+        .messages;
+    assert_eq!(engine.last_report().unwrap().thrash, None);
+    engine.update_from_response(&Usage::new(8_000, 100));
+    let mut grown = first.clone();
+    grown.extend(session(40).into_iter().skip(2));
+    engine.compress(&grown, &CompressRequest::new()).unwrap();
+    let report = engine.last_report().unwrap();
+    assert_eq!(report.thrash, Some(1));
+    // Deeper: the tail cut to the last group.
+    assert!(
+        report
+            .escalation
+            .iter()
+            .any(|s| s.step == FitStepKind::ShrinkTail),
+        "{report:?}"
+    );
+    // Three calls later it is not thrash.
+    for _ in 0..THRASH_CALLS {
+        engine.update_from_response(&Usage::new(8_000, 100));
+    }
+    let mut later = grown.clone();
+    later.extend(session(40).into_iter().skip(2));
+    engine.compress(&later, &CompressRequest::new()).unwrap();
+    assert_eq!(engine.last_report().unwrap().thrash, None);
+}
+
+#[test]
+fn strict_output_is_as_small_as_the_default_and_keeps_every_fact() {
+    // A long tool-calling session with a new ask every 30 turns: under
+    // strict alternation the pinned ask cannot follow the head, so the
+    // summary stands between them as the assistant's turn (the head does
+    // not grow, the tail does not reach back to the ask).
+    let mut history = session(20);
+    for part in 0..4 {
+        let mut more = session(if part == 3 { 60 } else { 30 });
+        more.drain(..2);
+        for m in &mut more {
+            for call in m.tool_calls.iter_mut().flatten() {
+                call.id = call.id.take().map(|id| format!("p{part}{id}"));
+            }
+            if let Some(id) = &mut m.tool_call_id {
+                *id = format!("p{part}{id}");
+            }
+        }
+        // The last part's turns follow the latest ask: it falls in the
+        // middle and is pinned.
+        if part == 3 {
+            more.pop();
+        } else if let Some(last) = more.last_mut() {
+            *last = Message::user(format!("Part {part} done; now handle case {part} too."));
+        }
+        history.extend(more);
+    }
+    assert!(validate(&history, Profile::Strict).is_empty());
+    let actions = crate::validate::TextActions::auto();
+    let probes = crate::retention::extract_probes(&history, &actions);
+    let mut sizes = Vec::new();
+    for profile in [Profile::OpenAi, Profile::Strict] {
+        let options = CompressorOptions::default().with_profile(profile);
+        let mut engine = Compressor::with_options(counter(), 64_000, options);
+        let out = engine
+            .compress(&history, &CompressRequest::new())
+            .unwrap()
+            .messages;
+        assert!(validate(&out, profile).is_empty(), "{profile:?}");
+        let report = engine.last_report().unwrap();
+        assert!(report.pinned.is_some(), "{profile:?}: {report:?}");
+        let report = crate::retention::check(&probes, &out, &out);
+        assert_eq!(
+            report.verbatim + report.in_summary,
+            report.probes,
+            "{profile:?}: {report:?}"
+        );
+        sizes.push(counter().count_messages(&out) as f64);
+    }
+    assert!(
+        sizes[1] <= 1.1 * sizes[0],
+        "strict {} vs default {}",
+        sizes[1],
+        sizes[0]
+    );
+}
