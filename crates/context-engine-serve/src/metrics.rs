@@ -48,6 +48,8 @@ pub struct Metrics {
     tokens_in: Counter,
     tokens_out: Counter,
     compactions: Counter,
+    compaction_thrash: Counter,
+    ledger_cuts: Counter,
     fallbacks: Counter,
     unmanaged: Family<RouteReason, Counter>,
     stream_cuts: Family<RouteReason, Counter>,
@@ -103,6 +105,10 @@ pub struct Overview {
     pub cache_read_tokens: u64,
     /// Compactions accepted.
     pub compactions: u64,
+    /// Compactions within a few calls of the previous one (thrash).
+    pub compaction_thrash: u64,
+    /// Requests whose window could not hold the summary's state record.
+    pub ledger_cuts: u64,
     /// Requests sent unmanaged because the engine failed.
     pub fallbacks: u64,
     /// New lineages.
@@ -144,6 +150,8 @@ impl Metrics {
             tokens_in: Counter::default(),
             tokens_out: Counter::default(),
             compactions: Counter::default(),
+            compaction_thrash: Counter::default(),
+            ledger_cuts: Counter::default(),
             fallbacks: Counter::default(),
             unmanaged: Family::default(),
             stream_cuts: Family::default(),
@@ -211,6 +219,16 @@ impl Metrics {
             m.managed_tokens.clone(),
         );
         registry.register("compactions", "Compactions accepted", m.compactions.clone());
+        registry.register(
+            "compaction_thrash",
+            "Compactions within a few calls of the previous one (the window barely holds the system prompt and the tail; each compacted deeper)",
+            m.compaction_thrash.clone(),
+        );
+        registry.register(
+            "ledger_cuts",
+            "Requests whose window could not hold the summary's state record whole (the history keeps it)",
+            m.ledger_cuts.clone(),
+        );
         registry.register(
             "fallbacks",
             "Requests sent unmanaged because the engine failed or its request was invalid",
@@ -354,6 +372,18 @@ impl Metrics {
         self.compactions.inc();
     }
 
+    /// What the engine warned of on a request: compaction thrash, a state
+    /// record cut to fit the window.
+    pub fn engine_warnings(&self, notices: &[context_engine::host::Notice]) {
+        for n in notices {
+            if n.text.starts_with(context_engine::host::THRASH) {
+                self.compaction_thrash.inc();
+            } else if n.text.starts_with(context_engine::host::LEDGER_CUT) {
+                self.ledger_cuts.inc();
+            }
+        }
+    }
+
     /// A request went out unmanaged.
     pub fn fallback(&self) {
         self.fallbacks.inc();
@@ -397,6 +427,8 @@ impl Metrics {
             completion_tokens: self.tokens_out.get(),
             cache_read_tokens: self.cache_read.get(),
             compactions: self.compactions.get(),
+            compaction_thrash: self.compaction_thrash.get(),
+            ledger_cuts: self.ledger_cuts.get(),
             fallbacks: self.fallbacks.get(),
             lineages: self.lineages.get(),
             overhead_ms: (!samples.is_empty()).then(|| [rank(0.5), rank(0.9), rank(0.99)]),

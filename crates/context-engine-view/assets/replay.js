@@ -32,7 +32,10 @@
         `without engine ${V.money(t.estimated_cost_without_engine)}`),
       V.card('prompt-cache hits', V.pct(t.cache_hit_share), 'cache_hit_share',
         `without engine ${V.pct(t.cache_hit_share_without_engine)}`),
-      V.card('compactions', V.num(t.compactions), 'compactions'),
+      V.card('compactions', V.num(t.compactions), 'compactions',
+        t.thrash_calls && t.thrash_calls.length ? `${t.thrash_calls.length} thrash (calls ${t.thrash_calls.join(', ')})` : ''),
+      t.ledger_cut_calls && t.ledger_cut_calls.length ? V.card('state record cut', V.num(t.ledger_cut_calls.length),
+        'ledger_cut_calls', `the window could not hold it whole: calls ${t.ledger_cut_calls.join(', ')}`) : null,
       V.card('digested requests', V.num(t.selected), 'selected', `pruned before ${V.num(t.prunes)} calls`)),
     el('h2', {}, 'Prompt tokens per model call'),
     V.chart(r.calls.map(c => ({

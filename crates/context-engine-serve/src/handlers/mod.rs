@@ -39,6 +39,7 @@ pub(crate) fn report_plan(
     for n in &plan.notices {
         tracing::info!(session = %session, notice = %n.text, "engine");
     }
+    state.metrics().engine_warnings(&plan.notices);
     if let Some(c) = &plan.compaction {
         state.metrics().compaction();
         let (front, prefix_breakpoint) = front.unzip();

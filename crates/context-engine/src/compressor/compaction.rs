@@ -27,12 +27,12 @@ use super::{
 impl Compressor {
     /// Where the next compaction would cut `messages`, or why it cannot.
     pub fn plan(&self, messages: &[Message]) -> Result<Plan, NothingToCut> {
-        self.plan_with(messages, false)
+        self.plan_with(messages, plan::Tail::Normal)
     }
 
-    /// [`plan`](Self::plan), with the tail cut to the last group when
-    /// `minimal_tail` (the escalation's second step).
-    fn plan_with(&self, messages: &[Message], minimal_tail: bool) -> Result<Plan, NothingToCut> {
+    /// [`plan`](Self::plan), with the tail `tail` asks for (deeper on
+    /// thrash, the last group in the escalation's second step).
+    fn plan_with(&self, messages: &[Message], tail: plan::Tail) -> Result<Plan, NothingToCut> {
         // The state's protections win: hosts adjust them there.
         let options = CompressorOptions {
             protect_first_n: self.state.protect_first_n,
@@ -45,7 +45,7 @@ impl Compressor {
             self.state.threshold_tokens,
             self.state.compression_count,
             self.counter.as_ref(),
-            minimal_tail,
+            tail,
         )
     }
 
@@ -103,18 +103,18 @@ impl Compressor {
         escalation: &mut Vec<FitStep>,
     ) -> Result<Plan, NothingToCut> {
         let mut plan = self.plan(messages)?;
-        // Thrash (compacting again within a few calls): aim deeper, the
-        // tail cut to the last group, so the next calls have room.
+        // Thrash (compacting again within a few calls): aim deeper, half
+        // the tail's budget, so the next calls have room.
         if self.thrash().is_some()
-            && let Ok(minimal) = self.plan_with(messages, true)
-            && minimal.tail_start > plan.tail_start
+            && let Ok(deep) = self.plan_with(messages, plan::Tail::Deep)
+            && deep.tail_start > plan.tail_start
         {
             escalation.push(FitStep {
                 step: FitStepKind::ShrinkTail,
-                messages: minimal.tail_start - plan.tail_start,
+                messages: deep.tail_start - plan.tail_start,
                 tokens_after: 0,
             });
-            return Ok(minimal);
+            plan = deep;
         }
         let threshold = self.state.threshold_tokens;
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
@@ -141,7 +141,7 @@ impl Compressor {
                 self.options.text_actions(),
             );
             if counter.count_messages(&provisional) as u64 > room
-                && let Ok(minimal) = self.plan_with(messages, true)
+                && let Ok(minimal) = self.plan_with(messages, plan::Tail::Minimal)
                 && minimal.tail_start > plan.tail_start
             {
                 escalation.push(FitStep {
@@ -706,8 +706,27 @@ fn assemble(
         }
     });
     let tail = &messages[plan.tail_start..];
-    if plan.summary_first
-        && let Some(ask) = pinned.clone()
+    // Also where the summary would be merged into the tail's first
+    // message (both roles collide between the pinned ask and the tail):
+    // before the ask it stands on its own and the tail stays verbatim.
+    let before_ask = |ask: &Message| {
+        let mut with_ask = out.clone();
+        with_ask.push(ask.clone());
+        // Never the conversation's opening turn: every front's first
+        // message is the user's (Anthropic requires it).
+        !tail.is_empty()
+            && out.iter().any(|m| !m.role.is_instruction())
+            && !plan::reads_as_observation(ask, actions)
+            && insert::choose_placement(&with_ask, tail, true, profile) == Placement::Merged
+            && crate::validate::may_place(
+                &out,
+                &crate::message::Role::Assistant,
+                std::slice::from_ref(ask),
+                profile,
+            )
+    };
+    if let Some(ask) = pinned.clone()
+        && (plan.summary_first || before_ask(&ask))
     {
         // Head, the summary as the assistant's turn, the ask, the tail:
         // the order strict alternation allows without growing the head.

@@ -50,6 +50,28 @@ impl Plan {
     }
 }
 
+/// Whether `ask` would read as the observation of an action if an
+/// assistant text with a fenced block (a summary may quote one) stood
+/// before it: such an ask (SWE-agent's task ends with the same trailer as
+/// its observations) must not follow the summary as the assistant's turn.
+pub(super) fn reads_as_observation(ask: &Message, actions: &crate::validate::TextActions) -> bool {
+    let probe = [Message::assistant("```\ntrue\n```"), ask.clone()];
+    !is_real_user_turn(&probe, 1, actions)
+}
+
+/// How much of the conversation's end a plan keeps verbatim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tail {
+    /// The tail's token budget (`tail_ratio` of the threshold), at least
+    /// `protect_last_n` messages (3 to 8).
+    Normal,
+    /// Half that budget, the same floor: a compaction close behind the
+    /// previous one (thrash) aims deeper.
+    Deep,
+    /// The last group only (the escalation's second step).
+    Minimal,
+}
+
 /// The plan for `messages`, or why there is nothing to compress.
 pub(super) fn plan(
     messages: &[Message],
@@ -57,8 +79,9 @@ pub(super) fn plan(
     threshold: u64,
     compression_count: u64,
     counter: &dyn TokenCounter,
-    minimal_tail: bool,
+    tail: Tail,
 ) -> Result<Plan, NothingToCut> {
+    let minimal_tail = tail == Tail::Minimal;
     let n = messages.len();
     let cuts = CutPoints::with_profile(messages, opts.profile, opts.text_actions());
     let previous = find_summary(messages);
@@ -85,10 +108,11 @@ pub(super) fn plan(
         total as f64
     };
     // The minimal tail (escalation): the last group only.
-    let budget = if minimal_tail {
-        0
-    } else {
-        (basis * opts.tail_ratio) as usize
+    // A deep one (thrash): half the budget, the same floor.
+    let budget = match tail {
+        Tail::Minimal => 0,
+        Tail::Deep => (basis * opts.tail_ratio / 2.0) as usize,
+        Tail::Normal => (basis * opts.tail_ratio) as usize,
     };
     let ceiling = (budget as f64 * opts.tail_ceiling) as usize;
     let floor = if minimal_tail {
@@ -166,7 +190,8 @@ pub(super) fn plan(
         // assistant's turn, the ask before the tail: the head stays.
         let between = || {
             let ask = &messages[u..=u];
-            may_place(&messages[..head_end], &Role::Assistant, ask, opts.profile)
+            !reads_as_observation(&ask[0], opts.text_actions())
+                && may_place(&messages[..head_end], &Role::Assistant, ask, opts.profile)
                 && may_join(ask, &messages[tail_start..], opts.profile)
         };
         let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));

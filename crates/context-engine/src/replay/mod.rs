@@ -286,6 +286,14 @@ pub struct Totals {
     pub unfittable_calls: Vec<usize>,
     /// Calls whose request the host fitted under the window by escalation.
     pub fitted: usize,
+    /// Calls (from 1) whose compaction followed the previous one within
+    /// [`THRASH_CALLS`](crate::engine::THRASH_CALLS) calls (each warned):
+    /// the window barely holds the system prompt and the tail.
+    pub thrash_calls: Vec<usize>,
+    /// Calls (from 1) whose request could not hold the summary's state
+    /// record whole and carried it cut (each warned): what of the session
+    /// such a request lacks, the history still holds.
+    pub ledger_cut_calls: Vec<usize>,
 }
 
 /// Requests over the window: how many, the largest, at which calls.
@@ -898,6 +906,13 @@ fn totals(calls: &[CallRecord], price: &PriceModel) -> Totals {
         }
         if c.unfittable.is_some() {
             t.unfittable_calls.push(c.call + 1);
+        }
+        let warned = |prefix: &str| c.notices.iter().any(|n| n.text.starts_with(prefix));
+        if warned(crate::host::THRASH) {
+            t.thrash_calls.push(c.call + 1);
+        }
+        if warned(crate::host::LEDGER_CUT) {
+            t.ledger_cut_calls.push(c.call + 1);
         }
     }
     t.token_ratio = ratio(t.prompt_tokens_with_engine, t.prompt_tokens_without_engine);

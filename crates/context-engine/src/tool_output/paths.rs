@@ -89,6 +89,11 @@ fn stage_paths(stage: &[String], out: &mut Vec<String>) {
             out.extend(sed_files(&owned).into_iter().map(str::to_owned));
         }
         "grep" | "egrep" | "fgrep" | "rg" => out.extend(grep_files(args)),
+        // SWE-agent's editor: `str_replace_editor view|create|str_replace|
+        // insert|undo_edit <path> [--flag value …]`; `search_file <term>
+        // [<file>]`.
+        "str_replace_editor" => out.extend(args.get(1).map(|a| (*a).to_owned())),
+        "search_file" => out.extend(args.get(1).map(|a| (*a).to_owned())),
         c if c.starts_with("python") => {
             // `python x.py args`: the script; `python -m mod`, `-c code`: none.
             for a in args {
@@ -183,6 +188,14 @@ mod tests {
         assert_eq!(
             shell_paths("insert 3\ncat = tee > z\nend_of_insert\ncat notes.txt"),
             vec!["notes.txt"]
+        );
+        assert_eq!(
+            shell_paths("str_replace_editor create /repo/fix.py --file_text 'x = 1'"),
+            vec!["/repo/fix.py"]
+        );
+        assert_eq!(
+            shell_paths("search_file \"def _hash\" src/hash.c\nsubmit"),
+            vec!["src/hash.c"]
         );
         // Without its end line, `edit` is a word like any other.
         assert_eq!(shell_paths("edit\ncat a.txt"), vec!["a.txt"]);

@@ -368,6 +368,21 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             list(&t.unfittable_calls)
         ));
     }
+    if !t.thrash_calls.is_empty() {
+        s.push_str(&format!(
+            "  thrash      {} compactions within {} calls of the previous one (calls {}): the window barely holds the system prompt and the tail; each compacted deeper\n",
+            t.thrash_calls.len(),
+            context_engine::engine::THRASH_CALLS,
+            list(&t.thrash_calls)
+        ));
+    }
+    if !t.ledger_cut_calls.is_empty() {
+        s.push_str(&format!(
+            "  state record cut on {} calls (calls {}): the window cannot hold the system prompt, the latest exchange and the record whole; the history keeps it\n",
+            t.ledger_cut_calls.len(),
+            list(&t.ledger_cut_calls)
+        ));
+    }
     s.push_str(&format!(
         "  engine time per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms\n",
         t.engine_time.median_ms, t.engine_time.p99_ms, t.engine_time.max_ms

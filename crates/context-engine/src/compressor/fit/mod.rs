@@ -470,6 +470,10 @@ pub fn ledger_kept(before: &[Message], after: &[Message]) -> bool {
     })
 }
 
+/// What a summary says when the window left no room for its narrative.
+pub const NARRATIVE_CUT: &str =
+    "[The summary's narrative was cut to fit the window; the state record below is whole.]";
+
 /// Tokens of the leading instructions of `messages` plus the request's own
 /// overhead: what every request of this conversation costs at least. A
 /// window no larger than this can never hold a request.
@@ -757,9 +761,12 @@ impl<'c> Work<'c> {
             let head = note.clone().map(|n| n + "\n\n").unwrap_or_default();
             if self.halve_until_fits(s, &original, budget, narrative.len(), |keep| {
                 let cut = clip_middle(narrative, keep / 2, None);
-                let cut = match cut.trim().is_empty() {
-                    true => String::new(),
-                    false => format!("{}\n\n", cut.trim()),
+                // What was cut is said: all of the narrative, when none
+                // of it fits.
+                let cut = match (cut.trim().is_empty(), narrative.is_empty()) {
+                    (true, true) => String::new(),
+                    (true, false) => format!("{NARRATIVE_CUT}\n\n"),
+                    (false, _) => format!("{}\n\n", cut.trim()),
                 };
                 format!("{}{head}{cut}{ledger}{}", &text[..start], &text[end..])
             }) {
