@@ -140,6 +140,16 @@ fn the_json_report_is_stable_apart_from_timings() {
 
 /// The corpus transcripts, sorted, as paths `ctx` takes; `None` (skipped,
 /// or a failure under `CI=true`) without the corpus.
+/// The corpus transcripts and the two shipped examples.
+fn corpus_and_examples() -> Option<Vec<String>> {
+    let mut files = corpus_files()?;
+    files.extend([
+        EXAMPLE.to_owned(),
+        "examples/bugfix-session.json".to_owned(),
+    ]);
+    Some(files)
+}
+
 fn corpus_files() -> Option<Vec<String>> {
     let files = common::corpus_files()?;
     Some(files.iter().map(|p| p.display().to_string()).collect())
@@ -195,13 +205,9 @@ fn every_corpus_transcript_replays_at_half_its_peak() {
 /// compactions fewer than three calls apart without the thrash warning.
 #[test]
 fn nothing_is_lost_at_a_half_a_quarter_and_a_sixth_of_the_peak() {
-    let Some(mut files) = corpus_files() else {
+    let Some(files) = corpus_and_examples() else {
         return;
     };
-    files.extend([
-        EXAMPLE.to_owned(),
-        "examples/bugfix-session.json".to_owned(),
-    ]);
     let said = |c: &Value, prefix: &str| {
         c["notices"]
             .as_array()
@@ -312,13 +318,9 @@ const PRESENT_SHARE_UNMET: &[(&str, u64, u64)] = &[("mini_github_issue", 3, 13)]
 /// known ones (which keep their floor).
 #[test]
 fn nine_in_ten_facts_stay_present_at_half_the_peak() {
-    let Some(mut files) = corpus_files() else {
+    let Some(files) = corpus_and_examples() else {
         return;
     };
-    files.extend([
-        EXAMPLE.to_owned(),
-        "examples/bugfix-session.json".to_owned(),
-    ]);
     let (mut present, mut probes) = (0, 0);
     let mut per_session = Vec::new();
     for file in &files {

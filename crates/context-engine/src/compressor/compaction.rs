@@ -105,16 +105,8 @@ impl Compressor {
         let mut plan = self.plan(messages)?;
         // Thrash (compacting again within a few calls): aim deeper, half
         // the tail's budget, so the next calls have room.
-        if self.thrash().is_some()
-            && let Ok(deep) = self.plan_with(messages, plan::Tail::Deep)
-            && deep.tail_start > plan.tail_start
-        {
-            escalation.push(FitStep {
-                step: FitStepKind::ShrinkTail,
-                messages: deep.tail_start - plan.tail_start,
-                tokens_after: 0,
-            });
-            plan = deep;
+        if self.thrash().is_some() {
+            self.shrink_tail(messages, &mut plan, plan::Tail::Deep, escalation);
         }
         let threshold = self.state.threshold_tokens;
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
@@ -140,19 +132,32 @@ impl Compressor {
                 profile,
                 self.options.text_actions(),
             );
-            if counter.count_messages(&provisional) as u64 > room
-                && let Ok(minimal) = self.plan_with(messages, plan::Tail::Minimal)
-                && minimal.tail_start > plan.tail_start
-            {
-                escalation.push(FitStep {
-                    step: FitStepKind::ShrinkTail,
-                    messages: minimal.tail_start - plan.tail_start,
-                    tokens_after: 0,
-                });
-                plan = minimal;
+            if counter.count_messages(&provisional) as u64 > room {
+                self.shrink_tail(messages, &mut plan, plan::Tail::Minimal, escalation);
             }
         }
         Ok(plan)
+    }
+
+    /// `plan` with the tail `tail` asks for, when that keeps less (the
+    /// step goes to `escalation`).
+    fn shrink_tail(
+        &self,
+        messages: &[Message],
+        plan: &mut Plan,
+        tail: plan::Tail,
+        escalation: &mut Vec<FitStep>,
+    ) {
+        if let Ok(shorter) = self.plan_with(messages, tail)
+            && shorter.tail_start > plan.tail_start
+        {
+            escalation.push(FitStep {
+                step: FitStepKind::ShrinkTail,
+                messages: shorter.tail_start - plan.tail_start,
+                tokens_after: 0,
+            });
+            *plan = shorter;
+        }
     }
 
     /// The calls since the previous compaction when a compaction now would

@@ -947,10 +947,7 @@ impl<'c> Work<'c> {
 /// replaced and its closing; `None` when it has no note or is no longer.
 fn summary_note_only(message: &Message) -> Option<Message> {
     let text = message.text();
-    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
-    let end = text[start..]
-        .find(SUMMARY_END)
-        .map_or(text.len(), |e| start + e);
+    let (start, end) = body_range(&text)?;
     let note = crate::store::find_archive_note(&text[start..end])?.text;
     let new = format!("{}\n{note}\n{}", &text[..start], &text[end..]);
     (new.len() < text.len()).then(|| with_text(message, new))
@@ -961,10 +958,7 @@ fn summary_note_only(message: &Message) -> Option<Message> {
 /// after it stay); `None` when it has no state record or is no longer.
 fn summary_ledger_only(message: &Message) -> Option<Message> {
     let text = message.text();
-    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
-    let end = text[start..]
-        .find(SUMMARY_END)
-        .map_or(text.len(), |e| start + e);
+    let (start, end) = body_range(&text)?;
     let body = &text[start..end];
     let ledger = body[body.find(STATE_RECORD_HEADING)?..].trim();
     let note = crate::store::find_archive_note(body)
@@ -972,6 +966,16 @@ fn summary_ledger_only(message: &Message) -> Option<Message> {
         .unwrap_or_default();
     let new = format!("{}\n{note}{ledger}\n{}", &text[..start], &text[end..]);
     (new.len() < text.len()).then(|| with_text(message, new))
+}
+
+/// Where the body of the summary in `text` starts and ends (after its
+/// prefix, before its end marker or the text's end).
+fn body_range(text: &str) -> Option<(usize, usize)> {
+    let start = text.find(SUMMARY_PREFIX)? + SUMMARY_PREFIX.len();
+    let end = text[start..]
+        .find(SUMMARY_END)
+        .map_or(text.len(), |e| start + e);
+    Some((start, end))
 }
 
 /// The `### User asks` section of the state record in a summary body.
