@@ -509,8 +509,9 @@ impl Compressor {
             };
             let mut budgets = vec![deep, threshold, ceiling, self.state.context_length];
             budgets.dedup();
+            // Else the first that keeps the record, else the first fit.
             let mut result = None;
-            let mut first_ok = None;
+            let (mut first_kept, mut first_ok) = (None, None);
             for budget in budgets {
                 if budget < deep {
                     break;
@@ -520,6 +521,9 @@ impl Compressor {
                         result = Some(Ok(f));
                         break;
                     }
+                    Ok(f) if first_kept.is_none() && ledger_kept(&out, &f.messages) => {
+                        first_kept = Some(f);
+                    }
                     Ok(f) => {
                         first_ok.get_or_insert(f);
                     }
@@ -527,7 +531,7 @@ impl Compressor {
                     Err(_) => {}
                 }
             }
-            let result = match (result, first_ok) {
+            let result = match (result, first_kept.or(first_ok)) {
                 (Some(Ok(f)), _) => Ok(f),
                 (_, Some(f)) => Ok(f),
                 (Some(Err(e)), None) => Err(e),

@@ -275,11 +275,14 @@ impl StateRecord {
                 runs: runs + 1,
             });
         }
+        // The agent's own words: a summary merged into its turn is not.
         record.next = turns
             .iter()
             .rev()
-            .find(|m| m.role == Role::Assistant && !m.text().trim().is_empty())
-            .map(|m| clip(&one_line(last_paragraph(m.text().trim())), NEXT_MAX));
+            .filter(|m| m.role == Role::Assistant)
+            .map(own)
+            .find(|text| !text.trim().is_empty())
+            .map(|text| clip(&one_line(last_paragraph(text.trim())), NEXT_MAX));
         record
     }
 

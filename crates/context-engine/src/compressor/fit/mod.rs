@@ -875,30 +875,46 @@ impl<'c> Work<'c> {
             let own = with_text(m, without_summary(&m.text()));
             self.set(u, own);
         }
+        // The last group's other messages are clipped first; then a
+        // summary among them keeps its state record when that fits, else
+        // the note naming what it replaced: the way back to everything
+        // before it.
+        let mut summary_in_group = None;
+        // Room for taking a dropped summary's state record back (below).
+        let take_back = self
+            .summary()
+            .filter(|&s| self.dropped[s])
+            .and_then(|s| input.get(s))
+            .filter(|m| is_summary(m))
+            .and_then(summary_ledger_only)
+            .map_or(0, |m| self.counter.count_message(&m) as u64);
         for &i in &index[last_start..] {
-            if self.total() <= budget {
+            if self.total() + take_back <= budget {
                 break;
             }
-            // A summary keeps its state record when it fits, else the
-            // note naming what it replaced: the way back to everything
-            // before it.
             if is_summary(&self.messages[i]) {
-                let original = self.messages[i].clone();
-                if let Some(out) = summary_ledger_only(&original) {
-                    self.set(i, out);
-                    changed += 1;
-                    if self.total() <= budget {
-                        continue;
-                    }
-                }
-                if let Some(out) = summary_note_only(&original) {
-                    self.set(i, out);
-                    changed += 1;
-                }
+                summary_in_group = Some(i);
                 continue;
             }
             if Some(i) != ask
                 && let Some(out) = clipped(&self.messages[i], TRUNCATE_KEEP_BYTES, 32)
+            {
+                self.set(i, out);
+                changed += 1;
+            }
+        }
+        if let Some(i) = summary_in_group
+            && self.total() > budget
+        {
+            let original = self.messages[i].clone();
+            if let Some(out) = summary_ledger_only(&original) {
+                self.set(i, out);
+                changed += 1;
+            }
+            // A stored history keeps the record (see `lower_summary`).
+            if self.total() > budget
+                && !self.history
+                && let Some(out) = summary_note_only(&original)
             {
                 self.set(i, out);
                 changed += 1;
@@ -920,15 +936,30 @@ impl<'c> Work<'c> {
         // A request that left its summary out takes back the summary's
         // state record alone where the room and the roles allow: the facts
         // of every earlier compaction, in a few hundred tokens.
+        // Where it may not stand on its own (between two turns of one
+        // role), it goes before the latest ask's own words, as a summary
+        // merged into the ask.
+        // The record as the input had it: a lower rung may have collapsed it.
         if let Some(s) = self.summary().filter(|&s| self.dropped[s])
-            && let Some(ledger) = summary_ledger_only(&self.messages[s])
+            && let Some(ledger) = input
+                .get(s)
+                .filter(|m| is_summary(m))
+                .and_then(summary_ledger_only)
         {
             let kept = (self.messages[s].clone(), self.tokens[s]);
             self.dropped[s] = false;
-            self.set(s, ledger);
+            self.set(s, ledger.clone());
             if self.total() > budget || !self.still_valid(input, profile) {
                 self.dropped[s] = true;
                 (self.messages[s], self.tokens[s]) = kept;
+                if let Some(u) = self.ask().filter(|&u| !is_summary(&self.messages[u])) {
+                    let own = (self.messages[u].clone(), self.tokens[u]);
+                    let merged = super::insert::prepend_text(&own.0, &ledger.text());
+                    self.set(u, merged);
+                    if self.total() > budget || !self.still_valid(input, profile) {
+                        (self.messages[u], self.tokens[u]) = own;
+                    }
+                }
             }
         }
         changed

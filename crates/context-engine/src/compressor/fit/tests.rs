@@ -260,3 +260,51 @@ fn a_text_action_observation_is_clipped_without_a_recall_hint() {
     assert!(last.contains("bytes omitted to fit the window]"), "{last}");
     assert!(!last.contains("context_recall"), "{last}");
 }
+
+#[test]
+fn a_truncated_request_takes_back_the_summarys_state_record_where_it_fits() {
+    // System, ask, a summary between two assistant turns' worth of
+    // history, and a last group too big for the budget: the truncation
+    // drops the summary, then takes its state record back (before the
+    // ask's own words, where it may not stand alone) when that fits.
+    let c = counter();
+    let record = crate::summarize::state::StateRecord {
+        commands: (0..6)
+            .map(|k| crate::summarize::state::CommandState {
+                command: format!("cat src/file{k}.py"),
+                exit: Some(0),
+                failed: Some(false),
+                runs: 1,
+            })
+            .collect(),
+        ..Default::default()
+    }
+    .render(10_000, Collapsed::NotListed);
+    let narrative = "A long narrative of what happened. ".repeat(80);
+    let mut m = vec![
+        Message::system("You are a coding agent."),
+        Message::user("Fix the bug in parser.py"),
+        Message::assistant(crate::summary_text::wrap_summary(&format!(
+            "{narrative}\n\n{record}"
+        ))),
+    ];
+    m.extend(session(1, 6000).into_iter().skip(2));
+    let full = c.count_messages(&m) as u64;
+    // The system prompt, the ask, the last group clipped hard and the
+    // record (with the summary's wrapper): no room for the group digested.
+    let core = c.count_messages(&m[..2]) as u64;
+    let ledger = c.count_text(&crate::summary_text::wrap_summary(&record)) as u64;
+    let budget = core + ledger + 160;
+    assert!(budget < full);
+    let fitted = fit(
+        &m,
+        budget,
+        &c,
+        Profile::OpenAi,
+        crate::validate::auto_text_actions(),
+    )
+    .unwrap();
+    assert!(fitted.tokens_after <= budget);
+    assert!(ledger_kept(&m, &fitted.messages), "{:#?}", fitted.messages);
+    assert!(validate(&fitted.messages, Profile::OpenAi).is_empty());
+}
