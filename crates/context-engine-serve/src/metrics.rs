@@ -485,3 +485,29 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use context_engine::host::{LEDGER_CUT, Notice, NoticeKind, THRASH};
+
+    #[test]
+    fn thrash_and_state_record_cuts_are_counted() {
+        let m = Metrics::new();
+        let warn = |text: String| Notice {
+            kind: NoticeKind::Warning,
+            text,
+        };
+        m.engine_warnings(&[
+            warn(format!("{THRASH}: compacted again 1 call(s) after")),
+            warn(format!("{LEDGER_CUT}: the window (1024 tokens) …")),
+            warn("the request is over the window".to_owned()),
+        ]);
+        m.engine_warnings(&[warn(format!("{THRASH}: again"))]);
+        let text = m.encode();
+        assert!(text.contains("ctx_compaction_thrash_total 2"), "{text}");
+        assert!(text.contains("ctx_ledger_cuts_total 1"), "{text}");
+        let o = m.overview();
+        assert_eq!((o.compaction_thrash, o.ledger_cuts), (2, 1));
+    }
+}

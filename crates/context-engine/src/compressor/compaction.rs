@@ -513,9 +513,6 @@ impl Compressor {
             let mut result = None;
             let (mut first_kept, mut first_ok) = (None, None);
             for budget in budgets {
-                if budget < deep {
-                    break;
-                }
                 match fit_to(budget) {
                     Ok(f) if whole(&f) => {
                         result = Some(Ok(f));
