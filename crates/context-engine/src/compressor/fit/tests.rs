@@ -279,7 +279,7 @@ fn a_truncated_request_takes_back_the_summarys_state_record_where_it_fits() {
             .collect(),
         ..Default::default()
     }
-    .render(10_000, Collapsed::NotListed);
+    .render(10_000, crate::summarize::state::Collapsed::NotListed);
     let narrative = "A long narrative of what happened. ".repeat(80);
     let mut m = vec![
         Message::system("You are a coding agent."),
