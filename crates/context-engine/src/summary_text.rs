@@ -8,13 +8,8 @@
 
 use crate::message::Message;
 
-/// Opens every summary: marks it as reference material, not a new request.
-pub const SUMMARY_PREFIX: &str = "[CONTEXT SUMMARY: reference only] Earlier turns of this \
-conversation were compacted into the summary below. It is background, not a new request; \
-where it disagrees with the messages after it, those messages win.";
-
-/// Closes every summary.
-pub const SUMMARY_END: &str = "[END CONTEXT SUMMARY]";
+// The marks live with the message model, which reads around them.
+pub use crate::message::summary_marks::{SUMMARY_END, SUMMARY_PREFIX};
 
 /// The full summary text for `body`.
 pub fn wrap_summary(body: &str) -> String {

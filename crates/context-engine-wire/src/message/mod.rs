@@ -16,6 +16,7 @@
 //! [`crate::transcript`].
 
 pub(crate) mod layout;
+pub mod summary_marks;
 
 use std::borrow::Cow;
 use std::fmt;

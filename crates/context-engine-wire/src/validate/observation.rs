@@ -202,7 +202,9 @@ pub fn text_action(message: &Message) -> Option<TextAction> {
             from_field: true,
         });
     }
-    let commands = fenced_commands(&message.text());
+    // A compaction summary merged into the turn is not the agent's action.
+    let text = message.text();
+    let commands = fenced_commands(&crate::message::summary_marks::outside_summaries(&text));
     (!commands.is_empty()).then_some(TextAction {
         commands,
         from_field: false,
@@ -357,6 +359,24 @@ pub(crate) fn fenced_commands(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_quoting_a_fenced_block_is_not_an_action() {
+        use crate::message::summary_marks::{SUMMARY_END, SUMMARY_PREFIX};
+        // SWE-agent's task ends with its observations' trailer.
+        let task = Message::user(
+            "We're solving this issue: …\n\n(Open file: n/a)\n(Current directory: /r)\nbash-$",
+        );
+        let summary = format!("{SUMMARY_PREFIX}\n- an ask: run\n```\nsubmit\n```\n{SUMMARY_END}");
+        let alone = [Message::assistant(summary.clone()), task.clone()];
+        assert!(observation_with(&alone, 1, &TextActions::auto()).is_none());
+        // The turn's own action still counts.
+        let merged = [
+            Message::assistant(format!("{summary}\n\nNow:\n```\nls\n```")),
+            task,
+        ];
+        assert!(observation_with(&merged, 1, &TextActions::auto()).is_some());
+    }
 
     #[test]
     fn mini_swe_agent_templates() {

@@ -722,7 +722,6 @@ fn assemble(
         // message is the user's (Anthropic requires it).
         !tail.is_empty()
             && out.iter().any(|m| !m.role.is_instruction())
-            && !plan::reads_as_observation(ask, actions)
             && insert::choose_placement(&with_ask, tail, true, profile) == Placement::Merged
             && crate::validate::may_place(
                 &out,

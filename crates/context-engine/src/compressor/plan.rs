@@ -50,15 +50,6 @@ impl Plan {
     }
 }
 
-/// Whether `ask` would read as the observation of an action if an
-/// assistant text with a fenced block (a summary may quote one) stood
-/// before it: such an ask (SWE-agent's task ends with the same trailer as
-/// its observations) must not follow the summary as the assistant's turn.
-pub(super) fn reads_as_observation(ask: &Message, actions: &crate::validate::TextActions) -> bool {
-    let probe = [Message::assistant("```\ntrue\n```"), ask.clone()];
-    !is_real_user_turn(&probe, 1, actions)
-}
-
 /// How much of the conversation's end a plan keeps verbatim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Tail {
@@ -190,8 +181,7 @@ pub(super) fn plan(
         // assistant's turn, the ask before the tail: the head stays.
         let between = || {
             let ask = &messages[u..=u];
-            !reads_as_observation(&ask[0], opts.text_actions())
-                && may_place(&messages[..head_end], &Role::Assistant, ask, opts.profile)
+            may_place(&messages[..head_end], &Role::Assistant, ask, opts.profile)
                 && may_join(ask, &messages[tail_start..], opts.profile)
         };
         let head = (head_end..=u).find(|&b| cuts.is_safe(b) && joinable(b));
