@@ -390,8 +390,9 @@ impl AppState {
             edge::site::AllowedHosts::new(options.listen.ip(), &options.allowed_hosts)?;
         let inflight = edge::budget::InflightBudget::new(options.max_inflight_bytes);
         let metrics = Metrics::new();
-        let upstream =
-            Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
+        let upstream = Upstream::new(&options.upstream)?
+            .counting_retries(metrics.connect_retries())
+            .dropping_identity_header(options.identity_header.clone());
         identity::check_options(&options)?;
         let (calls, request_bytes) = if options.ui.enabled {
             (options.ui.calls_per_session, options.ui.request_bytes)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, MatchedPath, State};
+use axum::extract::{MatchedPath, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
@@ -29,21 +29,19 @@ use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
 use crate::sse::ChatReader;
-use crate::token::AuthorizationConsumed;
 use crate::tools::{self, ChatRounds, StreamTools};
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<AppState>,
     route: MatchedPath,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
     let route = route.as_str();
-    let out_headers = state.upstream().headers(&headers, consumed.is_some(), true);
+    let out_headers = state.upstream().headers(&headers, true);
     let url = state.upstream().url("chat/completions", None);
     let parsed = match ChatBody::parse(&body) {
         Ok(parsed) => parsed,

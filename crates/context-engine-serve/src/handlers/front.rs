@@ -60,14 +60,13 @@ fn upstream_url(state: &AppState, uri: &Uri) -> String {
 pub(crate) async fn handle(
     state: AppState,
     call: Call,
-    consumed: bool,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let out_headers = state.upstream().headers(&headers, consumed, true);
+    let out_headers = state.upstream().headers(&headers, true);
     let url = upstream_url(&state, &uri);
     let split = match ChatBody::parse_object(&body) {
         Ok(split) => split,
@@ -291,13 +290,12 @@ enum FrontError {
 /// history.
 pub(crate) async fn count_tokens(
     state: AppState,
-    consumed: bool,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let out_headers = state.upstream().headers(&headers, consumed, false);
+    let out_headers = state.upstream().headers(&headers, false);
     let url = upstream_url(&state, &uri);
     let kind = FrontKind::Anthropic;
     let Ok(split) = ChatBody::parse_object(&body) else {
