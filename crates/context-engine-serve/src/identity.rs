@@ -38,7 +38,7 @@ use axum::http::{HeaderMap, HeaderName, header};
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
-use crate::routes::{MESSAGES, MESSAGES_COUNT_TOKENS};
+use crate::paths::{MESSAGES, MESSAGES_COUNT_TOKENS};
 use crate::token::{self, CREDENTIAL_HEADERS, TOKEN_HEADER, split_scheme};
 
 /// Longest identity header value read, in bytes.

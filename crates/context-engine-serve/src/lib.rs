@@ -49,6 +49,7 @@ pub mod error;
 pub mod handlers;
 pub mod identity;
 pub mod metrics;
+pub mod paths;
 pub mod router;
 pub mod routes;
 pub mod session;
