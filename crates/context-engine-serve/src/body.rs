@@ -32,9 +32,19 @@ impl<'a> ChatBody<'a> {
     /// Reads `bytes` as a JSON object, whatever its fields (the Anthropic
     /// and Responses fronts, which rebuild their own fields); `messages`
     /// is left empty.
+    ///
+    /// A key twice in one object is [`ServeError::DuplicateKey`] (see
+    /// [`unique`](crate::unique)), which the handlers answer with a 400
+    /// instead of forwarding.
     pub fn parse_object(bytes: &'a [u8]) -> Result<ChatBody<'a>, ServeError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ServeError::BadRequest(format!("body is not UTF-8: {e}")))?;
+        if let Some(d) = crate::unique::duplicate_key(text) {
+            return Err(ServeError::DuplicateKey {
+                key: d.key,
+                at: d.at,
+            });
+        }
         let mut de = serde_json::Deserializer::from_str(text);
         let fields = de
             .deserialize_map(FieldsVisitor)

@@ -56,6 +56,7 @@ pub mod session;
 pub mod sse;
 pub mod token;
 pub mod tools;
+pub mod unique;
 pub mod upstream;
 
 use std::future::Future;

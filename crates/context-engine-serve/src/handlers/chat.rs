@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
+use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
 use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, respond};
 use crate::identity::Identity;
@@ -45,6 +46,7 @@ pub async fn chat_completions(
     let url = state.upstream().url("chat/completions", None);
     let parsed = match ChatBody::parse(&body) {
         Ok(parsed) => parsed,
+        Err(e @ ServeError::DuplicateKey { .. }) => return e.into_response(),
         Err(why) => {
             // Not ours to judge: the provider answers it with its own error.
             tracing::warn!(reason = %why, "unreadable chat request forwarded unmanaged");
