@@ -39,17 +39,18 @@ impl<'a> ChatBody<'a> {
     pub fn parse_object(bytes: &'a [u8]) -> Result<ChatBody<'a>, ServeError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ServeError::BadRequest(format!("body is not UTF-8: {e}")))?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let fields = de
+            .deserialize_map(FieldsVisitor)
+            .and_then(|f| de.end().map(|()| f))
+            .map_err(|e| ServeError::BadRequest(format!("body is not a JSON object: {e}")))?;
+        // JSON, read: now one reading of it.
         if let Some(d) = crate::unique::duplicate_key(text) {
             return Err(ServeError::DuplicateKey {
                 key: d.key,
                 at: d.at,
             });
         }
-        let mut de = serde_json::Deserializer::from_str(text);
-        let fields = de
-            .deserialize_map(FieldsVisitor)
-            .and_then(|f| de.end().map(|()| f))
-            .map_err(|e| ServeError::BadRequest(format!("body is not a JSON object: {e}")))?;
         Ok(ChatBody {
             fields,
             messages: Vec::new(),

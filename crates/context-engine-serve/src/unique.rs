@@ -2,24 +2,17 @@
 //! the proxy (which reads the first) and a provider (which may take the
 //! last) cannot answer different requests.
 //!
-//! [`duplicate_key`] walks the body once, without building it: every
-//! object down to [`CHECKED_DEPTH`] levels (the top level, a message or
-//! input item, its content blocks and their tool results' blocks, a tool
-//! call's `function`) has its keys compared; what lies deeper is skipped
-//! unread, as are strings and numbers. The keys are borrowed from the body
-//! (an escaped key alone is unescaped); an object of many keys is checked
-//! through a set.
+//! [`duplicate_key`] scans a body the parser has already read (valid
+//! JSON) once, building nothing: every object's keys, at every level (the
+//! top level, a message or input item, its content blocks, a tool call's
+//! `function`, …), are compared as the scan passes them. The scan finds
+//! every quote in one `memchr` pass and reads only the bytes between
+//! strings, so it costs less than the parser skipping the body. The keys are borrowed from the body (an escaped key alone is
+//! unescaped); an object of many keys is checked through a set. On text
+//! that is not JSON it answers nothing useful, and never panics.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::HashSet;
-use std::fmt;
-
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-/// Object levels checked, counting arrays: `{"messages": [{"content":
-/// [{…}]}]}` holds objects at levels 0, 2 and 4.
-pub const CHECKED_DEPTH: usize = 8;
 
 /// Keys compared pairwise in an object before a set takes over.
 const LINEAR_KEYS: usize = 16;
@@ -34,159 +27,161 @@ pub struct DuplicateKey {
     pub at: String,
 }
 
+/// An open object or array, and where the scan is in it.
+enum Frame<'a> {
+    Object {
+        /// Where the object's keys start in the shared list.
+        base: usize,
+        /// The object's keys as a set, once it has many.
+        set: Option<HashSet<Cow<'a, str>>>,
+        /// The next string is a key.
+        expect_key: bool,
+    },
+    Array {
+        index: usize,
+    },
+}
+
 /// The first key found twice in one object of `text` (see the module
-/// docs); `None` when there is none, or when `text` is not JSON (that is
-/// for the parser to say).
+/// docs); `None` when there is none.
 pub fn duplicate_key(text: &str) -> Option<DuplicateKey> {
-    let found = RefCell::new(None);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let walk = Walk {
-        depth: 0,
-        path: &Path::Root,
-        found: &found,
-    };
-    let _ = walk.deserialize(&mut de);
-    found.into_inner()
-}
-
-/// Where a value is: the chain of keys and indices from the top.
-enum Path<'a> {
-    Root,
-    Key(&'a Path<'a>, &'a str),
-    Index(&'a Path<'a>, usize),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Root => Ok(()),
-            Path::Key(Path::Root, k) => write!(f, "{k}"),
-            Path::Key(up, k) => write!(f, "{up}.{k}"),
-            Path::Index(up, i) => write!(f, "{up}[{i}]"),
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Walk<'p, 'f> {
-    depth: usize,
-    path: &'p Path<'p>,
-    found: &'f RefCell<Option<DuplicateKey>>,
-}
-
-impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        if self.depth > CHECKED_DEPTH {
-            return d.deserialize_ignored_any(IgnoredAny).map(|_| ());
-        }
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Walk<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut i = 0;
-        loop {
-            let path = Path::Index(self.path, i);
-            let inner = Walk {
-                depth: self.depth + 1,
-                path: &path,
-                found: self.found,
-            };
-            if seq.next_element_seed(inner)?.is_none() {
-                return Ok(());
+    let bytes = text.as_bytes();
+    let mut stack: Vec<Frame<'_>> = Vec::with_capacity(16);
+    // The keys of every open object, innermost last (no allocation per
+    // object).
+    let mut keys: Vec<Cow<'_, str>> = Vec::with_capacity(64);
+    // Every quote of the body, in one pass: a string runs from a quote to
+    // the next one not escaped; between strings only structure is read.
+    let mut quotes = memchr::memchr_iter(b'"', bytes);
+    let mut outside = 0;
+    loop {
+        let Some(open) = quotes.next() else {
+            structure(
+                bytes.get(outside..).unwrap_or_default(),
+                &mut stack,
+                &mut keys,
+            );
+            return None;
+        };
+        structure(bytes.get(outside..open)?, &mut stack, &mut keys);
+        let close = loop {
+            let q = quotes.next()?;
+            // Escaped when an odd run of backslashes stands before it.
+            let run = bytes
+                .get(open + 1..q)?
+                .iter()
+                .rev()
+                .take_while(|b| **b == b'\\')
+                .count();
+            if run % 2 == 0 {
+                break q;
             }
-            i += 1;
+        };
+        outside = close + 1;
+        let Some(Frame::Object {
+            base,
+            set,
+            expect_key,
+        }) = stack.last_mut()
+        else {
+            continue;
+        };
+        if !*expect_key {
+            continue;
         }
+        let key = key_text(text, open, close)?;
+        let own = keys.get(*base..).unwrap_or_default();
+        let twice = match set {
+            Some(set) => !set.insert(key.clone()),
+            None => own.contains(&key),
+        };
+        if twice {
+            return Some(DuplicateKey {
+                key: key.into_owned(),
+                at: path(&stack, &keys),
+            });
+        }
+        if set.is_none() && own.len() >= LINEAR_KEYS {
+            let mut all: HashSet<Cow<'_, str>> = own.iter().cloned().collect();
+            all.insert(key.clone());
+            *set = Some(all);
+        }
+        keys.push(key);
+        *expect_key = false;
     }
+}
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut keys: Vec<Cow<'de, str>> = Vec::new();
-        let mut set: Option<HashSet<Cow<'de, str>>> = None;
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let twice = match &mut set {
-                Some(set) => !set.insert(key.clone()),
-                None => keys.contains(&key),
-            };
-            if twice {
-                *self.found.borrow_mut() = Some(DuplicateKey {
-                    key: key.into_owned(),
-                    at: self.path.to_string(),
-                });
-                return Err(serde::de::Error::custom("duplicate key"));
-            }
-            let path = Path::Key(self.path, &key);
-            map.next_value_seed(Walk {
-                depth: self.depth + 1,
-                path: &path,
-                found: self.found,
-            })?;
-            match &mut set {
-                Some(_) => {}
-                None if keys.len() < LINEAR_KEYS => keys.push(key),
-                None => {
-                    let mut all: HashSet<Cow<'de, str>> = keys.drain(..).collect();
-                    all.insert(key);
-                    set = Some(all);
+/// Reads the structure between two strings: objects and arrays opened and
+/// closed, the commas between their members.
+fn structure<'a>(between: &[u8], stack: &mut Vec<Frame<'a>>, keys: &mut Vec<Cow<'a, str>>) {
+    for &b in between {
+        match b {
+            b'{' => stack.push(Frame::Object {
+                base: keys.len(),
+                set: None,
+                expect_key: true,
+            }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                if let Some(Frame::Object { base, .. }) = stack.pop() {
+                    keys.truncate(base);
                 }
             }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { expect_key, .. }) => *expect_key = true,
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            _ => {}
         }
-        Ok(())
     }
 }
 
-/// A key, borrowed from the body unless it holds an escape.
-struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
-        d.deserialize_str(self)
+/// The key whose quotes are at `open` and `close`: borrowed, or unescaped
+/// when it holds an escape.
+fn key_text(text: &str, open: usize, close: usize) -> Option<Cow<'_, str>> {
+    let inner = text.get(open + 1..close)?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
     }
+    serde_json::from_str::<String>(text.get(open..=close)?)
+        .ok()
+        .map(Cow::Owned)
 }
 
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a key")
+/// Where the innermost object is, e.g. `messages[3].content[0]`: the
+/// frames around it, each object by the key the scan is in (its last).
+fn path(stack: &[Frame<'_>], keys: &[Cow<'_, str>]) -> String {
+    let mut out = String::new();
+    let around = &stack[..stack.len().saturating_sub(1)];
+    for (n, frame) in around.iter().enumerate() {
+        match frame {
+            Frame::Object { .. } => {
+                // The object's last key: the one before the next object's
+                // keys start (or the list's end).
+                let next_base = around[n + 1..]
+                    .iter()
+                    .chain(stack.last())
+                    .find_map(|f| match f {
+                        Frame::Object { base, .. } => Some(*base),
+                        Frame::Array { .. } => None,
+                    })
+                    .unwrap_or(keys.len());
+                if let Some(k) = next_base.checked_sub(1).and_then(|at| keys.get(at)) {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(k);
+                }
+            }
+            Frame::Array { index } => {
+                out.push('[');
+                out.push_str(&index.to_string());
+                out.push(']');
+            }
+        }
     }
-
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(v))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(v.to_owned()))
-    }
+    out
 }
 
 #[cfg(test)]
@@ -228,12 +223,62 @@ mod tests {
         ] {
             assert_eq!(dup(fine), None, "{fine}");
         }
-        // Deeper than the checked levels: skipped.
-        let deep = format!(
-            "{}{{\"x\":1,\"x\":2}}{}",
-            "[".repeat(CHECKED_DEPTH + 1),
-            "]".repeat(CHECKED_DEPTH + 1)
-        );
-        assert_eq!(dup(&deep), None);
+        // At any depth.
+        let deep = format!("{}{{\"x\":1,\"x\":2}}{}", "[".repeat(40), "]".repeat(40));
+        assert_eq!(dup(&deep).map(|d| d.0), Some("x".to_owned()));
+        // Strings that look like structure are strings.
+        assert_eq!(dup(r#"{"a":"\",\"a\":","b":"}{[\\"}"#), None);
+        assert_eq!(dup(r#"{"a\\":1,"a":2}"#), None);
+        // Broken text: no panic.
+        for broken in ["{\"a", "\"", "{\"a\":\"\\", "}}]]", "{\"a\":1,\"a"] {
+            let _ = dup(broken);
+        }
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::duplicate_key;
+
+    /// Any JSON value, with keys and strings full of quotes, backslashes,
+    /// braces and escapes.
+    fn value() -> impl Strategy<Value = Value> {
+        let text = "[a-c\"\\\\{}\\[\\],:\\n\u{e9}]{0,6}";
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(Value::from),
+            text.prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((text, inner), 0..5)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// A value's own text (a map holds a key once) has no duplicate;
+        /// the same text with one object's first member written twice has
+        /// exactly that key twice.
+        #[test]
+        fn found_exactly_when_a_key_is_written_twice(v in value()) {
+            let text = serde_json::to_string(&v).unwrap_or_default();
+            prop_assert_eq!(duplicate_key(&text), None, "{}", text);
+            let wrapped = Value::Object(
+                [("k\"{".to_owned(), v.clone()), ("z".to_owned(), v)].into_iter().collect(),
+            );
+            let text = serde_json::to_string(&wrapped).unwrap_or_default();
+            // The first member again, at the end of the top level.
+            let first = serde_json::to_string(&wrapped["k\"{"]).unwrap_or_default();
+            let doubled = format!("{},\"k\\\"{{\":{first}}}", &text[..text.len() - 1]);
+            let found = duplicate_key(&doubled);
+            prop_assert_eq!(found.map(|d| (d.key, d.at)), Some(("k\"{".to_owned(), String::new())), "{}", doubled);
+        }
     }
 }
