@@ -20,7 +20,7 @@ pub const INDEX_BATCH: usize = 32;
 const SEQ_BITS: u32 = 32;
 
 /// An archive row waiting for the index, as the commit that archived it
-/// saw it.
+/// saw it: `text` is its [`session_text`].
 #[derive(Debug)]
 pub(super) struct Waiting {
     pub(super) doc: i64,
@@ -45,6 +45,64 @@ pub(super) fn docs_of(no: i64) -> (i64, i64) {
 /// The session number and seq of document `doc`.
 pub(super) fn split_doc(doc: i64) -> (i64, i64) {
     (doc >> SEQ_BITS, doc & ((1 << SEQ_BITS) - 1))
+}
+
+/// The text session `no`'s document is indexed under: each token of
+/// `text` (a run of letters and digits, as [`session_query`] splits a
+/// query's words) with the session's mark, so that every term of the
+/// index belongs to one session, and a query reads no other session's
+/// doclists.
+pub(super) fn session_text(no: i64, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    for token in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+    {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        push_token(&mut out, no, token);
+    }
+    out
+}
+
+/// `s{no}x{token}`: the session's mark (digits ended by `x`, so no two
+/// sessions' marks are prefixes of one another) and the token.
+fn push_token(out: &mut String, no: i64, token: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "s{no}x{token}");
+}
+
+/// The FTS5 expression for `words` in session `no`'s index, joined by AND
+/// or OR: each word the AND of its tokens (its runs of letters and
+/// digits), each with the session's mark and quoted, so no query can be a
+/// syntax error. A phrase query would check token positions in every
+/// message that holds the tokens (`test_io.py`: three common tokens); the
+/// index narrows by tokens alone, cheaply, and the caller keeps a message
+/// only when its text matches the words
+/// ([`Terms::matches`](crate::store::matched_lines::Terms::matches)).
+pub(super) fn session_query(no: i64, words: &[&str], all: bool) -> String {
+    let terms: Vec<String> = words
+        .iter()
+        .filter_map(|w| {
+            let tokens: Vec<String> = w
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|t| !t.is_empty())
+                .map(|t| {
+                    let mut q = String::from("\"");
+                    push_token(&mut q, no, t);
+                    q.push('"');
+                    q
+                })
+                .collect();
+            match tokens.len() {
+                0 => None,
+                1 => Some(tokens.concat()),
+                _ => Some(format!("({})", tokens.join(" AND "))),
+            }
+        })
+        .collect();
+    terms.join(if all { " AND " } else { " OR " })
 }
 
 /// The number of `session`'s documents, given it now (in `tx`) when it has
@@ -119,11 +177,38 @@ pub(super) fn index_waiting(
                 let text = unpack(stored).map_err(|e| corrupt(id, e.to_string()))?;
                 let message: Message =
                     serde_json::from_str(&text).map_err(|e| corrupt(id, e.to_string()))?;
-                std::borrow::Cow::Owned(index_text(&message))
+                std::borrow::Cow::Owned(session_text(split_doc(doc).0, &index_text(&message)))
             }
         };
         index.execute(params![doc, text.as_ref()]).map_err(err)?;
     }
     tx.execute("DELETE FROM search_pending", []).map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_cannot_be_syntax_errors_and_name_the_sessions_terms() {
+        assert_eq!(
+            session_query(3, &["a\"b", "c:d"], true),
+            "(\"s3xa\" AND \"s3xb\") AND (\"s3xc\" AND \"s3xd\")"
+        );
+        assert_eq!(
+            session_query(12, &["x", "y"], false),
+            "\"s12xx\" OR \"s12xy\""
+        );
+        assert_eq!(
+            session_query(1, &["test_io.py"], true),
+            "(\"s1xtest\" AND \"s1xio\" AND \"s1xpy\")"
+        );
+        assert_eq!(
+            session_text(7, "KeyError: 'total' (x2)"),
+            "s7xKeyError s7xtotal s7xx2"
+        );
+        // No session's mark is the start of another's.
+        assert_ne!(session_text(1, "2xa"), session_text(12, "a"));
+    }
 }

@@ -3,10 +3,13 @@
 //! its own, so that neither what other sessions archived nor a long
 //! search touches anyone else's requests.
 //!
-//! Cost: FTS5 seeks each term's doclist to the session's range (a walk of
-//! the doclist's page index per segment: pages, not documents) and reads
-//! the documents in it, newest first, a window at a time; nothing outside
-//! the range is read. The rank is not FTS5's `bm25`: its statistics (how
+//! Cost: the index's terms are the session's own (each token of a
+//! session's document is written with the session's mark, `s{no}x`, and
+//! so is each token of its query: [`session_text`](super::index::session_text)),
+//! so the query reads only the session's doclists, whatever other
+//! sessions hold (a word they have is another term); it is bounded to the
+//! session's rowid range as well, and reads its documents newest first, a
+//! window at a time. The rank is not FTS5's `bm25`: its statistics (how
 //! many documents hold each word) take a scan of every match in the store,
 //! other sessions' included. A window's hits are ordered by the words
 //! they hold, then newest first, as the other backends do.
@@ -22,14 +25,14 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use super::index::{docs_of, split_doc};
+use super::index::{docs_of, session_query, split_doc};
 use super::{BUSY_TIMEOUT, SEARCH_WINDOW, SqliteStore, map_err};
 use crate::store::matched_lines::query_words;
-use crate::store::text::{fts_query, index_text};
+use crate::store::text::index_text;
 use crate::store::{SearchHit, StoreError, Terms};
 
 /// Idle read connections kept for searches.
-const IDLE_READERS: usize = 4;
+const IDLE_READERS: usize = 8;
 
 /// The read connections of a file store's searches.
 #[derive(Debug)]
@@ -124,22 +127,63 @@ impl SqliteStore {
         terms: &Terms,
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let (lo, hi) = match session {
-            Some(s) => {
-                let no: Option<i64> = conn
-                    .prepare_cached("SELECT no FROM search_sessions WHERE session = ?1")
-                    .map_err(|e| self.err(e))?
-                    .query_row([s], |r| r.get(0))
-                    .optional()
-                    .map_err(|e| self.err(e))?;
-                match no {
-                    Some(no) => docs_of(no),
-                    None => return Ok(Vec::new()),
-                }
-            }
-            None => (0, i64::MAX),
+        // The sessions searched: the caller's, or every one, the newest
+        // first (a store-wide search, the operator's).
+        let sessions: Vec<i64> = match session {
+            Some(s) => conn
+                .prepare_cached("SELECT no FROM search_sessions WHERE session = ?1")
+                .map_err(|e| self.err(e))?
+                .query_row([s], |r| r.get(0))
+                .optional()
+                .map_err(|e| self.err(e))?
+                .into_iter()
+                .collect(),
+            None => conn
+                .prepare_cached("SELECT no FROM search_sessions ORDER BY no DESC")
+                .map_err(|e| self.err(e))?
+                .query_map([], |r| r.get(0))
+                .map_err(|e| self.err(e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err(e))?,
         };
-        // What waits for the index, newest first (a batch at most).
+        let modes: &[bool] = if words.len() == 1 {
+            &[true]
+        } else {
+            &[true, false]
+        };
+        for &all in modes {
+            let mut hits = Hits {
+                list: Vec::with_capacity(limit),
+                seen: HashSet::new(),
+                limit,
+            };
+            for &no in &sessions {
+                if hits.list.len() == limit {
+                    break;
+                }
+                let mode = Mode { words, terms, all };
+                self.search_session(conn, session, no, &mode, &mut hits)?;
+            }
+            if !hits.list.is_empty() {
+                return Ok(hits.list);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// One session's matches (numbered `no`) in one mode, into `hits`:
+    /// what waits for the index, then the index, newest first.
+    fn search_session(
+        &self,
+        conn: &Connection,
+        session: Option<&str>,
+        no: i64,
+        mode: &Mode<'_>,
+        hits: &mut Hits,
+    ) -> Result<(), StoreError> {
+        let (lo, hi) = docs_of(no);
+        let page = (hits.limit * 4).max(SEARCH_WINDOW);
+        // What waits for the index (a batch at most).
         let waiting = conn
             .prepare_cached(
                 "SELECT m.id, m.hash, m.json FROM search_pending p \
@@ -157,96 +201,84 @@ impl SqliteStore {
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
-        let modes: &[bool] = if words.len() == 1 {
-            &[true]
-        } else {
-            &[true, false]
-        };
-        let page = (limit * 4).max(SEARCH_WINDOW);
-        for &all in modes {
-            let expr = fts_query(words, all);
-            let mut hits = Hits {
-                list: Vec::with_capacity(limit),
-                seen: HashSet::new(),
-                limit,
-            };
-            let mut window = Vec::new();
-            for (id, hash, json) in &waiting {
-                if window.len() == page {
-                    break;
-                }
-                let message = self.parse_message(json.clone())?;
+        let mut window = Vec::new();
+        for (id, hash, json) in waiting {
+            let message = self.parse_message(json)?;
+            let text = index_text(&message);
+            if let Some(count) = mode.terms.matching(&text, mode.all) {
+                window.push(Candidate {
+                    id,
+                    count,
+                    hash,
+                    message,
+                    text,
+                });
+            }
+        }
+        hits.take(self, conn, session, mode.terms, &mut window)?;
+        // Then the index: the session's own terms, in its own range.
+        let expr = session_query(no, mode.words, mode.all);
+        let mut upper = hi;
+        while hits.list.len() < hits.limit {
+            let docs = conn
+                .prepare_cached(
+                    "SELECT rowid FROM archive_fts WHERE archive_fts MATCH ?1 \
+                     AND rowid BETWEEN ?2 AND ?3 ORDER BY rowid DESC LIMIT ?4",
+                )
+                .map_err(|e| self.err(e))?
+                .query_map(params![expr, lo, upper, page as i64], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map_err(|e| self.err(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?;
+            #[cfg(test)]
+            INDEX_ROWS.with(|n| n.set(n.get() + docs.len()));
+            let mut window = Vec::with_capacity(docs.len());
+            for &doc in &docs {
+                let (_, seq) = split_doc(doc);
+                let row: Option<(i64, String, rusqlite::types::Value)> = conn
+                    .prepare_cached(
+                        "SELECT m.id, m.hash, m.json FROM search_sessions s \
+                         JOIN archive a ON a.session = s.session AND a.seq = ?2 \
+                         JOIN messages m ON m.id = a.message WHERE s.no = ?1",
+                    )
+                    .map_err(|e| self.err(e))?
+                    .query_row(params![no, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+                    .map_err(|e| self.err(e))?;
+                let Some((id, hash, json)) = row else {
+                    continue;
+                };
+                let message = self.parse_message(json)?;
+                // The index matched the words' tokens; the text must hold
+                // the words themselves.
                 let text = index_text(&message);
-                if let Some(count) = terms.matching(&text, all) {
+                if let Some(count) = mode.terms.matching(&text, mode.all) {
                     window.push(Candidate {
-                        id: *id,
+                        id,
                         count,
-                        hash: hash.clone(),
+                        hash,
                         message,
                         text,
                     });
                 }
             }
-            hits.take(self, conn, session, terms, &mut window)?;
-            // Then the index, newest first, a window at a time.
-            let mut upper = hi;
-            while hits.list.len() < limit {
-                let docs = conn
-                    .prepare_cached(
-                        "SELECT rowid FROM archive_fts WHERE archive_fts MATCH ?1 \
-                         AND rowid BETWEEN ?2 AND ?3 ORDER BY rowid DESC LIMIT ?4",
-                    )
-                    .map_err(|e| self.err(e))?
-                    .query_map(params![expr, lo, upper, page as i64], |r| {
-                        r.get::<_, i64>(0)
-                    })
-                    .map_err(|e| self.err(e))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| self.err(e))?;
-                #[cfg(test)]
-                INDEX_ROWS.with(|n| n.set(n.get() + docs.len()));
-                let mut window = Vec::with_capacity(docs.len());
-                for &doc in &docs {
-                    let (no, seq) = split_doc(doc);
-                    let row: Option<(i64, String, rusqlite::types::Value)> = conn
-                        .prepare_cached(
-                            "SELECT m.id, m.hash, m.json FROM search_sessions s \
-                             JOIN archive a ON a.session = s.session AND a.seq = ?2 \
-                             JOIN messages m ON m.id = a.message WHERE s.no = ?1",
-                        )
-                        .map_err(|e| self.err(e))?
-                        .query_row(params![no, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .optional()
-                        .map_err(|e| self.err(e))?;
-                    let Some((id, hash, json)) = row else {
-                        continue;
-                    };
-                    let message = self.parse_message(json)?;
-                    // The index matched the words' tokens; the text must
-                    // hold the words themselves.
-                    let text = index_text(&message);
-                    if let Some(count) = terms.matching(&text, all) {
-                        window.push(Candidate {
-                            id,
-                            count,
-                            hash,
-                            message,
-                            text,
-                        });
-                    }
-                }
-                hits.take(self, conn, session, terms, &mut window)?;
-                match docs.last() {
-                    Some(&last) if docs.len() == page && last > lo => upper = last - 1,
-                    _ => break,
-                }
-            }
-            if !hits.list.is_empty() {
-                return Ok(hits.list);
+            hits.take(self, conn, session, mode.terms, &mut window)?;
+            match docs.last() {
+                Some(&last) if docs.len() == page && last > lo => upper = last - 1,
+                _ => break,
             }
         }
-        Ok(Vec::new())
+        Ok(())
     }
+}
+
+/// A search's words and whether a hit holds all of them.
+struct Mode<'a> {
+    words: &'a [&'a str],
+    terms: &'a Terms,
+    all: bool,
 }
 
 /// The hits so far: at most `limit`, a message once (a message two

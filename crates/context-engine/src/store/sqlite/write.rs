@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use rusqlite::{ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use super::checkpoint::CHECKPOINT_EVERY;
-use super::index::{INDEX_BATCH, Waiting, doc_of, index_waiting, session_no};
+use super::index::{INDEX_BATCH, Waiting, doc_of, index_waiting, session_no, session_text};
 use super::{SqliteStore, map_err};
 use crate::store::pack::pack;
 use crate::store::text::index_text;
@@ -123,7 +123,7 @@ impl SqliteStore {
                     doc,
                     message: id,
                     hash: hash.clone(),
-                    text: index_text(message),
+                    text: session_text(no, &index_text(message)),
                 });
                 next_seq += 1;
             }
