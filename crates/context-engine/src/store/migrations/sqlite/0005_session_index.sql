@@ -4,7 +4,10 @@
 -- (the session's number << 32) | its seq, so one session's documents are
 -- one rowid range, and the full-text query is restricted to that range
 -- (FTS5 seeks each term's doclist to it), whatever other sessions hold.
--- A message two sessions archived is a document in each.
+-- Each token of a document is indexed with its session's mark (`s{n}x`,
+-- sqlite/index.rs: session_text), and so is each token of a query: every
+-- term belongs to one session, so a query reads only its session's
+-- doclists. A message two sessions archived is a document in each.
 CREATE TABLE search_sessions (
     no INTEGER PRIMARY KEY,        -- the high 32 bits of its documents
     session TEXT NOT NULL UNIQUE
