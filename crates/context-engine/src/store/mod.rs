@@ -666,7 +666,7 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod search_tests;
 #[cfg(test)]
 mod tests;
