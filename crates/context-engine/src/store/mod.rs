@@ -666,7 +666,7 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-#[cfg(all(test, feature = "sqlite"))]
+#[cfg(test)]
 mod search_tests;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! The SQLite store's search: scoped to the session inside the index, off
 //! the writer's lock, and the schema 4 index upgraded.
+#![cfg(feature = "sqlite")]
 
 use std::path::PathBuf;
 use std::time::Duration;

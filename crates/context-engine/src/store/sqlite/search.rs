@@ -17,19 +17,22 @@
 //! A file store searches on a read connection from a small pool (WAL:
 //! readers never wait for the writer, nor the writer for them), in one
 //! read transaction (what waits for the index and what is in it are seen
-//! at one moment); an in-memory store has only its one connection.
+//! at one moment); an in-memory store has only its one connection. What
+//! the handle's own commits left waiting for the index (a batch at most)
+//! is indexed first when the writer's connection is free (`try_lock`:
+//! never waited for), else scanned.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::index::{docs_of, session_query, split_doc};
+use super::index::{Waiting, docs_of, index_waiting, session_query, split_doc};
 use super::{BUSY_TIMEOUT, SEARCH_WINDOW, SqliteStore, map_err};
 use crate::store::matched_lines::query_words;
 use crate::store::text::index_text;
-use crate::store::{SearchHit, StoreError, Terms};
+use crate::store::{MEMORY_PATH, SearchHit, StoreError, Terms};
 
 /// Idle read connections kept for searches.
 const IDLE_READERS: usize = 8;
@@ -106,6 +109,20 @@ impl SqliteStore {
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
+        // What this handle's commits left waiting for the index goes in
+        // first when the writer's connection is free (at most a batch,
+        // the work the next commit would do); else the search scans it.
+        match &self.readers {
+            Some(_) => {
+                if let Ok(mut conn) = self.conn.try_lock() {
+                    self.index_now(&mut conn);
+                }
+            }
+            // In memory: one connection, the search's too.
+            None if self.path.as_os_str() == MEMORY_PATH => self.index_now(&mut self.lock()),
+            // Opened for reading: it scans what waits.
+            None => {}
+        }
         let run = |conn: &Connection| {
             let tx = conn.unchecked_transaction().map_err(|e| self.err(e))?;
             let hits = self.search_on(&tx, session, &words, &terms, limit);
@@ -116,6 +133,36 @@ impl SqliteStore {
         match &self.readers {
             Some(readers) => readers.with(run),
             None => run(&self.lock()),
+        }
+    }
+
+    /// Indexes what waits for the index, if anything (this handle's
+    /// commits' texts known, others read back); a failure (another writer
+    /// holds the file) leaves it to the next commit, and the search scans
+    /// it meanwhile.
+    fn index_now(&self, conn: &mut Connection) {
+        let mut texts = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        // What waits may be another writer's, or read back (a delete
+        // forgets the texts): the file says.
+        let pending = texts.is_empty()
+            && conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM search_pending)", [], |r| {
+                    r.get::<_, bool>(0)
+                })
+                .unwrap_or(false);
+        if texts.is_empty() && !pending {
+            return;
+        }
+        let known: Vec<&Waiting> = texts.iter().collect();
+        let indexed = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))
+            .and_then(|tx| {
+                index_waiting(&tx, &self.path, &known)?;
+                tx.commit().map_err(|e| self.err(e))
+            });
+        if indexed.is_ok() {
+            texts.clear();
         }
     }
 
@@ -216,7 +263,16 @@ impl SqliteStore {
             }
         }
         hits.take(self, conn, session, mode.terms, &mut window)?;
-        // Then the index: the session's own terms, in its own range.
+        // Then the index: the session's own terms, in its own range. When
+        // every hit holds every word (or, of two words, one), the newest
+        // are the best: a window is read only until the hits are found;
+        // with more words, a window is ranked by the words each holds.
+        let streaming = mode.all || mode.words.len() <= 2;
+        let name: String = conn
+            .prepare_cached("SELECT session FROM search_sessions WHERE no = ?1")
+            .map_err(|e| self.err(e))?
+            .query_row([no], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
         let expr = session_query(no, mode.words, mode.all);
         let mut upper = hi;
         while hits.list.len() < hits.limit {
@@ -236,15 +292,20 @@ impl SqliteStore {
             INDEX_ROWS.with(|n| n.set(n.get() + docs.len()));
             let mut window = Vec::with_capacity(docs.len());
             for &doc in &docs {
+                if streaming && hits.list.len() == hits.limit {
+                    break;
+                }
                 let (_, seq) = split_doc(doc);
                 let row: Option<(i64, String, rusqlite::types::Value)> = conn
                     .prepare_cached(
-                        "SELECT m.id, m.hash, m.json FROM search_sessions s \
-                         JOIN archive a ON a.session = s.session AND a.seq = ?2 \
-                         JOIN messages m ON m.id = a.message WHERE s.no = ?1",
+                        "SELECT m.id, m.hash, m.json FROM archive a \
+                         JOIN messages m ON m.id = a.message \
+                         WHERE a.session = ?1 AND a.seq = ?2",
                     )
                     .map_err(|e| self.err(e))?
-                    .query_row(params![no, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .query_row(params![name, seq], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
                     .optional()
                     .map_err(|e| self.err(e))?;
                 let Some((id, hash, json)) = row else {
@@ -262,6 +323,9 @@ impl SqliteStore {
                         message,
                         text,
                     });
+                    if streaming {
+                        hits.take(self, conn, session, mode.terms, &mut window)?;
+                    }
                 }
             }
             hits.take(self, conn, session, mode.terms, &mut window)?;
