@@ -89,6 +89,58 @@ fn a_search_reads_only_its_own_sessions_documents() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every term of the index is one session's: the same word in two
+/// sessions is two terms, so a query of one never reads the other's.
+#[test]
+fn every_index_term_belongs_to_one_session() {
+    let dir = temp_dir("terms");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).expect("open");
+    fill(&store, "alice", "zebracodename shared words", 40);
+    fill(&store, "bob", "zebracodename shared words", 40);
+    drop(store);
+    let conn = Connection::open(&path).expect("open");
+    conn.execute_batch("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, archive_fts, 'row')")
+        .expect("vocabulary");
+    let terms: Vec<String> = conn
+        .prepare("SELECT term FROM temp.vocab")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("terms")
+        .collect::<Result<_, _>>()
+        .expect("terms");
+    let numbers: Vec<i64> = conn
+        .prepare("SELECT no FROM search_sessions ORDER BY no")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("numbers")
+        .collect::<Result<_, _>>()
+        .expect("numbers");
+    assert_eq!(numbers.len(), 2);
+    for word in ["zebracodename", "shared", "alice"] {
+        assert!(
+            !terms.iter().any(|t| t == word),
+            "{word} is a store-wide term"
+        );
+    }
+    for t in &terms {
+        let owner = numbers
+            .iter()
+            .filter(|n| t.starts_with(&format!("s{n}x")))
+            .count();
+        assert_eq!(owner, 1, "{t} belongs to {owner} sessions");
+    }
+    assert!(
+        terms
+            .iter()
+            .filter(|t| t.ends_with("xzebracodename"))
+            .count()
+            == 2
+    );
+    drop(conn);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A search runs on a read connection of its own: it answers while the
 /// writer's connection is held (by a commit, another request).
 #[test]
