@@ -18,10 +18,13 @@
 //! site rule, the body read under its limits and the in-flight budget,
 //! the accept loop's timeouts and `TCP_NODELAY`) in one run, interleaved.
 //! `LOAD_ONLY=page` measures what pages open at `/ui` add to the calls
-//! ([`page`]).
+//! ([`page`]); `LOAD_ONLY=search`, archive search among other identities'
+//! archives and what twenty searches add to a chat call ([`search`]).
 
 #[path = "load/page.rs"]
 mod page;
+#[path = "load/search.rs"]
+mod search;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -776,6 +779,29 @@ fn main() {
             let t = Instant::now();
             let n = counter.count_messages(&h);
             println!("warm count of 100 messages: {:.3} ms ({n} tokens)", t.elapsed().as_secs_f64() * 1e3);
+            // One reading of a body: the duplicate-key walk against the
+            // parse the chat path does anyway, on the same ~100-message body.
+            let b = body(&history(100, 96), false);
+            let text = std::str::from_utf8(&b).unwrap_or_default();
+            let (mut walk, mut parse, mut skip, mut quotes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..3000 {
+                let t = Instant::now();
+                std::hint::black_box(context_engine_serve::unique::duplicate_key(std::hint::black_box(text)));
+                walk.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                std::hint::black_box(context_engine_serve::body::ChatBody::parse(std::hint::black_box(&b)).is_ok());
+                parse.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                std::hint::black_box(serde_json::from_str::<serde::de::IgnoredAny>(std::hint::black_box(text)).is_ok());
+                skip.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                std::hint::black_box(memchr::memchr_iter(b'"', std::hint::black_box(text.as_bytes())).count());
+                quotes.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            for v in [&mut walk, &mut parse, &mut skip, &mut quotes] {
+                v.sort_by(f64::total_cmp);
+            }
+            println!("body read ({} KB), interleaved: ChatBody::parse p50 {:.4} ms (the duplicate-key scan included); the scan alone p50 {:.4} ms; serde_json skipping the body p50 {:.4} ms; finding its quotes {:.4} ms", b.len() / 1024, pct(&parse, 0.5), pct(&walk, 0.5), pct(&skip, 0.5), pct(&quotes, 0.5));
             let t = Instant::now();
             let v = context_engine::validate::validate(&h, context_engine::validate::Profile::OpenAi);
             println!("validate 100 messages: {:.3} ms ({} violations)", t.elapsed().as_secs_f64() * 1e3, v.len());
@@ -831,7 +857,11 @@ fn main() {
             let direct = upstream().await;
             page::page_cost(&direct).await;
         }
-        if only == "edge" || only == "page" {
+        if phase("search") {
+            let direct = upstream().await;
+            search::search_cost(&direct).await;
+        }
+        if only == "edge" || only == "page" || only == "search" {
             return;
         }
         let per: usize = std::env::var("LOAD_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);

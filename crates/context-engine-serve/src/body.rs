@@ -32,6 +32,10 @@ impl<'a> ChatBody<'a> {
     /// Reads `bytes` as a JSON object, whatever its fields (the Anthropic
     /// and Responses fronts, which rebuild their own fields); `messages`
     /// is left empty.
+    ///
+    /// A key twice in one object is [`ServeError::DuplicateKey`] (see
+    /// [`unique`](crate::unique)), which the handlers answer with a 400
+    /// instead of forwarding.
     pub fn parse_object(bytes: &'a [u8]) -> Result<ChatBody<'a>, ServeError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ServeError::BadRequest(format!("body is not UTF-8: {e}")))?;
@@ -40,6 +44,13 @@ impl<'a> ChatBody<'a> {
             .deserialize_map(FieldsVisitor)
             .and_then(|f| de.end().map(|()| f))
             .map_err(|e| ServeError::BadRequest(format!("body is not a JSON object: {e}")))?;
+        // JSON, read: now one reading of it.
+        if let Some(d) = crate::unique::duplicate_key(text) {
+            return Err(ServeError::DuplicateKey {
+                key: d.key,
+                at: d.at,
+            });
+        }
         Ok(ChatBody {
             fields,
             messages: Vec::new(),

@@ -27,6 +27,18 @@ pub enum ServeError {
     /// The request cannot be read.
     #[error("invalid request: {0}")]
     BadRequest(String),
+    /// A key twice in one object of the body: what the proxy reads and
+    /// what a provider reads could differ ([`unique`](crate::unique)).
+    #[error(
+        "invalid request: the key `{key}` appears twice in {}: send each key once",
+        if at.is_empty() { "the body" } else { at.as_str() }
+    )]
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// Where, e.g. `messages[3]` (empty: the top level).
+        at: String,
+    },
     /// The proxy itself failed (never the engine: that fails open).
     #[error("internal error: {0}")]
     Internal(String),
@@ -74,7 +86,7 @@ impl ServeError {
             ServeError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServeError::NoIdentity(_) => StatusCode::FORBIDDEN,
-            ServeError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ServeError::BadRequest(_) | ServeError::DuplicateKey { .. } => StatusCode::BAD_REQUEST,
             ServeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ServeError::SessionNotFound(_) | ServeError::NotFound(_) => StatusCode::NOT_FOUND,
             ServeError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -92,6 +104,7 @@ impl ServeError {
             ServeError::Unauthorized => ("invalid_request_error", "invalid_api_key"),
             ServeError::NoIdentity(_) => ("permission_error", "no_identity"),
             ServeError::BadRequest(_) => ("invalid_request_error", "invalid_request"),
+            ServeError::DuplicateKey { .. } => ("invalid_request_error", "duplicate_key"),
             ServeError::Internal(_) => ("api_error", "internal_error"),
             ServeError::SessionNotFound(_) | ServeError::NotFound(_) => {
                 ("invalid_request_error", "not_found")

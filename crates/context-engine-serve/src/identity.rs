@@ -9,13 +9,18 @@
 //!    Without the access token anyone who reaches the port could claim
 //!    any user, so the proxy refuses to start with the header alone
 //!    ([`StartError::IdentityHeaderNeedsToken`](crate::StartError));
-//! 2. else the client's own credential (`Authorization`, `api-key` or
-//!    `x-api-key`: the first that is not the proxy's token) when it goes
-//!    upstream as it came, so the provider checks it: 16 hex digits of the
-//!    SHA-256 of the header's value (the scope the proxy always used, so
-//!    stored sessions stay reachable). Not a credential: the proxy's own access token (a
-//!    team token every user shares), nor anything when the proxy replaces
-//!    the client's key with its own provider key (nobody checks it then);
+//! 2. else the client's own credential when it goes upstream as it came,
+//!    so the provider checks it: the first header the API's provider
+//!    authenticates ([`Api::credential_headers`]: on Anthropic Messages
+//!    `x-api-key`, then `Authorization`; elsewhere `Authorization`,
+//!    `api-key`, `x-api-key`) that holds one: 16 hex digits of the SHA-256
+//!    of the header's value (the scope the proxy always used, so stored
+//!    sessions stay reachable). Not a credential: an empty value, a bare
+//!    scheme (`Authorization: Bearer `, one word), the proxy's own access
+//!    token in any scheme, case or spacing (a team token every user
+//!    shares; the auth layer removed it already, [`token::strip`]), nor
+//!    anything when the proxy replaces the client's key with its own
+//!    provider key (nobody checks it then);
 //! 3. else none: [`Identity::Anonymous`], scope `-`.
 //!
 //! Sessions are keyed by (identity, session id). An anonymous request is
@@ -27,18 +32,14 @@
 
 use std::convert::Infallible;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, header};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::AppState;
-use crate::token::TOKEN_HEADER;
-
-/// Headers a client carries its own provider credential in, in the order
-/// they are read.
-const CREDENTIAL_HEADERS: &[&str] = &["authorization", "api-key", "x-api-key"];
+use crate::paths::{MESSAGES, MESSAGES_COUNT_TOKENS};
+use crate::token::{self, CREDENTIAL_HEADERS, TOKEN_HEADER, split_scheme};
 
 /// Longest identity header value read, in bytes.
 const MAX_IDENTITY_BYTES: usize = 256;
@@ -60,7 +61,37 @@ pub enum Identity {
 #[derive(Clone, Copy, Debug)]
 pub struct Reader(());
 
-/// What decides a request's identity: the proxy's configuration.
+/// Which provider API a request is for: what its provider authenticates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI chat completions, Responses, every other path and the page.
+    #[default]
+    OpenAi,
+    /// Anthropic Messages (`/v1/messages`, its `count_tokens`).
+    Anthropic,
+}
+
+impl Api {
+    /// The API of a request on the route `route`.
+    pub fn of_route(route: Option<&str>) -> Api {
+        match route {
+            Some(MESSAGES | MESSAGES_COUNT_TOKENS) => Api::Anthropic,
+            _ => Api::OpenAi,
+        }
+    }
+
+    /// The headers the API's provider authenticates, in the order it
+    /// reads them.
+    pub fn credential_headers(self) -> &'static [&'static str] {
+        match self {
+            Api::OpenAi => CREDENTIAL_HEADERS,
+            Api::Anthropic => &["x-api-key", "authorization"],
+        }
+    }
+}
+
+/// What decides a request's identity: the proxy's configuration and the
+/// request's API.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules<'a> {
     /// SHA-256 of the proxy's access token, when one is required.
@@ -71,6 +102,8 @@ pub struct Rules<'a> {
     /// Whether the proxy sends its own provider key upstream instead of
     /// the client's.
     pub provider_key: bool,
+    /// The request's API.
+    pub api: Api,
 }
 
 impl Identity {
@@ -90,13 +123,16 @@ impl Identity {
         if rules.provider_key {
             return Identity::Anonymous;
         }
-        let credential = CREDENTIAL_HEADERS
+        let credential = rules
+            .api
+            .credential_headers()
             .iter()
-            .filter_map(|h| headers.get(*h))
-            .map(|v| v.as_bytes())
-            .find(|v| {
-                !v.trim_ascii().is_empty() && !rules.proxy_token.is_some_and(|t| is_token(v, t))
-            });
+            .filter_map(|h| headers.get(*h).map(|v| (*h, v.as_bytes())))
+            .find(|(name, v)| {
+                holds_credential(name, v)
+                    && !rules.proxy_token.is_some_and(|t| token::carries(v, t))
+            })
+            .map(|(_, v)| v);
         match credential {
             Some(c) => Identity::Credential(hex(&Sha256::digest(c)[..8])),
             None => Identity::Anonymous,
@@ -122,16 +158,19 @@ impl Identity {
     }
 }
 
-/// Whether the header value `v` carries the proxy's access token (as a
-/// bearer token or whole), compared in constant time.
-fn is_token(v: &[u8], token: &[u8; 32]) -> bool {
-    let bare = v
-        .strip_prefix(b"Bearer ")
-        .or_else(|| v.strip_prefix(b"bearer "))
-        .unwrap_or(v);
-    [bare, v]
-        .iter()
-        .any(|c| bool::from(Sha256::digest(c).as_slice().ct_eq(token.as_slice())))
+/// Whether the value `v` of the credential header `name` holds a
+/// credential: `Authorization` a scheme and something after it, a key
+/// header something that is not empty nor a scheme's name alone.
+fn holds_credential(name: &str, v: &[u8]) -> bool {
+    match split_scheme(v) {
+        (Some(_), credential) => name != "authorization" || !credential.is_empty(),
+        (None, word) => {
+            name != "authorization"
+                && !word.is_empty()
+                && !word.eq_ignore_ascii_case(b"bearer")
+                && !word.eq_ignore_ascii_case(b"basic")
+        }
+    }
 }
 
 impl FromRequestParts<AppState> for Identity {
@@ -142,10 +181,15 @@ impl FromRequestParts<AppState> for Identity {
         state: &AppState,
     ) -> Result<Identity, Infallible> {
         let options = state.options();
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
         let rules = Rules {
             proxy_token: state.token_digest(),
             identity_header: options.identity_header.as_ref(),
             provider_key: options.upstream.api_key.is_some(),
+            api: Api::of_route(route),
         };
         Ok(Identity::of(&parts.headers, &rules))
     }
@@ -258,6 +302,82 @@ mod tests {
     }
 
     #[test]
+    fn the_token_in_any_form_is_no_identity() {
+        let token = Sha256::digest(b"team").into();
+        let rules = Rules {
+            proxy_token: Some(&token),
+            ..Rules::default()
+        };
+        for api in [Api::OpenAi, Api::Anthropic] {
+            let rules = Rules { api, ..rules };
+            for shared in [
+                &[("authorization", "BEARER team")][..],
+                &[("authorization", "Bearer  team")],
+                &[("authorization", "Token team")],
+                &[("authorization", "bearer\tteam ")],
+                &[("x-api-key", "team")],
+                &[("api-key", "Bearer team")],
+            ] {
+                let id = Identity::of(&headers(shared), &rules);
+                assert_eq!(id, Identity::Anonymous, "{api:?} {shared:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_credential_is_no_identity() {
+        for api in [Api::OpenAi, Api::Anthropic] {
+            let rules = Rules {
+                api,
+                ..Rules::default()
+            };
+            for empty in [
+                &[("authorization", "Bearer ")][..],
+                &[("authorization", "Bearer")],
+                &[("authorization", "bearer  ")],
+                &[("authorization", "Basic")],
+                &[("authorization", "")],
+                &[("x-api-key", "")],
+                &[("x-api-key", "  ")],
+                &[("api-key", "Bearer ")],
+                &[("authorization", "Bearer "), ("x-api-key", "")],
+            ] {
+                let id = Identity::of(&headers(empty), &rules);
+                assert_eq!(id, Identity::Anonymous, "{api:?} {empty:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_api_names_the_caller_by_what_its_provider_authenticates() {
+        let both = headers(&[("authorization", "Bearer sk-a"), ("x-api-key", "sk-b")]);
+        let openai = Identity::of(&both, &Rules::default());
+        let anthropic = Identity::of(
+            &both,
+            &Rules {
+                api: Api::Anthropic,
+                ..Rules::default()
+            },
+        );
+        assert_eq!(openai.scope(), hex(&Sha256::digest(b"Bearer sk-a")[..8]));
+        assert_eq!(anthropic.scope(), hex(&Sha256::digest(b"sk-b")[..8]));
+        // No key: Anthropic takes the bearer token.
+        let bearer = headers(&[("authorization", "Bearer sk-a")]);
+        let rules = Rules {
+            api: Api::Anthropic,
+            ..Rules::default()
+        };
+        assert_eq!(Identity::of(&bearer, &rules), openai);
+        // Azure's api-key is no Anthropic credential.
+        assert_eq!(
+            Identity::of(&headers(&[("api-key", "sk-c")]), &rules),
+            Identity::Anonymous
+        );
+        assert_eq!(Api::of_route(Some(MESSAGES)), Api::Anthropic);
+        assert_eq!(Api::of_route(Some("/v1/chat/completions")), Api::OpenAi);
+    }
+
+    #[test]
     fn the_identity_header_counts_only_behind_the_access_token() {
         let token = Sha256::digest(b"team").into();
         let name = HeaderName::from_static("x-user");
@@ -265,6 +385,7 @@ mod tests {
             proxy_token: Some(&token),
             identity_header: Some(&name),
             provider_key: true,
+            ..Rules::default()
         };
         let alice = Identity::of(
             &headers(&[("authorization", "Bearer team"), ("x-user", "alice")]),

@@ -49,12 +49,14 @@ pub mod error;
 pub mod handlers;
 pub mod identity;
 pub mod metrics;
+pub mod paths;
 pub mod router;
 pub mod routes;
 pub mod session;
 pub mod sse;
 pub mod token;
 pub mod tools;
+pub mod unique;
 pub mod upstream;
 
 use std::future::Future;
@@ -390,8 +392,9 @@ impl AppState {
             edge::site::AllowedHosts::new(options.listen.ip(), &options.allowed_hosts)?;
         let inflight = edge::budget::InflightBudget::new(options.max_inflight_bytes);
         let metrics = Metrics::new();
-        let upstream =
-            Upstream::new(&options.upstream)?.counting_retries(metrics.connect_retries());
+        let upstream = Upstream::new(&options.upstream)?
+            .counting_retries(metrics.connect_retries())
+            .dropping_identity_header(options.identity_header.clone());
         identity::check_options(&options)?;
         let (calls, request_bytes) = if options.ui.enabled {
             (options.ui.calls_per_session, options.ui.request_bytes)

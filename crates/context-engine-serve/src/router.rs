@@ -17,9 +17,9 @@ use crate::edge;
 use crate::edge::site::RouteKind;
 use crate::error::ServeError;
 use crate::routes::{MANAGED, UNAUTHENTICATED, V1_ANY, routes};
-use crate::token::{digest, presented};
+use crate::token::{digest, presented, strip};
 
-pub use crate::token::{AuthorizationConsumed, TOKEN_HEADER};
+pub use crate::token::TOKEN_HEADER;
 
 /// The whole application: routes and layers, ready to serve or to call in
 /// tests with `tower::ServiceExt::oneshot`.
@@ -47,8 +47,9 @@ pub fn app_without_edge(state: AppState) -> Router {
 }
 
 /// The access token, when one is configured: from `x-ctx-token`, else a
-/// bearer `Authorization` (which is then not forwarded). Compared in
-/// constant time (digests of equal length).
+/// bearer `Authorization`. Compared in constant time (digests of equal
+/// length); once it matches, every header carrying it is removed from the
+/// request ([`strip`]).
 async fn auth(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let Some(expected) = state.token_digest() else {
         return next.run(req).await;
@@ -64,10 +65,10 @@ async fn auth(State(state): State<AppState>, mut req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     match presented(req.headers()) {
-        Some((token, via_authorization)) if bool::from(digest(token).ct_eq(expected)) => {
-            if via_authorization {
-                req.extensions_mut().insert(AuthorizationConsumed);
-            }
+        Some(token) if bool::from(digest(token).ct_eq(expected)) => {
+            // Past this point the token is in no header: nothing forwards
+            // it upstream and nothing takes it for an identity.
+            strip(req.headers_mut(), expected);
             next.run(req).await
         }
         _ => ServeError::Unauthorized.into_response(),

@@ -66,6 +66,9 @@ pub struct Upstream {
     /// path starts with it.
     base_path: String,
     authorization: Option<HeaderValue>,
+    /// The gateway's identity header (`serve.identity_header`): never
+    /// forwarded.
+    identity_header: Option<HeaderName>,
     timeout: Duration,
     connect_retries: u32,
     connect_backoff: Duration,
@@ -121,11 +124,18 @@ impl Upstream {
             base: options.url.trim_end_matches('/').to_owned(),
             base_path,
             authorization,
+            identity_header: None,
             timeout: options.timeout,
             connect_retries: options.connect_retries,
             connect_backoff: options.connect_backoff,
             retried: Counter::default(),
         })
+    }
+
+    /// Never forwards `name` (the gateway's identity header).
+    pub fn dropping_identity_header(mut self, name: Option<HeaderName>) -> Upstream {
+        self.identity_header = name;
+        self
     }
 
     /// Counts connect retries into `counter` (the metrics').
@@ -162,23 +172,21 @@ impl Upstream {
     }
 
     /// The headers to send upstream: the client's, less hop-by-hop headers,
-    /// `x-ctx-*`, and (when `drop_authorization`) its `Authorization`; the
-    /// configured key replaces `Authorization` when set. With `identity`,
-    /// asks for an uncompressed answer (the proxy reads it).
-    pub fn headers(
-        &self,
-        incoming: &HeaderMap,
-        drop_authorization: bool,
-        identity: bool,
-    ) -> HeaderMap {
+    /// `x-ctx-*` and the gateway's identity header; the configured key
+    /// replaces `Authorization` when set. (Whatever carried the proxy's
+    /// access token is gone already: [`token::strip`](crate::token::strip)
+    /// in the router's auth layer.) With `identity`, asks for an
+    /// uncompressed answer (the proxy reads it).
+    pub fn headers(&self, incoming: &HeaderMap, identity: bool) -> HeaderMap {
         let mut out = HeaderMap::with_capacity(incoming.len());
         for (name, value) in incoming {
-            if HOP_BY_HOP.contains(name) || name.as_str().starts_with("x-ctx-") {
+            if HOP_BY_HOP.contains(name)
+                || name.as_str().starts_with("x-ctx-")
+                || self.identity_header.as_ref() == Some(name)
+            {
                 continue;
             }
-            if *name == header::AUTHORIZATION
-                && (drop_authorization || self.authorization.is_some())
-            {
+            if *name == header::AUTHORIZATION && self.authorization.is_some() {
                 continue;
             }
             if identity && *name == header::ACCEPT_ENCODING {
@@ -324,23 +332,20 @@ mod tests {
         h.insert("x-ctx-session", HeaderValue::from_static("s1"));
         h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
         h.insert("openai-organization", HeaderValue::from_static("org"));
-        let out = up.headers(&h, false, false);
+        h.insert("x-user", HeaderValue::from_static("alice"));
+        let out = up.headers(&h, false);
         assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer client");
         assert!(out.get("x-ctx-session").is_none() && out.get(header::CONNECTION).is_none());
         assert_eq!(out.get("openai-organization").unwrap(), "org");
-        assert!(
-            up.headers(&h, true, false)
-                .get(header::AUTHORIZATION)
-                .is_none()
-        );
+        assert_eq!(out.get("x-user").unwrap(), "alice");
+        let up = up.dropping_identity_header(Some(HeaderName::from_static("x-user")));
+        assert!(up.headers(&h, false).get("x-user").is_none());
 
         let mut opts = UpstreamOptions::new("https://example.invalid/v1");
         opts.api_key = Some("sk-conf".into());
         let up = Upstream::new(&opts).unwrap();
         assert_eq!(
-            up.headers(&h, true, true)
-                .get(header::AUTHORIZATION)
-                .unwrap(),
+            up.headers(&h, true).get(header::AUTHORIZATION).unwrap(),
             "Bearer sk-conf"
         );
         assert!(Upstream::new(&UpstreamOptions::new("ftp://x")).is_err());

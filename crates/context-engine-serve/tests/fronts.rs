@@ -120,8 +120,16 @@ async fn post(
     (status, resp.text().await.unwrap())
 }
 
+/// `/ctx/sessions/{id}` with `headers`: with an `x-api-key`, that key
+/// alone, as an Anthropic client sends it (a Messages request is named by
+/// its `x-api-key`, the status by the first credential of any header).
 async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) -> Value {
-    let mut req = common::client().get(format!("http://{addr}/ctx/sessions/{id}"));
+    let client = if headers.iter().any(|(k, _)| *k == "x-api-key") {
+        reqwest::Client::new()
+    } else {
+        common::client()
+    };
+    let mut req = client.get(format!("http://{addr}/ctx/sessions/{id}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }

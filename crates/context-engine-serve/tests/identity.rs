@@ -506,3 +506,125 @@ async fn the_fallback_hash_never_joins_two_identities() {
     assert_eq!(anon.offered(), ["bash"]);
     assert_leaks_nothing(&anon);
 }
+
+/// The access token in every form a client may send it, beside the
+/// gateway's identity header: the upstream sees neither, on chat
+/// completions, Messages, Responses and a passthrough path (embeddings),
+/// and no form of the token is an identity (no engine tool offered without `x-user`).
+#[tokio::test]
+async fn the_access_token_and_the_identity_header_never_go_upstream() {
+    const TOKEN: &str = "team-token-Zq81";
+    let (addr, script) = proxy_with(Some(Arc::new(MemoryStore::new())), |o| {
+        o.with_auth_token(Some(TOKEN.into()))
+            .with_identity_header(Some("x-user"))
+            .unwrap()
+    })
+    .await;
+    let bearer = format!("Bearer {TOKEN}");
+    let upper = format!("BEARER {TOKEN}");
+    let spaced = format!("Bearer  {TOKEN}");
+    let scheme = format!("Token {TOKEN}");
+    let variants: Vec<Vec<(&str, &str)>> = vec![
+        vec![("authorization", &bearer)],
+        vec![("x-ctx-token", TOKEN), ("authorization", &bearer)],
+        vec![("x-ctx-token", TOKEN), ("x-api-key", TOKEN)],
+        vec![("x-ctx-token", TOKEN), ("api-key", TOKEN)],
+        vec![("authorization", &upper)],
+        vec![("authorization", &spaced)],
+        vec![("x-ctx-token", TOKEN), ("authorization", &scheme)],
+        vec![
+            ("x-ctx-token", TOKEN),
+            ("authorization", &upper),
+            ("x-api-key", &spaced),
+        ],
+    ];
+    let bodies = [
+        ("/v1/embeddings", json!({"model": "m", "input": "hi"})),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": client_tools()}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        ("/v1/responses", json!({"model": "m", "input": "hi"})),
+    ];
+    let client = reqwest::Client::new();
+    for headers in &variants {
+        for with_user in [false, true] {
+            for (path, body) in &bodies {
+                let before = script.received().len();
+                let mut req = client
+                    .post(format!("http://{addr}{path}"))
+                    .header("content-type", "application/json")
+                    .header("x-ctx-session", "tok-run")
+                    .body(body.to_string());
+                for (k, v) in headers {
+                    req = req.header(*k, *v);
+                }
+                if with_user {
+                    req = req.header("x-user", "alice-the-user");
+                }
+                let status = req.send().await.unwrap().status().as_u16();
+                let received = script.received();
+                assert_eq!(received.len(), before + 1, "{path} {headers:?}: {status}");
+                let sent = &received[before];
+                for (name, value) in &sent.headers {
+                    let value = String::from_utf8_lossy(value.as_bytes());
+                    assert!(
+                        !value.contains(TOKEN),
+                        "{path} {headers:?}: the token went upstream in {name}"
+                    );
+                    assert!(
+                        !value.contains("alice-the-user"),
+                        "{path} {headers:?}: the identity header's value went upstream in {name}"
+                    );
+                }
+                assert!(sent.headers.get("x-user").is_none());
+                if *path == "/v1/chat/completions" && !with_user {
+                    let up: Value = serde_json::from_slice(&sent.body).unwrap();
+                    assert_eq!(
+                        up["tools"].as_array().map(Vec::len),
+                        Some(1),
+                        "{headers:?}: the token made an identity"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            status_of(addr, "tok-run", headers).await.0,
+            403,
+            "{headers:?}: the token made an identity"
+        );
+    }
+}
+
+/// An empty credential or a bare scheme is no identity: nothing offered,
+/// the session status refused, however many clients send it.
+#[tokio::test]
+async fn an_empty_credential_is_anonymous() {
+    let (addr, script) = proxy_with(Some(Arc::new(MemoryStore::new())), |o| o).await;
+    for empty in [
+        [("authorization", "Bearer "), ("x-ctx-session", "empty-run")],
+        [("authorization", "Bearer"), ("x-ctx-session", "empty-run")],
+        [("x-api-key", " "), ("x-ctx-session", "empty-run")],
+    ] {
+        let r = send(
+            addr,
+            &script,
+            &empty,
+            &b_conversation(),
+            Some(attack("context_recall", json!({"handle": "call_1"}))),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.answer);
+        assert_eq!(r.offered(), ["bash"], "{empty:?}");
+        assert!(r.engine_answer.is_none());
+        assert_eq!(
+            status_of(addr, "empty-run", &empty).await.0,
+            403,
+            "{empty:?}"
+        );
+    }
+}

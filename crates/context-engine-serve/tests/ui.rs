@@ -83,6 +83,15 @@ async fn the_page_sets_its_policy_and_lists_nothing_without_an_identity() {
         .unwrap()
         .to_owned();
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+    // Scripts by hash only: no inline-script allowance.
+    let script_src = csp
+        .split(';')
+        .find(|d| d.trim().starts_with("script-src"))
+        .unwrap();
+    assert!(
+        script_src.contains("'sha256-") && !script_src.contains("unsafe-inline"),
+        "{csp}"
+    );
     assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-store");
     let mut req = Request::get("/ui/api/sessions")
         .body(Body::empty())
@@ -226,4 +235,52 @@ async fn a_calls_request_shows_each_message_kept_or_changed_redacted_to_its_iden
     assert_eq!(missing.status(), 404);
     let why = missing.text().await.unwrap();
     assert!(why.contains("serve.ui.request_bytes"), "{why}");
+}
+
+/// The overview names the store's location (a file path; for Postgres a
+/// host) to the operator only: not to an identity, not to nobody.
+#[tokio::test]
+async fn the_overview_names_the_store_location_to_the_operator_only() {
+    let dir = std::env::temp_dir().join(format!("ctx-ui-location-{}", std::process::id()));
+    let path = dir.join("secret-place.db");
+    let store = context_engine::store::SqliteStore::open(&path).unwrap();
+    let o = options("http://127.0.0.1:9/v1")
+        .with_listen("127.0.0.1:8787".parse().unwrap())
+        .with_store(Some(Arc::new(store)))
+        .with_ui(UiOptions::default().with_operator_token(Some("op-token".into())));
+    let state = AppState::new(o, compressor_context(counter(), 8000)).unwrap();
+    let overview = |headers: Vec<(&'static str, &'static str)>| {
+        let state = state.clone();
+        async move {
+            let mut req = Request::get("/ui/api/overview").header(header::HOST, "127.0.0.1:8787");
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let mut req = req.body(Body::empty()).unwrap();
+            req.extensions_mut()
+                .insert(LocalAddr("127.0.0.1:8787".parse().unwrap()));
+            let resp = app(state).oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+        }
+    };
+    for who in [vec![("authorization", "Bearer sk-test")], vec![]] {
+        let seen = overview(who.clone()).await;
+        assert_eq!(seen["store"]["kind"], "ok", "{seen}");
+        assert!(
+            !seen.to_string().contains("secret-place"),
+            "{who:?} learns the store's location: {seen}"
+        );
+    }
+    let operator = overview(vec![("x-ctx-operator-token", "op-token")]).await;
+    assert!(
+        operator["store"]["location"]
+            .as_str()
+            .is_some_and(|l| l.contains("secret-place")),
+        "{operator}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -13,25 +13,75 @@
 //! retention lists) with DOM calls only: text is set as text, never parsed
 //! as HTML.
 //!
-//! Each page carries a strict Content-Security-Policy: scripts and styles
-//! only inline, images only as `data:` URLs, and no other source at all
-//! (the live page may also fetch from its own origin), so any request a
-//! page made elsewhere would be refused and show as a console error.
+//! Each page carries a strict Content-Security-Policy: styles only inline,
+//! scripts only the page's own (each inline script named by its SHA-256 in
+//! `script-src`, no `'unsafe-inline'`: a script anything injected would
+//! run is refused), images only as `data:` URLs, and no other source at
+//! all (the live page may also fetch from its own origin), so any request
+//! a page made elsewhere would be refused and show as a console error.
 //!
 //! This crate knows no engine type: it takes JSON text and gives HTML text,
 //! so the CLI and the proxy share it without depending on each other.
 
-/// The report's policy: nothing loads from anywhere; inline scripts and
-/// styles, `data:` images.
-pub const REPLAY_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
+use std::sync::LazyLock;
 
-/// The live page's policy: as the report's, plus fetches from its own
-/// origin (the proxy's JSON endpoints).
-pub const UI_CSP: &str = "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
 
-/// [`UI_CSP`] as the proxy sends it in a header, where `frame-ancestors`
+/// The report's policy: nothing loads from anywhere; inline styles, the
+/// report's own scripts (by hash), `data:` images.
+pub fn replay_csp() -> &'static str {
+    static CSP: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "default-src 'none'; style-src 'unsafe-inline'; script-src {}; img-src data:; base-uri 'none'; form-action 'none'",
+            hashes(&[VIEW_JS, REPLAY_JS])
+        )
+    });
+    &CSP
+}
+
+/// The live page's policy: as the report's with the live page's scripts,
+/// plus fetches from its own origin (the proxy's JSON endpoints).
+pub fn ui_csp() -> &'static str {
+    static CSP: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src {}; img-src data:; base-uri 'none'; form-action 'none'",
+            hashes(&[VIEW_JS, UI_JS])
+        )
+    });
+    &CSP
+}
+
+/// [`ui_csp`] as the proxy sends it in a header, where `frame-ancestors`
 /// also holds (a `<meta>` policy may not carry it).
-pub const UI_CSP_HEADER: &str = "default-src 'none'; connect-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+pub fn ui_csp_header() -> &'static str {
+    static CSP: LazyLock<String> =
+        LazyLock::new(|| format!("{}; frame-ancestors 'none'", ui_csp()));
+    &CSP
+}
+
+/// The `script-src` sources of `scripts`: each element's text by its
+/// SHA-256, as [`scripts`] writes it.
+fn hashes(scripts: &[&str]) -> String {
+    scripts
+        .iter()
+        .map(|code| {
+            let digest = Sha256::digest(script_text(code).as_bytes());
+            format!(
+                "'sha256-{}'",
+                base64::engine::general_purpose::STANDARD.encode(digest)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The text of the `<script>` element that carries `code`.
+fn script_text(code: &str) -> String {
+    // The assets are this crate's own files; escaping keeps any `</script`
+    // in them from ending the element.
+    format!("\n{}", html_escape::encode_script(code))
+}
 
 const CSS: &str = include_str!("../assets/view.css");
 const VIEW_JS: &str = include_str!("../assets/view.js");
@@ -45,7 +95,7 @@ pub const REPORT_ELEMENT_ID: &str = "report";
 /// `report_json`, the JSON text of the report (`ctx replay --json`'s),
 /// embedded as it is for the page (and tests) to read.
 pub fn replay_page(title: &str, report_json: &str) -> String {
-    let mut html = head(title, REPLAY_CSP);
+    let mut html = head(title, replay_csp());
     html.push_str("<script type=\"application/json\" id=\"");
     html.push_str(REPORT_ELEMENT_ID);
     html.push_str("\">");
@@ -59,7 +109,7 @@ pub fn replay_page(title: &str, report_json: &str) -> String {
 /// The live page of `ctx serve` (`/ui`): the same for every caller; what
 /// it shows comes from the JSON endpoints, under the caller's access.
 pub fn ui_page() -> String {
-    let mut html = head("ctx serve", UI_CSP);
+    let mut html = head("ctx serve", ui_csp());
     html.push_str(&scripts(UI_JS));
     html.push_str("</body>\n</html>\n");
     html
@@ -88,10 +138,8 @@ fn head(title: &str, csp: &str) -> String {
 fn scripts(page: &str) -> String {
     let mut s = String::with_capacity(VIEW_JS.len() + page.len() + 64);
     for code in [VIEW_JS, page] {
-        s.push_str("<script>\n");
-        // The assets are this crate's own files; escaping keeps any
-        // `</script` in them from ending the element.
-        s.push_str(&html_escape::encode_script(code));
+        s.push_str("<script>");
+        s.push_str(&script_text(code));
         s.push_str("</script>\n");
     }
     s
@@ -109,6 +157,40 @@ fn json_for_script(json: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each inline script runs only by its hash: the policy names the
+    /// SHA-256 of exactly the text of each `<script>` element the page
+    /// holds, and allows no other inline script.
+    #[test]
+    fn the_scripts_run_by_hash_never_by_unsafe_inline() {
+        for (page, csp) in [
+            (replay_page("r", "{}"), replay_csp()),
+            (ui_page(), ui_csp()),
+        ] {
+            let script_src = csp
+                .split(';')
+                .map(str::trim)
+                .find(|d| d.starts_with("script-src"))
+                .expect("a script-src");
+            assert!(!script_src.contains("unsafe-inline"), "{script_src}");
+            let mut rest = page.as_str();
+            let mut scripts = 0;
+            while let Some(at) = rest.find("<script>") {
+                let body = &rest[at + "<script>".len()..];
+                let end = body.find("</script>").expect("closed");
+                let digest = Sha256::digest(&body.as_bytes()[..end]);
+                let source = format!(
+                    "'sha256-{}'",
+                    base64::engine::general_purpose::STANDARD.encode(digest)
+                );
+                assert!(script_src.contains(&source), "{source} not in {script_src}");
+                scripts += 1;
+                rest = &body[end..];
+            }
+            assert_eq!(scripts, 2);
+            assert_eq!(script_src.matches("'sha256-").count(), 2);
+        }
+    }
 
     #[test]
     fn the_report_embeds_the_json_so_that_no_text_can_end_the_script() {
@@ -142,7 +224,7 @@ mod tests {
         // A meta policy may not carry frame-ancestors (the browser says so
         // in the console); the header does.
         assert!(!ui.contains("frame-ancestors"));
-        assert!(UI_CSP_HEADER.starts_with(UI_CSP));
+        assert!(ui_csp_header().starts_with(ui_csp()));
         for page in [&report, &ui] {
             assert!(page.len() < 300 * 1024, "{} bytes", page.len());
         }

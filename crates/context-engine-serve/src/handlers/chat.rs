@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, MatchedPath, State};
+use axum::extract::{MatchedPath, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
+use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
 use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, respond};
 use crate::identity::Identity;
@@ -29,24 +30,23 @@ use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
 use crate::sse::ChatReader;
-use crate::token::AuthorizationConsumed;
 use crate::tools::{self, ChatRounds, StreamTools};
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<AppState>,
     route: MatchedPath,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
     let route = route.as_str();
-    let out_headers = state.upstream().headers(&headers, consumed.is_some(), true);
+    let out_headers = state.upstream().headers(&headers, true);
     let url = state.upstream().url("chat/completions", None);
     let parsed = match ChatBody::parse(&body) {
         Ok(parsed) => parsed,
+        Err(e @ ServeError::DuplicateKey { .. }) => return e.into_response(),
         Err(why) => {
             // Not ours to judge: the provider answers it with its own error.
             tracing::warn!(reason = %why, "unreadable chat request forwarded unmanaged");

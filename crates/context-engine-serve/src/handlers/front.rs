@@ -26,12 +26,13 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use context_engine::front::{self as lib, FrontCache, FrontKind, FrontRequest, Rebuilt};
 use serde_json::value::RawValue;
 
 use crate::AppState;
 use crate::body::ChatBody;
+use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
 use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, passthrough};
 use crate::identity::Identity;
@@ -60,17 +61,17 @@ fn upstream_url(state: &AppState, uri: &Uri) -> String {
 pub(crate) async fn handle(
     state: AppState,
     call: Call,
-    consumed: bool,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let out_headers = state.upstream().headers(&headers, consumed, true);
+    let out_headers = state.upstream().headers(&headers, true);
     let url = upstream_url(&state, &uri);
     let split = match ChatBody::parse_object(&body) {
         Ok(split) => split,
+        Err(e @ ServeError::DuplicateKey { .. }) => return e.into_response(),
         Err(why) => {
             // Not ours to judge: the provider answers it with its own error.
             tracing::warn!(front = %call.kind, reason = %why, "unreadable request forwarded unmanaged");
@@ -291,17 +292,18 @@ enum FrontError {
 /// history.
 pub(crate) async fn count_tokens(
     state: AppState,
-    consumed: bool,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let out_headers = state.upstream().headers(&headers, consumed, false);
+    let out_headers = state.upstream().headers(&headers, false);
     let url = upstream_url(&state, &uri);
     let kind = FrontKind::Anthropic;
-    let Ok(split) = ChatBody::parse_object(&body) else {
-        return forward(&state, &url, out_headers, body).await;
+    let split = match ChatBody::parse_object(&body) {
+        Ok(split) => split,
+        Err(e @ ServeError::DuplicateKey { .. }) => return e.into_response(),
+        Err(_) => return forward(&state, &url, out_headers, body).await,
     };
     let fields = split.fields();
     let items = lib::split_items(kind, &fields);

@@ -3,7 +3,7 @@
 //! ([`front`](super::front)).
 
 use axum::body::Bytes;
-use axum::extract::{Extension, MatchedPath, State};
+use axum::extract::{MatchedPath, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
@@ -11,14 +11,12 @@ use context_engine::front::FrontKind;
 use crate::AppState;
 use crate::handlers::front::{self, Call};
 use crate::identity::Identity;
-use crate::token::AuthorizationConsumed;
 
 /// `POST /v1/messages`: forwarded to `{upstream}/messages`, streamed as
 /// Anthropic events or not, as the client asked.
 pub async fn messages(
     State(state): State<AppState>,
     route: MatchedPath,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
@@ -28,27 +26,17 @@ pub async fn messages(
         kind: FrontKind::Anthropic,
         route: route.as_str().to_owned(),
     };
-    front::handle(
-        state,
-        call,
-        consumed.is_some(),
-        identity,
-        uri,
-        headers,
-        body,
-    )
-    .await
+    front::handle(state, call, identity, uri, headers, body).await
 }
 
 /// `POST /v1/messages/count_tokens`: counted upstream on the managed
 /// request.
 pub async fn count_tokens(
     State(state): State<AppState>,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    front::count_tokens(state, consumed.is_some(), identity, uri, headers, body).await
+    front::count_tokens(state, identity, uri, headers, body).await
 }

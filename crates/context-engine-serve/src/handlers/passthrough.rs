@@ -4,19 +4,17 @@
 //! refused (400).
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::handlers::respond;
-use crate::token::AuthorizationConsumed;
 use crate::upstream::response_headers;
 
 /// `ANY /v1/{*rest}`.
 pub async fn passthrough(
     State(state): State<AppState>,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -27,9 +25,7 @@ pub async fn passthrough(
         Ok(url) => url,
         Err(e) => return e.into_response(),
     };
-    let out_headers = state
-        .upstream()
-        .headers(&headers, consumed.is_some(), false);
+    let out_headers = state.upstream().headers(&headers, false);
     forward(&state, method, &url, out_headers, body).await
 }
 

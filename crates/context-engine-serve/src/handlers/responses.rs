@@ -3,7 +3,7 @@
 //! state (`previous_response_id`) passes through unmanaged.
 
 use axum::body::Bytes;
-use axum::extract::{Extension, MatchedPath, State};
+use axum::extract::{MatchedPath, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
@@ -11,14 +11,12 @@ use context_engine::front::FrontKind;
 use crate::AppState;
 use crate::handlers::front::{self, Call};
 use crate::identity::Identity;
-use crate::token::AuthorizationConsumed;
 
 /// `POST /v1/responses`: forwarded to `{upstream}/responses`, streamed as
 /// Responses events or not, as the client asked.
 pub async fn responses(
     State(state): State<AppState>,
     route: MatchedPath,
-    consumed: Option<Extension<AuthorizationConsumed>>,
     identity: Identity,
     uri: Uri,
     headers: HeaderMap,
@@ -28,14 +26,5 @@ pub async fn responses(
         kind: FrontKind::Responses,
         route: route.as_str().to_owned(),
     };
-    front::handle(
-        state,
-        call,
-        consumed.is_some(),
-        identity,
-        uri,
-        headers,
-        body,
-    )
-    .await
+    front::handle(state, call, identity, uri, headers, body).await
 }

@@ -192,7 +192,7 @@ fn private(mut response: Response) -> Response {
     );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(context_engine_view::UI_CSP_HEADER),
+        HeaderValue::from_static(context_engine_view::ui_csp_header()),
     );
     response
 }
@@ -225,7 +225,12 @@ pub async fn overview(State(state): State<AppState>, Caller(viewer): Caller) -> 
     let store = match state.sessions().store() {
         None => json!({ "kind": "none" }),
         Some(s) => match s.health.degraded() {
-            None => json!({ "kind": "ok", "location": s.store.location() }),
+            // Where the store is (a file path, a database host) is the
+            // operator's to know.
+            None if viewer == Viewer::Operator => {
+                json!({ "kind": "ok", "location": s.store.location() })
+            }
+            None => json!({ "kind": "ok" }),
             Some((_, since)) => json!({ "kind": "degraded", "for_s": since.as_secs() }),
         },
     };

@@ -258,13 +258,15 @@ pub fn sse_of(value: &serde_json::Value, include_usage: bool) -> String {
 }
 
 /// Starts the scripted upstream; returns its base URL (`…/v1`). Chat
-/// completions, Anthropic Messages and Responses calls are answered from
+/// completions, Anthropic Messages, Responses (and embeddings, a
+/// passthrough path) calls are answered from
 /// the same script (a reply in the call's format is the script's job).
 pub async fn start_upstream(script: Arc<Script>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(chat))
         .route("/v1/responses", post(chat))
+        .route("/v1/embeddings", post(chat))
         .route("/v1/models", get(|| async { axum::Json(serde_json::json!({"object":"list","data":[{"id":"scripted","object":"model"}]})) }))
         .with_state(script);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -667,4 +667,6 @@ pub fn now_ms() -> u64 {
 }
 
 #[cfg(test)]
+mod search_tests;
+#[cfg(test)]
 mod tests;

@@ -461,7 +461,7 @@ fn the_index_trails_by_a_batch_and_no_search_misses_what_waits() {
     let indexed = || -> i64 {
         Connection::open(&path)
             .expect("open")
-            .query_row("SELECT COUNT(*) FROM message_fts_docsize", [], |r| r.get(0))
+            .query_row("SELECT COUNT(*) FROM archive_fts_docsize", [], |r| r.get(0))
             .expect("count")
     };
     let archive = |store: &SqliteStore, text: String| {

@@ -4,13 +4,15 @@
 //! most the transaction it was in), `synchronous = NORMAL` (durable across
 //! process crashes; a power loss may drop the last commits, never corrupt),
 //! foreign keys on, prepared statements cached per connection. The
-//! full-text index trails the archive by at most [`INDEX_BATCH`](index::INDEX_BATCH) messages:
-//! a commit writes the messages and their rows, and the index takes the
-//! waiting messages in one go (in the transaction of the commit that
-//! reaches the batch, before a search, on open), because an FTS5 insert
-//! writes a new index segment per transaction, which cost more than the
-//! rest of a model call's commit. A search never misses a message: the
-//! writer indexes what waits first, a reader scans it. A file store
+//! full-text index (one document per archive row, a session's documents
+//! one rowid range: [`search`]) trails the archive by at most
+//! [`INDEX_BATCH`](index::INDEX_BATCH) rows: a commit writes the messages
+//! and their rows, and the index takes the waiting rows in one go (in the
+//! transaction of the commit that reaches the batch, on open), because an
+//! FTS5 insert writes a new index segment per transaction, which cost more
+//! than the rest of a model call's commit. A search never misses a
+//! message: it scans what waits of its session. Searches run on read
+//! connections of their own (a file store), never under the writer's lock. A file store
 //! checkpoints the write-ahead log in a background thread of its own (its
 //! own connection, a passive checkpoint every [`CHECKPOINT_EVERY`](checkpoint::CHECKPOINT_EVERY)
 //! commits), so a commit does not wait for the checkpoint's `fsync`; the
@@ -24,6 +26,7 @@ mod checkpoint;
 mod index;
 mod open;
 mod schema;
+mod search;
 mod session;
 mod write;
 
@@ -39,13 +42,16 @@ use super::pack::unpack;
 use super::{SessionStore, StoreError, Versioned};
 use crate::message::Message;
 use checkpoint::Checkpointer;
-use index::{INDEXED_UPTO, Waiting};
+use index::Waiting;
+use search::Readers;
 
 #[cfg(test)]
 pub(super) use index::INDEX_BATCH;
 pub use schema::SCHEMA_VERSION;
 #[cfg(test)]
 pub(super) use schema::{MIGRATIONS_FOR_TEST, migrate_for_test};
+#[cfg(test)]
+pub(super) use search::INDEX_ROWS;
 
 /// How many of the newest matches a search ranks at a time.
 const SEARCH_WINDOW: usize = 64;
@@ -62,12 +68,13 @@ pub struct SqliteStore {
     /// hash and indexed text, in id order (changed under the connection's
     /// lock), so indexing them does not read them back.
     waiting: Mutex<Vec<Waiting>>,
-    /// Opened for writing (a reader scans what waits instead).
-    write: bool,
     /// Commits so far (every [`CHECKPOINT_EVERY`](checkpoint::CHECKPOINT_EVERY)th wakes the checkpoint).
     commits: AtomicUsize,
     /// The background checkpoint of a file store opened for writing.
     checkpoint: Option<Checkpointer>,
+    /// The read connections searches run on (a file store opened for
+    /// writing; otherwise searches share `conn`).
+    readers: Option<Readers>,
 }
 
 impl SqliteStore {
@@ -75,6 +82,12 @@ impl SqliteStore {
         // rusqlite rolls back an unfinished transaction when it is dropped,
         // so a panic under the lock leaves nothing half-written.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection's lock, held by a test.
+    #[cfg(test)]
+    pub(in crate::store) fn hold_for_test(&self) -> MutexGuard<'_, Connection> {
+        self.lock()
     }
 
     fn err(&self, e: rusqlite::Error) -> StoreError {
@@ -141,40 +154,6 @@ impl SqliteStore {
             .optional()
             .map_err(|e| self.err(e))?;
         Ok(version.map(|v| v.max(0) as u64))
-    }
-
-    /// Whether message `id` is archived by `session` (any session when
-    /// `None`).
-    fn archived_in(
-        &self,
-        conn: &Connection,
-        id: i64,
-        session: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        conn.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM archive \
-             WHERE message = ?1 AND (?2 IS NULL OR session = ?2))",
-        )
-        .map_err(|e| self.err(e))?
-        .query_row(params![id, session], |r| r.get(0))
-        .map_err(|e| self.err(e))
-    }
-
-    /// The messages not in the full-text index yet, oldest first: id,
-    /// hash, stored JSON.
-    fn unindexed(
-        &self,
-        conn: &Connection,
-    ) -> Result<Vec<(i64, String, rusqlite::types::Value)>, StoreError> {
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT id, hash, json FROM messages WHERE id > ({INDEXED_UPTO}) ORDER BY id"
-            ))
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
     fn spans_of(

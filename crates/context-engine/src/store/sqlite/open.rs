@@ -10,6 +10,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use super::checkpoint::{AUTOCHECKPOINT_PAGES, Checkpointer};
 use super::index::index_waiting;
 use super::schema::{MIGRATIONS, SCHEMA_VERSION, check_identity, migrate, user_version};
+use super::search::Readers;
 use super::{BUSY_TIMEOUT, SqliteStore, map_err};
 use crate::store::{MEMORY_PATH, StoreError};
 
@@ -112,11 +113,11 @@ impl SqliteStore {
             .flatten();
         Ok(SqliteStore {
             conn: Mutex::new(conn),
-            path,
             waiting: Mutex::new(Vec::new()),
-            write,
             commits: AtomicUsize::new(0),
             checkpoint,
+            readers: (write && path.as_os_str() != MEMORY_PATH).then(|| Readers::new(&path)),
+            path,
         })
     }
 

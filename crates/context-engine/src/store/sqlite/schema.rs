@@ -11,7 +11,7 @@ use crate::store::MEMORY_PATH;
 use crate::store::StoreError;
 
 /// The schema version this build writes (and the newest it reads).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// `PRAGMA application_id` of a context-engine store ("CTXS").
 const APPLICATION_ID: i64 = 0x4354_5853;
@@ -27,6 +27,10 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (
         4,
         include_str!("../migrations/sqlite/0004_history_segments.sql"),
+    ),
+    (
+        5,
+        include_str!("../migrations/sqlite/0005_session_index.sql"),
     ),
 ];
 

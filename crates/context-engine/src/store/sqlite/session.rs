@@ -4,24 +4,12 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
-use super::index::{INDEXED_UPTO, Waiting, index_waiting};
-use super::{SEARCH_WINDOW, SqliteStore, map_err};
-use crate::store::matched_lines::query_words;
-use crate::store::text::{fts_query, index_text};
+use super::index::{doc_of, docs_of};
+use super::{SqliteStore, map_err};
 use crate::store::{
     Batch, CompactionRecord, Entry, EntryKind, HistoryWrite, MEMORY_PATH, SearchHit, SessionStore,
-    Since, StoreError, Terms, Versioned, now_ms, version_conflict,
+    Since, StoreError, Versioned, now_ms, version_conflict,
 };
-
-/// A message the index matched, before it becomes a hit.
-struct Candidate {
-    id: i64,
-    rank: f64,
-    count: usize,
-    hash: String,
-    message: crate::message::Message,
-    text: String,
-}
 
 impl SessionStore for SqliteStore {
     fn location(&self) -> String {
@@ -105,127 +93,7 @@ impl SessionStore for SqliteStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let words = query_words(query);
-        let terms = Terms::of_words(&words);
-        if terms.is_empty() || limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.lock();
-        // What waits for the index: the writer indexes it now; a reader
-        // (or a writer that cannot take the lock) scans it below.
-        let mut waiting = self.unindexed(&conn)?;
-        if self.write && !waiting.is_empty() {
-            let mut texts = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            let known: Vec<&Waiting> = texts.iter().collect();
-            let indexed = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.err(e))
-                .and_then(|tx| {
-                    index_waiting(&tx, &self.path, &known)?;
-                    tx.commit().map_err(|e| self.err(e))
-                });
-            if indexed.is_ok() {
-                texts.clear();
-                waiting.clear();
-            }
-        }
-        let modes: &[bool] = if words.len() == 1 {
-            &[true]
-        } else {
-            &[true, false]
-        };
-        // Ranking every match costs as much as there are matches (a common
-        // word in a large archive: thousands), so the newest matches come
-        // first, a window at a time (FTS5 walks its index by rowid and stops
-        // at the LIMIT), and each window is ranked best first; the session
-        // and the message are point lookups by key afterwards.
-        let page = (limit * 4).max(SEARCH_WINDOW);
-        for &all in modes {
-            let expr = fts_query(&words, all);
-            let mut hits = Vec::with_capacity(limit);
-            // The newest messages first: those not indexed yet.
-            for (id, hash, json) in waiting.iter().rev() {
-                if hits.len() == limit {
-                    break;
-                }
-                if !self.archived_in(&conn, *id, session)? {
-                    continue;
-                }
-                let message = self.parse_message(json.clone())?;
-                let text = index_text(&message);
-                if !terms.matches(&text, all) {
-                    continue;
-                }
-                let spans = self.spans_of(&conn, session, *id)?;
-                hits.push(SearchHit::archived(&message, hash, spans, &text, &terms));
-            }
-            let mut offset = 0usize;
-            while hits.len() < limit {
-                let ranked = conn
-                    .prepare_cached(
-                        "SELECT rowid, rank FROM (SELECT rowid, rank FROM message_fts \
-                         WHERE message_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2 OFFSET ?3) \
-                         ORDER BY rank",
-                    )
-                    .map_err(|e| self.err(e))?
-                    .query_map(params![expr, page as i64, offset as i64], |r| {
-                        Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?))
-                    })
-                    .map_err(|e| self.err(e))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| self.err(e))?;
-                // The window's matches, best rank first, ties by words
-                // matched: read until the hits still wanted are found and
-                // the rank changes.
-                let room = limit - hits.len();
-                let mut window = Vec::new();
-                for &(id, rank) in &ranked {
-                    if window.len() >= room
-                        && window.last().is_some_and(|w: &Candidate| w.rank != rank)
-                    {
-                        break;
-                    }
-                    if !self.archived_in(&conn, id, session)? {
-                        continue;
-                    }
-                    let (hash, json): (String, rusqlite::types::Value) = conn
-                        .prepare_cached("SELECT hash, json FROM messages WHERE id = ?1")
-                        .map_err(|e| self.err(e))?
-                        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .map_err(|e| self.err(e))?;
-                    let message = self.parse_message(json)?;
-                    // The index matched the words' tokens; the text must
-                    // hold the words themselves.
-                    let text = index_text(&message);
-                    let Some(count) = terms.matching(&text, all) else {
-                        continue;
-                    };
-                    window.push(Candidate {
-                        id,
-                        rank,
-                        count,
-                        hash,
-                        message,
-                        text,
-                    });
-                }
-                window.sort_by(|a, b| a.rank.total_cmp(&b.rank).then(b.count.cmp(&a.count)));
-                for c in window.into_iter().take(room) {
-                    let spans = self.spans_of(&conn, session, c.id)?;
-                    hits.push(SearchHit::archived(
-                        &c.message, &c.hash, spans, &c.text, &terms,
-                    ));
-                }
-                if hits.len() == limit || ranked.len() < page {
-                    break;
-                }
-                offset += page;
-            }
-            if !hits.is_empty() {
-                return Ok(hits);
-            }
-        }
-        Ok(Vec::new())
+        self.search_scoped(session, query, limit)
     }
 
     fn compactions(&self, session: &str) -> Result<Vec<CompactionRecord>, StoreError> {
@@ -448,6 +316,49 @@ impl SessionStore for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
+        // The session's documents: those indexed leave the index, those
+        // waiting leave the queue.
+        let no: Option<i64> = tx
+            .query_row(
+                "SELECT no FROM search_sessions WHERE session = ?1",
+                [session],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(err)?;
+        let mut indexed = 0;
+        if let Some(no) = no {
+            let (lo, hi) = docs_of(no);
+            let waiting = tx
+                .prepare("SELECT doc FROM search_pending WHERE doc BETWEEN ?1 AND ?2")
+                .map_err(err)?
+                .query_map(params![lo, hi], |r| r.get::<_, i64>(0))
+                .map_err(err)?
+                .collect::<Result<std::collections::HashSet<_>, _>>()
+                .map_err(err)?;
+            tx.execute(
+                "DELETE FROM search_pending WHERE doc BETWEEN ?1 AND ?2",
+                params![lo, hi],
+            )
+            .map_err(err)?;
+            let seqs = tx
+                .prepare("SELECT seq FROM archive WHERE session = ?1")
+                .map_err(err)?
+                .query_map([session], |r| r.get::<_, i64>(0))
+                .map_err(err)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            let mut drop_doc = tx
+                .prepare("DELETE FROM archive_fts WHERE rowid = ?1")
+                .map_err(err)?;
+            for seq in seqs {
+                if let Some(doc) = doc_of(no, seq).filter(|d| !waiting.contains(d)) {
+                    indexed += drop_doc.execute([doc]).map_err(err)?;
+                }
+            }
+            tx.execute("DELETE FROM search_sessions WHERE no = ?1", [no])
+                .map_err(err)?;
+        }
         for table in [
             "handle_members",
             "handles",
@@ -463,30 +374,18 @@ impl SessionStore for SqliteStore {
             )
             .map_err(err)?;
         }
-        // Messages no session archives any more, and the index entries of
-        // those indexed (what waits is not in the index; what stays of it
-        // still has ids above the newest indexed one).
-        let unindexed = tx
-            .execute(
-                &format!(
-                    "DELETE FROM message_fts WHERE rowid IN \
-                       (SELECT id FROM messages WHERE id <= ({INDEXED_UPTO}) \
-                        AND id NOT IN (SELECT message FROM archive))"
-                ),
-                [],
-            )
-            .map_err(err)?;
+        // Messages no session archives any more.
         tx.execute(
             "DELETE FROM messages WHERE id NOT IN (SELECT message FROM archive)",
             [],
         )
         .map_err(err)?;
-        if unindexed > 0 {
+        if indexed > 0 {
             // A deletion only marks the index's entries deleted; merging
             // its segments drops their tokens (and `secure_delete` zeroes
             // the pages they leave).
             tx.execute(
-                "INSERT INTO message_fts(message_fts) VALUES ('optimize')",
+                "INSERT INTO archive_fts(archive_fts) VALUES ('optimize')",
                 [],
             )
             .map_err(err)?;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use rusqlite::{ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use super::checkpoint::CHECKPOINT_EVERY;
-use super::index::{INDEX_BATCH, Waiting, index_waiting};
+use super::index::{INDEX_BATCH, Waiting, doc_of, index_waiting, session_no, session_text};
 use super::{SqliteStore, map_err};
 use crate::store::pack::pack;
 use crate::store::text::index_text;
@@ -54,8 +54,8 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// One batch's rows, in the caller's transaction; the messages it
-    /// stored for the first time join `added` (they wait for the index).
+    /// One batch's rows, in the caller's transaction; the archive rows it
+    /// added join `added` (they wait for the index).
     fn write_batch(
         &self,
         tx: &rusqlite::Transaction<'_>,
@@ -83,6 +83,10 @@ impl SqliteStore {
                 "INSERT OR IGNORE INTO archive (session, message, seq) VALUES (?1, ?2, ?3)",
             )
             .map_err(err)?;
+        let mut pending = tx
+            .prepare_cached("INSERT INTO search_pending (doc, message) VALUES (?1, ?2)")
+            .map_err(err)?;
+        let mut no = None;
         for (hash, message) in batch.messages() {
             let id = match find
                 .query_row([hash], |r| r.get::<_, i64>(0))
@@ -95,13 +99,7 @@ impl SqliteStore {
                     insert
                         .execute(params![hash, message.role.as_str(), pack(&json)])
                         .map_err(err)?;
-                    let id = tx.last_insert_rowid();
-                    added.push(Waiting {
-                        id,
-                        hash: hash.clone(),
-                        text: index_text(message),
-                    });
-                    id
+                    tx.last_insert_rowid()
                 }
             };
             if archive
@@ -109,6 +107,24 @@ impl SqliteStore {
                 .map_err(err)?
                 > 0
             {
+                // A document of the session's own in the index.
+                let no = match no {
+                    Some(no) => no,
+                    None => *no.insert(session_no(tx, &self.path, session)?),
+                };
+                let doc = doc_of(no, next_seq).ok_or_else(|| StoreError::Backend {
+                    location: self.path.display().to_string(),
+                    detail: format!(
+                        "session `{session}` archives more messages than its index can hold (2^32)"
+                    ),
+                })?;
+                pending.execute(params![doc, id]).map_err(err)?;
+                added.push(Waiting {
+                    doc,
+                    message: id,
+                    hash: hash.clone(),
+                    text: session_text(no, &index_text(message)),
+                });
                 next_seq += 1;
             }
             ids.insert(hash.as_str(), id);
