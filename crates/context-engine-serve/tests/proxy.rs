@@ -870,3 +870,63 @@ async fn each_request_gets_the_window_of_the_model_it_names() {
         "an unknown model: --context-length"
     );
 }
+
+/// The per-request model window holds on every API, with and without a
+/// store (it was applied only to chat completions without one).
+#[tokio::test]
+async fn the_model_window_applies_on_every_api_and_store() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let stores: [Option<Arc<dyn context_engine::store::SessionStore>>; 2] = [
+        None,
+        Some(Arc::new(context_engine::store::MemoryStore::new())),
+    ];
+    for store in stores {
+        let with_store = store.is_some();
+        let mut ctx = compressor_context(counter(), 128_000);
+        ctx.host = HostOptions::default()
+            .with_model_windows([("small-model".to_owned(), 6_000)].into_iter().collect());
+        let (addr, _) = start_proxy(options(&url).with_store(store), ctx).await;
+        let apis = [
+            (
+                "/v1/chat/completions",
+                json!({"model": "small-model-1", "messages": [user("hi")]}),
+            ),
+            (
+                "/v1/messages",
+                json!({"model": "small-model-1", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": "hi"}]}),
+            ),
+            (
+                "/v1/responses",
+                json!({"model": "small-model-1",
+                       "input": [{"role": "user", "content": "hi"}]}),
+            ),
+        ];
+        for (path, body) in apis {
+            let session = format!("mw-{}-{with_store}", path.replace('/', "-"));
+            let resp = common::client()
+                .post(format!("http://{addr}{path}"))
+                .header("content-type", "application/json")
+                .header("x-ctx-session", &session)
+                .body(serde_json::to_vec(&body).unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "{path}, store {with_store}");
+            resp.bytes().await.unwrap();
+            let status = json_of(
+                common::client()
+                    .get(format!("http://{addr}/ctx/sessions/{session}"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(
+                status["status"]["context_length"], 6_000,
+                "{path}, store {with_store}: {status}"
+            );
+        }
+    }
+}
