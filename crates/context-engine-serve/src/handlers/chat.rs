@@ -160,7 +160,7 @@ fn prepare(
 ) -> Result<Plan, SessionError> {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         if let Some(store) = store {
-            return persist::prepare_stored(slot, ctx, key, body.messages(), body.model(), store);
+            return persist::prepare_stored(slot, ctx, key, body.messages(), store);
         }
         if slot.is_none() {
             *slot = Some(Managed::new(Arc::clone(ctx), &key.id)?);

@@ -221,19 +221,14 @@ fn prepare(
         })?;
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let refs: Vec<&RawValue> = front.chat_json().iter().map(AsRef::as_ref).collect();
-        // The window of the model the request names, on every API.
-        let model = split.model();
         let plan = if let Some(store) = step.store {
-            persist::prepare_stored(slot, step.ctx, step.key, &refs, model, store)?
+            persist::prepare_stored(slot, step.ctx, step.key, &refs, store)?
         } else {
             if slot.is_none() {
                 *slot = Some(Managed::new(Arc::clone(step.ctx), &step.key.id)?);
             }
             match slot.as_mut() {
-                Some(m) => {
-                    m.use_model(model);
-                    m.prepare(&refs)?
-                }
+                Some(m) => m.prepare(&refs)?,
                 None => return Err(SessionError::NoSession.into()),
             }
         };

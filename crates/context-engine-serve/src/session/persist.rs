@@ -598,7 +598,6 @@ pub(crate) fn prepare_stored(
     ctx: &Arc<super::SessionContext>,
     key: &super::SessionKey,
     raw: &[&serde_json::value::RawValue],
-    model: Option<String>,
     store: &SharedStore,
 ) -> Result<super::Plan, SessionError> {
     let sid = store_id(key);
@@ -706,8 +705,6 @@ pub(crate) fn prepare_stored(
         if let Some(n) = renumber {
             m.host_mut().number_records_after(n);
         }
-        // The window of the model the request names, as without a store.
-        m.use_model(model.clone());
         let t = Instant::now();
         let plan = match m.prepare(raw) {
             Ok(plan) => plan,
