@@ -91,8 +91,9 @@ async fn proxy(url: &str) -> (String, AppState) {
     proxy_with(url, None).await
 }
 
-/// A proxy whose sessions sleep after `hibernate` idle, when set.
-async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState) {
+/// The sessions every phase's proxy runs: the compressor at a 128K window,
+/// exact cached counts.
+fn session_context() -> SessionContext {
     let counter: Arc<dyn TokenCounter> =
         Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
     let c = Arc::clone(&counter);
@@ -102,12 +103,17 @@ async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState
                 EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
             ))
         };
-    let ctx = SessionContext {
+    SessionContext {
         factory: Arc::new(factory),
         counter,
         host: HostOptions::default(),
         blocking: false,
-    };
+    }
+}
+
+/// A proxy whose sessions sleep after `hibernate` idle, when set.
+async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState) {
+    let ctx = session_context();
     let options = ServeOptions::new(UpstreamOptions::new(url))
         .with_sessions(100_000, Duration::from_secs(3600))
         .with_hibernation(hibernate);

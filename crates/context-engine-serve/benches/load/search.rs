@@ -14,14 +14,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use context_engine::engine::ContextEngine;
-use context_engine::host::HostOptions;
 use context_engine::message::Message;
-use context_engine::plugin::EngineContext;
 use context_engine::store::{Batch, SessionStore, SqliteStore};
-use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine_postgres::{PgOptions, PgStore};
-use context_engine_serve::{AppState, ServeOptions, SessionContext, UiOptions, UpstreamOptions};
+use context_engine_serve::{AppState, ServeOptions, UiOptions, UpstreamOptions};
 use tokio::net::TcpListener;
 
 use super::pct;
@@ -160,24 +156,6 @@ async fn pg_database() -> Result<(String, String, tokio_postgres::Client), Strin
     Ok((url, db, client))
 }
 
-fn session_context() -> SessionContext {
-    let counter: Arc<dyn TokenCounter> =
-        Arc::new(CachedCounter::new(BpeCounter::new(Encoding::O200kBase)));
-    let c = Arc::clone(&counter);
-    let factory =
-        move |_: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
-            Ok(Box::new(
-                EngineContext::new(Arc::clone(&c), 128_000).into_compressor(),
-            ))
-        };
-    SessionContext {
-        factory: Arc::new(factory),
-        counter,
-        host: HostOptions::default(),
-        blocking: false,
-    }
-}
-
 /// One one-message chat call of the unrelated identity; ms.
 async fn chat(client: &reqwest::Client, base: &str, i: usize) -> f64 {
     let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hello {i}"}}]}}"#);
@@ -249,7 +227,7 @@ pub(crate) async fn search_cost(direct: &str) {
     let options = ServeOptions::new(UpstreamOptions::new(direct))
         .with_store(Some(Arc::new(store)))
         .with_ui(UiOptions::default());
-    let state = AppState::new(options, session_context()).unwrap_or_else(|e| panic!("{e}"));
+    let state = AppState::new(options, super::session_context()).unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));

@@ -96,6 +96,26 @@ thread_local! {
 }
 
 impl SqliteStore {
+    /// The stored message `json` as a candidate when its text holds the
+    /// search's words (all of them, or any, as `mode` asks).
+    fn candidate(
+        &self,
+        id: i64,
+        hash: String,
+        json: rusqlite::types::Value,
+        mode: &Mode<'_>,
+    ) -> Result<Option<Candidate>, StoreError> {
+        let message = self.parse_message(json)?;
+        let text = index_text(&message);
+        Ok(mode.terms.matching(&text, mode.all).map(|count| Candidate {
+            id,
+            count,
+            hash,
+            message,
+            text,
+        }))
+    }
+
     /// [`SessionStore::search`](crate::store::SessionStore::search) (see
     /// the module docs).
     pub(super) fn search_scoped(
@@ -250,17 +270,7 @@ impl SqliteStore {
             .map_err(|e| self.err(e))?;
         let mut window = Vec::new();
         for (id, hash, json) in waiting {
-            let message = self.parse_message(json)?;
-            let text = index_text(&message);
-            if let Some(count) = mode.terms.matching(&text, mode.all) {
-                window.push(Candidate {
-                    id,
-                    count,
-                    hash,
-                    message,
-                    text,
-                });
-            }
+            window.extend(self.candidate(id, hash, json, mode)?);
         }
         hits.take(self, conn, session, mode.terms, &mut window)?;
         // Then the index: the session's own terms, in its own range. When
@@ -311,18 +321,10 @@ impl SqliteStore {
                 let Some((id, hash, json)) = row else {
                     continue;
                 };
-                let message = self.parse_message(json)?;
                 // The index matched the words' tokens; the text must hold
                 // the words themselves.
-                let text = index_text(&message);
-                if let Some(count) = mode.terms.matching(&text, mode.all) {
-                    window.push(Candidate {
-                        id,
-                        count,
-                        hash,
-                        message,
-                        text,
-                    });
+                if let Some(candidate) = self.candidate(id, hash, json, mode)? {
+                    window.push(candidate);
                     if streaming {
                         hits.take(self, conn, session, mode.terms, &mut window)?;
                     }
