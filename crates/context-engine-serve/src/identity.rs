@@ -8,7 +8,7 @@
 //!    gateway for each user): scope `u` + 16 hex digits of its SHA-256.
 //!    Without the access token anyone who reaches the port could claim
 //!    any user, so the proxy refuses to start with the header alone
-//!    ([`StartError::IdentityHeaderNeedsToken`](crate::StartError));
+//!    ([`StartError::IdentityHeaderNeedsToken`](crate::error::StartError));
 //! 2. else the client's own credential when it goes upstream as it came,
 //!    so the provider checks it: the first header the API's provider
 //!    authenticates ([`Api::credential_headers`]: on Anthropic Messages
@@ -30,14 +30,9 @@
 //! request may read is a [`Reader`], which only [`Identity::reader`]
 //! makes; the tool offers take one.
 
-use std::convert::Infallible;
-
-use axum::extract::{FromRequestParts, MatchedPath};
-use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, header};
 use sha2::{Digest, Sha256};
 
-use crate::AppState;
 use crate::paths::{MESSAGES, MESSAGES_COUNT_TOKENS};
 use crate::token::{self, CREDENTIAL_HEADERS, TOKEN_HEADER, split_scheme};
 
@@ -171,46 +166,6 @@ fn holds_credential(name: &str, v: &[u8]) -> bool {
                 && !word.eq_ignore_ascii_case(b"basic")
         }
     }
-}
-
-impl FromRequestParts<AppState> for Identity {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Identity, Infallible> {
-        let options = state.options();
-        let route = parts
-            .extensions
-            .get::<MatchedPath>()
-            .map(MatchedPath::as_str);
-        let rules = Rules {
-            proxy_token: state.token_digest(),
-            identity_header: options.identity_header.as_ref(),
-            provider_key: options.upstream.api_key.is_some(),
-            api: Api::of_route(route),
-        };
-        Ok(Identity::of(&parts.headers, &rules))
-    }
-}
-
-/// Refuses an identity header without the access token (anyone who
-/// reaches the port could claim any user) or on a header that cannot name
-/// a user.
-pub(crate) fn check_options(options: &crate::ServeOptions) -> Result<(), crate::StartError> {
-    let Some(name) = &options.identity_header else {
-        return Ok(());
-    };
-    if options.auth_token.is_none() {
-        return Err(crate::StartError::IdentityHeaderNeedsToken(
-            name.to_string(),
-        ));
-    }
-    if !usable_identity_header(name) {
-        return Err(crate::StartError::BadIdentityHeader(name.to_string()));
-    }
-    Ok(())
 }
 
 /// Whether `name` may be the trusted identity header: not a credential,

@@ -11,12 +11,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-use crate::AppState;
 use crate::accept::LocalAddr;
 use crate::edge;
 use crate::edge::site::RouteKind;
 use crate::error::ServeError;
 use crate::routes::{MANAGED, UNAUTHENTICATED, V1_ANY, routes};
+use crate::state::AppState;
 use crate::token::{digest, presented, strip};
 
 pub use crate::token::TOKEN_HEADER;

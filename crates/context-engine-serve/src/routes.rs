@@ -4,8 +4,8 @@
 use axum::Router;
 use axum::routing::{any, get, post};
 
-use crate::AppState;
 use crate::handlers::{chat, messages, ops, passthrough, responses, ui};
+use crate::state::AppState;
 
 pub use crate::paths::*;
 

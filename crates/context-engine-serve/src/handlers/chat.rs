@@ -18,7 +18,6 @@ use axum::extract::{MatchedPath, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
@@ -30,6 +29,7 @@ use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
 use crate::sse::ChatReader;
+use crate::state::AppState;
 use crate::tools::{self, ChatRounds, StreamTools};
 
 /// `POST /v1/chat/completions`.

@@ -30,7 +30,6 @@ use axum::response::{IntoResponse, Response};
 use context_engine::front::{self as lib, FrontCache, FrontKind, FrontRequest, Rebuilt};
 use serde_json::value::RawValue;
 
-use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
@@ -42,6 +41,7 @@ use crate::session::{
     Managed, Plan, SessionContext, SessionError, SessionKey, SharedStore, persist,
 };
 use crate::sse::WireReader;
+use crate::state::AppState;
 use crate::tools::FrontTools;
 
 /// What one request of a front needs to know about itself.

@@ -8,9 +8,9 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
 
-use crate::AppState;
 use crate::handlers::front::{self, Call};
 use crate::identity::Identity;
+use crate::state::AppState;
 
 /// `POST /v1/messages`: forwarded to `{upstream}/messages`, streamed as
 /// Anthropic events or not, as the client asked.

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use context_engine::front::FrontKind;
 
-use crate::AppState;
 use crate::error::ServeError;
 use crate::session::calls::{CallPoint, CompactionMark, Marks};
 use crate::session::requests::{KeptCall, Wire};
 use crate::session::{Guard, Plan, SessionKey, background};
+use crate::state::AppState;
 use crate::upstream::response_headers;
 
 /// Logs what the engine did for a managed request (notices, a compaction,

@@ -7,10 +7,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
 use crate::error::ServeError;
 use crate::identity::Identity;
 use crate::session::key::SessionKey;
+use crate::state::AppState;
 
 /// `GET /healthz`: 200 `ok`, or 503 `degraded: …` while the session store
 /// does not answer (the proxy keeps serving, unmanaged, but a balancer

@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 
-use crate::AppState;
 use crate::handlers::respond;
+use crate::state::AppState;
 use crate::upstream::response_headers;
 
 /// `ANY /v1/{*rest}`.

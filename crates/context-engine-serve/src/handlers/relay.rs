@@ -23,12 +23,12 @@ use context_engine::engine::Usage;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
-use crate::AppState;
 use crate::cut::Cut;
 use crate::error::ServeError;
 use crate::handlers::{open_stream, respond, settle};
 use crate::session::Guard;
 use crate::sse::{Reading, StreamReader, as_it_came};
+use crate::state::AppState;
 use crate::tools::Rounds;
 
 /// What one streamed call relays.

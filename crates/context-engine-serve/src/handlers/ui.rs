@@ -43,7 +43,6 @@ use serde::Serialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
-use crate::AppState;
 use crate::accept::LocalAddr;
 use crate::edge;
 use crate::error::ServeError;
@@ -52,6 +51,7 @@ use crate::session::calls::{CompactionMark, Marks};
 use crate::session::key::SessionKey;
 use crate::session::persist::store_id;
 use crate::session::requests::Wire;
+use crate::state::AppState;
 use crate::token::digest;
 
 /// The header the operator's token is presented in.

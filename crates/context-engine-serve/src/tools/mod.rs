@@ -38,13 +38,13 @@ use serde_json::value::RawValue;
 
 use context_engine::front::FrontKind;
 
-use crate::AppState;
 use crate::body::ChatBody;
 use crate::error::ServeError;
 use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
 use crate::sse::{Event, Held, Watch};
+use crate::state::AppState;
 use anthropic::Messages;
 use front::FrontAnswers;
 use responses::Responses;

@@ -166,7 +166,8 @@ impl EngineBuilder {
     }
 
     /// The window, over `context.context_length` (then
-    /// [`DEFAULT_CONTEXT_LENGTH`]).
+    /// [`DEFAULT_CONTEXT_LENGTH`]). Given, it is the window of every
+    /// request: `context.model_windows` no longer applies.
     pub fn with_context_length(mut self, tokens: Option<u64>) -> EngineBuilder {
         self.context_length = tokens;
         self
@@ -221,10 +222,18 @@ impl EngineBuilder {
         if self.search_cwd_plugins {
             plugin_dirs.push(PathBuf::from("."));
         }
+        // A window given here (`--context-length`, the Python package's
+        // `context_length`) fixes the window of every request; without one,
+        // a request naming a model in `context.model_windows` is managed
+        // against that model's window, any other against the configured one.
+        let model_windows = match self.context_length {
+            Some(_) => Default::default(),
+            None => config.context.model_windows.clone(),
+        };
         let host = HostOptions::default()
             .with_profile(self.profile)
             .with_text_actions(text_actions.clone())
-            .with_model_windows(config.context.model_windows.clone());
+            .with_model_windows(model_windows);
         Ok(Engines {
             section: config.engine_section(&name),
             required: config.context.engine_required,
