@@ -13,7 +13,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use context_engine::front::FrontKind;
 use context_engine_serve::sse::{Reading, StreamReader, WireReader};
-use context_engine_serve::tools::{EngineTools, FrontTools};
+use context_engine_serve::tools::{ApiTools, EngineTools};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -97,8 +97,8 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("{kind}/with_engine_tools"), |b| {
             b.iter(|| {
                 let offered = match kind {
-                    FrontKind::Anthropic => FrontTools::Anthropic(tools()),
-                    FrontKind::Responses => FrontTools::Responses(tools()),
+                    FrontKind::Anthropic => ApiTools::Anthropic(tools()),
+                    FrontKind::Responses => ApiTools::Responses(tools()),
                 };
                 let mut rounds = offered.stream(Bytes::from_static(b"{}"), Vec::new(), 3);
                 let mut reading = Reading::new(Box::new(WireReader::new(kind)));

@@ -214,6 +214,9 @@ pub enum StartError {
         /// What is wrong with it.
         why: String,
     },
+    /// No upstream is configured.
+    #[error("ctx serve needs --upstream URL (or serve.upstream.url)")]
+    NoUpstream,
     /// The listen address does not parse.
     #[error("invalid listen address `{0}` (expected host:port, e.g. 127.0.0.1:8787)")]
     BadListen(String),

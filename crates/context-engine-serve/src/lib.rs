@@ -43,6 +43,7 @@
 
 pub mod accept;
 pub mod body;
+pub mod config;
 pub mod cut;
 pub mod edge;
 pub mod error;

@@ -52,6 +52,10 @@ pub struct ServeOptions {
     pub hibernate_after: Option<Duration>,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// How long a request waits for its session while another call of it
+    /// (one still being drained after its client left, say) holds it; past
+    /// it the request goes upstream unmanaged, logged and counted.
+    pub session_wait: Duration,
     /// Where sessions are kept: `None` keeps them in this process only;
     /// a store (SQLite, Postgres) makes them durable and, for a store
     /// several processes share (Postgres), lets any instance serve any
@@ -151,7 +155,8 @@ impl ServeOptions {
     /// Defaults (`127.0.0.1:8787`, 64 MiB bodies, 96 MiB of bodies in
     /// flight, header / body / keep-alive timeouts of 10 / 60 / 90 s,
     /// engine tools, 10 000 sessions idle for at most an hour, asleep after
-    /// a minute idle, 30 s shutdown grace) for `upstream`.
+    /// a minute idle, 30 s shutdown grace, 30 s of waiting for a busy
+    /// session) for `upstream`.
     pub fn new(upstream: UpstreamOptions) -> ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
@@ -170,6 +175,7 @@ impl ServeOptions {
             session_idle: Duration::from_secs(3600),
             hibernate_after: Some(Duration::from_secs(60)),
             shutdown_grace: Duration::from_secs(30),
+            session_wait: Duration::from_secs(30),
             store: None,
             ui: UiOptions::default(),
         }
@@ -270,6 +276,12 @@ impl ServeOptions {
     /// Sets [`hibernate_after`](Self::hibernate_after).
     pub fn with_hibernation(mut self, after: Option<Duration>) -> ServeOptions {
         self.hibernate_after = after;
+        self
+    }
+
+    /// Sets [`session_wait`](Self::session_wait).
+    pub fn with_session_wait(mut self, wait: Duration) -> ServeOptions {
+        self.session_wait = wait;
         self
     }
 

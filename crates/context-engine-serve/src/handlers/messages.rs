@@ -1,6 +1,6 @@
 //! `POST /v1/messages` (Anthropic Messages, Claude Code) and
-//! `POST /v1/messages/count_tokens`, managed through the shared front path
-//! ([`front`](super::front)).
+//! `POST /v1/messages/count_tokens`, managed through the one pipeline
+//! ([`managed`](super::managed)).
 
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, State};
@@ -8,8 +8,10 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
 
-use crate::handlers::front::{self, Call};
+use crate::handlers::count_tokens;
+use crate::handlers::managed::{self, Call};
 use crate::identity::Identity;
+use crate::session::requests::Wire;
 use crate::state::AppState;
 
 /// `POST /v1/messages`: forwarded to `{upstream}/messages`, streamed as
@@ -23,10 +25,10 @@ pub async fn messages(
     body: Bytes,
 ) -> Response {
     let call = Call {
-        kind: FrontKind::Anthropic,
+        api: Wire::Front(FrontKind::Anthropic),
         route: route.as_str().to_owned(),
     };
-    front::handle(state, call, identity, uri, headers, body).await
+    managed::spawn(state, call, identity, uri, headers, body).await
 }
 
 /// `POST /v1/messages/count_tokens`: counted upstream on the managed
@@ -38,5 +40,5 @@ pub async fn count_tokens(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    front::count_tokens(state, identity, uri, headers, body).await
+    count_tokens::count_tokens(state, identity, uri, headers, body).await
 }

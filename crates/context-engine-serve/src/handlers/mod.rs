@@ -2,13 +2,15 @@
 //! forward through [`upstream`](crate::upstream).
 
 pub mod chat;
-pub(crate) mod front;
+pub(crate) mod count_tokens;
+pub(crate) mod managed;
 pub mod messages;
 pub mod ops;
 pub mod passthrough;
 pub(crate) mod relay;
 pub mod responses;
 pub mod ui;
+pub(crate) mod view;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};

@@ -8,8 +8,9 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use context_engine::front::FrontKind;
 
-use crate::handlers::front::{self, Call};
+use crate::handlers::managed::{self, Call};
 use crate::identity::Identity;
+use crate::session::requests::Wire;
 use crate::state::AppState;
 
 /// `POST /v1/responses`: forwarded to `{upstream}/responses`, streamed as
@@ -23,8 +24,8 @@ pub async fn responses(
     body: Bytes,
 ) -> Response {
     let call = Call {
-        kind: FrontKind::Responses,
+        api: Wire::Front(FrontKind::Responses),
         route: route.as_str().to_owned(),
     };
-    front::handle(state, call, identity, uri, headers, body).await
+    managed::spawn(state, call, identity, uri, headers, body).await
 }

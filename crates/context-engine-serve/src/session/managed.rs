@@ -248,7 +248,11 @@ impl Managed {
         self.prepare_as(raw, false)
     }
 
-    fn prepare_as(&mut self, raw: &[&RawValue], keep_request: bool) -> Result<Plan, SessionError> {
+    pub(crate) fn prepare_as(
+        &mut self,
+        raw: &[&RawValue],
+        keep_request: bool,
+    ) -> Result<Plan, SessionError> {
         self.wake()?;
         self.stats.requests += 1;
         self.take_summary();

@@ -23,6 +23,7 @@ pub mod lineage;
 pub mod managed;
 pub mod persist;
 pub mod requests;
+pub mod step;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -588,7 +588,7 @@ impl StepTiming {
     }
 }
 
-/// [`Managed::prepare`](super::Managed::prepare) for a stored session:
+/// The session step ([`super::step`]) for a stored session:
 /// brings the cached copy up to date, runs the step, and commits it by
 /// compare-and-swap (retrying on a conflict). Blocking: call it on the
 /// blocking pool. On `Err` the request goes unmanaged and the cached copy
@@ -597,8 +597,8 @@ pub(crate) fn prepare_stored(
     slot: &mut Option<super::Managed>,
     ctx: &Arc<super::SessionContext>,
     key: &super::SessionKey,
-    raw: &[&serde_json::value::RawValue],
     store: &SharedStore,
+    run: impl Fn(&mut super::Managed) -> Result<super::Plan, SessionError>,
 ) -> Result<super::Plan, SessionError> {
     let sid = store_id(key);
     if !store.available() {
@@ -706,7 +706,7 @@ pub(crate) fn prepare_stored(
             m.host_mut().number_records_after(n);
         }
         let t = Instant::now();
-        let plan = match m.prepare(raw) {
+        let plan = match run(m) {
             Ok(plan) => plan,
             Err(why) => {
                 // What the step changed is not stored: start from the

@@ -28,6 +28,15 @@ pub enum Wire {
     Front(FrontKind),
 }
 
+impl std::fmt::Display for Wire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wire::Chat => f.write_str("chat"),
+            Wire::Front(kind) => kind.fmt(f),
+        }
+    }
+}
+
 /// One kept call.
 #[derive(Clone, Debug)]
 pub struct KeptCall {

@@ -43,6 +43,7 @@ use crate::error::ServeError;
 use crate::identity::Reader;
 use crate::session::Managed;
 use crate::session::key::tool_names;
+use crate::session::requests::Wire;
 use crate::sse::{Event, Held, Watch};
 use crate::state::AppState;
 use anthropic::Messages;
@@ -307,35 +308,38 @@ impl Resend {
     }
 }
 
-/// Engine tools offered on a request of one of the fronts, in its
-/// client's format ([`anthropic`], [`responses`]).
+/// Engine tools offered on a managed request, in its client's format:
+/// chat completions, Anthropic Messages ([`anthropic`]), Responses
+/// ([`responses`]). One loop resolves their rounds whatever the API:
+/// [`resolve_with`] for an answer read whole, [`Rounds`] for a stream.
 #[derive(Debug, Clone)]
-pub enum FrontTools {
+pub enum ApiTools {
+    /// Chat completions.
+    Chat(EngineTools),
     /// Anthropic Messages (Claude Code).
     Anthropic(EngineTools),
     /// OpenAI Responses (Codex).
     Responses(EngineTools),
 }
 
-impl FrontTools {
-    /// The engine's tools to offer with this request of format `kind`.
-    pub fn offer(
-        reader: Reader,
-        kind: FrontKind,
-        m: &Managed,
-        body: &ChatBody<'_>,
-    ) -> Option<FrontTools> {
-        match kind {
-            FrontKind::Anthropic => anthropic::schemas(reader, m, body).map(FrontTools::Anthropic),
-            FrontKind::Responses => responses::schemas(reader, m, body).map(FrontTools::Responses),
+impl ApiTools {
+    /// The engine's tools to offer with this request of `api`.
+    pub fn offer(reader: Reader, api: Wire, m: &Managed, body: &ChatBody<'_>) -> Option<ApiTools> {
+        match api {
+            Wire::Chat => schemas(reader, m, body).map(ApiTools::Chat),
+            Wire::Front(FrontKind::Anthropic) => {
+                anthropic::schemas(reader, m, body).map(ApiTools::Anthropic)
+            }
+            Wire::Front(FrontKind::Responses) => {
+                responses::schemas(reader, m, body).map(ApiTools::Responses)
+            }
         }
     }
 
     /// The request's `tools` with the engine's appended.
     pub fn tools_json(&self) -> &str {
         match self {
-            FrontTools::Anthropic(t) => &t.tools_json,
-            FrontTools::Responses(t) => &t.tools_json,
+            ApiTools::Chat(t) | ApiTools::Anthropic(t) | ApiTools::Responses(t) => &t.tools_json,
         }
     }
 
@@ -353,11 +357,20 @@ impl FrontTools {
     ) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
         let client = client_tools(body);
         match self {
-            FrontTools::Anthropic(t) => {
+            ApiTools::Chat(t) => {
+                let api = ChatAnswers {
+                    body,
+                    overrides,
+                    messages: messages_of(body, overrides),
+                    tools: t,
+                };
+                resolve_with(state, guard, &api, t, &client, headers, url).await
+            }
+            ApiTools::Anthropic(t) => {
                 let api = FrontAnswers::<Messages>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
-            FrontTools::Responses(t) => {
+            ApiTools::Responses(t) => {
                 let api = FrontAnswers::<Responses>::new(body, overrides, t);
                 resolve_with(state, guard, &api, t, &client, headers, url).await
             }
@@ -373,10 +386,13 @@ impl FrontTools {
         max_rounds: u32,
     ) -> Box<dyn Rounds> {
         match self {
-            FrontTools::Anthropic(t) => {
+            ApiTools::Chat(t) => Box::new(ChatRounds::new(StreamTools::new(
+                t, body, overrides, max_rounds,
+            ))),
+            ApiTools::Anthropic(t) => {
                 Box::new(anthropic::StreamRounds::new(t, body, overrides, max_rounds))
             }
-            FrontTools::Responses(t) => {
+            ApiTools::Responses(t) => {
                 Box::new(responses::StreamRounds::new(t, body, overrides, max_rounds))
             }
         }
@@ -756,27 +772,6 @@ impl Answers for ChatAnswers<'_, '_> {
         let text: String = shown.iter().filter_map(Value::as_str).collect();
         with_shown_text(answer, &text);
     }
-}
-
-/// Sends the request, resolving engine-only tool calls in up to
-/// `max_tool_rounds` round trips, and returns the answer for the client.
-pub async fn resolve(
-    state: &AppState,
-    guard: &mut Option<Managed>,
-    body: &ChatBody<'_>,
-    overrides: &[(&str, String)],
-    tools: &EngineTools,
-    headers: HeaderMap,
-    url: &str,
-) -> Result<(StatusCode, HeaderMap, Bytes), ServeError> {
-    let api = ChatAnswers {
-        body,
-        overrides,
-        messages: messages_of(body, overrides),
-        tools,
-    };
-    let client = client_tools(body);
-    resolve_with(state, guard, &api, tools, &client, headers, url).await
 }
 
 /// Puts `shown` (the text of resolved rounds) before the text of choice 0.

@@ -472,6 +472,10 @@ pub struct ServeConfig {
     pub summary_watermark: f64,
     /// How long a shutdown waits for in-flight requests, in seconds.
     pub shutdown_grace_seconds: u64,
+    /// How long a request waits for its session while another call of it
+    /// holds it (one still drained after its client left): past it the
+    /// request goes upstream unmanaged, logged and counted.
+    pub session_wait_seconds: u64,
     /// The page `ctx serve` answers at `/ui`.
     pub ui: UiConfig,
 }
@@ -531,6 +535,7 @@ impl Default for ServeConfig {
             hibernate_seconds: 60,
             summary_watermark: 0.7,
             shutdown_grace_seconds: 30,
+            session_wait_seconds: 30,
             ui: UiConfig::default(),
         }
     }

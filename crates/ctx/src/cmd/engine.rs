@@ -79,7 +79,11 @@ pub struct EngineArgs {
 /// The process environment, read once per command: the library reads
 /// none itself ([`Env`]).
 pub fn process_env() -> Env {
-    Env::from_os(std::env::vars_os())
+    // Read once: every later reader (config layers, the builder, the
+    // proxy's keys and tokens, the store's password) sees one snapshot.
+    static ENV: std::sync::OnceLock<Env> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| Env::from_os(std::env::vars_os()))
+        .clone()
 }
 
 impl EngineArgs {

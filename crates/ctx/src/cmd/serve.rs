@@ -1,21 +1,18 @@
 //! `ctx serve`: run the engine as an OpenAI-compatible proxy. Flags and
 //! `serve.*` configuration in, `context_engine_serve::run` out.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use context_engine::builder::Engines;
 use context_engine::engine::ContextEngine;
 use context_engine::redact::Egress;
 use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
-use context_engine_serve::{
-    FactoryError, ServeOptions, SessionContext, StartError, UiOptions, UpstreamOptions,
-};
+use context_engine_serve::config::env_value;
+use context_engine_serve::{FactoryError, ServeOptions, SessionContext};
 
 /// Arguments of `ctx serve`.
 #[derive(Debug, clap::Args)]
@@ -92,59 +89,28 @@ pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
         eprintln!("ctx: warning: {w}");
     }
     let config = engines.config().clone();
-    let s = config.serve.clone();
-    let url = args
-        .upstream
-        .clone()
-        .or(s.upstream.url.clone())
-        .context("ctx serve needs --upstream URL (or serve.upstream.url)")?;
-    let listen = args.listen.clone().unwrap_or(s.listen.clone());
-    let listen: SocketAddr = listen
-        .parse()
-        .map_err(|_| StartError::BadListen(listen.clone()))?;
-    let mut upstream = UpstreamOptions::new(url);
-    upstream.api_key = env_value(
-        s.upstream.api_key_env.as_deref(),
-        "serve.upstream.api_key_env",
-    )?;
-    upstream.timeout = Duration::from_secs(s.upstream.timeout_seconds.max(1));
-    upstream.connect_timeout = Duration::from_secs(s.upstream.connect_timeout_seconds.max(1));
-    upstream.connect_retries = s.upstream.connect_retries;
-    let token = env_value(s.auth_token_env.as_deref(), "serve.auth_token_env")?;
-    let options = ServeOptions::new(upstream)
-        .with_listen(listen)
-        .with_auth_token(token)
-        .with_allowed_hosts(s.allowed_hosts.clone())
-        .with_max_inflight_bytes(s.max_inflight_bytes)
-        .with_timeouts(
-            Duration::from_secs(s.header_read_timeout_seconds.max(1)),
-            Duration::from_secs(s.body_read_timeout_seconds.max(1)),
-            Duration::from_secs(s.keepalive_idle_seconds.max(1)),
-        )
-        .with_engine_tools(!args.no_engine_tools && (args.engine_tools || s.engine_tools))
-        .with_identity_header(s.identity_header.as_deref())?
-        .with_max_body_bytes(s.max_body_bytes)
-        .with_max_tool_rounds(s.max_tool_rounds)
-        .with_sessions(s.max_sessions, Duration::from_secs(s.session_idle_seconds))
-        .with_hibernation(
-            (s.hibernate_seconds > 0).then(|| Duration::from_secs(s.hibernate_seconds)),
-        )
-        .with_shutdown_grace(Duration::from_secs(s.shutdown_grace_seconds))
-        .with_store(open_store(args.store.as_deref(), &config)?)
-        .with_ui(if s.ui.enabled {
-            UiOptions::default()
-                .with_remote(s.ui.remote)
-                .with_operator_token(env_value(
-                    s.ui.operator_token_env.as_deref(),
-                    "serve.ui.operator_token_env",
-                )?)
-                .with_calls_per_session(s.ui.calls_per_session)
-                .with_price(config.pricing.price_model())
-                .with_request_bytes(s.ui.request_bytes)
-                .with_egress(Egress::new(Some(Arc::new(config.redactor()?))))
-        } else {
-            UiOptions::off()
-        });
+    // A flag means what its key means: applied over `serve.*`, then the
+    // one mapping (in the serve crate) makes the options.
+    let mut s = config.serve.clone();
+    if let Some(url) = &args.upstream {
+        s.upstream.url = Some(url.clone());
+    }
+    if let Some(listen) = &args.listen {
+        s.listen = listen.clone();
+    }
+    s.engine_tools = !args.no_engine_tools && (args.engine_tools || s.engine_tools);
+    let env = super::engine::process_env();
+    let mut options = ServeOptions::from_config(&s, &env)?.with_store(open_store(
+        args.store.as_deref(),
+        &config,
+        &env,
+    )?);
+    if options.ui.enabled {
+        options.ui = options
+            .ui
+            .with_price(config.pricing.price_model())
+            .with_egress(Egress::new(Some(Arc::new(config.redactor()?))));
+    }
 
     // One engine now (a plugin is started and checked); each session then
     // gets a fresh one of the same configuration, sharing the counter, the
@@ -184,25 +150,12 @@ pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
     })
 }
 
-/// The value of the variable `name` (from config key `key`), if one is named.
-fn env_value(name: Option<&str>, key: &'static str) -> Result<Option<String>, StartError> {
-    let Some(name) = name.filter(|n| !n.is_empty()) else {
-        return Ok(None);
-    };
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Ok(Some(v)),
-        _ => Err(StartError::MissingEnv {
-            name: name.to_owned(),
-            key,
-        }),
-    }
-}
-
 /// The session store `ctx serve` keeps sessions in: `--store`, else
 /// `store.url`, else an explicit `store.path`; `None` without any.
 fn open_store(
     flag: Option<&str>,
     full: &context_engine::config::Config,
+    env: &context_engine::config::Env,
 ) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
     let config = &full.store;
     let spec = flag
@@ -212,7 +165,7 @@ fn open_store(
     let Some(spec) = spec else { return Ok(None) };
     // What the store keeps: redacted unless store.verbatim (then encrypted
     // with the key store.encryption_key_env names, or in the clear, loudly).
-    let at_rest = full.at_rest(&super::engine::process_env())?;
+    let at_rest = full.at_rest(env)?;
     if let Some(warning) = at_rest.warning() {
         eprintln!("ctx: WARNING: {warning}");
     }
@@ -227,7 +180,7 @@ fn open_store(
             context_engine_postgres::redacted_url(&spec)
         );
     }
-    let password = env_value(config.password_env.as_deref(), "store.password_env")?;
+    let password = env_value(env, config.password_env.as_deref(), "store.password_env")?;
     let options = PgOptions::new(spec)
         .with_password(password)
         .with_pool_size(config.pool_size)
