@@ -247,7 +247,7 @@ fn reader(api: Wire, strip_usage_chunk: bool) -> Box<dyn crate::sse::StreamReade
 
 /// Sends the client's request as it came, with no session: a stream is
 /// relayed like a managed one (a cut still ends in an error event), an
-/// answer is read whole.
+/// answer passed back as it comes.
 async fn unmanaged_send(
     state: AppState,
     call: Call,
@@ -266,9 +266,9 @@ async fn unmanaged_send(
         };
         return relay::relay(state, stream, out_headers, url, body).await;
     }
-    let up_started = Instant::now();
-    let result = state.upstream().collect(url, out_headers, body).await;
-    answer_collected(&state, &call.route, None, (started, up_started), result)
+    // With no session, nothing is accounted: the answer streams back as
+    // it comes.
+    forward(&state, url, out_headers, body).await
 }
 
 /// The client's body as it came (or as given), the answer streamed back as

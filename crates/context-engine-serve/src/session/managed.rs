@@ -508,9 +508,16 @@ impl Managed {
 
     /// The provider's usage of the call just made.
     pub fn after_response(&mut self, usage: &Usage) {
+        self.bill(usage);
+        self.host.after_response(usage);
+    }
+
+    /// Counts a call's usage in the session's stats only: an engine-tool
+    /// round resolved in the proxy, whose prompt the next round's
+    /// supersedes for the engine.
+    pub fn bill(&mut self, usage: &Usage) {
         self.stats.prompt_tokens += usage.prompt_tokens;
         self.stats.completion_tokens += usage.completion_tokens;
-        self.host.after_response(usage);
     }
 }
 

@@ -689,6 +689,15 @@ pub(crate) async fn resolve_with(
         }
         if calls.engine > 0 && calls.client == 0 && !last {
             state.metrics().tool_round();
+            // A resolved round is billed like any call: its usage to the
+            // metrics and the session's stats (the engine learns the
+            // prompt size from the last round's, when it is released).
+            if let Some(usage) = crate::handlers::usage_of(&bytes) {
+                crate::handlers::settle(state, &usage);
+                if let Some(m) = guard.as_mut() {
+                    m.bill(&usage);
+                }
+            }
             round += 1;
             shown.extend(api.shown(&answer));
             exchange.extend(api.exchange(guard, &answer));
