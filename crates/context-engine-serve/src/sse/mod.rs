@@ -15,7 +15,6 @@
 
 use bytes::Bytes;
 use context_engine::engine::Usage;
-use memchr::memmem;
 use serde_json::Value;
 
 pub mod chat;
@@ -51,8 +50,7 @@ impl Event {
     pub fn parse(raw: Bytes) -> Event {
         let mut name = None;
         let mut data: Option<Vec<u8>> = None;
-        for line in raw.split(|b| *b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
+        for line in lines(&raw) {
             if let Some(v) = line.strip_prefix(b"data:") {
                 let v = v.strip_prefix(b" ").unwrap_or(v);
                 match data.as_mut() {
@@ -107,6 +105,32 @@ impl Event {
     pub fn is_blank(&self) -> bool {
         self.raw.trim_ascii().is_empty()
     }
+}
+
+/// The lines of `raw`, each without its line end (CRLF, LF or CR).
+fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= raw.len() {
+            return None;
+        }
+        let rest = &raw[at..];
+        match memchr::memchr2(b'\n', b'\r', rest) {
+            Some(i) => {
+                let len = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
+                at += i + len;
+                Some(&rest[..i])
+            }
+            None => {
+                at = raw.len();
+                Some(rest)
+            }
+        }
+    })
 }
 
 /// Cuts a stream's body, chunk by chunk, into whole events.
@@ -248,29 +272,72 @@ pub fn as_it_came(event: &Event, out: &mut Vec<u8>) {
     out.extend_from_slice(&event.raw);
 }
 
+/// The ends of the complete events of `buf`, in order: each event ends
+/// with an empty line, and a line ends with CRLF, LF or CR, as the
+/// server-sent events format has it (so `\n\n`, `\r\n\r\n` and `\r\r` all
+/// end one). A CR that is the last byte of `buf` is taken as a line end
+/// whole; a LF that follows it in the next chunk is then an empty line of
+/// its own, a blank event the readers pass through.
+fn event_ends(buf: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let mut line_start = 0;
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', &buf[at..]).map(|i| at + i) {
+            let len = if buf[i] == b'\r' && buf.get(i + 1) == Some(&b'\n') {
+                2
+            } else {
+                1
+            };
+            let empty = i == line_start;
+            at = i + len;
+            line_start = at;
+            if empty {
+                return Some(at);
+            }
+        }
+        at = buf.len();
+        None
+    })
+}
+
 /// Length of the first complete event (with its blank line), if any.
 pub(crate) fn first_event_end(buf: &[u8]) -> Option<usize> {
-    let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    event_ends(buf).next()
 }
 
 /// End of the last complete event in `buf`, if any.
 pub(crate) fn last_event_end(buf: &[u8]) -> Option<usize> {
-    let lf = memmem::rfind(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memmem::rfind(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    }
+    event_ends(buf).last()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_end_at_an_empty_line_whatever_the_line_ends() {
+        for (stream, first) in [
+            (&b"data: 1\n\ndata: 2\n\n"[..], 9),
+            (b"data: 1\r\n\r\ndata: 2\r\n\r\n", 11),
+            (b"data: 1\r\rdata: 2\r\r", 9),
+            (b"data: 1\r\n\ndata: 2\n\r\n", 10),
+        ] {
+            assert_eq!(first_event_end(stream), Some(first), "{stream:?}");
+            assert_eq!(last_event_end(stream), Some(stream.len()), "{stream:?}");
+            let run = Bytes::copy_from_slice(stream);
+            let data: Vec<Value> = events(&run).filter_map(|e| e.json().cloned()).collect();
+            assert_eq!(
+                data,
+                [serde_json::json!(1), serde_json::json!(2)],
+                "{stream:?}"
+            );
+        }
+        // No empty line yet: no event; a CR-only event with a name.
+        assert_eq!(first_event_end(b"data: 1\r\ndata: 2\r"), None);
+        let e = Event::parse(Bytes::from_static(b"event: ping\rdata: {}\r\r"));
+        assert_eq!(e.name.as_deref(), Some("ping"));
+        assert!(e.object().is_some());
+    }
 
     #[test]
     fn an_event_is_its_name_and_its_data_once() {
