@@ -173,124 +173,133 @@ impl Metrics {
             api_requests: AtomicU64::new(0),
             recent: Mutex::default(),
         };
+        m.register(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// Registers every metric under its name and help text.
+    fn register(&self, registry: &mut Registry) {
         registry.register(
             "store_seconds",
             "Time of each session store call (version check, load, commit), answered or not",
-            m.store_latency.clone(),
+            self.store_latency.clone(),
         );
         registry.register(
             "requests",
             "Responses sent, by route and status",
-            m.requests.clone(),
+            self.requests.clone(),
         );
         registry.register(
             "upstream_latency_seconds",
             "Time the upstream took to answer (whole body, or the stream to its end)",
-            m.upstream_latency.clone(),
+            self.upstream_latency.clone(),
         );
         registry.register(
             "overhead_seconds",
             "Latency the proxy added: request time minus upstream time",
-            m.overhead.clone(),
+            self.overhead.clone(),
         );
         registry.register(
             "stream_ttfb_overhead_seconds",
             "Time from the request's arrival to the upstream call of a stream",
-            m.ttfb_overhead.clone(),
+            self.ttfb_overhead.clone(),
         );
         registry.register(
             "prompt_tokens",
             "Prompt tokens the upstream reported",
-            m.tokens_in.clone(),
+            self.tokens_in.clone(),
         );
         registry.register(
             "completion_tokens",
             "Completion tokens the upstream reported",
-            m.tokens_out.clone(),
+            self.tokens_out.clone(),
         );
         registry.register(
-            "client_prompt_tokens",
-            "Prompt tokens of the clients' histories of managed requests, counted (what went upstream without the engine)",
-            m.client_tokens.clone(),
-        );
+        "client_prompt_tokens",
+        "Prompt tokens of the clients' histories of managed requests, counted (what went upstream without the engine)",
+        self.client_tokens.clone(),
+    );
         registry.register(
             "managed_prompt_tokens",
             "Prompt tokens of the managed requests sent upstream, counted",
-            m.managed_tokens.clone(),
-        );
-        registry.register("compactions", "Compactions accepted", m.compactions.clone());
-        registry.register(
-            "compaction_thrash",
-            "Compactions within a few calls of the previous one (the window barely holds the system prompt and the tail; each compacted deeper)",
-            m.compaction_thrash.clone(),
+            self.managed_tokens.clone(),
         );
         registry.register(
-            "ledger_cuts",
-            "Requests whose window could not hold the summary's state record whole (the history keeps it)",
-            m.ledger_cuts.clone(),
+            "compactions",
+            "Compactions accepted",
+            self.compactions.clone(),
         );
+        registry.register(
+        "compaction_thrash",
+        "Compactions within a few calls of the previous one (the window barely holds the system prompt and the tail; each compacted deeper)",
+        self.compaction_thrash.clone(),
+    );
+        registry.register(
+        "ledger_cuts",
+        "Requests whose window could not hold the summary's state record whole (the history keeps it)",
+        self.ledger_cuts.clone(),
+    );
         registry.register(
             "fallbacks",
             "Requests sent unmanaged because the engine failed or its request was invalid",
-            m.fallbacks.clone(),
+            self.fallbacks.clone(),
         );
         registry.register(
-            "unmanaged",
-            "Requests passed through without the engine by design, by route and reason (e.g. a Responses request on server-side state)",
-            m.unmanaged.clone(),
-        );
+        "unmanaged",
+        "Requests passed through without the engine, by route and reason (e.g. a Responses request on server-side state, or `session_busy`: the session still held by another call past serve.session_wait_seconds)",
+        self.unmanaged.clone(),
+    );
         registry.register(
-            "stream_cuts",
-            "Streams that broke off before their end (the client got an error event), by route and reason",
-            m.stream_cuts.clone(),
-        );
+        "stream_cuts",
+        "Streams that broke off before their end (the client got an error event), by route and reason",
+        self.stream_cuts.clone(),
+    );
         registry.register(
             "upstream_connect_retries",
             "Upstream connections retried after failing before any byte of the request was sent",
-            m.connect_retries.clone(),
+            self.connect_retries.clone(),
         );
         registry.register(
             "cache_read_tokens",
             "Prompt tokens the upstream reported as read from its prompt cache",
-            m.cache_read.clone(),
+            self.cache_read.clone(),
         );
         registry.register(
             "cache_write_tokens",
             "Prompt tokens the upstream reported as written to its prompt cache",
-            m.cache_write.clone(),
+            self.cache_write.clone(),
         );
         registry.register(
             "lineages",
             "New lineages started because a client history diverged",
-            m.lineages.clone(),
+            self.lineages.clone(),
         );
         registry.register(
             "engine_tool_rounds",
             "Upstream round trips spent resolving engine-tool calls",
-            m.tool_rounds.clone(),
+            self.tool_rounds.clone(),
         );
         registry.register(
             "prompt_bytes",
             "Bytes of managed message arrays sent upstream",
-            m.prompt_bytes.clone(),
+            self.prompt_bytes.clone(),
         );
         registry.register(
             "prompt_prefix_reused_bytes",
             "Bytes of those arrays identical to the session's previous request (cacheable prefix)",
-            m.prefix_bytes.clone(),
+            self.prefix_bytes.clone(),
         );
         registry.register(
             "cache_hit_share_estimate",
             "Share of prompt bytes a provider prompt cache could serve (prefix reused / total)",
-            m.cache_share.clone(),
+            self.cache_share.clone(),
         );
-        registry.register("sessions", "Sessions held in memory", m.sessions.clone());
+        registry.register("sessions", "Sessions held in memory", self.sessions.clone());
         registry.register(
             "inflight_request_bytes",
             "Request body bytes held by requests in flight (capped by serve.max_inflight_bytes)",
-            m.inflight_bytes.clone(),
+            self.inflight_bytes.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     /// One response on `route` with `status`.

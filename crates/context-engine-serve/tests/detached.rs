@@ -244,3 +244,49 @@ async fn a_request_behind_a_held_session_waits_a_bounded_time_then_goes_unmanage
     hold.release.send(()).unwrap();
     first.await.unwrap();
 }
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let c = json!({"id": "s", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_engine_tool_round_whose_client_left_bills_every_round() {
+    let script = Arc::new(Script::default());
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(
+        options(&url).with_engine_tools(true),
+        compressor_context(counter(), 128_000),
+    )
+    .await;
+    // Round 1, streamed: only an engine call (its usage 100 / 7); round 2,
+    // held until the client has gone: the answer (200 / 9).
+    let call = json!({"tool_calls": [{"index": 0, "id": "r1", "type": "function", "function": {"name": "context_recall", "arguments": "{\"handle\":\"call_0\"}"}}]});
+    script.push(Reply::Sse(format!(
+        "{}{}data: {{\"id\":\"s\",\"choices\":[],\"usage\":{{\"prompt_tokens\":100,\"completion_tokens\":7,\"total_tokens\":107}}}}\n\ndata: [DONE]\n\n",
+        chunk(call, None),
+        chunk(json!({}), Some("tool_calls")),
+    )));
+    let (reply, hold) = held(completion(
+        json!({"role": "assistant", "content": "done"}),
+        200,
+        9,
+    ));
+    script.push(reply);
+    let tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
+    let mut messages = long_history(1);
+    messages.push(user("what did file0 say?"));
+    let client = send(
+        addr,
+        json!({"model": "m", "stream": true, "messages": messages, "tools": tools}),
+        "streamed",
+    );
+    hold.wait_arrival().await;
+    client.abort();
+    let _ = client.await;
+    hold.release.send(()).unwrap();
+    let text = metric_reaches(addr, "ctx_completion_tokens_total", 16).await;
+    assert_eq!(metric(&text, "ctx_prompt_tokens_total"), 300, "{text}");
+    let s = stats(addr, "streamed").await;
+    assert_eq!(s["completion_tokens"], 16, "both rounds' usage: {s}");
+}

@@ -228,6 +228,15 @@ impl Relaying {
         let Some((headers, url)) = self.resend.clone() else {
             return Ok(None);
         };
+        // The round resolved here is billed like any call: its usage to
+        // the metrics and the session's stats (the engine learns the
+        // prompt size from the last round's, when the stream ends).
+        if let Some(usage) = self.reading.reader.usage() {
+            settle(&self.state, &usage);
+            if let Some(m) = self.guard.as_deref_mut().and_then(Option::as_mut) {
+                m.bill(&usage);
+            }
+        }
         let mut guard = self.guard.take();
         let next = r.next_request(guard.as_deref_mut().unwrap_or(&mut None));
         self.guard = guard;

@@ -258,15 +258,48 @@ impl Managed {
         self.take_summary();
         self.stats.last_client_messages = raw.len();
         let chain = lineage::chain(raw);
-        let mut diverged = false;
-        let new_from = match self.lineage.reconcile(&chain) {
-            Reconcile::Extends { new_from } => new_from,
+        let (new_from, diverged) = self.reconcile(&chain)?;
+        let mut step = self.take_new(raw, &chain, new_from)?;
+        self.host.start(&SessionInfo::default());
+        if let Some(model) = &self.model {
+            // The window of the model this request names.
+            self.host.use_model(model);
+        }
+        let (rendered, request) = self.before_request(raw, keep_request, &mut step)?;
+        if step.compaction.is_some() {
+            self.stats.compactions += 1;
+        }
+        let summary_job = match self.pending {
+            Some(_) => None,
+            None => self.host.summary_job(self.lineage.messages()),
+        };
+        Ok(Plan {
+            messages_json: rendered.json,
+            reused_bytes: rendered.reused_bytes,
+            compaction: step.compaction,
+            diverged,
+            notices: step.notices,
+            summary_job,
+            request,
+            client_tokens: self.stats.last_client_tokens,
+            request_tokens: self.stats.last_request_tokens,
+            selected: step.selected,
+            pruned: step.pruned,
+        })
+    }
+
+    /// Matches the client's history (`chain`, its messages' hashes) with
+    /// the lineage: where the new messages start, and whether the history
+    /// diverged (a new lineage; the engine starts over when it dropped what
+    /// the engine made).
+    fn reconcile(&mut self, chain: &[u128]) -> Result<(usize, bool), SessionError> {
+        Ok(match self.lineage.reconcile(chain) {
+            Reconcile::Extends { new_from } => (new_from, false),
             Reconcile::Diverged {
                 new_from,
                 dropped_engine_made,
                 ..
             } => {
-                diverged = true;
                 self.stats.new_lineages += 1;
                 if dropped_engine_made {
                     // The engine's state (its previous summary) belongs to
@@ -277,9 +310,21 @@ impl Managed {
                     // A summary on its way describes the old lineage.
                     self.pending = None;
                 }
-                new_from
+                (new_from, true)
             }
-        };
+        })
+    }
+
+    /// Parses the client's messages from `new_from` and adds them to the
+    /// lineage in the reference host's order (and of `ctx replay`): the
+    /// reply to the previous call, then its tool results (post-tool check
+    /// and prune), then a new user turn closes the previous turn.
+    fn take_new(
+        &mut self,
+        raw: &[&RawValue],
+        chain: &[u128],
+        new_from: usize,
+    ) -> Result<Step, SessionError> {
         // Parse everything new before touching the lineage. The last
         // managed message goes first, as context: whether a user message
         // is a tool observation depends on the action before it.
@@ -300,14 +345,7 @@ impl Managed {
             self.client
                 .update(raw, new_from, &batch[context..], counter)
                 + counter.request_overhead() as u64;
-        let selected;
-        let mut pruned = 0;
-
-        let mut notices = Vec::new();
-        let mut compaction = None;
-        // The order of the reference host (and of `ctx replay`): the reply
-        // to the previous call, then its tool results (post-tool check and
-        // prune), then a new user turn closes the previous turn.
+        let mut step = Step::default();
         let replies = batch[context..]
             .iter()
             .take_while(|m| m.role == Role::Assistant)
@@ -325,12 +363,12 @@ impl Managed {
         if self.calls > 0 && tools > 0 {
             self.lineage.set_chain(&chain[..new_from + replies + tools]);
             let update = self.host.after_tools(self.lineage.messages());
-            pruned += update.pruned;
-            notices.extend(update.notices);
+            step.pruned += update.pruned;
+            step.notices.extend(update.notices);
             if let Some(h) = update.new_history {
                 self.lineage.replace(h);
             }
-            compaction = update.compaction;
+            step.compaction = update.compaction;
         }
         if self.calls > 0 && real_user_turn {
             self.host
@@ -339,14 +377,21 @@ impl Managed {
         for (m, i) in rest {
             self.lineage.push_client(m, raw[i], i);
         }
-        self.lineage.set_chain(&chain);
-        self.host.start(&SessionInfo::default());
-        if let Some(model) = &self.model {
-            // The window of the model this request names.
-            self.host.use_model(model);
-        }
+        self.lineage.set_chain(chain);
+        Ok(step)
+    }
 
-        let (rendered, request) = match self
+    /// The engine's step before the call: the managed request, rendered
+    /// (and its messages when `keep_request`), never one that breaks a
+    /// provider rule the client's own request kept.
+    fn before_request(
+        &mut self,
+        raw: &[&RawValue],
+        keep_request: bool,
+        step: &mut Step,
+    ) -> Result<(lineage::Rendered, Vec<Message>), SessionError> {
+        let profile = self.ctx.host.profile;
+        match self
             .host
             .before_request_in_place(self.lineage.view_in_place())
         {
@@ -354,25 +399,15 @@ impl Managed {
                 // The managed history is the request now (the engine's
                 // view swapped in, validated by the driver); rendered
                 // without a copy, then restored.
-                notices.append(&mut applied.update.notices);
-                (selected, pruned) = (applied.selected, pruned + applied.update.pruned);
+                step.notices.append(&mut applied.update.notices);
+                step.selected = applied.selected;
+                step.pruned += applied.update.pruned;
                 self.calls += 1;
                 // A view the driver swapped in is valid; the history as it
-                // stands (no view) is checked as any request is: never one
-                // that breaks a provider rule the client's own request kept.
-                let profile = self.ctx.host.profile;
-                // (Without a view nothing was swapped in: nothing to restore.)
+                // stands (no view) is checked as any request is. (Without
+                // a view nothing was swapped in: nothing to restore.)
                 if !applied.selected && !validate(self.lineage.messages(), profile).is_empty() {
-                    let unmanaged: Vec<Message> = raw
-                        .iter()
-                        .enumerate()
-                        .map(|(i, m)| parse(m, i))
-                        .collect::<Result<_, _>>()?;
-                    if let Some(v) =
-                        introduced_violation(&unmanaged, self.lineage.messages(), profile)
-                    {
-                        return Err(SessionError::Violation(v));
-                    }
+                    check_introduced(raw, self.lineage.messages(), profile)?;
                 }
                 self.stats.last_request_tokens = applied.request_tokens;
                 self.stats.last_managed_messages = self.lineage.len();
@@ -383,16 +418,17 @@ impl Managed {
                     Vec::new()
                 };
                 applied.restore(self.lineage.view_in_place());
-                (rendered, request)
+                Ok((rendered, request))
             }
             InPlace::Prepared(prepared) => {
-                (selected, pruned) = (prepared.selected, pruned + prepared.update.pruned);
-                notices.extend(prepared.update.notices);
+                step.selected = prepared.selected;
+                step.pruned += prepared.update.pruned;
+                step.notices.extend(prepared.update.notices);
                 if let Some(e) = &prepared.unfittable {
                     // A proxy does not drop a call: the managed request, the
                     // smallest the engine made, goes out over the window and
                     // the upstream answers it (or says it is too long).
-                    notices.push(Notice {
+                    step.notices.push(Notice {
                         kind: host::NoticeKind::Warning,
                         text: format!("sent over the window as managed, the upstream decides: {e}"),
                     });
@@ -401,47 +437,17 @@ impl Managed {
                     self.lineage.replace(h);
                 }
                 if prepared.update.compaction.is_some() {
-                    compaction = prepared.update.compaction;
+                    step.compaction = prepared.update.compaction;
                 }
                 self.calls += 1;
-                // Never send a request that breaks a provider rule the
-                // client's own request kept.
-                let profile = self.ctx.host.profile;
                 if !validate(&prepared.request, profile).is_empty() {
-                    let unmanaged: Vec<Message> = raw
-                        .iter()
-                        .enumerate()
-                        .map(|(i, m)| parse(m, i))
-                        .collect::<Result<_, _>>()?;
-                    if let Some(v) = introduced_violation(&unmanaged, &prepared.request, profile) {
-                        return Err(SessionError::Violation(v));
-                    }
+                    check_introduced(raw, &prepared.request, profile)?;
                 }
                 self.stats.last_request_tokens = prepared.request_tokens;
                 self.stats.last_managed_messages = prepared.request.len();
-                (self.lineage.render(&prepared.request), prepared.request)
+                Ok((self.lineage.render(&prepared.request), prepared.request))
             }
-        };
-        if compaction.is_some() {
-            self.stats.compactions += 1;
         }
-        let summary_job = match self.pending {
-            Some(_) => None,
-            None => self.host.summary_job(self.lineage.messages()),
-        };
-        Ok(Plan {
-            messages_json: rendered.json,
-            reused_bytes: rendered.reused_bytes,
-            compaction,
-            diverged,
-            notices,
-            summary_job,
-            request,
-            client_tokens: self.stats.last_client_tokens,
-            request_tokens: self.stats.last_request_tokens,
-            selected,
-            pruned,
-        })
     }
 
     /// Leading messages of `request` (this session's managed request) the
@@ -541,6 +547,33 @@ fn create_engine(
 
 fn parse(raw: &RawValue, index: usize) -> Result<Message, SessionError> {
     serde_json::from_str(raw.get()).map_err(|error| SessionError::Message { index, error })
+}
+
+/// What one step gathered on its way to the request.
+#[derive(Default)]
+struct Step {
+    compaction: Option<Compaction>,
+    notices: Vec<Notice>,
+    selected: bool,
+    pruned: usize,
+}
+
+/// Refuses `request` when it breaks a provider rule the client's own
+/// request (`raw`) kept.
+fn check_introduced(
+    raw: &[&RawValue],
+    request: &[Message],
+    profile: context_engine::validate::Profile,
+) -> Result<(), SessionError> {
+    let unmanaged: Vec<Message> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, m)| parse(m, i))
+        .collect::<Result<_, _>>()?;
+    match introduced_violation(&unmanaged, request, profile) {
+        Some(v) => Err(SessionError::Violation(v)),
+        None => Ok(()),
+    }
 }
 
 impl Managed {

@@ -615,89 +615,10 @@ pub(crate) fn prepare_stored(
     // highest stored number, which the step run again numbers after.
     let mut renumber: Option<u64> = None;
     for attempt in 0..RETRIES {
-        // One read: nothing when the copy held is current, else the
-        // record or what changed of it (or none: a new session). A copy
-        // the last check found
-        // current skips it on the first attempt: the step's
-        // compare-and-swap fails if another instance wrote meanwhile, and
-        // the next attempt reads (a session that stays on one instance
-        // saves a round trip per request; one that moves checks first).
-        let t = Instant::now();
         let mut timing = StepTiming::default();
-        let trusted = attempt == 0 && slot.as_ref().is_some_and(super::Managed::is_current);
-        let known = slot.as_ref().and_then(super::Managed::stored_version);
-        let held = slot.as_ref().map_or(0, super::Managed::held_segments);
-        let load = || match known {
-            Some(known) => store.observe(
-                Instant::now(),
-                store.store.load_versioned_after(&sid, known, held),
-            ),
-            None => store
-                .observe(Instant::now(), store.store.load_versioned(&sid))
-                .map(Since::Changed),
-        };
-        let found = if trusted {
-            Ok(Since::Unchanged)
-        } else {
-            load()
-        };
-        timing.load = t.elapsed();
-        let found = match found {
-            Ok(since) if awaited_elsewhere(&since, &store.owner) => {
-                let t = Instant::now();
-                let found = await_usage(store, &sid, since, load);
-                timing.waited = t.elapsed();
-                found
-            }
-            other => other,
-        };
-        let t = Instant::now();
-        let rebuilt = match found {
-            Ok(Since::Unchanged) => {
-                if let Some(m) = slot.as_mut() {
-                    m.set_current(true);
-                }
-                Ok(false)
-            }
-            Ok(Since::Changed(record)) => rebuild(slot, ctx, &sid, store, record).map(|()| true),
-            Ok(Since::Appended {
-                version,
-                state,
-                from,
-                segments,
-            }) => {
-                let advanced = match slot.take() {
-                    Some(m) => m.advance(version, state, from, &segments),
-                    None => Err(SessionError::NoCopy),
-                };
-                match advanced {
-                    Ok(m) => {
-                        *slot = Some(m);
-                        Ok(true)
-                    }
-                    Err(why) => {
-                        // Read whole: the copy was not what the store held.
-                        tracing::debug!(session = %sid, reason = %why, "stored session read whole");
-                        store
-                            .observe(Instant::now(), store.store.load_versioned(&sid))
-                            .map_err(SessionError::Unavailable)
-                            .and_then(|r| rebuild(slot, ctx, &sid, store, r))
-                            .map(|()| true)
-                    }
-                }
-            }
-            Err(e) => Err(SessionError::Unavailable(e)),
-        };
-        match rebuilt {
-            Ok(true) => {
-                timing.reloaded = true;
-                timing.rebuild = t.elapsed();
-            }
-            Ok(false) => {}
-            Err(e) => {
-                *slot = None;
-                return Err(e);
-            }
+        if let Err(e) = up_to_date(slot, ctx, &sid, store, attempt, &mut timing) {
+            *slot = None;
+            return Err(e);
         }
         let Some(m) = slot.as_mut() else {
             return Err(SessionError::NoSession);
@@ -777,6 +698,95 @@ pub(crate) fn prepare_stored(
         session: sid,
         attempts: RETRIES,
     })
+}
+
+/// Brings the copy in `slot` up to date with the stored record of `sid`
+/// (one read; none on a first attempt whose copy the last check found
+/// current), waiting for the usage another instance owes it.
+fn up_to_date(
+    slot: &mut Option<super::Managed>,
+    ctx: &Arc<super::SessionContext>,
+    sid: &str,
+    store: &SharedStore,
+    attempt: usize,
+    timing: &mut StepTiming,
+) -> Result<(), SessionError> {
+    // One read: nothing when the copy held is current, else the
+    // record or what changed of it (or none: a new session). A copy
+    // the last check found current skips it on the first attempt: the step's
+    // compare-and-swap fails if another instance wrote meanwhile, and
+    // the next attempt reads (a session that stays on one instance
+    // saves a round trip per request; one that moves checks first).
+    let t = Instant::now();
+    let trusted = attempt == 0 && slot.as_ref().is_some_and(super::Managed::is_current);
+    let known = slot.as_ref().and_then(super::Managed::stored_version);
+    let held = slot.as_ref().map_or(0, super::Managed::held_segments);
+    let load = || match known {
+        Some(known) => store.observe(
+            Instant::now(),
+            store.store.load_versioned_after(sid, known, held),
+        ),
+        None => store
+            .observe(Instant::now(), store.store.load_versioned(sid))
+            .map(Since::Changed),
+    };
+    let found = if trusted {
+        Ok(Since::Unchanged)
+    } else {
+        load()
+    };
+    timing.load = t.elapsed();
+    let found = match found {
+        Ok(since) if awaited_elsewhere(&since, &store.owner) => {
+            let t = Instant::now();
+            let found = await_usage(store, sid, since, load);
+            timing.waited = t.elapsed();
+            found
+        }
+        other => other,
+    };
+    let t = Instant::now();
+    let rebuilt = match found {
+        Ok(Since::Unchanged) => {
+            if let Some(m) = slot.as_mut() {
+                m.set_current(true);
+            }
+            Ok(false)
+        }
+        Ok(Since::Changed(record)) => rebuild(slot, ctx, sid, store, record).map(|()| true),
+        Ok(Since::Appended {
+            version,
+            state,
+            from,
+            segments,
+        }) => {
+            let advanced = match slot.take() {
+                Some(m) => m.advance(version, state, from, &segments),
+                None => Err(SessionError::NoCopy),
+            };
+            match advanced {
+                Ok(m) => {
+                    *slot = Some(m);
+                    Ok(true)
+                }
+                Err(why) => {
+                    // Read whole: the copy was not what the store held.
+                    tracing::debug!(session = %sid, reason = %why, "stored session read whole");
+                    store
+                        .observe(Instant::now(), store.store.load_versioned(sid))
+                        .map_err(SessionError::Unavailable)
+                        .and_then(|r| rebuild(slot, ctx, sid, store, r))
+                        .map(|()| true)
+                }
+            }
+        }
+        Err(e) => Err(SessionError::Unavailable(e)),
+    };
+    if rebuilt? {
+        timing.reloaded = true;
+        timing.rebuild = t.elapsed();
+    }
+    Ok(())
 }
 
 /// Replaces the copy in `slot` by the session built from `record` (none: a

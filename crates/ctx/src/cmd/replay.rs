@@ -262,6 +262,20 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             "; breakpoints at the system prompt and the last message, the engine's before the results it digests next"
         },
     );
+    s.push_str(&totals_table(t));
+    if let Some(costs) = &r.costs {
+        s.push_str(&render_costs(costs));
+    }
+    s.push_str(&render_events(r));
+    if verbose {
+        s.push_str(&render_details(r));
+    }
+    s
+}
+
+/// The totals, without and with the engine.
+fn totals_table(t: &context_engine::replay::Totals) -> String {
+    let n = thousands;
     let mut table = Table::new(["", "without engine", "with engine", "change"]);
     table.row([
         "prompt tokens sent".to_string(),
@@ -300,10 +314,15 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             t.estimated_cost_with_engine,
         ),
     ]);
-    s.push_str(&table.render(2));
-    if let Some(costs) = &r.costs {
-        s.push_str(&render_costs(costs));
-    }
+    table.render(2)
+}
+
+/// What the engine did over the session: compactions, digests, prunes,
+/// what went over the window, warnings, engine time, retention.
+fn render_events(r: &ReplayReport) -> String {
+    let n = thousands;
+    let t = &r.totals;
+    let mut s = String::new();
     let compactions: Vec<String> = r
         .calls
         .iter()
@@ -405,7 +424,15 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         "  retention   of {} facts in the session (user asks, files touched, commands, errors), the last request has\n              {} verbatim, {} in a summary, {} recallable through a handle it names, {} lost\n",
         ret.probes, ret.verbatim, ret.in_summary, ret.recallable, ret.lost
     ));
-    if verbose && !ret.lost_probes.is_empty() {
+    s
+}
+
+/// The facts lost and the calls one by one (`--verbose`).
+fn render_details(r: &ReplayReport) -> String {
+    let n = thousands;
+    let ret = &r.retention;
+    let mut s = String::new();
+    if !ret.lost_probes.is_empty() {
         s.push_str("\n  lost facts\n");
         for p in &ret.lost_probes {
             let kind = serde_json::to_value(p.kind)
@@ -418,7 +445,7 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             ));
         }
     }
-    if verbose {
+    {
         let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
         for c in &r.calls {
             let mut event = Vec::new();
