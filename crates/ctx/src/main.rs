@@ -118,8 +118,8 @@ enum Command {
 /// (`CTX_LOG=debug|info|warn`, default `default`); bodies and keys are never
 /// logged.
 fn init_logging(default: tracing::Level) {
-    let level = std::env::var("CTX_LOG")
-        .ok()
+    let level = cmd::engine::process_env()
+        .get("CTX_LOG")
         .and_then(|l| l.parse::<tracing::Level>().ok())
         .unwrap_or(default);
     tracing_subscriber::fmt()

@@ -33,7 +33,9 @@ pub enum SummarizerKind {
 pub struct EngineArgs {
     /// The model's context window the engine manages, in tokens
     /// (default: `context.context_length`, else 128000; at least 1, and
-    /// more than the system prompt).
+    /// more than the system prompt). Given, it is the window of every
+    /// request: `ctx serve` no longer takes a request's model's window
+    /// from `context.model_windows`.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub context_length: Option<u64>,
     #[command(flatten)]
