@@ -61,6 +61,7 @@ impl ServeOptions {
                 Duration::from_secs(s.body_read_timeout_seconds.max(1)),
                 Duration::from_secs(s.keepalive_idle_seconds.max(1)),
             )
+            .with_mode(s.mode)
             .with_engine_tools(s.engine_tools)
             .with_identity_header(s.identity_header.as_deref())
             .map(|o| {

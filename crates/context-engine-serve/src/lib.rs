@@ -66,7 +66,7 @@ mod state;
 
 pub use error::{ServeError, StartError};
 pub use metrics::Metrics;
-pub use options::{DEFAULT_MAX_INFLIGHT_BYTES, ServeOptions, UiOptions};
+pub use options::{DEFAULT_MAX_INFLIGHT_BYTES, ServeMode, ServeOptions, UiOptions};
 pub use router::app;
 pub use server::{run, serve, shutdown_signal};
 pub use session::{EngineFactory, FactoryError, SessionContext, Sessions, SharedStore};

@@ -52,6 +52,8 @@ pub struct Metrics {
     ledger_cuts: Counter,
     fallbacks: Counter,
     unmanaged: Family<RouteReason, Counter>,
+    observed: Family<RouteReason, Counter>,
+    observe_errors: Family<RouteReason, Counter>,
     stream_cuts: Family<RouteReason, Counter>,
     connect_retries: Counter,
     cache_read: Counter,
@@ -154,6 +156,8 @@ impl Metrics {
             ledger_cuts: Counter::default(),
             fallbacks: Counter::default(),
             unmanaged: Family::default(),
+            observed: Family::default(),
+            observe_errors: Family::default(),
             stream_cuts: Family::default(),
             connect_retries: Counter::default(),
             cache_read: Counter::default(),
@@ -215,10 +219,10 @@ impl Metrics {
             self.tokens_out.clone(),
         );
         registry.register(
-        "client_prompt_tokens",
-        "Prompt tokens of the clients' histories of managed requests, counted (what went upstream without the engine)",
-        self.client_tokens.clone(),
-    );
+            "client_prompt_tokens",
+            "Prompt tokens of the clients' histories of managed requests, counted (what went upstream without the engine)",
+            self.client_tokens.clone(),
+        );
         registry.register(
             "managed_prompt_tokens",
             "Prompt tokens of the managed requests sent upstream, counted",
@@ -230,30 +234,40 @@ impl Metrics {
             self.compactions.clone(),
         );
         registry.register(
-        "compaction_thrash",
-        "Compactions within a few calls of the previous one (the window barely holds the system prompt and the tail; each compacted deeper)",
-        self.compaction_thrash.clone(),
-    );
+            "compaction_thrash",
+            "Compactions within a few calls of the previous one (the window barely holds the system prompt and the tail; each compacted deeper)",
+            self.compaction_thrash.clone(),
+        );
         registry.register(
-        "ledger_cuts",
-        "Requests whose window could not hold the summary's state record whole (the history keeps it)",
-        self.ledger_cuts.clone(),
-    );
+            "ledger_cuts",
+            "Requests whose window could not hold the summary's state record whole (the history keeps it)",
+            self.ledger_cuts.clone(),
+        );
         registry.register(
             "fallbacks",
             "Requests sent unmanaged because the engine failed or its request was invalid",
             self.fallbacks.clone(),
         );
         registry.register(
-        "unmanaged",
-        "Requests passed through without the engine, by route and reason (e.g. a Responses request on server-side state, or `session_busy`: the session still held by another call past serve.session_wait_seconds)",
-        self.unmanaged.clone(),
-    );
+            "unmanaged",
+            "Requests passed through without the engine, by route and reason (e.g. a Responses request on server-side state, or `session_busy`: the session still held by another call past serve.session_wait_seconds)",
+            self.unmanaged.clone(),
+        );
         registry.register(
-        "stream_cuts",
-        "Streams that broke off before their end (the client got an error event), by route and reason",
-        self.stream_cuts.clone(),
-    );
+            "observed_requests",
+            "Observe mode: requests sent upstream untouched with the engine run beside them, by route and what the engine would have done (managed, or unmanaged by design)",
+            self.observed.clone(),
+        );
+        registry.register(
+            "observe_errors",
+            "Observe mode: requests the engine could not observe (an unreadable body, an engine or store failure), by route and reason; the request went upstream as it came",
+            self.observe_errors.clone(),
+        );
+        registry.register(
+            "stream_cuts",
+            "Streams that broke off before their end (the client got an error event), by route and reason",
+            self.stream_cuts.clone(),
+        );
         registry.register(
             "upstream_connect_retries",
             "Upstream connections retried after failing before any byte of the request was sent",
@@ -348,6 +362,27 @@ impl Metrics {
     pub fn cache_tokens(&self, read: Option<u64>, write: Option<u64>) {
         self.cache_read.inc_by(read.unwrap_or(0));
         self.cache_write.inc_by(write.unwrap_or(0));
+    }
+
+    /// Observe mode: a request on `route` went upstream untouched and the
+    /// engine would have `what` it (`managed`, or a reason it would not).
+    pub fn observed(&self, route: &str, what: &str) {
+        self.observed
+            .get_or_create(&RouteReason {
+                route: route.to_owned(),
+                reason: what.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Observe mode: the engine could not observe a request on `route`.
+    pub fn observe_error(&self, route: &str, reason: &str) {
+        self.observe_errors
+            .get_or_create(&RouteReason {
+                route: route.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// A request on `route` passed through without the engine, by design.

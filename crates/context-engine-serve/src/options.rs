@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use context_engine::config::ServeMode;
+
 use crate::error::StartError;
 use crate::session::SharedStore;
 use crate::upstream::UpstreamOptions;
@@ -34,6 +36,10 @@ pub struct ServeOptions {
     pub body_read_timeout: Duration,
     /// Time a connection may stay open without a request.
     pub keepalive_idle: Duration,
+    /// Managed (the engine's request goes upstream) or observe (requests
+    /// go upstream untouched, the engine runs beside them: see
+    /// [`crate::handlers::observe`]).
+    pub mode: ServeMode,
     /// Offer the engine's tools on requests that carry tools of their own,
     /// and resolve their calls.
     pub engine_tools: bool,
@@ -168,6 +174,7 @@ impl ServeOptions {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
             keepalive_idle: Duration::from_secs(90),
+            mode: ServeMode::Managed,
             engine_tools: true,
             identity_header: None,
             max_tool_rounds: 3,
@@ -230,6 +237,12 @@ impl ServeOptions {
         self.header_read_timeout = header_read;
         self.body_read_timeout = body_read;
         self.keepalive_idle = keepalive_idle;
+        self
+    }
+
+    /// Sets [`mode`](Self::mode).
+    pub fn with_mode(mut self, mode: ServeMode) -> ServeOptions {
+        self.mode = mode;
         self
     }
 

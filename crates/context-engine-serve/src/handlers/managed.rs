@@ -41,7 +41,8 @@ use crate::sse::{ChatReader, WireReader};
 use crate::state::AppState;
 use crate::tools::ApiTools;
 
-use super::view;
+use super::{observe, view};
+use crate::options::ServeMode;
 
 /// What one managed request needs to know about itself.
 pub(crate) struct Call {
@@ -61,6 +62,9 @@ pub(crate) async fn spawn(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if state.options().mode == ServeMode::Observe {
+        return observe::handle(state, call, identity, uri, headers, body).await;
+    }
     let task = tokio::spawn(handle(state, call, identity, uri, headers, body));
     match task.await {
         Ok(response) => response,

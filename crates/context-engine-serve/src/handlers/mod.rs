@@ -5,6 +5,7 @@ pub mod chat;
 pub(crate) mod count_tokens;
 pub(crate) mod managed;
 pub mod messages;
+pub mod observe;
 pub mod ops;
 pub mod passthrough;
 pub(crate) mod relay;

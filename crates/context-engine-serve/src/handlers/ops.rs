@@ -92,8 +92,14 @@ pub async fn session_status(
         }
         return Err(ServeError::SessionNotFound(id));
     };
+    // In observe mode the figures are what the engine would have sent.
+    let mode = match state.options().mode {
+        crate::options::ServeMode::Observe => "observe",
+        crate::options::ServeMode::Managed => "managed",
+    };
     Ok(Json(serde_json::json!({
         "id": id,
+        "mode": mode,
         "engine": managed.host().engine().name(),
         "status": managed.host().status(),
         "stats": managed.stats,

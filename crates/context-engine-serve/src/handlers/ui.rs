@@ -234,12 +234,13 @@ pub async fn overview(State(state): State<AppState>, Caller(viewer): Caller) -> 
             Some((_, since)) => json!({ "kind": "degraded", "for_s": since.as_secs() }),
         },
     };
+    let observed = state.options().mode == crate::options::ServeMode::Observe;
     let cost = state
         .options()
         .ui
         .price
         .as_ref()
-        .map(|price| Estimate::of(price, &metrics));
+        .map(|price| Estimate::of(price, &metrics, observed));
     private(
         Json(json!({
             "metrics": metrics,
@@ -247,6 +248,7 @@ pub async fn overview(State(state): State<AppState>, Caller(viewer): Caller) -> 
             "sessions": state.sessions().len(),
             "store": store,
             "viewer": viewer.name(),
+            "mode": if observed { "observe" } else { "managed" },
             "calls_per_session": state.sessions().call_log(),
         }))
         .into_response(),
@@ -268,15 +270,27 @@ struct Estimate {
 }
 
 impl Estimate {
-    fn of(price: &context_engine::pricing::PriceModel, m: &crate::metrics::Overview) -> Estimate {
+    /// In observe mode (`observed`) what the upstream reported is the bill
+    /// without the engine, and the engine's is the same less what it would
+    /// have left out.
+    fn of(
+        price: &context_engine::pricing::PriceModel,
+        m: &crate::metrics::Overview,
+        observed: bool,
+    ) -> Estimate {
         let left_out = m
             .client_prompt_tokens
             .saturating_sub(m.managed_prompt_tokens);
         let bill = |prompt: u64| price.cost(prompt, m.cache_read_tokens, 0, m.completion_tokens);
+        let (with, without) = if observed {
+            (m.prompt_tokens.saturating_sub(left_out), m.prompt_tokens)
+        } else {
+            (m.prompt_tokens, m.prompt_tokens + left_out)
+        };
         Estimate {
             price: price.name.clone(),
-            with_engine: bill(m.prompt_tokens),
-            without_engine: bill(m.prompt_tokens + left_out),
+            with_engine: bill(with),
+            without_engine: bill(without),
         }
     }
 }

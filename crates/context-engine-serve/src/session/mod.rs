@@ -73,6 +73,10 @@ pub struct Slot {
     /// The session's last calls, for the page at `/ui` (empty when the
     /// page is off: [`Sessions::with_call_log`]).
     pub calls: Mutex<calls::CallLog>,
+    /// Observe mode: the arrival number of the newest request observed
+    /// (an older one that reaches the session after it is skipped, never
+    /// taken for a rewritten history).
+    pub observed: AtomicU64,
     last_used: AtomicU64,
 }
 
@@ -275,6 +279,7 @@ impl Sessions {
             state: Arc::new(AsyncMutex::new(None)),
             front: Mutex::default(),
             calls: Mutex::default(),
+            observed: AtomicU64::new(0),
             last_used: AtomicU64::new(now),
         });
         map.insert(key.clone(), Arc::clone(&slot));

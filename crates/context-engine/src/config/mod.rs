@@ -409,10 +409,27 @@ pub fn default_store_path(env: &Env) -> Option<PathBuf> {
     Some(data.join("context-engine").join("store.db"))
 }
 
+/// `serve.mode`: what the proxy does with the traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServeMode {
+    /// Requests are managed: the engine's request goes upstream.
+    #[default]
+    Managed,
+    /// Requests go upstream untouched; the engine runs beside them and
+    /// the page, `/metrics` and `/ctx/sessions/{id}` show what it would
+    /// have sent.
+    Observe,
+}
+
 /// `serve`: the OpenAI-compatible proxy (`ctx serve`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ServeConfig {
+    /// `managed` (the default) or `observe`: every request goes upstream
+    /// as the client sent it and the engine runs beside the traffic,
+    /// showing what it would have sent.
+    pub mode: ServeMode,
     /// Address to listen on. Loopback by default; any other address needs
     /// `auth_token_env`.
     pub listen: String,
@@ -518,6 +535,7 @@ impl Default for UiConfig {
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
         ServeConfig {
+            mode: ServeMode::Managed,
             listen: "127.0.0.1:8787".to_owned(),
             upstream: UpstreamConfig::default(),
             auth_token_env: None,

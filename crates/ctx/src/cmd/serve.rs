@@ -36,6 +36,12 @@ pub struct ServeArgs {
     /// Do not offer the engine's tools (overrides `serve.engine_tools`).
     #[arg(long, overrides_with = "engine_tools")]
     pub no_engine_tools: bool,
+    /// Observe mode (`serve.mode: observe`): every request goes upstream
+    /// exactly as the client sent it; the engine runs beside the traffic
+    /// and the page, `/metrics` and `/ctx/sessions/{id}` show what it would
+    /// have sent.
+    #[arg(long)]
+    pub observe: bool,
     /// Keep sessions in a store: a SQLite file, `:memory:`, or
     /// `postgres://user@host:port/db` shared by a fleet of instances (the
     /// password from the variable `store.password_env` names). Overrides
@@ -55,6 +61,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         window,
     } = prepare(args)?;
     let listen = options.listen;
+    if options.mode == context_engine_serve::ServeMode::Observe {
+        eprintln!(
+            "ctx serve: observe mode: requests go upstream as the clients send them; the engine only shows what it would have sent"
+        );
+    }
     eprintln!(
         "ctx serve: http://{listen}/v1 -> {} (window {} tokens); metrics at http://{listen}/metrics{}",
         options.upstream.url,
@@ -99,6 +110,9 @@ pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
         s.listen = listen.clone();
     }
     s.engine_tools = !args.no_engine_tools && (args.engine_tools || s.engine_tools);
+    if args.observe {
+        s.mode = context_engine_serve::ServeMode::Observe;
+    }
     let env = super::engine::process_env();
     let mut options = ServeOptions::from_config(&s, &env)?.with_store(open_store(
         args.store.as_deref(),
