@@ -91,12 +91,17 @@
     const latency = m.overhead_ms ? m.overhead_ms.map(v => v.toFixed(2)).join(' / ') + ' ms' : '–';
     const store = o.store.kind === 'none' ? 'none (this process only)'
       : o.store.kind === 'ok' ? 'healthy' : `degraded for ${o.store.for_s} s`;
+    // Observe mode: the traffic went upstream untouched; the engine's
+    // figures are what it would have sent.
+    const observe = o.mode === 'observe';
     const parts = [
-      el('h2', {}, 'Overview'),
+      el('h2', {}, observe ? 'Overview (observe mode: nothing was changed)' : 'Overview'),
+      observe ? el('p', {class: 'muted small', id: 'observe-note'},
+        'Every request went upstream exactly as the agent sent it. "Tokens the engine would send", the compactions and each call\'s request show what the engine would have done.') : null,
       el('div', {class: 'cards'},
         V.card('requests', V.num(m.requests), 'requests'),
         V.card('tokens the agents sent', V.num(m.client_prompt_tokens), 'client_prompt_tokens', 'counted, managed requests'),
-        V.card('tokens sent upstream', V.num(m.managed_prompt_tokens), 'managed_prompt_tokens', saved ? `${saved} against the agents'` : ''),
+        V.card(observe ? 'tokens the engine would send' : 'tokens sent upstream', V.num(m.managed_prompt_tokens), 'managed_prompt_tokens', saved ? `${saved} against the agents'` : ''),
         V.card('prompt tokens billed', V.num(m.prompt_tokens), 'prompt_tokens', `as the upstream reported; cache hits ${cache}`),
         o.cost ? V.card('estimated bill, with / without the engine',
           `${V.money(o.cost.with_engine)} / ${V.money(o.cost.without_engine)}`, 'cost',
@@ -113,7 +118,7 @@
       parts.push(el('div', {class: 'panel'}, el('h3', {}, 'Last fallbacks'),
         V.table(['when', 'reason'], m.fallback_reasons.map(([ms, why]) => [new Date(ms).toLocaleTimeString(), why]))));
     }
-    overviewPart.replaceChildren(...parts);
+    overviewPart.replaceChildren(...parts.filter(Boolean));
   }
 
   function renderSessions(list) {
