@@ -14,7 +14,8 @@
 //! The same sequential session is also sent as Anthropic Messages
 //! (`/v1/messages`) and Responses (`/v1/responses`), so the three fronts'
 //! added latencies compare; `LOAD_FRONTS_ONLY=1` runs only that part.
-//! `LOAD_ONLY=edge` compares the chat path with and without the edge (the
+//! `LOAD_ONLY=observe` compares observe mode with plain forwarding and the
+//! managed path, interleaved in one run. `LOAD_ONLY=edge` compares the chat path with and without the edge (the
 //! site rule, the body read under its limits and the in-flight budget,
 //! the accept loop's timeouts and `TCP_NODELAY`) in one run, interleaved.
 //! `LOAD_ONLY=page` measures what pages open at `/ui` add to the calls
@@ -37,7 +38,7 @@ use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
-use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use context_engine_serve::{AppState, ServeMode, ServeOptions, SessionContext, UpstreamOptions};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -63,6 +64,10 @@ async fn upstream() -> String {
         .route(
             "/v1/responses",
             post(|| async { json_reply(RESPONSES_REPLY) }),
+        )
+        .route(
+            "/v1/plain/chat/completions",
+            post(|| async { json_reply(REPLY) }),
         )
         .route(
             "/v1/chat/completions",
@@ -113,10 +118,16 @@ fn session_context() -> SessionContext {
 
 /// A proxy whose sessions sleep after `hibernate` idle, when set.
 async fn proxy_with(url: &str, hibernate: Option<Duration>) -> (String, AppState) {
+    proxy_in(url, hibernate, ServeMode::Managed).await
+}
+
+/// A proxy in `mode`.
+async fn proxy_in(url: &str, hibernate: Option<Duration>, mode: ServeMode) -> (String, AppState) {
     let ctx = session_context();
     let options = ServeOptions::new(UpstreamOptions::new(url))
         .with_sessions(100_000, Duration::from_secs(3600))
-        .with_hibernation(hibernate);
+        .with_hibernation(hibernate)
+        .with_mode(mode);
     let state = AppState::new(options, ctx).unwrap_or_else(|e| panic!("{e}"));
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -704,6 +715,58 @@ fn front_phases(front: Front) {
     );
 }
 
+/// Observe mode's added latency over plain forwarding (the proxy's
+/// passthrough path, no engine) and the managed path's, for the same
+/// sequential chat session, interleaved in one run.
+async fn observe() {
+    let direct = upstream().await;
+    let (managed, _) = proxy(&direct).await;
+    let (observing, state) = proxy_in(&direct, None, ServeMode::Observe).await;
+    let plain = format!("{managed}/plain");
+    let client = reqwest::Client::new();
+    let targets = [
+        ("direct", format!("{direct}/plain")),
+        ("forward", plain),
+        ("observe", observing),
+        ("managed", managed),
+    ];
+    for (tag, url) in &targets {
+        sequential_at(&client, url, Front::Chat, &format!("warm-{tag}"), 50).await;
+    }
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    for round in 0..4 {
+        for (k, (tag, url)) in targets.iter().enumerate() {
+            let t = sequential_at(&client, url, Front::Chat, &format!("{tag}-{round}"), 100).await;
+            runs[k].extend(t);
+        }
+    }
+    for r in &mut runs {
+        r.sort_by(f64::total_cmp);
+    }
+    let p50: Vec<f64> = runs.iter().map(|r| pct(r, 0.5)).collect();
+    println!("observe: one client, 100-message chat session, 400 requests each, interleaved:");
+    for (k, (tag, _)) in targets.iter().enumerate() {
+        println!(
+            "  {tag:<8} p50 {:.3} ms  p99 {:.3} ms",
+            p50[k],
+            pct(&runs[k], 0.99)
+        );
+    }
+    println!(
+        "  observe over plain forwarding, p50: {:+.3} ms; managed over forwarding: {:+.3} ms",
+        p50[2] - p50[1],
+        p50[3] - p50[1]
+    );
+    for line in state.metrics().encode().lines() {
+        if ["ctx_observed_requests_total", "ctx_observe_errors_total"]
+            .iter()
+            .any(|m| line.starts_with(m))
+        {
+            println!("  observing proxy metric: {line}");
+        }
+    }
+}
+
 /// Added latency of each front for the same sequential session.
 async fn fronts() {
     front_phases(Front::Anthropic);
@@ -759,6 +822,9 @@ fn main() {
         let phase = |name: &str| only.is_empty() || only.split(',').any(|p| p == name);
         if phase("fronts") {
             fronts().await;
+        }
+        if phase("observe") {
+            observe().await;
         }
         if std::env::var_os("LOAD_FRONTS_ONLY").is_some() {
             return;

@@ -6,13 +6,13 @@
 //! Per request ([`handle`]): the client's body is sent upstream at once;
 //! its answer is relayed chunk by chunk as it came, each chunk also handed
 //! (a reference count, no copy) to the observation. The observation is a
-//! task of its own ([`observe`]): it reads the request, runs the one
-//! session step ([`view::prepare`], with the session's store), accounts
-//! what the engine would have sent (the page's calls and their requests,
-//! `/metrics`, `/ctx/sessions/{id}`), then reads the answer's usage from
-//! the chunks and feeds the session the provider's count scaled to the
-//! request the engine made, as `ctx replay` does, so the next step sees
-//! what the provider would have reported for it. Nothing the engine does
+//! task of its own ([`observe`]): once the answer has ended (its usage
+//! read from the chunks), it reads the request, runs the one session step
+//! ([`view::prepare`], with the session's store), accounts what the engine
+//! would have sent (the page's calls and their requests, `/metrics`,
+//! `/ctx/sessions/{id}`), and feeds the session the provider's count
+//! scaled to the request the engine made, as `ctx replay` does, so the
+//! next step sees what the provider would have reported for it. Nothing the engine does
 //! can delay, alter or fail the request: an unreadable body, an engine or
 //! store failure is counted (`ctx_observe_errors_total`) and shown; a
 //! reply the client stops reading is an observation without usage. No
@@ -145,6 +145,9 @@ async fn observe(
     mut answer: mpsc::UnboundedReceiver<Tapped>,
 ) {
     let route = call.route.as_str();
+    // The answer first: until it has ended the engine spends no CPU the
+    // request path could use, and the session then sees this call whole.
+    let usage = read_usage(call.api, &mut answer).await;
     let split = match call.api {
         Wire::Chat => ChatBody::parse(&body),
         Wire::Front(_) => ChatBody::parse_object(&body),
@@ -169,8 +172,8 @@ async fn observe(
         Wire::Front(kind) => front_session_key(&identity, &headers, kind, &split),
     };
     let slot = state.sessions().slot(&key);
-    // Off the request path: waiting for the previous call's usage here
-    // delays no client.
+    // Off the request path: waiting for another observation here delays
+    // no client.
     let mut guard = Arc::clone(&slot.state).lock_owned().await;
     if slot.observed.fetch_max(arrival, Ordering::Relaxed) > arrival {
         // A later request of this session was observed first: this older
@@ -213,7 +216,6 @@ async fn observe(
         keep_request(&state, &slot, &key, call.api, (&body, &would));
     }
     drop(split);
-    let usage = read_usage(call.api, &mut answer).await;
     if let Some(usage) = &usage {
         // What the provider billed: the request as the client sent it.
         settle(&state, usage);
