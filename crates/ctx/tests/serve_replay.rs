@@ -235,3 +235,101 @@ async fn with_a_plugin_engine_serve_sends_the_requests_replay_reports() {
     let report = serve_sends_what_replay_reports(&dir.0, &extra, &[]).await;
     assert_eq!(report["engine"], "last-turns");
 }
+
+/// Observe mode shows what replay reports: the same session through
+/// `ctx serve --observe --config F`, each call answered with the usage the
+/// provider reports for the client's own request. Every request goes
+/// upstream byte for byte; the engine's would-be requests, beside the
+/// traffic, add up to the replay's tokens with the engine (within 1%) and
+/// compact where it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_shows_the_requests_replay_reports() {
+    let dir = TempDir::new("serve-replay", "observe");
+    let session = text_action_session(14);
+    let session_file = dir.0.join("session.json");
+    std::fs::write(&session_file, serde_json::to_vec(&session).unwrap()).unwrap();
+    let config = dir.0.join("config.yaml");
+    std::fs::write(&config, config_yaml("")).unwrap();
+    let report = replay(&session_file, &config, &["--no-store"]);
+    let calls = report["calls"].as_array().unwrap();
+    let script = Arc::new(Script::default());
+    let upstream = start_upstream(Arc::clone(&script)).await;
+    let serve = Serve::start(
+        &dir.0,
+        &[
+            "--upstream",
+            &upstream,
+            "--config",
+            config.to_str().unwrap(),
+            "--observe",
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let metrics = || async {
+        client
+            .get(format!("http://{}/metrics", serve.addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    for (k, call) in calls.iter().enumerate() {
+        let index = u(&call["message_index"]) as usize;
+        script.push(Reply::Json(completion(
+            session[index].clone(),
+            u(&call["tokens_without_engine"]),
+            u(&call["completion_tokens"]),
+        )));
+        let body = json!({"model": "scripted", "messages": &session[..index]}).to_string();
+        let resp = client
+            .post(format!("http://{}/v1/chat/completions", serve.addr))
+            .header("authorization", CLIENT_KEY)
+            .header("x-ctx-session", "observed")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "call {k}: {}", serve.stderr());
+        resp.bytes().await.unwrap();
+        assert_eq!(
+            script.received().last().unwrap().body,
+            body.as_bytes(),
+            "call {k}: the body as the client sent it"
+        );
+        // The observation runs once the answer has ended: wait for it
+        // (bounded, short polls) before the next call.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while serve_common::metric(&metrics().await, "ctx_observed_requests_total") < k as u64 + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "call {k} never observed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    let text = metrics().await;
+    let observed = serve_common::metric(&text, "ctx_managed_prompt_tokens_total") as f64;
+    let replayed: u64 = calls.iter().map(|c| u(&c["tokens_with_engine"])).sum();
+    let replayed = replayed as f64;
+    eprintln!("observed with the engine: {observed} tokens; ctx replay: {replayed}");
+    assert!(
+        (observed - replayed).abs() <= replayed * 0.01,
+        "observed {observed} tokens with the engine, replay {replayed}"
+    );
+    let compactions = calls.iter().filter(|c| !c["compaction"].is_null()).count() as u64;
+    assert!(compactions > 0);
+    assert_eq!(
+        serve_common::metric(&text, "ctx_compactions_total"),
+        compactions,
+        "{text}"
+    );
+    assert_eq!(
+        serve_common::metric(&text, "ctx_observe_errors_total"),
+        0,
+        "{text}"
+    );
+}
