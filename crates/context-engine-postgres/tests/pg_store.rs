@@ -3,16 +3,13 @@
 //! stores, concurrent compare-and-swap from many threads, claims across
 //! instances, schema versioning, and an unreachable database.
 
-mod common;
-#[path = "../../context-engine/tests/store_contract/mod.rs"]
-mod store_contract;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestDb;
 use context_engine::store::{HistoryWrite, SessionStore, Since, StoreError};
 use context_engine_postgres::{PgOptions, PgStore, SCHEMA_VERSION};
+use context_engine_testkit::postgres::TestDb;
+use context_engine_testkit::store_contract;
 use serde_json::json;
 
 fn store(db: &TestDb) -> PgStore {

@@ -8,8 +8,7 @@
 //! open and passing nothing on.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

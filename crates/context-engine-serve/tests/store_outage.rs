@@ -5,8 +5,7 @@
 //! controls, so "down" is the relay refusing and cutting connections.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

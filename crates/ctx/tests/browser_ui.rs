@@ -10,8 +10,6 @@
 #[path = "common/browser.rs"]
 mod browser;
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -19,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use browser::Browser;
 use common::{TempDir, free_port};
+use context_engine_testkit::upstream::{Script, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Script, start_upstream};
 
 const OPERATOR: &str = "operator-secret-7";
 
@@ -133,7 +131,7 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
     // Alice's agent works through a recorded session, each request the
     // last one and its new tool calls and results, past the 2,000-token
     // window (it compacts); Bob's stays small.
-    let full = serve_common::long_history(24);
+    let full = context_engine_testkit::upstream::long_history(24);
     let mut alice_calls = 0;
     for turns in (0..=24).step_by(2) {
         call(&instance, "sk-alice", "alice-run", &full[..2 + 2 * turns]).await;
@@ -348,7 +346,7 @@ async fn measure_the_page_weight_and_first_render_of_500_calls() {
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
     let instance = spawn(&dir.0, &upstream).await;
-    let mut history = serve_common::long_history(1);
+    let mut history = context_engine_testkit::upstream::long_history(1);
     let started = Instant::now();
     for i in 0..500 {
         call(&instance, "sk-alice", "long-run", &history).await;

@@ -19,8 +19,7 @@
 //! measure it (the test's own assertion of a refusal then may not hold).
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/raw.rs"]
-mod raw;
+use context_engine_testkit::raw;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

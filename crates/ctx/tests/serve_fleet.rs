@@ -14,10 +14,7 @@
 //! with the reason elsewhere, a failure under `CI=true`.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
+use context_engine_testkit::postgres as pg;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -30,14 +27,13 @@ use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
-use serve_common::{
-    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
-    start_upstream,
-};
+use context_engine_testkit::counter;
+use context_engine_testkit::proxy::{compressor_context, options, start_proxy};
+use context_engine_testkit::upstream::{Reply, Script, completion, metric, start_upstream};
 
 /// The first replayable corpus transcript of at least `min` messages.
 fn transcript(min: usize) -> Option<Vec<Message>> {
-    for file in serve_common::corpus_files()? {
+    for file in context_engine_testkit::corpus_files()? {
         let Ok(t) = Transcript::load(&file) else {
             continue;
         };

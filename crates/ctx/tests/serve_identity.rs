@@ -14,8 +14,6 @@
 //! alone reads nothing; the header without the token refuses to start.
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{TempDir, free_port};
+use context_engine_testkit::upstream::{Reply, Script, completion, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Reply, Script, completion, start_upstream};
 
 /// A running `ctx serve`, killed with the test.
 struct Instance {
@@ -102,7 +100,7 @@ fn secrets() -> [String; 4] {
 /// with the secrets.
 fn history_of_a() -> Vec<Value> {
     let [aws, gh, key, marker] = secrets();
-    let mut m = serve_common::long_history(20);
+    let mut m = context_engine_testkit::upstream::long_history(20);
     let at = m
         .iter()
         .position(|x| x["tool_call_id"] == "call_1")

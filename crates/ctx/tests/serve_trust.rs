@@ -26,14 +26,9 @@
 //! Postgres missing: a skip with the reason, a failure under `CI=true`.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
-#[path = "../../context-engine/tests/common/secrets.rs"]
-mod secrets;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
-#[path = "../../context-engine/tests/common/sqlite_scan.rs"]
-mod sqlite_scan;
+use context_engine_testkit::postgres as pg;
+use context_engine_testkit::secrets;
+use context_engine_testkit::sqlite_scan;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -43,9 +38,9 @@ use std::time::{Duration, Instant};
 use common::{TempDir, free_port};
 use context_engine::message::Message;
 use context_engine::tokens::TokenCounter;
+use context_engine_testkit::raw_upstream::{Raw, RawReply};
+use context_engine_testkit::upstream::{Reply, Script, completion, metric, start_upstream};
 use serde_json::{Value, json};
-use serve_common::raw_upstream::{Raw, RawReply};
-use serve_common::{Reply, Script, completion, metric, start_upstream};
 
 /// The client's own key: its identity, which keys its sessions.
 const CLIENT_KEY: &str = "Bearer sk-test-trust-4242";
@@ -179,7 +174,7 @@ const PLANTED: [usize; 2] = [1, 3];
 
 /// A coding session whose planted tool outputs hold every secret.
 fn leaky_session() -> Vec<Value> {
-    let mut m = serve_common::long_history(24);
+    let mut m = context_engine_testkit::upstream::long_history(24);
     for turn in PLANTED {
         let i = 3 + 2 * turn;
         assert_eq!(m[i]["role"], "tool");
@@ -198,7 +193,7 @@ struct Driven {
 /// Replays [`leaky_session`] through `proxy` as an agent would (its whole
 /// history each call, the upstream answering the recorded next message).
 async fn drive_leaky(proxy: &Instance, script: &Script) -> Driven {
-    let counter = serve_common::counter();
+    let counter = context_engine_testkit::counter();
     let session = leaky_session();
     for (i, m) in session.iter().enumerate() {
         if m["role"] != "assistant" {
@@ -385,7 +380,7 @@ async fn two_conversations_under_one_session_id_stay_managed_and_within_the_wind
     let dir = TempDir::new("serve-trust", "reuse");
     let store = format!("store:\n  path: \"{}\"\n", dir.0.join("store.db").display());
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, &store), REUSE_WINDOW).await;
-    let counter = serve_common::counter();
+    let counter = context_engine_testkit::counter();
     let (alpha, beta) = (conversation("alpha"), conversation("beta"));
     let sequential: Vec<(&str, usize)> = (0..=TURNS)
         .map(|n| ("alpha", n))
@@ -472,7 +467,7 @@ async fn a_chat_stream_cut_mid_event_ends_in_an_error_event_and_is_counted() {
     let raw = Raw::new([RawReply::Unframed(format!(
         "{whole}data: {{\"id\":\"c\",\"cho"
     ))]);
-    let upstream = serve_common::raw_upstream::start(Arc::clone(&raw)).await;
+    let upstream = context_engine_testkit::raw_upstream::start(Arc::clone(&raw)).await;
     let dir = TempDir::new("serve-trust", "cut");
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, ""), 128_000).await;
     let body =

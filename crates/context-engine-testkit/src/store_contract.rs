@@ -1,9 +1,8 @@
 //! The behaviour every [`SessionStore`] backend shares, as one set of
-//! checks run against each (memory and SQLite here, Postgres in
-//! `context-engine-postgres`, which includes this file by path): the
-//! archive, search, records, the versioned record's compare-and-swap and
-//! the claims on background jobs.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! checks run against each (memory and SQLite in the engine's tests,
+//! Postgres in `context-engine-postgres`'s): the archive, search, records,
+//! the versioned record's compare-and-swap and the claims on background
+//! jobs.
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! no client library would leave as is, a `Host` of our choosing, a
 //! request that never finishes), and an upstream that records the path
 //! and `Authorization` of every request that reaches it, whatever its path.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

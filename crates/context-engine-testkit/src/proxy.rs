@@ -1,0 +1,108 @@
+//! A proxy in process (the serve crate's library, no binary) in front of
+//! an upstream: its options, session contexts with the built-in
+//! compressor, and a client with an identity (feature `serve`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::plugin::EngineContext;
+use context_engine::tokens::TokenCounter;
+use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use tokio::net::TcpListener;
+
+use crate::counter;
+
+/// A session context with the built-in compressor at `context_length`.
+pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -> SessionContext {
+    let c = Arc::clone(&counter);
+    let factory =
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), context_length).into_compressor(),
+            ))
+        };
+    SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default(),
+        blocking: false,
+    }
+}
+
+/// [`compressor_context`] whose compressor prices a prompt cache that
+/// lives `lifetime_secs`, so a test can outwait it.
+pub fn short_cache_context(context_length: u64, lifetime_secs: u64) -> SessionContext {
+    use context_engine::compressor::CompressorOptions;
+    use context_engine::pricing::PriceModel;
+    use context_engine::schedule::ScheduleOptions;
+    let mut price = PriceModel::default();
+    price.cache.lifetime_secs = lifetime_secs;
+    let options =
+        CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
+    let c = counter();
+    let mut ctx = compressor_context(Arc::clone(&c), context_length);
+    ctx.factory = Arc::new(
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), context_length)
+                    .with_compressor_options(options.clone())
+                    .into_compressor(),
+            ))
+        },
+    );
+    ctx
+}
+
+/// Starts a proxy for `options` and `ctx` on 127.0.0.1:0; returns its
+/// address and state.
+pub async fn start_proxy(options: ServeOptions, ctx: SessionContext) -> (SocketAddr, AppState) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = AppState::new(options, ctx).unwrap();
+    let s = state.clone();
+    tokio::spawn(async move {
+        context_engine_serve::serve(listener, s, std::future::pending())
+            .await
+            .unwrap()
+    });
+    (addr, state)
+}
+
+/// Proxy options for an upstream at `url`.
+pub fn options(url: &str) -> ServeOptions {
+    ServeOptions::new(UpstreamOptions::new(url))
+}
+
+/// The credential [`client`] sends: the tests' clients have an identity
+/// (see `context_engine_serve::identity`), as a client with its own
+/// provider key does.
+pub const TEST_CREDENTIAL: &str = "Bearer sk-test";
+
+/// An HTTP client whose requests carry [`TEST_CREDENTIAL`] in
+/// `Authorization` unless they set that header themselves.
+pub fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_static(TEST_CREDENTIAL),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// The store's name of session `id` of a [`client`] (its identity's scope
+/// and the id).
+pub fn store_id(id: &str) -> String {
+    use context_engine_serve::identity::{Identity, Rules};
+    let mut h = HeaderMap::new();
+    h.insert(
+        axum::http::header::AUTHORIZATION,
+        axum::http::HeaderValue::from_static(TEST_CREDENTIAL),
+    );
+    format!("{}:{id}", Identity::of(&h, &Rules::default()).scope())
+}
