@@ -32,8 +32,7 @@ pub enum Ready {
     Answers,
 }
 
-/// A `ctx serve` about to start: `program serve --listen ADDR`, `RUST_LOG`
-/// at `warn`, without the switches a developer's shell might carry (the
+/// A `ctx serve` about to start: `program serve --listen ADDR`, without the switches a developer's shell might carry (the
 /// digest and redaction opt-outs), run from the repository root, its
 /// standard error in a log file (a temporary one unless [`Spawn::log`]).
 pub struct Spawn {
@@ -60,7 +59,6 @@ impl Spawn {
         let mut cmd = Command::new(program);
         cmd.arg("serve")
             .current_dir(repository_root())
-            .env("RUST_LOG", "warn")
             .env_remove("CTX_TOOL_DIGEST_DISABLED")
             .env_remove("CTX_REDACT_SECRETS");
         Spawn {
@@ -103,6 +101,24 @@ impl Spawn {
     pub fn ready(mut self, ready: Ready) -> Spawn {
         self.ready = ready;
         self
+    }
+
+    /// Runs it to its exit (a configuration it must refuse): its status
+    /// and output.
+    pub fn output(mut self) -> std::process::Output {
+        self.cmd
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctx serve")
+    }
+
+    /// Starts it and waits at most `within` for it to exit (a
+    /// configuration it must refuse): its status and standard error, or
+    /// `None` if it kept running (then killed).
+    pub async fn exit_within(self, within: Duration) -> Option<(ExitStatus, String)> {
+        let (mut serve, _) = self.spawn();
+        let status = serve.exit(within).await?;
+        Some((status, serve.stderr()))
     }
 
     fn spawn(mut self) -> (Serve, Ready) {
@@ -192,6 +208,11 @@ impl Serve {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Its address.
+    pub fn socket_addr(&self) -> std::net::SocketAddr {
+        self.addr.parse().expect("a socket address")
     }
 
     /// What it wrote to standard error so far.

@@ -26,101 +26,57 @@
 //! Postgres missing: a skip with the reason, a failure under `CI=true`.
 
 mod common;
-use context_engine_testkit::postgres as pg;
-use context_engine_testkit::secrets;
-use context_engine_testkit::sqlite_scan;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use common::{TempDir, free_port};
+use common::TempDir;
 use context_engine::message::Message;
 use context_engine::tokens::TokenCounter;
 use context_engine_testkit::raw_upstream::{Raw, RawReply};
+use context_engine_testkit::serve::{Serve, Spawn};
 use context_engine_testkit::upstream::{Reply, Script, completion, metric, start_upstream};
+use context_engine_testkit::{postgres as pg, secrets, sqlite_scan};
 use serde_json::{Value, json};
 
 /// The client's own key: its identity, which keys its sessions.
 const CLIENT_KEY: &str = "Bearer sk-test-trust-4242";
 const CHAT: &str = "/v1/chat/completions";
 
-/// A running `ctx serve`, killed with the test unless stopped first; its
-/// standard error goes to `stderr.log` in its directory.
+/// A running `ctx serve` (the test kit's spawner), killed with the test
+/// unless stopped first; its standard error goes to `stderr.log` in its
+/// directory.
 struct Instance {
-    child: Child,
+    serve: Serve,
     addr: String,
-    log: PathBuf,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Instance {
     /// Writes `yaml` to `dir/config.yaml` and starts `ctx serve` with it
     /// and a window of `window` tokens; waits for `/healthz`.
     async fn start(dir: &Path, yaml: &str, window: u64) -> Instance {
-        installs_tls_provider();
         let config = dir.join("config.yaml");
         std::fs::write(&config, yaml).unwrap();
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = dir.join("stderr.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
-            .args(["serve", "--listen", &addr, "--context-length"])
+        let serve = Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+            .log(dir.join("stderr.log"))
+            .arg("--context-length")
             .arg(window.to_string())
             .arg("--config")
             .arg(&config)
-            .env("RUST_LOG", "warn")
-            .env_remove("CTX_REDACT_SECRETS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn ctx serve");
-        let mut instance = Instance { child, addr, log };
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client
-                .get(format!("http://{}/healthz", instance.addr))
-                .send()
-                .await
-                && r.status() == 200
-            {
-                return instance;
-            }
-            if let Ok(Some(status)) = instance.child.try_wait() {
-                panic!("ctx serve exited ({status}): {}", instance.stderr());
-            }
-            assert!(Instant::now() < deadline, "ctx serve did not start");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            .start()
+            .await;
+        let addr = serve.addr.clone();
+        Instance { serve, addr }
     }
 
     fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.serve.stderr()
     }
 
     /// Sends SIGTERM and waits for the exit.
     async fn terminate(&mut self) -> ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "ctx serve ignored SIGTERM");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.serve.terminate().await
     }
 
     async fn metrics(&self) -> String {
@@ -147,14 +103,6 @@ impl Instance {
         let status = resp.status().as_u16();
         (status, resp.text().await.unwrap())
     }
-}
-
-fn installs_tls_provider() {
-    // reqwest is built without a TLS provider; the proxy's upstream client
-    // installs the process-wide one (the tests speak plain HTTP anyway).
-    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
-        "http://127.0.0.1:9/v1",
-    ));
 }
 
 /// The config file's text: `store` (top-level YAML) and the upstream.
