@@ -4,8 +4,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::HeaderMap;
+use context_engine::compressor::ManualClock;
 use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
@@ -32,9 +34,23 @@ pub fn compressor_context(counter: Arc<dyn TokenCounter>, context_length: u64) -
     }
 }
 
+/// A clock for [`short_cache_context`]'s compressors, at a plausible
+/// time (seconds since the Unix epoch); a test moves it past the cache's
+/// lifetime instead of sleeping.
+pub fn wall_clock() -> ManualClock {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_750_000_000));
+    clock
+}
+
 /// [`compressor_context`] whose compressor prices a prompt cache that
-/// lives `lifetime_secs`, so a test can outwait it.
-pub fn short_cache_context(context_length: u64, lifetime_secs: u64) -> SessionContext {
+/// lives `lifetime_secs` and reads the calls' times from `wall` (see
+/// [`wall_clock`]), so a test can outwait the cache without sleeping.
+pub fn short_cache_context(
+    context_length: u64,
+    lifetime_secs: u64,
+    wall: &ManualClock,
+) -> SessionContext {
     use context_engine::compressor::CompressorOptions;
     use context_engine::pricing::PriceModel;
     use context_engine::schedule::ScheduleOptions;
@@ -44,12 +60,14 @@ pub fn short_cache_context(context_length: u64, lifetime_secs: u64) -> SessionCo
         CompressorOptions::default().with_schedule(ScheduleOptions::default().with_price(price));
     let c = counter();
     let mut ctx = compressor_context(Arc::clone(&c), context_length);
+    let wall = wall.clone();
     ctx.factory = Arc::new(
         move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
             Ok(Box::new(
                 EngineContext::new(Arc::clone(&c), context_length)
                     .with_compressor_options(options.clone())
-                    .into_compressor(),
+                    .into_compressor()
+                    .with_wall_clock(Arc::new(wall.clone())),
             ))
         },
     );
