@@ -24,7 +24,7 @@ use context_engine_postgres::{PgOptions, PgStore};
 use serde_json::{Value, json};
 
 use common::{
-    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    Reply, Script, completion, compressor_context, counter, metric, options, settled, start_proxy,
     start_upstream,
 };
 
@@ -115,7 +115,7 @@ async fn run(
         });
     }
     // The last response's usage is written after the client has it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(settled(&state).await, "the last call's usage is written");
     let text = state.metrics().encode();
     (
         sent,

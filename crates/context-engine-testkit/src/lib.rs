@@ -37,7 +37,10 @@ pub mod upstream;
 pub mod util;
 
 pub use prereq::{corpus_dir, corpus_files, find_shared, in_ci, name, python, shared, skip};
-pub use util::{Rng, TempDir, free_port, run_child_with_env, tls_provider};
+pub use util::{
+    Rng, STEP, TempDir, connected_to, eventually, eventually_blocking, free_port,
+    run_child_with_env, server_connections_closed, tls_provider,
+};
 
 /// The token counter the tests and the proxy share (BPE, `o200k_base`,
 /// cached).

@@ -89,6 +89,22 @@ pub async fn start_proxy(options: ServeOptions, ctx: SessionContext) -> (SocketA
     (addr, state)
 }
 
+/// Waits until no session of `state` is held (at most 10 s, steps of
+/// 10 ms): every response's usage is settled and, with a store, written
+/// (the session stays locked until it is; see `Sessions::release`). The
+/// signal for "usage is written after the response". Whether it came.
+pub async fn settled(state: &AppState) -> bool {
+    crate::eventually(Duration::from_secs(10), || async {
+        let sessions = state.sessions().list();
+        sessions
+            .iter()
+            .all(|(_, slot)| slot.state.try_lock().is_ok())
+            .then_some(())
+    })
+    .await
+    .is_some()
+}
+
 /// Proxy options for an upstream at `url`.
 pub fn options(url: &str) -> ServeOptions {
     ServeOptions::new(UpstreamOptions::new(url))

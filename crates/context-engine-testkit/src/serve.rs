@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 /// How long a `ctx serve` may take to answer `/healthz`.
 const START_WITHIN: Duration = Duration::from_secs(30);
-/// One step of a bounded wait.
-const STEP: Duration = Duration::from_millis(10);
+use crate::STEP;
 
 /// What counts as ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

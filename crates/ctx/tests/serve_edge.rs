@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use common::{TempDir, free_port};
+use context_engine_testkit::eventually;
 use context_engine_testkit::serve::{Ready, Serve, Spawn};
 use raw::{Recorder, closed_within, raw, request, start_recorder};
 use tokio::io::AsyncWriteExt;
@@ -264,8 +265,9 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
     const MB: usize = 1_000_000;
     let rec = Arc::new(Recorder::default());
     let url = start_recorder(Arc::clone(&rec)).await;
-    // The upstream takes its time: the bodies are all in flight at once.
-    *rec.delay.lock().unwrap() = Duration::from_millis(500);
+    // The upstream holds every call until each body is either upstream
+    // or refused: the bodies are all in flight at once.
+    rec.hold();
     let cap = std::env::var("CTX_EDGE_TEST_INFLIGHT").map_or_else(
         |_| String::new(),
         |v| format!("  max_inflight_bytes: {v}\n"),
@@ -290,8 +292,20 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
         let body = body.clone();
         tokio::spawn(async move { send_big(addr, head, body).await })
     });
+    let sends: Vec<_> = sends.collect();
+    let all_in = eventually(Duration::from_secs(60), || {
+        let refused = sends.iter().filter(|s| s.is_finished()).count();
+        let upstream = rec.seen().len();
+        async move { (refused + upstream == 6).then_some(()) }
+    })
+    .await;
+    rec.release();
+    assert!(
+        all_in.is_some(),
+        "each body reached the upstream or was refused"
+    );
     let mut answers = Vec::new();
-    for s in sends.collect::<Vec<_>>() {
+    for s in sends {
         answers.push(s.await.unwrap());
     }
     let peak = serve.peak_rss();

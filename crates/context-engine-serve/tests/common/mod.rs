@@ -5,4 +5,6 @@
 
 pub use context_engine_testkit::proxy::*;
 pub use context_engine_testkit::upstream::*;
-pub use context_engine_testkit::{corpus_files, counter, raw, raw_upstream, skip};
+pub use context_engine_testkit::{
+    STEP, corpus_files, counter, eventually, raw, raw_upstream, server_connections_closed, skip,
+};
