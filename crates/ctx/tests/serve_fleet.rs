@@ -10,7 +10,7 @@
 //! Every reply reaches the client unchanged, every upstream request is
 //! valid, no request falls back to the unmanaged history, and the store
 //! holds exactly the compactions a single instance makes. Needs a
-//! PostgreSQL server (see `context-engine-postgres/tests/common`): a skip
+//! PostgreSQL server (see `context_engine_testkit::postgres`): a skip
 //! with the reason elsewhere, a failure under `CI=true`.
 
 use std::sync::{Arc, Mutex, mpsc};
