@@ -15,7 +15,6 @@ mod common;
 use context_engine_testkit::postgres as pg;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use context_engine::message::Message;
 use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
