@@ -14,6 +14,8 @@
 //! - [`secrets`], [`sqlite_scan`]: planted secrets and the scans of what a
 //!   store left behind;
 //! - [`requests`]: client requests in the shapes Claude Code and Codex send;
+//! - [`util`]: temporary directories, free ports, bounded waits in short
+//!   steps ([`eventually`]) and connection signals from `/proc/net`;
 //! - `store_contract` (feature `engine`): the behaviour every session store
 //!   backend shares.
 //!
