@@ -15,12 +15,20 @@ EXAMPLES = ROOT / "examples"
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
+def in_ci() -> bool:
+    """Whether the tests run under CI: `CI` is `true` (any case) or `1`,
+    the rule of the Rust suites' test kit (`context_engine_testkit::in_ci`);
+    `.ci/run` exports `CI=true` itself."""
+    value = os.environ.get("CI", "")
+    return value.lower() == "true" or value == "1"
+
+
 def require(condition: bool, reason: str) -> None:
-    """Skips the test with `reason` unless CI=true, where a missing
-    prerequisite is a failure (a test must never pass silently)."""
+    """Skips the test with `reason` unless under CI ([`in_ci`]), where a
+    missing prerequisite is a failure (a test must never pass silently)."""
     if condition:
         return
-    if os.environ.get("CI") == "true":
+    if in_ci():
         pytest.fail(f"prerequisite missing under CI=true: {reason}")
     pytest.skip(reason)
 

@@ -13,12 +13,9 @@
 //! secret was.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
-#[path = "../../context-engine/tests/common/secrets.rs"]
-mod secrets;
-#[path = "../../context-engine/tests/common/sqlite_scan.rs"]
-mod sqlite_scan;
+use context_engine_testkit::postgres as pg;
+use context_engine_testkit::secrets;
+use context_engine_testkit::sqlite_scan;
 
 use std::sync::Arc;
 

@@ -18,10 +18,9 @@
 //! the two that compact) with each kind of store.
 
 mod common;
-#[path = "common/front_replay.rs"]
+#[path = "corpus_replay/front_replay.rs"]
 mod front_replay;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use front_replay::{Front, check};
 

@@ -12,8 +12,7 @@
 //! elsewhere, a failure under `CI=true`).
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::sync::Arc;
 

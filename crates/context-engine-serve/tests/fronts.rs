@@ -22,7 +22,7 @@ use context_engine::compressor::SUMMARY_PREFIX;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use common::{compressor_context, counter, options, short_cache_context, start_proxy};
+use common::{compressor_context, counter, options, short_cache_context, start_proxy, wall_clock};
 
 #[derive(Clone, Debug)]
 struct Seen {
@@ -380,16 +380,17 @@ async fn anthropic_breakpoints_move_off_results_the_next_request_digests() {
     }
 }
 
-/// Claude Code through the Anthropic front, on the wall clock with a
-/// three-second cache (a warm session's calls come well within it, even on
-/// a loaded machine): the turn before the one where a warm session first
+/// Claude Code through the Anthropic front, with a three-second cache on a
+/// clock the test moves (a warm session's calls come at one instant): the
+/// turn before the one where a warm session first
 /// compacts (past half the threshold, short of it) compacts when the
 /// client paused longer than the cache lives; the request goes out valid.
 #[tokio::test]
 async fn anthropic_a_pause_past_the_cache_lifetime_compacts_the_next_turn() {
     let up = Arc::new(Upstream::default());
     let url = start_upstream(Arc::clone(&up)).await;
-    let (addr, _state) = start_proxy(options(&url), short_cache_context(6_000, 3)).await;
+    let wall = wall_clock();
+    let (addr, _state) = start_proxy(options(&url), short_cache_context(6_000, 3, &wall)).await;
     let send = |session: &'static str, turns: usize| {
         let up = Arc::clone(&up);
         async move {
@@ -427,7 +428,8 @@ async fn anthropic_a_pause_past_the_cache_lifetime_compacts_the_next_turn() {
         let sent = send("paused", turns).await;
         assert!(!sent.to_string().contains(SUMMARY_PREFIX), "turn {turns}");
     }
-    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    // The pause: longer than the cache lives.
+    wall.advance(std::time::Duration::from_millis(3_500));
     let sent = send("paused", turn).await;
     assert!(
         sent.to_string().contains(SUMMARY_PREFIX),

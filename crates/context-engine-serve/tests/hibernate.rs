@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use common::{
     Reply, Script, completion, compressor_context, counter, long_history, options,
-    short_cache_context, start_proxy, start_upstream,
+    short_cache_context, start_proxy, start_upstream, wall_clock,
 };
 
 fn raws(messages: &[Value]) -> Vec<Box<RawValue>> {
@@ -278,8 +278,8 @@ async fn sent_for(
     script.last_body()["messages"].as_array().unwrap().len()
 }
 
-/// Through the proxy, on the wall clock with a three-second cache (a warm
-/// session's calls come well within it): a session that stays idle longer
+/// Through the proxy, with a three-second cache on a clock the test moves
+/// (a warm session's calls come at one instant): a session that stays idle longer
 /// than the prompt cache lives compacts on its next call once past half
 /// the threshold (its request goes out uncached anyway); the same calls
 /// without the pause do not.
@@ -289,7 +289,8 @@ async fn a_session_idle_past_the_cache_lifetime_compacts_on_its_next_call() {
     let window = 8_000;
     let script = Arc::new(Script::default());
     let url = start_upstream(Arc::clone(&script)).await;
-    let (addr, _state) = start_proxy(options(&url), short_cache_context(window, 3)).await;
+    let wall = wall_clock();
+    let (addr, _state) = start_proxy(options(&url), short_cache_context(window, 3, &wall)).await;
     let history = long_history(40);
     let c = counter();
     let threshold = context_engine::plugin::EngineContext::new(Arc::clone(&c), window)
@@ -317,7 +318,8 @@ async fn a_session_idle_past_the_cache_lifetime_compacts_on_its_next_call() {
             assert_eq!(sent, n, "{session}: nothing compacts before the pause");
         }
         if session == "cold" {
-            tokio::time::sleep(Duration::from_millis(3_500)).await;
+            // The pause: longer than the cache lives.
+            wall.advance(Duration::from_millis(3_500));
         }
         let sent = sent_for(addr, &script, session, &conversation(&history, k)).await;
         if session == "cold" {

@@ -25,8 +25,7 @@
 //! isolation's doing.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

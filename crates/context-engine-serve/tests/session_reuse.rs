@@ -12,11 +12,9 @@
 //! the window.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use context_engine::message::Message;
 use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
@@ -25,7 +23,7 @@ use context_engine_postgres::{PgOptions, PgStore};
 use serde_json::{Value, json};
 
 use common::{
-    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
+    Reply, Script, completion, compressor_context, counter, metric, options, settled, start_proxy,
     start_upstream,
 };
 
@@ -116,7 +114,7 @@ async fn run(
         });
     }
     // The last response's usage is written after the client has it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(settled(&state).await, "the last call's usage is written");
     let text = state.metrics().encode();
     (
         sent,

@@ -8,8 +8,7 @@
 //! open and passing nothing on.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,7 +23,10 @@ use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use common::{Script, compressor_context, counter, metric, options, start_proxy, start_upstream};
+use common::{
+    Script, compressor_context, counter, eventually, metric, options, settled, start_proxy,
+    start_upstream,
+};
 
 /// A relay to `to` on a port of its own; `true` on the returned sender
 /// makes it hang (every connection, new or open, held open with nothing
@@ -234,7 +236,7 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
     );
     assert_eq!(fallbacks(), 0, "managed while the store answers");
     // The usage is written after the response.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(settled(&state).await, "the usage is written");
 
     // The database accepts and never answers: the first request waits for
     // the store's timeout, then goes unmanaged; the breaker opens.
@@ -250,7 +252,8 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
             .await
             .starts_with("degraded: session store unavailable")
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The unmanaged request's session is released before counting.
+    assert!(settled(&state).await, "the session is released");
     let before = calls();
     for k in 0..8 {
         let took = send("first").await;
@@ -270,12 +273,16 @@ async fn a_database_that_never_answers_is_skipped_until_a_probe_finds_it_back() 
     // through /healthz, which never waits for the store).
     hang.send(false).unwrap();
     let t = Instant::now();
-    let mut health = healthz().await;
-    while health != "ok\n" && t.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        health = healthz().await;
-    }
-    assert_eq!(health, "ok\n", "a probe found the database back");
+    let health = eventually(Duration::from_secs(60), || async {
+        let health = healthz().await;
+        (health == "ok\n").then_some(health)
+    })
+    .await;
+    assert_eq!(
+        health.as_deref(),
+        Some("ok\n"),
+        "a probe found the database back"
+    );
     eprintln!(
         "breaker closed {:.1} s after the database came back",
         t.elapsed().as_secs_f64()

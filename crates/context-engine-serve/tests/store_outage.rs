@@ -5,8 +5,7 @@
 //! controls, so "down" is the relay refusing and cutting connections.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
+use context_engine_testkit::postgres as pg;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +15,9 @@ use context_engine_postgres::{PgOptions, PgStore};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use common::{Script, compressor_context, counter, metric, options, start_proxy, start_upstream};
+use common::{
+    Script, compressor_context, counter, eventually, metric, options, start_proxy, start_upstream,
+};
 
 /// Relays `addr` to the Postgres server while it runs.
 async fn relay(addr: SocketAddr, to: SocketAddr) -> JoinSet<()> {
@@ -140,15 +141,15 @@ async fn an_unreachable_database_fails_open_and_recovers() {
 
     // It comes back: a health probe sees it, and requests are managed again.
     let _up = relay(addr, server).await;
-    let mut recovered = false;
-    for _ in 0..50 {
-        if healthz().await == "ok\n" {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(recovered, "healthz recovers by itself: {}", healthz().await);
+    let recovered = eventually(Duration::from_secs(5), || async {
+        (healthz().await == "ok\n").then_some(())
+    })
+    .await;
+    assert!(
+        recovered.is_some(),
+        "healthz recovers by itself: {}",
+        healthz().await
+    );
     send("first").await; // the client re-sends its history, unchanged
     assert_eq!(fallbacks(), 1, "managed again");
     drop(db);

@@ -16,7 +16,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use common::raw_upstream::{Raw, RawReply, start};
-use common::{compressor_context, counter, metric, options, start_proxy};
+use common::{
+    compressor_context, counter, eventually, metric, options, server_connections_closed,
+    start_proxy,
+};
 
 const CHAT: &str = "/v1/chat/completions";
 const MESSAGES: &str = "/v1/messages";
@@ -644,22 +647,22 @@ async fn a_client_that_goes_away_mid_stream_does_not_drop_the_upstream_call() {
     let chunk = resp.chunk().await.unwrap().unwrap();
     assert_eq!(&chunk[..], first.as_bytes());
     drop(resp);
-    // Let the proxy see the client's connection close before the rest
-    // of the stream (its usage) comes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The proxy sees the client's connection close (and drops it) before
+    // the rest of the stream (its usage) comes.
+    assert!(
+        server_connections_closed(addr.port(), Duration::from_secs(5)).await,
+        "the proxy dropped the client's connection"
+    );
     gate.notify_one();
 
     // The upstream's answer is read to its end all the same: its usage is
     // counted and fed to the session.
-    let mut fed = 0;
-    for _ in 0..200 {
-        fed = fed_prompt_tokens(addr, "gone").await;
-        if fed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(fed, 20, "the call's usage is fed to the session");
+    let fed = eventually(Duration::from_secs(5), || async {
+        let fed = fed_prompt_tokens(addr, "gone").await;
+        (fed > 0).then_some(fed)
+    })
+    .await;
+    assert_eq!(fed, Some(20), "the call's usage is fed to the session");
     let metrics = state.metrics().encode();
     assert_eq!(metric(&metrics, "ctx_prompt_tokens_total"), 20);
     assert_eq!(cuts(&state, CHAT, "closed"), 0);

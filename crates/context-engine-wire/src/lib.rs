@@ -47,8 +47,7 @@ pub use message::{Content, ContentPart, FunctionCall, Message, Role, ToolCall};
 /// Client requests in the shapes Claude Code and Codex send (shared with
 /// the engine's bridge tests).
 #[cfg(test)]
-#[path = "../tests/fixtures/requests.rs"]
-mod requests;
+use context_engine_testkit::requests;
 
 /// What a multi-threaded host relies on, checked at compile time.
 const _: () = {

@@ -4,8 +4,7 @@
 
 use std::hint::black_box;
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use context_engine_testkit as common;
 
 use context_engine::redact::{RedactOptions, Redactor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

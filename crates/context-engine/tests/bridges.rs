@@ -13,8 +13,7 @@ use context_engine::engine::{CompressRequest, ContextEngine};
 use context_engine::tokens::{CountOptions, EstimateCounter};
 use context_engine::validate::Profile;
 
-#[path = "../../context-engine-wire/tests/fixtures/requests.rs"]
-mod requests;
+use context_engine_testkit::requests;
 
 mod anthropic {
     use super::*;

@@ -15,8 +15,8 @@ use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, Rule, introduced_adjacency, validate};
 
-mod common;
 use common::corpus_files as corpus;
+use context_engine_testkit as common;
 
 fn rule_counts(messages: &[context_engine::Message], profile: Profile) -> HashMap<Rule, usize> {
     let mut counts = HashMap::new();

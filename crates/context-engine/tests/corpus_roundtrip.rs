@@ -9,8 +9,8 @@ use context_engine::message::Role;
 use context_engine::transcript::{Format, Transcript};
 use serde_json::Value;
 
-mod common;
 use common::corpus_files as corpus;
+use context_engine_testkit as common;
 
 fn read_value(path: &PathBuf) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()

@@ -12,7 +12,7 @@ use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, reentries_with, validate};
 
-mod common;
+use context_engine_testkit as common;
 
 fn transcripts() -> Vec<(String, Vec<Message>)> {
     let Some(files) = common::corpus_files() else {

@@ -19,7 +19,7 @@ use context_engine::validate::{
 use context_engine::{Message, ToolCall};
 use proptest::prelude::*;
 
-mod common;
+use context_engine_testkit as common;
 
 /// Tokens a window must hold beyond the system prompt and the latest ask.
 const MIN_ROOM: u64 = 64;

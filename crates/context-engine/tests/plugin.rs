@@ -6,7 +6,7 @@
 //! shell script).
 //! Skipped, with the reason printed, where `python3` is missing.
 
-mod common;
+use context_engine_testkit as common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

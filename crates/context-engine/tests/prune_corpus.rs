@@ -9,7 +9,7 @@ use context_engine::tokens::{BpeCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, validate};
 
-mod common;
+use context_engine_testkit as common;
 
 #[test]
 fn prune_reclaims_tokens_on_the_corpus() {

@@ -5,7 +5,7 @@
 
 use context_engine::redact::{Finding, RedactOptions, Redactor};
 
-mod common;
+use context_engine_testkit as common;
 
 fn redactor() -> Redactor {
     Redactor::builder().build().unwrap()

@@ -7,7 +7,7 @@
 
 use context_engine::redact::{RedactOptions, redact};
 
-mod common;
+use context_engine_testkit as common;
 
 const TEXT: &str = "export GITHUB_TOKEN=ghp_R4nd0mT0k3nF0rT3st1ngOnlyAbCdEf123456";
 

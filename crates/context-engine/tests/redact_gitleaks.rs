@@ -8,7 +8,7 @@ use regex_automata::meta::Regex;
 use regex_automata::util::syntax;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-mod common;
+use context_engine_testkit as common;
 
 /// Deterministic xorshift, so the samples (and the figure) are stable.
 struct Rng(u64);

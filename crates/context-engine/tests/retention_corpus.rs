@@ -18,8 +18,8 @@ use context_engine::retention::{
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine::transcript::Transcript;
 
-mod common;
 use common::{corpus_files, name};
+use context_engine_testkit as common;
 
 fn adds_up(r: &RetentionReport) {
     assert_eq!(r.verbatim + r.in_summary + r.recallable + r.lost, r.probes);

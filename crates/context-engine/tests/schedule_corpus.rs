@@ -22,7 +22,7 @@
 //! replays with the opt-in early compaction and `CTX_SCHEDULE_COLD_FROM=1`
 //! without compaction on a cold cache (the default schedule before it).
 
-mod common;
+use context_engine_testkit as common;
 
 use common::Rng;
 

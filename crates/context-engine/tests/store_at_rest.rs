@@ -10,10 +10,8 @@
 //! a deleted session leaves none. The files are 0600, a folder the store
 //! creates 0700.
 
-#[path = "common/secrets.rs"]
-mod secrets;
-#[path = "common/sqlite_scan.rs"]
-mod sqlite_scan;
+use context_engine_testkit::secrets;
+use context_engine_testkit::sqlite_scan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

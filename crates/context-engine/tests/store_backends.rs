@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The shared store contract (`store_contract`) on the embedded backends.
 
-mod store_contract;
+use context_engine_testkit::store_contract;
 
 use context_engine::store::{MemoryStore, SqliteStore};
 

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use context_engine::Message;
 use context_engine::compressor::Compressor;
@@ -70,6 +69,18 @@ fn drive(
     history: &mut Vec<Message>,
     cursor: &mut usize,
 ) -> Vec<Vec<Message>> {
+    drive_observed(session, recording, range, history, cursor, &mut || {})
+}
+
+/// [`drive`], calling `after_call` once each call is answered.
+fn drive_observed(
+    session: &mut Session,
+    recording: &[Message],
+    range: std::ops::Range<usize>,
+    history: &mut Vec<Message>,
+    cursor: &mut usize,
+    after_call: &mut dyn FnMut(),
+) -> Vec<Vec<Message>> {
     let counter = counter();
     let mut requests = Vec::new();
     for index in calls(recording)[range].iter().copied() {
@@ -98,6 +109,7 @@ fn drive(
         session.after_response(&Usage::new(prompt, 50));
         requests.push(prepared.request);
         *cursor = index + 1;
+        after_call();
     }
     requests
 }
@@ -300,7 +312,8 @@ fn a_store_from_another_engine_or_a_broken_state_is_an_error() {
 const CHILD_DB: &str = "CTX_STORE_CRASH_DB";
 
 /// Run as a child process by `sigkill_at_many_points_leaves_a_consistent_store`:
-/// drives sessions with frequent compactions into the store until killed.
+/// drives sessions with frequent compactions into the store until killed,
+/// printing [`CALLED`] on standard output after each call.
 #[test]
 #[ignore = "run as a child process by the crash test"]
 fn crash_child() {
@@ -315,9 +328,21 @@ fn crash_child() {
             .with_store(Arc::clone(&store))
             .unwrap();
         let (mut history, mut cursor) = (Vec::new(), 0);
-        drive(&mut s, &recording, 0..n, &mut history, &mut cursor);
+        drive_observed(
+            &mut s,
+            &recording,
+            0..n,
+            &mut history,
+            &mut cursor,
+            &mut || {
+                println!("{CALLED}");
+            },
+        );
     }
 }
+
+/// What the crash child prints after each call.
+const CALLED: &str = "ctx-crash-child: called";
 
 /// The store after a kill: sound file, every record and handle resolves,
 /// and the saved state agrees with the records (nothing half-recorded).
@@ -365,12 +390,24 @@ fn sigkill_at_many_points_leaves_a_consistent_store() {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "crash_child", "--include-ignored", "--nocapture"])
             .env(CHILD_DB, &path)
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Spread the kills over startup, replay and compaction.
-        std::thread::sleep(Duration::from_millis(150 + (round * 97) % 700));
+        // Spread the kills over startup, replay and compaction: after a
+        // different number of calls each round (of a session's 37, the
+        // first or the second session), while the next call runs.
+        let after = (round * 13) % 40;
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut called = 0;
+        for line in std::io::BufRead::lines(stdout) {
+            if called >= after {
+                break;
+            }
+            if line.unwrap() == CALLED {
+                called += 1;
+            }
+        }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let now = consistent(&path);

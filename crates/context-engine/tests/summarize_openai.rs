@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 enum Reply {
     /// 200 with a completion whose content is this text.
     Completion(&'static str),
-    /// Waits, then answers like `Completion`.
-    Slow(Duration, &'static str),
+    /// Never answers (the connection stays open until the test ends).
+    Silent,
     /// This status with this body and optional `Retry-After`.
     Status(u16, Option<&'static str>, &'static str),
     /// 200 with a body that is not JSON.
@@ -159,10 +159,7 @@ async fn handle(
     let reply = script[index.min(script.len() - 1)].clone();
     let response = match reply {
         Reply::Completion(text) => completion(text),
-        Reply::Slow(delay, text) => {
-            tokio::time::sleep(delay).await;
-            completion(text)
-        }
+        Reply::Silent => std::future::pending().await,
         Reply::Status(status, retry_after, body) => {
             let mut builder = Response::builder()
                 .status(status)
@@ -306,7 +303,7 @@ fn success_sends_the_openai_request_shape() {
 
 #[test]
 fn slow_reply_past_the_timeout_is_a_timeout_and_falls_back() {
-    let server = Server::start(vec![Reply::Slow(Duration::from_secs(3), "late")]);
+    let server = Server::start(vec![Reply::Silent]);
     let (result, stats) = run(config(&server.base_url()).with_timeout(Duration::from_millis(300)));
     let error = result.unwrap_err();
     assert!(

@@ -28,7 +28,7 @@ use context_engine::validate::{
 };
 use context_engine::{Message, ToolCall};
 
-mod common;
+use context_engine_testkit as common;
 
 use common::Rng;
 

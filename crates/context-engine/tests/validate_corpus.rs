@@ -6,7 +6,7 @@ use context_engine::Message;
 use context_engine::validate::{CutPoints, Profile, Rule, reentries_with, validate};
 use serde_json::Value;
 
-mod common;
+use context_engine_testkit as common;
 
 fn corpus(name: &str) -> Option<Vec<Message>> {
     let path = common::corpus_dir()?.join(name);

@@ -26,14 +26,13 @@ mod common;
 #[path = "agents/scripted.rs"]
 mod scripted;
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use context_engine::anthropic::cache::without_cache_control;
 use context_engine::compressor::SUMMARY_PREFIX;
+use context_engine_testkit::serve::{Serve, Spawn};
 use serde_json::Value;
 
 use common::{ctx, skip, stderr, stdout};
@@ -88,16 +87,6 @@ impl Drop for Scratch {
     }
 }
 
-/// A child process killed on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The line that ends file `k`: unique, so the session log can be searched
 /// for it.
 fn last_line(k: usize) -> String {
@@ -131,47 +120,23 @@ fn write_files(dir: &Path) {
     }
 }
 
-/// Starts `ctx serve` in front of `upstream` on a free port; its base URL
-/// (without `/v1`) and the process.
-fn serve(upstream: &str, log: &Path) -> (String, Running) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = common::command()
-        .args([
-            "serve",
-            "--upstream",
-            upstream,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--context-length",
-            WINDOW,
-            "--engine-tools",
-        ])
+/// Starts `ctx serve` in front of `upstream` on a free port (the test
+/// kit's spawner, its standard error in `log`); its base URL (without
+/// `/v1`) and the process.
+fn serve(upstream: &str, log: &Path) -> (String, Serve) {
+    let serve = Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+        .log(log)
+        .args(["--upstream", upstream, "--context-length", WINDOW])
+        .arg("--engine-tools")
         .env("CTX_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let running = Running(child);
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ctx serve did not start: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (format!("http://127.0.0.1:{port}"), running)
+        .start_blocking();
+    (serve.url(), serve)
 }
 
 /// One agent's run: its scratch directories (`home`, `work` with the
 /// files), the scripted upstream and `ctx serve` in front of it.
 struct Run {
-    _serve: Running,
+    _serve: Serve,
     _rt: tokio::runtime::Runtime,
     script: Arc<Script>,
     proxy: String,

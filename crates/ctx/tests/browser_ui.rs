@@ -10,34 +10,21 @@
 #[path = "common/browser.rs"]
 mod browser;
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use browser::Browser;
-use common::{TempDir, free_port};
+use common::TempDir;
+use context_engine_testkit::serve::{Serve, Spawn};
+use context_engine_testkit::upstream::{Script, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Script, start_upstream};
 
 const OPERATOR: &str = "operator-secret-7";
 
-/// A running `ctx serve`, killed with the test.
-struct Instance {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn spawn(dir: &std::path::Path, upstream: &str) -> Instance {
+/// Starts `ctx serve` in front of `upstream` with a store in memory and
+/// the operator token from the environment; waits until it is healthy.
+async fn spawn(dir: &std::path::Path, upstream: &str) -> Serve {
     let config = dir.join("config.yaml");
     std::fs::write(
         &config,
@@ -46,33 +33,18 @@ async fn spawn(dir: &std::path::Path, upstream: &str) -> Instance {
         ),
     )
     .unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args(["serve", "--listen", &addr, "--context-length", "2000"])
+    Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+        .args(["--context-length", "2000"])
         .args(["--store", ":memory:", "--config"])
         .arg(&config)
         .env("CTX_LOG", "warn")
         .env("CTX_E2E_OPERATOR", OPERATOR)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ctx serve");
-    let instance = Instance { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = reqwest::get(format!("http://{}/healthz", instance.addr)).await
-            && r.status() == 200
-        {
-            return instance;
-        }
-        assert!(Instant::now() < deadline, "ctx serve did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        .start()
+        .await
 }
 
 /// One chat call of session `session` as the holder of `key`.
-async fn call(instance: &Instance, key: &str, session: &str, messages: &[Value]) {
+async fn call(instance: &Serve, key: &str, session: &str, messages: &[Value]) {
     let resp = reqwest::Client::new()
         .post(format!("http://{}/v1/chat/completions", instance.addr))
         .header("content-type", "application/json")
@@ -120,11 +92,8 @@ const READ_PAGE: &str = r#"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_its_own_identity() {
-    // reqwest is built without a TLS provider; the proxy's upstream client
-    // installs the process-wide one (the test speaks plain HTTP anyway).
-    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
-        "http://127.0.0.1:9/v1",
-    ));
+    // reqwest is built without a TLS provider (the test speaks plain HTTP).
+    context_engine_testkit::tls_provider();
     let dir = TempDir::new("browser", "ui");
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
@@ -133,7 +102,7 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
     // Alice's agent works through a recorded session, each request the
     // last one and its new tool calls and results, past the 2,000-token
     // window (it compacts); Bob's stays small.
-    let full = serve_common::long_history(24);
+    let full = context_engine_testkit::upstream::long_history(24);
     let mut alice_calls = 0;
     for turns in (0..=24).step_by(2) {
         call(&instance, "sk-alice", "alice-run", &full[..2 + 2 * turns]).await;
@@ -341,14 +310,12 @@ async fn the_page_shows_the_metrics_each_call_and_what_a_compaction_replaced_to_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it with --ignored --nocapture"]
 async fn measure_the_page_weight_and_first_render_of_500_calls() {
-    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
-        "http://127.0.0.1:9/v1",
-    ));
+    context_engine_testkit::tls_provider();
     let dir = TempDir::new("browser", "ui-500");
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
     let instance = spawn(&dir.0, &upstream).await;
-    let mut history = serve_common::long_history(1);
+    let mut history = context_engine_testkit::upstream::long_history(1);
     let started = Instant::now();
     for i in 0..500 {
         call(&instance, "sk-alice", "long-run", &history).await;

@@ -237,8 +237,7 @@ fn replay_with_a_store_makes_compacted_facts_recallable() {
     assert_eq!(again["retention"], sqlite["retention"]);
 }
 
-#[path = "../../context-engine/tests/common/secrets.rs"]
-mod secrets;
+use context_engine_testkit::secrets;
 
 /// Runs `ctx ARGS` with `env` set.
 fn ctx_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {

@@ -390,8 +390,16 @@ fn killing_the_server_mid_compaction_leaves_the_transcript_unchanged() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    // The compaction must still be waiting for the model.
+    // Once its call to the model is in flight, the compaction must still
+    // be waiting for the model.
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok())
+        .expect("the server's URL names its port");
+    let calling = context_engine_testkit::eventually_blocking(Duration::from_secs(60), || {
+        context_engine_testkit::connected_to(port).then_some(())
+    });
+    assert!(calling.is_some(), "the compaction never called the model");
     assert!(
         child.try_wait().unwrap().is_none(),
         "the compaction finished before the server was killed"

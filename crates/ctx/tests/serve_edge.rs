@@ -19,17 +19,16 @@
 //! measure it (the test's own assertion of a refusal then may not hold).
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/raw.rs"]
-mod raw;
+use context_engine_testkit::raw;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use common::free_port;
+use common::{TempDir, free_port};
+use context_engine_testkit::eventually;
+use context_engine_testkit::serve::{Ready, Serve, Spawn};
 use raw::{Recorder, closed_within, raw, request, start_recorder};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -40,102 +39,54 @@ const KEY: &str = "sk-provider-5678";
 const ROUTE: &str = "/v1/chat/completions";
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 
-/// A `ctx serve` process, killed on drop with its directory removed.
-struct Serve {
-    child: Child,
+/// A `ctx serve` of these tests (the test kit's spawner), killed on drop
+/// with its directory removed.
+struct Edge {
+    serve: Serve,
     addr: SocketAddr,
-    dir: PathBuf,
+    _dir: TempDir,
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Writes `serve_yaml` (the `serve:` section's lines, indented by two) and
+/// `extra` top-level YAML to a config file in a directory of its own; the
+/// `ctx serve` with it, the provider key and the access token in the
+/// environment, not started yet.
+fn spawn(name: &str, serve_yaml: &str, extra: &str) -> (Spawn, TempDir) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dir = TempDir::new("serve-edge", name);
+    let config = dir.0.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("serve:\n  listen: \"{addr}\"\n{serve_yaml}\n{extra}\n"),
+    )
+    .unwrap();
+    let spawn = Spawn::listening(env!("CARGO_BIN_EXE_ctx"), &addr)
+        .arg("--config")
+        .arg(&config)
+        .env("CTX_EDGE_TEST_KEY", KEY)
+        .env("CTX_EDGE_TEST_TOKEN", TOKEN)
+        .env("CTX_EDGE_TEST_PG_PASSWORD", "not-a-real-secret")
+        // Whatever `/healthz` says (a store that is down answers 503).
+        .ready(Ready::Answers);
+    (spawn, dir)
 }
 
-impl Serve {
-    /// Writes `serve_yaml` (the `serve:` section's lines, indented by two)
-    /// and `extra` top-level YAML to a config file and starts `ctx serve`
-    /// with it, the provider key and the access token in the environment.
-    fn spawn(name: &str, serve_yaml: &str, extra: &str) -> Serve {
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let dir =
-            std::env::temp_dir().join(format!("ctx-serve-edge-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("config.yaml");
-        std::fs::write(
-            &config,
-            format!("serve:\n  listen: \"{addr}\"\n{serve_yaml}\n{extra}\n"),
-        )
-        .unwrap();
-        let child = common::command()
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("CTX_EDGE_TEST_KEY", KEY)
-            .env("CTX_EDGE_TEST_TOKEN", TOKEN)
-            .env("CTX_EDGE_TEST_PG_PASSWORD", "not-a-real-secret")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ctx serve");
-        Serve { child, addr, dir }
-    }
-
-    /// Waits until `/healthz` answers (whatever its status).
-    async fn ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(self.addr).await {
-                let _ = s
-                    .write_all(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
-                    .await;
-                if closed_within(&mut s, Duration::from_secs(5))
-                    .await
-                    .is_some()
-                {
-                    return;
-                }
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
-                panic!("ctx serve exited ({status}): {err}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ctx serve did not start on {}",
-                self.addr
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Waits for the process to exit; its status and its standard error.
-    async fn exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, String)> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
-                return Some((status, err));
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+impl Edge {
+    /// [`spawn`], started: waits until `/healthz` answers.
+    async fn start(name: &str, serve_yaml: &str, extra: &str) -> Edge {
+        let (spawn, dir) = spawn(name, serve_yaml, extra);
+        let serve = spawn.start().await;
+        let addr = serve.socket_addr();
+        Edge {
+            serve,
+            addr,
+            _dir: dir,
         }
     }
 
     /// The peak resident set (`VmHWM`), in bytes.
     fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.serve.id())).unwrap();
         let kb: u64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -154,13 +105,13 @@ fn upstream_yaml(url: &str) -> String {
 
 #[tokio::test]
 async fn a_provider_key_without_client_auth_refuses_to_start() {
-    let mut serve = Serve::spawn(
+    let (serve, _dir) = spawn(
         "keyonly",
         "  upstream:\n    url: \"http://127.0.0.1:9/v1\"\n    api_key_env: CTX_EDGE_TEST_KEY\n",
         "",
     );
     let (status, err) = serve
-        .exit(Duration::from_secs(30))
+        .exit_within(Duration::from_secs(30))
         .await
         .expect("ctx serve started with a provider key and no client auth");
     assert!(!status.success());
@@ -175,8 +126,7 @@ async fn a_provider_key_without_client_auth_refuses_to_start() {
 async fn foreign_requests_and_escaping_paths_never_reach_upstream() {
     let rec = Arc::new(Recorder::default());
     let url = start_recorder(Arc::clone(&rec)).await;
-    let mut serve = Serve::spawn("site", &upstream_yaml(&url), "");
-    serve.ready().await;
+    let serve = Edge::start("site", &upstream_yaml(&url), "").await;
     let addr = serve.addr;
     let host = format!("Host: 127.0.0.1:{}", addr.port());
     let auth = format!("Authorization: Bearer {TOKEN}");
@@ -257,8 +207,7 @@ async fn stalled_connections_are_closed_while_others_are_served() {
         "{}  header_read_timeout_seconds: 1\n  body_read_timeout_seconds: 1\n  keepalive_idle_seconds: 2\n",
         upstream_yaml(&url)
     );
-    let mut serve = Serve::spawn("stall", &serve_yaml, "");
-    serve.ready().await;
+    let serve = Edge::start("stall", &serve_yaml, "").await;
     let addr = serve.addr;
     let host = format!("Host: 127.0.0.1:{}", addr.port());
     let auth = format!("Authorization: Bearer {TOKEN}");
@@ -316,14 +265,14 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
     const MB: usize = 1_000_000;
     let rec = Arc::new(Recorder::default());
     let url = start_recorder(Arc::clone(&rec)).await;
-    // The upstream takes its time: the bodies are all in flight at once.
-    *rec.delay.lock().unwrap() = Duration::from_millis(500);
+    // The upstream holds every call until each body is either upstream
+    // or refused: the bodies are all in flight at once.
+    rec.hold();
     let cap = std::env::var("CTX_EDGE_TEST_INFLIGHT").map_or_else(
         |_| String::new(),
         |v| format!("  max_inflight_bytes: {v}\n"),
     );
-    let mut serve = Serve::spawn("memory", &format!("{}{cap}", upstream_yaml(&url)), "");
-    serve.ready().await;
+    let serve = Edge::start("memory", &format!("{}{cap}", upstream_yaml(&url)), "").await;
     let addr = serve.addr;
     let before = serve.peak_rss();
     let body = {
@@ -343,8 +292,20 @@ async fn six_concurrent_60_mb_bodies_stay_under_a_gib() {
         let body = body.clone();
         tokio::spawn(async move { send_big(addr, head, body).await })
     });
+    let sends: Vec<_> = sends.collect();
+    let all_in = eventually(Duration::from_secs(60), || {
+        let refused = sends.iter().filter(|s| s.is_finished()).count();
+        let upstream = rec.seen().len();
+        async move { (refused + upstream == 6).then_some(()) }
+    })
+    .await;
+    rec.release();
+    assert!(
+        all_in.is_some(),
+        "each body reached the upstream or was refused"
+    );
     let mut answers = Vec::new();
-    for s in sends.collect::<Vec<_>>() {
+    for s in sends {
         answers.push(s.await.unwrap());
     }
     let peak = serve.peak_rss();
@@ -407,8 +368,7 @@ async fn an_unanswering_store_makes_health_503_without_naming_it() {
     let store = format!(
         "store:\n  url: \"postgres://edgeuser@127.0.0.1:{port}/edgedb\"\n  password_env: CTX_EDGE_TEST_PG_PASSWORD\n  timeout_seconds: 1\n"
     );
-    let mut serve = Serve::spawn("health", &upstream_yaml(&url), &store);
-    serve.ready().await;
+    let serve = Edge::start("health", &upstream_yaml(&url), &store).await;
     let addr = serve.addr;
     let host = format!("Host: 127.0.0.1:{}", addr.port());
     let auth = format!("Authorization: Bearer {TOKEN}");

@@ -10,93 +10,72 @@
 //! Every reply reaches the client unchanged, every upstream request is
 //! valid, no request falls back to the unmanaged history, and the store
 //! holds exactly the compactions a single instance makes. Needs a
-//! PostgreSQL server (see `context-engine-postgres/tests/common`): a skip
+//! PostgreSQL server (see `context_engine_testkit::postgres`): a skip
 //! with the reason elsewhere, a failure under `CI=true`.
 
-mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
-
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::free_port;
 use context_engine::message::{Message, Role};
 use context_engine::store::SessionStore;
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
-use serve_common::{
-    Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,
-    start_upstream,
+use context_engine_testkit::proxy::{compressor_context, options, start_proxy};
+use context_engine_testkit::serve::{self, Serve};
+use context_engine_testkit::upstream::{
+    Reply, Script, completion, long_history, metric, start_upstream,
 };
+use context_engine_testkit::{counter, postgres as pg};
+use tokio::sync::oneshot;
 
-/// The first replayable corpus transcript of at least `min` messages.
-fn transcript(min: usize) -> Option<Vec<Message>> {
-    for file in serve_common::corpus_files()? {
+/// The first replayable corpus transcript of at least `min` messages and
+/// `tokens` tokens, else (no corpus transcript that long) a generated
+/// coding session of that size: the test always replays a session long
+/// enough to compact. No corpus at all: [`context_engine_testkit::skip`].
+fn transcript(min: usize, tokens: usize, counter: &Arc<dyn TokenCounter>) -> Option<Vec<Message>> {
+    for file in context_engine_testkit::corpus_files()? {
         let Ok(t) = Transcript::load(&file) else {
             continue;
         };
-        if t.messages.len() >= min && context_engine::replay::check_replayable(&t.messages).is_ok()
+        if t.messages.len() >= min
+            && counter.count_messages(&t.messages) >= tokens
+            && context_engine::replay::check_replayable(&t.messages).is_ok()
         {
             return Some(t.messages);
         }
     }
-    None
-}
-
-struct Instance {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn spawn_instance(upstream: &str, store_url: &str, window: u64) -> Instance {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
-        .args([
-            "serve",
-            "--upstream",
-            upstream,
-            "--listen",
-            &addr,
-            "--store",
-            store_url,
-        ])
-        .args(["--context-length", &window.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ctx serve");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    eprintln!(
+        "no corpus transcript of {min} messages and {tokens} tokens: a generated session instead"
+    );
+    let mut turns = min / 2;
     loop {
-        if let Ok(r) = client.get(format!("http://{addr}/healthz")).send().await
-            && r.status() == 200
-        {
-            let body = r.text().await.unwrap();
-            assert_eq!(body, "ok\n", "a fresh instance is healthy");
-            break;
+        let generated: Vec<Message> =
+            serde_json::from_value(serde_json::Value::Array(long_history(turns))).unwrap();
+        if generated.len() >= min && counter.count_messages(&generated) >= tokens {
+            assert!(context_engine::replay::check_replayable(&generated).is_ok());
+            return Some(generated);
         }
-        assert!(
-            Instant::now() < deadline,
-            "ctx serve did not start on {addr}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        turns *= 2;
     }
-    Instance { child, addr }
+}
+
+/// Starts `ctx serve` on the shared store and waits until it is healthy.
+async fn spawn_instance(upstream: &str, store_url: &str, window: u64) -> Serve {
+    let serve = serve::Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+        .args(["--upstream", upstream, "--store", store_url])
+        .args(["--context-length", &window.to_string()])
+        .start()
+        .await;
+    let body = reqwest::get(format!("{}/healthz", serve.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "ok\n", "a fresh instance is healthy");
+    serve
 }
 
 async fn fallbacks(addr: &str) -> u64 {
@@ -109,17 +88,34 @@ async fn fallbacks(addr: &str) -> u64 {
     metric(&text, "ctx_fallbacks_total")
 }
 
-/// The reply the scripted upstream gives to call `index`.
+/// A call the scripted upstream holds: it says when the call arrived and
+/// answers once released (the test kills the instance in between).
+struct Hold {
+    arrived: Mutex<Option<oneshot::Sender<()>>>,
+    release: Mutex<mpsc::Receiver<()>>,
+}
+
+/// The reply the scripted upstream gives to call `index` (held by `hold`).
 fn reply(
     recording: &[Message],
     index: usize,
     counter: &Arc<dyn TokenCounter>,
-    delay: Duration,
+    hold: Option<Arc<Hold>>,
 ) -> Reply {
     let c = Arc::clone(counter);
     let answer = serde_json::to_value(&recording[index]).unwrap();
     Reply::With(Arc::new(move |req: &serde_json::Value| {
-        std::thread::sleep(delay);
+        // On the blocking pool (see `Reply::With`): waiting holds no worker.
+        if let Some(hold) = &hold {
+            if let Some(arrived) = hold.arrived.lock().unwrap().take() {
+                let _ = arrived.send(());
+            }
+            let _ = hold
+                .release
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }
         let msgs: Vec<Message> = serde_json::from_value(req["messages"].clone()).unwrap();
         completion(answer.clone(), c.count_messages(&msgs) as u64, 50)
     }))
@@ -141,13 +137,14 @@ fn body(recording: &[Message], index: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_sessions_and_survive_a_kill() {
-    let Some(recording) = transcript(60) else {
+    let counter = counter();
+    // Three windows of the smallest window below: the session compacts.
+    let Some(recording) = transcript(60, 3 * 8_000, &counter) else {
         return;
     };
     let Some(db) = pg::TestDb::create() else {
         return;
     };
-    let counter = counter();
     let window = (counter.count_messages(&recording) as u64 / 3).max(8_000);
     let calls = calls(&recording);
 
@@ -163,7 +160,7 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
     // After the proxy: it installs the TLS crypto provider reqwest needs.
     let client = reqwest::Client::new();
     for &index in &calls {
-        script.push(reply(&recording, index, &counter, Duration::ZERO));
+        script.push(reply(&recording, index, &counter, None));
         let r = client
             .post(format!("http://{addr}/v1/chat/completions"))
             .header("x-ctx-session", "fleet")
@@ -197,12 +194,14 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
             b.addr.clone()
         };
         let slow = on_a && k >= kill_at && retried.is_none();
-        let delay = if slow {
-            Duration::from_secs(3)
-        } else {
-            Duration::ZERO
-        };
-        script.push(reply(&recording, index, &counter, delay));
+        let (arrived, release) = (oneshot::channel(), mpsc::channel());
+        let hold = slow.then(|| {
+            Arc::new(Hold {
+                arrived: Mutex::new(Some(arrived.0)),
+                release: Mutex::new(release.1),
+            })
+        });
+        script.push(reply(&recording, index, &counter, hold));
         let send = {
             let client = client.clone();
             let body = body(&recording, index);
@@ -220,10 +219,13 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
             // The upstream holds this call; kill instance a while it waits.
             a_fallbacks = fallbacks(&a.as_ref().unwrap().addr).await;
             let pending = tokio::spawn(send);
-            tokio::time::sleep(Duration::from_millis(800)).await;
+            tokio::time::timeout(Duration::from_secs(30), arrived.1)
+                .await
+                .expect("the call reached the upstream")
+                .unwrap();
             let mut dead = a.take().unwrap();
-            dead.child.kill().unwrap(); // SIGKILL
-            dead.child.wait().unwrap();
+            dead.kill(); // SIGKILL
+            let _ = release.0.send(());
             assert!(
                 pending.await.unwrap().is_err(),
                 "the killed instance's request broke off"
@@ -237,10 +239,10 @@ async fn two_processes_share_sessions_and_survive_a_kill() {
                     Instant::now() < deadline,
                     "the killed instance never called upstream"
                 );
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             // The client retries on the surviving instance.
-            script.push(reply(&recording, index, &counter, Duration::ZERO));
+            script.push(reply(&recording, index, &counter, None));
             client
                 .post(format!("http://{}/v1/chat/completions", b.addr))
                 .header("x-ctx-session", "fleet")

@@ -14,30 +14,14 @@
 //! alone reads nothing; the header without the token refuses to start.
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use common::{TempDir, free_port};
+use common::TempDir;
+use context_engine_testkit::serve::{Serve, Spawn};
+use context_engine_testkit::upstream::{Reply, Script, completion, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Reply, Script, completion, start_upstream};
-
-/// A running `ctx serve`, killed with the test.
-struct Instance {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Writes `serve_yaml` (the `serve:` section's extra keys) with the
 /// upstream and a SQLite store in `dir`; the config's path.
@@ -51,39 +35,18 @@ fn config(dir: &Path, upstream: &str, serve_yaml: &str) -> PathBuf {
     path
 }
 
-fn serve_command(config: &Path, addr: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctx"));
-    cmd.args(["serve", "--listen", addr, "--context-length", "2000"])
-        .arg("--config")
+/// `ctx serve` with the config at `config`, a window of 2,000 tokens and
+/// the team's access token in the environment.
+fn serve_command(config: &Path) -> Spawn {
+    Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+        .args(["--context-length", "2000", "--config"])
         .arg(config)
-        .env("RUST_LOG", "warn")
         .env("CTX_E2E_TEAM_TOKEN", "team-token")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    cmd
 }
 
-async fn spawn(config: &Path) -> Instance {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = serve_command(config, &addr)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn ctx serve");
-    let instance = Instance { child, addr };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client
-            .get(format!("http://{}/healthz", instance.addr))
-            .send()
-            .await
-            && r.status() == 200
-        {
-            return instance;
-        }
-        assert!(Instant::now() < deadline, "ctx serve did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Starts it (see [`serve_command`]) and waits until it is healthy.
+async fn spawn(config: &Path) -> Serve {
+    serve_command(config).start().await
 }
 
 fn secrets() -> [String; 4] {
@@ -102,7 +65,7 @@ fn secrets() -> [String; 4] {
 /// with the secrets.
 fn history_of_a() -> Vec<Value> {
     let [aws, gh, key, marker] = secrets();
-    let mut m = serve_common::long_history(20);
+    let mut m = context_engine_testkit::upstream::long_history(20);
     let at = m
         .iter()
         .position(|x| x["tool_call_id"] == "call_1")
@@ -172,7 +135,7 @@ impl Outcome {
 }
 
 async fn send(
-    instance: &Instance,
+    instance: &Serve,
     script: &Script,
     headers: &[(&str, &str)],
     messages: &[Value],
@@ -210,7 +173,7 @@ async fn send(
     }
 }
 
-async fn status(instance: &Instance, headers: &[(&str, &str)]) -> (u16, String) {
+async fn status(instance: &Serve, headers: &[(&str, &str)]) -> (u16, String) {
     let mut req =
         reqwest::Client::new().get(format!("http://{}/ctx/sessions/my-run", instance.addr));
     for (k, v) in headers {
@@ -227,17 +190,9 @@ fn assert_compacted(a: &Outcome) {
     assert!(!sent.contains(&secrets()[3]));
 }
 
-fn installs_tls_provider() {
-    // reqwest is built without a TLS provider; the proxy's upstream client
-    // installs the process-wide one (the tests speak plain HTTP anyway).
-    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
-        "http://127.0.0.1:9/v1",
-    ));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_no_longer_reads_another_clients_archive() {
-    installs_tls_provider();
+    context_engine_testkit::tls_provider();
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
     let dir = TempDir::new("serve-identity", "probe");
@@ -288,7 +243,7 @@ async fn the_probe_no_longer_reads_another_clients_archive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_team_token_users_are_told_apart_by_the_gateway_header() {
-    installs_tls_provider();
+    context_engine_testkit::tls_provider();
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
     let dir = TempDir::new("serve-identity", "team");
@@ -352,11 +307,7 @@ fn the_identity_header_without_the_access_token_refuses_to_start() {
         "http://127.0.0.1:9/v1",
         "  identity_header: x-user\n",
     );
-    let addr = format!("127.0.0.1:{}", free_port());
-    let out = serve_command(&config, &addr)
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run ctx serve");
+    let out = serve_command(&config).output();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

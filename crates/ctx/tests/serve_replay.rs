@@ -13,18 +13,17 @@
 //! and the proxy compacts on the calls the report compacts on.
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use common::TempDir;
-use common::serve::Serve;
+use common::serve;
 use context_engine::message::Message;
 use context_engine::tokens::TokenCounter;
+use context_engine_testkit::counter;
+use context_engine_testkit::upstream::{Reply, Script, completion, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Reply, Script, completion, counter, start_upstream};
 
 const CLIENT_KEY: &str = "Bearer sk-test-replay-serve";
 
@@ -99,7 +98,7 @@ async fn serve_sends_what_replay_reports(dir: &Path, extra: &str, replay_args: &
 
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let serve = Serve::start(
+    let serve = serve::start(
         dir,
         &[
             "--upstream",

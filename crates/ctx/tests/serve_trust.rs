@@ -26,106 +26,57 @@
 //! Postgres missing: a skip with the reason, a failure under `CI=true`.
 
 mod common;
-#[path = "../../context-engine-postgres/tests/common/mod.rs"]
-mod pg;
-#[path = "../../context-engine/tests/common/secrets.rs"]
-mod secrets;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
-#[path = "../../context-engine/tests/common/sqlite_scan.rs"]
-mod sqlite_scan;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use common::{TempDir, free_port};
+use common::TempDir;
 use context_engine::message::Message;
 use context_engine::tokens::TokenCounter;
+use context_engine_testkit::raw_upstream::{Raw, RawReply};
+use context_engine_testkit::serve::{Serve, Spawn};
+use context_engine_testkit::upstream::{Reply, Script, completion, metric, start_upstream};
+use context_engine_testkit::{postgres as pg, secrets, sqlite_scan};
 use serde_json::{Value, json};
-use serve_common::raw_upstream::{Raw, RawReply};
-use serve_common::{Reply, Script, completion, metric, start_upstream};
 
 /// The client's own key: its identity, which keys its sessions.
 const CLIENT_KEY: &str = "Bearer sk-test-trust-4242";
 const CHAT: &str = "/v1/chat/completions";
 
-/// A running `ctx serve`, killed with the test unless stopped first; its
-/// standard error goes to `stderr.log` in its directory.
+/// A running `ctx serve` (the test kit's spawner), killed with the test
+/// unless stopped first; its standard error goes to `stderr.log` in its
+/// directory.
 struct Instance {
-    child: Child,
+    serve: Serve,
     addr: String,
-    log: PathBuf,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Instance {
     /// Writes `yaml` to `dir/config.yaml` and starts `ctx serve` with it
     /// and a window of `window` tokens; waits for `/healthz`.
     async fn start(dir: &Path, yaml: &str, window: u64) -> Instance {
-        installs_tls_provider();
         let config = dir.join("config.yaml");
         std::fs::write(&config, yaml).unwrap();
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = dir.join("stderr.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ctx"))
-            .args(["serve", "--listen", &addr, "--context-length"])
+        let serve = Spawn::new(env!("CARGO_BIN_EXE_ctx"))
+            .log(dir.join("stderr.log"))
+            .arg("--context-length")
             .arg(window.to_string())
             .arg("--config")
             .arg(&config)
-            .env("RUST_LOG", "warn")
-            .env_remove("CTX_REDACT_SECRETS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn ctx serve");
-        let mut instance = Instance { child, addr, log };
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client
-                .get(format!("http://{}/healthz", instance.addr))
-                .send()
-                .await
-                && r.status() == 200
-            {
-                return instance;
-            }
-            if let Ok(Some(status)) = instance.child.try_wait() {
-                panic!("ctx serve exited ({status}): {}", instance.stderr());
-            }
-            assert!(Instant::now() < deadline, "ctx serve did not start");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            .start()
+            .await;
+        let addr = serve.addr.clone();
+        Instance { serve, addr }
     }
 
     fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.serve.stderr()
     }
 
     /// Sends SIGTERM and waits for the exit.
     async fn terminate(&mut self) -> ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "ctx serve ignored SIGTERM");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.serve.terminate().await
     }
 
     async fn metrics(&self) -> String {
@@ -154,14 +105,6 @@ impl Instance {
     }
 }
 
-fn installs_tls_provider() {
-    // reqwest is built without a TLS provider; the proxy's upstream client
-    // installs the process-wide one (the tests speak plain HTTP anyway).
-    let _ = context_engine_serve::Upstream::new(&context_engine_serve::UpstreamOptions::new(
-        "http://127.0.0.1:9/v1",
-    ));
-}
-
 /// The config file's text: `store` (top-level YAML) and the upstream.
 fn config_yaml(upstream: &str, store: &str) -> String {
     format!(
@@ -179,7 +122,7 @@ const PLANTED: [usize; 2] = [1, 3];
 
 /// A coding session whose planted tool outputs hold every secret.
 fn leaky_session() -> Vec<Value> {
-    let mut m = serve_common::long_history(24);
+    let mut m = context_engine_testkit::upstream::long_history(24);
     for turn in PLANTED {
         let i = 3 + 2 * turn;
         assert_eq!(m[i]["role"], "tool");
@@ -198,7 +141,7 @@ struct Driven {
 /// Replays [`leaky_session`] through `proxy` as an agent would (its whole
 /// history each call, the upstream answering the recorded next message).
 async fn drive_leaky(proxy: &Instance, script: &Script) -> Driven {
-    let counter = serve_common::counter();
+    let counter = context_engine_testkit::counter();
     let session = leaky_session();
     for (i, m) in session.iter().enumerate() {
         if m["role"] != "assistant" {
@@ -385,7 +328,7 @@ async fn two_conversations_under_one_session_id_stay_managed_and_within_the_wind
     let dir = TempDir::new("serve-trust", "reuse");
     let store = format!("store:\n  path: \"{}\"\n", dir.0.join("store.db").display());
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, &store), REUSE_WINDOW).await;
-    let counter = serve_common::counter();
+    let counter = context_engine_testkit::counter();
     let (alpha, beta) = (conversation("alpha"), conversation("beta"));
     let sequential: Vec<(&str, usize)> = (0..=TURNS)
         .map(|n| ("alpha", n))
@@ -472,7 +415,7 @@ async fn a_chat_stream_cut_mid_event_ends_in_an_error_event_and_is_counted() {
     let raw = Raw::new([RawReply::Unframed(format!(
         "{whole}data: {{\"id\":\"c\",\"cho"
     ))]);
-    let upstream = serve_common::raw_upstream::start(Arc::clone(&raw)).await;
+    let upstream = context_engine_testkit::raw_upstream::start(Arc::clone(&raw)).await;
     let dir = TempDir::new("serve-trust", "cut");
     let proxy = Instance::start(&dir.0, &config_yaml(&upstream, ""), 128_000).await;
     let body =

@@ -81,6 +81,9 @@ pub struct Compressor {
     /// The coming call's time as the host gave it (a replay's recorded
     /// time), else `None`: the system's wall clock.
     call_time: Option<f64>,
+    /// Where a call's time comes from when the host gives none: the wall
+    /// clock, or a clock a test moves (see [`Compressor::with_wall_clock`]).
+    wall_clock: Option<Arc<dyn Clock>>,
     /// Whether the last request view found the prompt cache expired: the
     /// preflight that follows it in the same call may compact from the
     /// cold floor. Set by every view.
@@ -134,6 +137,7 @@ impl Compressor {
             last_report: None,
             egress: Egress::builtin(),
             call_time: None,
+            wall_clock: None,
             cold_call: false,
             scheduler,
         }
@@ -156,7 +160,10 @@ impl Compressor {
     /// read again by other processes (a fleet, a restart), whose monotonic
     /// clocks start elsewhere.
     fn now_secs(&self) -> Option<f64> {
-        self.call_time.or_else(crate::schedule::now)
+        self.call_time.or_else(|| match &self.wall_clock {
+            Some(clock) => Some(clock.now().as_secs_f64()),
+            None => crate::schedule::now(),
+        })
     }
 
     /// Redacts with `redactor` (e.g. the built-in rules plus the user's
@@ -177,6 +184,14 @@ impl Compressor {
     /// Uses `clock` for cooldowns and the schedule's idle gaps.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Compressor {
         self.clock = clock;
+        self
+    }
+
+    /// Reads a call's time (seconds since the Unix epoch) from `clock`
+    /// instead of the wall clock when the host gives none: a test moves
+    /// a [`ManualClock`] past a cache's lifetime instead of sleeping.
+    pub fn with_wall_clock(mut self, clock: Arc<dyn Clock>) -> Compressor {
+        self.wall_clock = Some(clock);
         self
     }
 

@@ -1,6 +1,6 @@
 //! Helpers shared by the `ctx` end-to-end tests: run the binary from the
 //! repository root with a clean environment, read its output, find the
-//! fixtures and the shared corpus, start `ctx serve` ([`serve::Serve`]).
+//! fixtures and the shared corpus, start `ctx serve` ([`serve::start`]).
 #![allow(dead_code)]
 
 pub mod serve;
@@ -53,44 +53,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
-/// What a test does when a prerequisite is missing (fail under `CI=true`,
-/// else skip with the reason printed), and where the shared corpus is: one
-/// implementation for both crates' tests.
-#[path = "../../../context-engine/tests/common/mod.rs"]
-mod prerequisites;
+/// The skip rule, the corpus, temporary directories and free ports: the
+/// test kit's (`context-engine-testkit`).
 #[allow(unused_imports)]
-pub use prerequisites::{corpus_dir, corpus_files, python, shared, skip};
+pub use context_engine_testkit::{
+    TempDir, corpus_dir, corpus_files, free_port, python, shared, skip,
+};
 
 /// The shared corpus, or `None` with the reason printed (a failure under
 /// `CI=true`).
 pub fn corpus() -> Option<PathBuf> {
     corpus_dir()
-}
-
-/// A free loopback port for a `ctx serve` a test starts.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A temporary directory for one test (`ctx-{suite}-{tag}-{pid}`), removed
-/// with it.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(suite: &str, tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("ctx-{suite}-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -1,6 +1,5 @@
 //! Secrets planted in tool outputs, and scans of what a store left behind
-//! for them (shared by the store tests of every crate through `#[path]`).
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! for them (the store tests of every crate).
 
 #[cfg(unix)]
 use std::path::Path;

@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -167,7 +166,8 @@ async fn answer(mut socket: TcpStream, raw: Arc<Raw>) {
                 chunk(&text)
             );
             let _ = socket.write_all(out.as_bytes()).await;
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            // Holds the connection open until the test ends.
+            std::future::pending::<()>().await;
         }
         RawReply::Status(status, text) => {
             let out = format!(
@@ -182,7 +182,8 @@ async fn answer(mut socket: TcpStream, raw: Arc<Raw>) {
             drop(socket);
         }
         RawReply::Silent => {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            // Holds the connection open until the test ends.
+            std::future::pending::<()>().await;
         }
         RawReply::Gated(first, gate, rest) => {
             let out = format!(

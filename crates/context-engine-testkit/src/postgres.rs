@@ -1,20 +1,13 @@
 //! A throwaway database per test on the PostgreSQL server the tests use
 //! (`$CTX_TEST_POSTGRES`, default `postgres://postgres@127.0.0.1:5432/test`,
-//! trust auth). No server: a skip with the reason, a failure under
-//! `CI=true`.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! trust auth). No server: a skip with the reason, a failure under CI
+//! (see [`crate::prereq::skip`]).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio_postgres::NoTls;
 
-/// A prerequisite is missing: fails under CI, else prints why and skips.
-pub fn skip(reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("prerequisite missing under CI=true: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-}
+use crate::prereq::skip;
 
 /// The server's admin URL.
 pub fn admin_url() -> String {

@@ -1,11 +1,9 @@
 //! Scans of what a SQLite store left behind for the planted secrets
-//! (`secrets.rs`), shared through `#[path]` by the crates whose tests write
-//! SQLite stores.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! ([`crate::secrets`]), for the crates whose tests write SQLite stores.
 
 use std::path::Path;
 
-use super::secrets::found;
+use crate::secrets::found;
 
 /// The secrets found in any byte of the SQLite store `db` and its `-wal`
 /// and `-shm` files, and in any column of any of its tables (DEFLATE

@@ -2,7 +2,6 @@
 //! no client library would leave as is, a `Host` of our choosing, a
 //! request that never finishes), and an upstream that records the path
 //! and `Authorization` of every request that reaches it, whatever its path.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,7 @@ use axum::response::Response;
 use axum::serve::ListenerExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 const REPLY: &str = r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}"#;
 const STREAM: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"}}]}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
@@ -43,14 +43,26 @@ pub struct Seen {
 pub struct Recorder {
     /// Requests received, in order.
     pub seen: Mutex<Vec<Seen>>,
-    /// How long each answer waits (a slow upstream keeps requests in flight).
-    pub delay: Mutex<Duration>,
+    /// Whether answers wait (a slow upstream keeps requests in flight
+    /// until the test releases them: [`Recorder::hold`]).
+    pub held: watch::Sender<bool>,
 }
 
 impl Recorder {
     /// The requests received so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// From now on every answer waits (its request recorded) until
+    /// [`Recorder::release`].
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Lets every waiting answer go, and the ones to come.
+    pub fn release(&self) {
+        self.held.send_replace(false);
     }
 }
 
@@ -72,10 +84,8 @@ async fn record(
             .map(str::to_owned),
         bytes: body.len(),
     });
-    let delay = *rec.delay.lock().unwrap();
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
+    let mut held = rec.held.subscribe();
+    let _ = held.wait_for(|held| !*held).await;
     if body.len() < 1 << 20 && contains(&body, b"\"stream\":true") {
         // Event by event, a few milliseconds apart, as a model streams:
         // the response head goes out before the first event.
