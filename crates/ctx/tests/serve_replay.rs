@@ -253,7 +253,7 @@ async fn observe_mode_shows_the_requests_replay_reports() {
     let calls = report["calls"].as_array().unwrap();
     let script = Arc::new(Script::default());
     let upstream = start_upstream(Arc::clone(&script)).await;
-    let serve = Serve::start(
+    let serve = serve::start(
         &dir.0,
         &[
             "--upstream",
@@ -302,7 +302,11 @@ async fn observe_mode_shows_the_requests_replay_reports() {
         // The observation runs once the answer has ended: wait for it
         // (bounded, short polls) before the next call.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while serve_common::metric(&metrics().await, "ctx_observed_requests_total") < k as u64 + 1 {
+        while context_engine_testkit::upstream::metric(
+            &metrics().await,
+            "ctx_observed_requests_total",
+        ) < k as u64 + 1
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "call {k} never observed"
@@ -311,7 +315,8 @@ async fn observe_mode_shows_the_requests_replay_reports() {
         }
     }
     let text = metrics().await;
-    let observed = serve_common::metric(&text, "ctx_managed_prompt_tokens_total") as f64;
+    let observed =
+        context_engine_testkit::upstream::metric(&text, "ctx_managed_prompt_tokens_total") as f64;
     let replayed: u64 = calls.iter().map(|c| u(&c["tokens_with_engine"])).sum();
     let replayed = replayed as f64;
     eprintln!("observed with the engine: {observed} tokens; ctx replay: {replayed}");
@@ -322,12 +327,12 @@ async fn observe_mode_shows_the_requests_replay_reports() {
     let compactions = calls.iter().filter(|c| !c["compaction"].is_null()).count() as u64;
     assert!(compactions > 0);
     assert_eq!(
-        serve_common::metric(&text, "ctx_compactions_total"),
+        context_engine_testkit::upstream::metric(&text, "ctx_compactions_total"),
         compactions,
         "{text}"
     );
     assert_eq!(
-        serve_common::metric(&text, "ctx_observe_errors_total"),
+        context_engine_testkit::upstream::metric(&text, "ctx_observe_errors_total"),
         0,
         "{text}"
     );

@@ -9,15 +9,13 @@
 //! sessions in memory and in a SQLite store.
 
 mod common;
-#[path = "../../context-engine-serve/tests/common/mod.rs"]
-mod serve_common;
 
 use std::sync::Arc;
 
 use common::TempDir;
-use common::serve::Serve;
+use common::serve::{self, Serve};
+use context_engine_testkit::upstream::{Script, start_upstream};
 use serde_json::{Value, json};
-use serve_common::{Script, start_upstream};
 
 const CLIENT_KEY: &str = "Bearer sk-test-windows";
 const SMALL: u64 = 3_000;
@@ -95,7 +93,7 @@ async fn drive(store: Option<&str>) {
     if store.is_some() {
         args.extend(["--store", db.to_str().unwrap()]);
     }
-    let serve = Serve::start(&dir.0, &args).await;
+    let serve = serve::start(&dir.0, &args).await;
     let session = turns(40);
     let client = reqwest::Client::new();
     for api in ["chat/completions", "messages", "responses"] {
