@@ -9,7 +9,7 @@ use context_engine::builder::{Archive, ReplayRun};
 use context_engine::config::Env;
 use context_engine::digest::{DigestOptions, digest_with_report};
 use context_engine::redact::{RedactOptions, Redactor, redact as redact_text};
-use context_engine::store::open_at_rest;
+use context_engine_sqlite::open_at_rest;
 use context_engine::transcript::{LoadError, Transcript};
 use context_engine::validate::validate as validate_messages;
 use pyo3::exceptions::{PyOSError, PyValueError};
