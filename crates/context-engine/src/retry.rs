@@ -43,8 +43,14 @@ impl Backoff {
     /// `n - 1` times, saturating, at most the cap; jittered, a random point
     /// in the upper half of that.
     pub fn delay(&self, n: u32) -> Duration {
-        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
-        let full = self.first.saturating_mul(factor).min(self.cap);
+        if self.first.is_zero() {
+            return Duration::ZERO;
+        }
+        let full = match 1u32.checked_shl(n.saturating_sub(1)) {
+            Some(factor) => self.first.saturating_mul(factor),
+            None => Duration::MAX,
+        }
+        .min(self.cap);
         if !self.jitter {
             return full;
         }

@@ -7,29 +7,88 @@ use std::time::Duration;
 
 use super::BuildError;
 use crate::compressor::CompressorOptions;
-use crate::config::{Config, Env, SummarizerKind};
+use crate::config::{Config, Env, PricingConfig, SummarizerKind};
+use crate::digest::DigestOptions;
+use crate::pricing::PriceModel;
+use crate::prune::PruneOptions;
 use crate::redact::{RedactError, Redactor};
 use crate::schedule::ScheduleOptions;
 use crate::summarize::openai::OpenAiConfig;
+use crate::validate::TextActions;
+
+impl PricingConfig {
+    /// The preset with the overrides applied; named `custom` when a price
+    /// was overridden.
+    pub fn price_model(&self) -> PriceModel {
+        let mut p = PriceModel::preset(&self.provider).unwrap_or_default();
+        let prices = [
+            (self.input, &mut p.input_per_million),
+            (self.cached_input, &mut p.cached_input_per_million),
+            (self.cache_write, &mut p.cache_write_per_million),
+            (self.output, &mut p.output_per_million),
+        ];
+        let mut custom = false;
+        for (value, field) in prices {
+            if let Some(v) = value {
+                *field = v;
+                custom = true;
+            }
+        }
+        if custom {
+            p.name = format!("{} (custom)", self.provider);
+        }
+        let cache = [
+            (self.cache_min_prefix_tokens, &mut p.cache.min_prefix_tokens),
+            (
+                self.cache_granularity_tokens,
+                &mut p.cache.granularity_tokens,
+            ),
+            (self.cache_lifetime_secs, &mut p.cache.lifetime_secs),
+        ];
+        for (value, field) in cache {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        p
+    }
+}
 
 impl Config {
+    /// `context.text_actions` compiled; the default (`auto`) for a
+    /// configuration built by hand with a pattern that does not compile
+    /// (the loader refuses one, naming it).
+    fn compiled_text_actions(&self) -> TextActions {
+        self.text_actions().unwrap_or_default()
+    }
+
+    /// The digest options `context.digest` and `context.text_actions` set
+    /// (`ctx digest`).
+    pub fn digest_options(&self) -> DigestOptions {
+        DigestOptions::from_config(&self.context.digest, self.compiled_text_actions())
+    }
+
+    /// The prune options `context.prune` and `context.text_actions` set
+    /// (`ctx prune`).
+    pub fn prune_options(&self) -> PruneOptions {
+        PruneOptions::from_config(&self.context.prune, self.compiled_text_actions())
+    }
+
     /// Options of the built-in `compressor` engine: threshold, protections,
     /// tail ratio, per-model thresholds, digest and prune from `context`;
     /// everything else at its default.
     pub fn compressor_options(&self) -> CompressorOptions {
         let c = &self.context;
+        let actions = self.compiled_text_actions();
         CompressorOptions {
             threshold_percent: c.threshold_percent,
             protect_first_n: c.protect_first_n,
             protect_last_n: c.protect_last_n,
             tail_ratio: c.tail_ratio,
             model_thresholds: c.model_thresholds.clone(),
-            digest: c.digest.clone(),
-            prune: c.prune.clone(),
-            schedule: ScheduleOptions {
-                price: self.pricing.price_model(),
-                ..c.schedule.clone()
-            },
+            digest: DigestOptions::from_config(&c.digest, actions.clone()),
+            prune: PruneOptions::from_config(&c.prune, actions),
+            schedule: ScheduleOptions::from_config(&c.schedule, self.pricing.price_model()),
             ..CompressorOptions::default()
         }
     }

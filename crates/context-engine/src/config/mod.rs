@@ -23,6 +23,7 @@
 
 mod env;
 mod load;
+mod sections;
 mod tree;
 mod url;
 
@@ -31,18 +32,17 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::digest::DigestOptions;
-use crate::engine::{DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT};
-use crate::pricing::{PRESETS, PriceModel};
-use crate::prune::PruneOptions;
-use crate::schedule::ScheduleOptions;
-use crate::validate::{TextActions, TextActionsConfig, TextActionsError};
+use context_engine_wire::validate::{TextActions, TextActionsConfig, TextActionsError};
 
-pub use env::Env;
+pub use env::{DISABLE_ENV, Env, is_disable_value};
 pub use load::{
     ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
 };
-pub use url::url_has_password;
+pub use sections::{
+    DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, DigestConfig,
+    PRICE_PRESETS, PruneConfig, ScheduleConfig,
+};
+pub use url::{redacted_url, url_has_password};
 
 /// Name of the config file looked up in the working directory and in the
 /// user's config folder (`$XDG_CONFIG_HOME/context-engine/`).
@@ -126,9 +126,9 @@ pub struct ContextConfig {
     /// ([`default_model_windows`]).
     pub model_windows: BTreeMap<String, u64>,
     /// The tool-result digest of request views and summarizer input.
-    pub digest: DigestOptions,
+    pub digest: DigestConfig,
     /// The proactive prune (off until `proactive_prune_tokens` is set).
-    pub prune: PruneOptions,
+    pub prune: PruneConfig,
     /// How the observations of text-action agents (tool output sent back
     /// as a user message) are recognised: `auto`, `off`, or a list of
     /// `mini-swe-agent`, `swe-agent` and regular expressions (see
@@ -136,7 +136,7 @@ pub struct ContextConfig {
     pub text_actions: TextActionsConfig,
     /// The cache-aware schedule of digest steps and prunes (prices from
     /// `pricing`).
-    pub schedule: ScheduleOptions,
+    pub schedule: ScheduleConfig,
 }
 
 /// `pricing`: a provider preset and overrides of its prices (USD per
@@ -144,7 +144,7 @@ pub struct ContextConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PricingConfig {
-    /// A preset of [`PriceModel::preset`]: `openai`, `anthropic`,
+    /// A preset of `PriceModel::preset` ([`PRICE_PRESETS`]): `openai`, `anthropic`,
     /// `anthropic-1h`, `deepseek` or `none`.
     #[serde(deserialize_with = "de_preset")]
     pub provider: String,
@@ -179,50 +179,12 @@ impl Default for PricingConfig {
     }
 }
 
-impl PricingConfig {
-    /// The preset with the overrides applied; named `custom` when a price
-    /// was overridden.
-    pub fn price_model(&self) -> PriceModel {
-        let mut p = PriceModel::preset(&self.provider).unwrap_or_default();
-        let prices = [
-            (self.input, &mut p.input_per_million),
-            (self.cached_input, &mut p.cached_input_per_million),
-            (self.cache_write, &mut p.cache_write_per_million),
-            (self.output, &mut p.output_per_million),
-        ];
-        let mut custom = false;
-        for (value, field) in prices {
-            if let Some(v) = value {
-                *field = v;
-                custom = true;
-            }
-        }
-        if custom {
-            p.name = format!("{} (custom)", self.provider);
-        }
-        let cache = [
-            (self.cache_min_prefix_tokens, &mut p.cache.min_prefix_tokens),
-            (
-                self.cache_granularity_tokens,
-                &mut p.cache.granularity_tokens,
-            ),
-            (self.cache_lifetime_secs, &mut p.cache.lifetime_secs),
-        ];
-        for (value, field) in cache {
-            if let Some(v) = value {
-                *field = v;
-            }
-        }
-        p
-    }
-}
-
 fn de_preset<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
-    if PriceModel::preset(&name).is_none() {
+    if !PRICE_PRESETS.contains(&name.as_str()) {
         return Err(serde::de::Error::custom(format!(
             "unknown provider preset `{name}`, expected one of: {}",
-            PRESETS.join(", ")
+            PRICE_PRESETS.join(", ")
         )));
     }
     Ok(name)
@@ -240,10 +202,10 @@ impl Default for ContextConfig {
             model_thresholds: BTreeMap::new(),
             context_length: None,
             model_windows: default_model_windows(),
-            digest: DigestOptions::default(),
-            prune: PruneOptions::default(),
+            digest: DigestConfig::default(),
+            prune: PruneConfig::default(),
             text_actions: TextActionsConfig::default(),
-            schedule: ScheduleOptions::default(),
+            schedule: ScheduleConfig::default(),
         }
     }
 }
@@ -584,10 +546,9 @@ impl Config {
             .unwrap_or(serde_json::Value::Null)
     }
 
-    /// `context.text_actions`, compiled. The loader does it once and puts
-    /// the result in `context.digest` and `context.prune` (so every engine
-    /// built from the loaded configuration carries it); a pattern that is
-    /// not a regular expression is an error naming it.
+    /// `context.text_actions`, compiled (the loader checks it once; the
+    /// builder hands the result to the digest and prune options); a
+    /// pattern that is not a regular expression is an error naming it.
     pub fn text_actions(&self) -> Result<TextActions, TextActionsError> {
         TextActions::from_config(&self.context.text_actions)
     }
