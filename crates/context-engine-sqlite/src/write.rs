@@ -129,6 +129,24 @@ impl SqliteStore {
             }
             ids.insert(hash.as_str(), id);
         }
+        self.write_handles(tx, session, batch, &ids)?;
+        self.write_records(tx, session, batch)?;
+        Ok(())
+    }
+
+    /// The batch's handles and their members (`ids`: the archive ids of the
+    /// batch's messages by hash; others are looked up).
+    fn write_handles(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        session: &str,
+        batch: &Batch,
+        ids: &HashMap<&str, i64>,
+    ) -> Result<(), StoreError> {
+        let err = |e| map_err(&self.path, e);
+        let mut find = tx
+            .prepare_cached("SELECT id FROM messages WHERE hash = ?1")
+            .map_err(err)?;
         let mut handle = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO handles (session, handle, kind, span_start, span_end) \
@@ -172,6 +190,17 @@ impl SqliteStore {
                     .map_err(err)?;
             }
         }
+        Ok(())
+    }
+
+    /// The batch's compaction records and state snapshot.
+    fn write_records(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        session: &str,
+        batch: &Batch,
+    ) -> Result<(), StoreError> {
+        let err = |e| map_err(&self.path, e);
         let mut record = tx
             .prepare_cached(
                 "INSERT INTO compactions (session, seq, created_ms, trigger, engine, summarizer, \

@@ -262,71 +262,11 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
             "; breakpoints at the system prompt and the last message, the engine's before the results it digests next"
         },
     );
-    let mut table = Table::new(["", "without engine", "with engine", "change"]);
-    table.row([
-        "prompt tokens sent".to_string(),
-        n(t.prompt_tokens_without_engine),
-        n(t.prompt_tokens_with_engine),
-        change(
-            t.prompt_tokens_without_engine as f64,
-            t.prompt_tokens_with_engine as f64,
-        ),
-    ]);
-    table.row([
-        "largest request".to_string(),
-        n(t.largest_request_without_engine),
-        n(t.largest_request_with_engine),
-        change(
-            t.largest_request_without_engine as f64,
-            t.largest_request_with_engine as f64,
-        ),
-    ]);
-    table.row([
-        "prompt-cache hits".to_string(),
-        format!(
-            "{} ({})",
-            n(t.cache_hit_tokens_without_engine),
-            percent(t.cache_hit_share_without_engine)
-        ),
-        format!("{} ({})", n(t.cache_hit_tokens), percent(t.cache_hit_share)),
-        String::new(),
-    ]);
-    table.row([
-        "estimated cost".to_string(),
-        money(t.estimated_cost_without_engine),
-        money(t.estimated_cost_with_engine),
-        change(
-            t.estimated_cost_without_engine,
-            t.estimated_cost_with_engine,
-        ),
-    ]);
-    s.push_str(&table.render(2));
+    s.push_str(&totals_table(t));
     if let Some(costs) = &r.costs {
         s.push_str(&render_costs(costs));
     }
-    let compactions: Vec<String> = r
-        .calls
-        .iter()
-        .filter_map(|c| {
-            let k = c.compaction.as_ref()?;
-            let why = match k.trigger {
-                Trigger::Preflight => "before",
-                Trigger::PostTool => "after tools, before",
-                Trigger::Manual => "manual, before",
-            };
-            let cold = if c.cache_expired {
-                ", cache expired"
-            } else {
-                ""
-            };
-            Some(format!(
-                "{why} call {}{cold}: request {} -> {} tokens",
-                c.call + 1,
-                n(k.request_tokens_before),
-                n(k.request_tokens_after)
-            ))
-        })
-        .collect();
+    let compactions = compaction_lines(r);
     s.push_str(&format!(
         "\n  compactions  {} ({})\n",
         compactions.len(),
@@ -419,31 +359,108 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
         }
     }
     if verbose {
-        let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
-        for c in &r.calls {
-            let mut event = Vec::new();
-            if c.compaction.is_some() {
-                event.push("compaction");
-            }
-            if c.pruned > 0 {
-                event.push("prune");
-            }
-            if c.selected {
-                event.push("digest");
-            }
-            calls.row([
-                (c.call + 1).to_string(),
-                c.message_index.to_string(),
-                n(c.tokens_without_engine),
-                n(c.tokens_with_engine),
-                n(c.cache_hit_tokens),
-                event.join(", "),
-            ]);
-        }
         s.push('\n');
-        s.push_str(&calls.render(2));
+        s.push_str(&calls_table(r));
     }
     s
+}
+
+/// The totals with and without the engine, as a table.
+fn totals_table(t: &context_engine::replay::Totals) -> String {
+    let n = thousands;
+    let mut table = Table::new(["", "without engine", "with engine", "change"]);
+    table.row([
+        "prompt tokens sent".to_string(),
+        n(t.prompt_tokens_without_engine),
+        n(t.prompt_tokens_with_engine),
+        change(
+            t.prompt_tokens_without_engine as f64,
+            t.prompt_tokens_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "largest request".to_string(),
+        n(t.largest_request_without_engine),
+        n(t.largest_request_with_engine),
+        change(
+            t.largest_request_without_engine as f64,
+            t.largest_request_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "prompt-cache hits".to_string(),
+        format!(
+            "{} ({})",
+            n(t.cache_hit_tokens_without_engine),
+            percent(t.cache_hit_share_without_engine)
+        ),
+        format!("{} ({})", n(t.cache_hit_tokens), percent(t.cache_hit_share)),
+        String::new(),
+    ]);
+    table.row([
+        "estimated cost".to_string(),
+        money(t.estimated_cost_without_engine),
+        money(t.estimated_cost_with_engine),
+        change(
+            t.estimated_cost_without_engine,
+            t.estimated_cost_with_engine,
+        ),
+    ]);
+    table.render(2)
+}
+
+/// One line per compaction: when, and the request before and after.
+fn compaction_lines(r: &ReplayReport) -> Vec<String> {
+    let n = thousands;
+    r.calls
+        .iter()
+        .filter_map(|c| {
+            let k = c.compaction.as_ref()?;
+            let why = match k.trigger {
+                Trigger::Preflight => "before",
+                Trigger::PostTool => "after tools, before",
+                Trigger::Manual => "manual, before",
+            };
+            let cold = if c.cache_expired {
+                ", cache expired"
+            } else {
+                ""
+            };
+            Some(format!(
+                "{why} call {}{cold}: request {} -> {} tokens",
+                c.call + 1,
+                n(k.request_tokens_before),
+                n(k.request_tokens_after)
+            ))
+        })
+        .collect()
+}
+
+/// The per-call table of `--verbose`.
+fn calls_table(r: &ReplayReport) -> String {
+    let n = thousands;
+    let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
+    for c in &r.calls {
+        let mut event = Vec::new();
+        if c.compaction.is_some() {
+            event.push("compaction");
+        }
+        if c.pruned > 0 {
+            event.push("prune");
+        }
+        if c.selected {
+            event.push("digest");
+        }
+        calls.row([
+            (c.call + 1).to_string(),
+            c.message_index.to_string(),
+            n(c.tokens_without_engine),
+            n(c.tokens_with_engine),
+            n(c.cache_hit_tokens),
+            event.join(", "),
+        ]);
+    }
+    calls.render(2)
 }
 
 /// What happened to compaction over the session, truthfully: the
