@@ -5,6 +5,11 @@
 //! message parser, so keys, their order and unknown fields survive a round
 //! trip. Bad input is a `ValueError` that names the message index and the
 //! field; nothing here panics.
+//!
+//! JSON to Python is `pythonize`. Python to JSON is read here, value by
+//! value, because what it refuses must be refused by name and never crash
+//! the interpreter: `depythonize` recurses without bound into a dict that
+//! contains itself, reads NaN as `null`, and its errors name no path.
 
 use std::fmt::{self, Write as _};
 
@@ -172,36 +177,10 @@ fn to_value_at(obj: &Bound<'_, PyAny>, depth: usize) -> Result<Value, ConvError>
     )))
 }
 
-/// Converts JSON to Python: objects become dicts in key order.
+/// Converts JSON to Python (`pythonize`): objects become dicts in key
+/// order, integers past `i64` stay exact.
 pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match value {
-        Value::Null => py.None().into_bound(py),
-        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                i.into_pyobject(py)?.into_any()
-            } else if let Some(u) = n.as_u64() {
-                u.into_pyobject(py)?.into_any()
-            } else {
-                n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
-            }
-        }
-        Value::String(s) => PyString::new(py, s).into_any(),
-        Value::Array(items) => {
-            let list = PyList::empty(py);
-            for item in items {
-                list.append(to_py(py, item)?)?;
-            }
-            list.into_any()
-        }
-        Value::Object(map) => {
-            let dict = PyDict::new(py);
-            for (k, v) in map {
-                dict.set_item(PyString::new(py, k), to_py(py, v)?)?;
-            }
-            dict.into_any()
-        }
-    })
+    pythonize::pythonize(py, value).map_err(PyErr::from)
 }
 
 /// The JSON values of a message list (a list or tuple of dicts), still

@@ -9,9 +9,9 @@ use context_engine::builder::{Archive, ReplayRun};
 use context_engine::config::Env;
 use context_engine::digest::{DigestOptions, digest_with_report};
 use context_engine::redact::{RedactOptions, Redactor, redact as redact_text};
-use context_engine::store::open_at_rest;
 use context_engine::transcript::{LoadError, Transcript};
 use context_engine::validate::validate as validate_messages;
+use context_engine_sqlite::open_at_rest;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
@@ -98,8 +98,7 @@ fn digest_options(
     let base = config
         .load(&Env::from_os(std::env::vars_os()))?
         .config
-        .context
-        .digest;
+        .digest_options();
     Ok(DigestOptions {
         keep_batches: keep_batches.unwrap_or(base.keep_batches),
         min_bytes: min_bytes.unwrap_or(base.min_bytes),

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use context_engine::builder::{EngineBuilder, Engines};
+use context_engine::builder::Engines;
 use context_engine::config::{ConfigLoader, Env, Loaded};
 use context_engine::engine::ContextEngine;
 use context_engine::plugin::EngineSource;
@@ -164,7 +164,7 @@ pub fn engines(spec: &EngineSpec) -> PyResult<(Engines, Vec<String>)> {
     let env = Env::from_os(std::env::vars_os());
     let loaded = spec.config.load(&env)?;
     let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-    let engines = EngineBuilder::from_loaded(loaded)
+    let engines = context_engine_adapters::builder(loaded)
         .with_env(env)
         .with_profile(spec.profile)
         .with_model(spec.model.clone())

@@ -1,4 +1,5 @@
-//! Database URLs: which ones name Postgres, and never showing a password.
+//! Database URLs: which ones name Postgres, and never showing a password
+//! (the check and the redaction are `context_engine::config`'s).
 
 /// Whether `url` names a Postgres database (`postgres://` or
 /// `postgresql://`).
@@ -6,38 +7,9 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// Whether `url` carries a password (`user:password@`, or a `password=`
-/// parameter), which the configuration refuses: the password comes from
-/// the environment. The library's one check
-/// ([`context_engine::config::url_has_password`]).
-pub fn url_has_password(url: &str) -> bool {
-    context_engine::config::url_has_password(url)
-}
-
-/// `url` with any password replaced by `***`, for messages.
-pub fn redacted_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.find("password=") {
-        Some(i) => {
-            let after = &tail[i + "password=".len()..];
-            let stop = after.find('&').unwrap_or(after.len());
-            format!("{}password=***{}", &tail[..i], &after[stop..])
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
-}
+// Whether a URL carries a password, and the URL with its passwords
+// hidden: the library's one reading of a URL's credentials.
+pub use context_engine::config::{redacted_url, url_has_password};
 
 /// `postgres://user@host:port/db` from a parsed config (no password).
 pub(crate) fn describe(config: &tokio_postgres::Config, fallback: &str) -> String {

@@ -67,12 +67,13 @@ use context_engine::engine::ContextEngine;
 use context_engine::host::HostOptions;
 use context_engine::plugin::EngineContext;
 use context_engine::store::{
-    Batch, CompactionRecord, Entry, HistoryWrite, SearchHit, SessionStore, Since, SqliteStore,
-    StoreError, Versioned,
+    Batch, CompactionRecord, Entry, HistoryWrite, SearchHit, SessionStore, Since, StoreError,
+    Versioned,
 };
 use context_engine::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter};
 use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::{AppState, ServeOptions, SessionContext, UpstreamOptions};
+use context_engine_sqlite::SqliteStore;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 

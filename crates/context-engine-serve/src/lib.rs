@@ -59,6 +59,7 @@ pub mod token;
 pub mod tools;
 pub mod unique;
 pub mod upstream;
+mod usage;
 
 mod options;
 mod server;

@@ -279,12 +279,13 @@ fn never_sent(e: &reqwest::Error) -> bool {
     e.is_connect() && !e.is_timeout()
 }
 
-/// The wait before retry `n` (from 1): a random point in the upper half of
+/// The wait before retry `n` (from 1): the engine's one retry policy
+/// (`context_engine::retry`), jittered: a random point in the upper half of
 /// `first` doubled `n - 1` times.
 fn backoff(first: Duration, n: u32) -> Duration {
-    let full = first.saturating_mul(1 << n.saturating_sub(1).min(16));
-    let half = full / 2;
-    half + half.mul_f64(fastrand::f64())
+    context_engine::retry::Backoff::exponential(first)
+        .jittered()
+        .delay(n)
 }
 
 /// The response headers to pass back to the client: the upstream's, less

@@ -21,9 +21,10 @@ use std::sync::Arc;
 
 use context_engine::message::{Message, Role};
 use context_engine::redact::{Egress, Redactor};
-use context_engine::store::{AtRest, Seal, SessionStore, SqliteStore};
+use context_engine::store::{AtRest, Seal, SessionStore};
 use context_engine::tokens::TokenCounter;
 use context_engine_postgres::{PgOptions, PgStore};
+use context_engine_sqlite::SqliteStore;
 
 use common::{
     Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,

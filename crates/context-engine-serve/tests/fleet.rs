@@ -19,12 +19,13 @@ use std::sync::Arc;
 use context_engine::message::{Message, Role};
 use context_engine::store::{
     Batch, CompactionRecord, Entry, HistoryWrite, MemoryStore, SearchHit, SessionStore, Since,
-    SqliteStore, StoreError, Versioned,
+    StoreError, Versioned,
 };
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
+use context_engine_sqlite::SqliteStore;
 
 use common::{
     Reply, Script, completion, compressor_context, counter, metric, options, start_proxy,

@@ -30,9 +30,10 @@ use context_engine_testkit::postgres as pg;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
+use context_engine::store::{MemoryStore, SessionStore};
 use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::StartError;
+use context_engine_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 use common::{Reply, Script, completion, compressor_context, counter, options, start_proxy};

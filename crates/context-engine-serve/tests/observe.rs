@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use context_engine::message::Message;
-use context_engine::store::{SessionStore, SqliteStore};
+use context_engine::store::SessionStore;
 use context_engine_serve::ServeMode;
+use context_engine_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 use common::{

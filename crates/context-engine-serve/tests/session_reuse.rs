@@ -17,9 +17,10 @@ use context_engine_testkit::postgres as pg;
 use std::sync::Arc;
 
 use context_engine::message::Message;
-use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
+use context_engine::store::{MemoryStore, SessionStore};
 use context_engine::tokens::TokenCounter;
 use context_engine_postgres::{PgOptions, PgStore};
+use context_engine_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 use common::{

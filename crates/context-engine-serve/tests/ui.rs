@@ -243,7 +243,7 @@ async fn a_calls_request_shows_each_message_kept_or_changed_redacted_to_its_iden
 async fn the_overview_names_the_store_location_to_the_operator_only() {
     let dir = std::env::temp_dir().join(format!("ctx-ui-location-{}", std::process::id()));
     let path = dir.join("secret-place.db");
-    let store = context_engine::store::SqliteStore::open(&path).unwrap();
+    let store = context_engine_sqlite::SqliteStore::open(&path).unwrap();
     let o = options("http://127.0.0.1:9/v1")
         .with_listen("127.0.0.1:8787".parse().unwrap())
         .with_store(Some(Arc::new(store)))

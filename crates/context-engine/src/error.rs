@@ -94,23 +94,6 @@ impl Error {
 /// A `Result` with the library's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// `error` and each of its sources, joined by `": "`, each text once (a
-/// source whose text the previous message already contains is skipped).
-/// For warnings and logs that have no error chain printer.
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,7 +138,7 @@ mod tests {
             path: "/p/plugin.yaml".into(),
             source: io,
         };
-        let text = chain(&err);
+        let text = crate::error_chain(&err);
         assert_eq!(text.matches("disk on fire").count(), 1, "{text}");
         assert!(text.contains("/p/plugin.yaml"), "{text}");
     }

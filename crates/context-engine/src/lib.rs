@@ -30,6 +30,7 @@
 //! ```
 
 pub mod builder;
+mod chain;
 pub mod compressor;
 pub mod config;
 pub mod digest;
@@ -46,6 +47,7 @@ pub mod redact;
 pub mod replay;
 pub mod request_map;
 pub mod retention;
+pub mod retry;
 pub mod schedule;
 pub mod store;
 pub mod summarize;
@@ -58,7 +60,8 @@ pub use context_engine_wire::{
     anthropic, bridge, message, responses, tokens, transcript, validate,
 };
 
-pub use error::{Error, Result, chain as error_chain};
+pub use chain::chain as error_chain;
+pub use error::{Error, Result};
 pub use message::{Content, ContentPart, FunctionCall, Message, Role, ToolCall};
 
 /// What a multi-threaded host (a tokio proxy moving a session into
@@ -70,7 +73,6 @@ const _: () = {
     const fn send_sync<T: Send + Sync + ?Sized>() {}
     send::<host::Session>();
     send::<compressor::Compressor>();
-    send::<plugin::ProcessEngine>();
     send::<Box<dyn engine::ContextEngine>>();
     send::<Box<dyn engine::ContextEngine + Send>>();
     send::<Box<dyn summarize::Summarizer>>();

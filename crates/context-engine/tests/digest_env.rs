@@ -29,7 +29,7 @@ fn env_switch_disables_the_digest() {
         m.push(Message::tool_result(id, "x".repeat(10_000)));
     }
     let loaded = load(&Env::from_pairs([(DISABLE_ENV, "1")]), &[]);
-    let opts = &loaded.config.context.digest;
+    let opts = &loaded.config.digest_options();
     assert!(!opts.enabled);
     assert_eq!(
         loaded.source("context.digest.enabled"),
@@ -40,7 +40,7 @@ fn env_switch_disables_the_digest() {
     assert_eq!(digest(&m, opts), m);
     // "0" and an unset variable leave the digest on.
     for env in [Env::from_pairs([(DISABLE_ENV, "0")]), Env::empty()] {
-        let on = load(&env, &[]).config.context.digest;
+        let on = load(&env, &[]).config.digest_options();
         assert!(on.enabled);
         assert_ne!(digest(&m, &on), m);
     }

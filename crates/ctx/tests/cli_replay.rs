@@ -419,7 +419,7 @@ fn a_plugin_that_refuses_every_compaction_is_reported_as_such() {
     let dir = std::env::temp_dir().join(format!("ctx-replay-refuse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.yaml");
-    let plugins = common::root().join("crates/context-engine/tests/plugins");
+    let plugins = common::root().join("crates/context-engine-plugin-host/tests/plugins");
     std::fs::write(
         &config,
         format!(

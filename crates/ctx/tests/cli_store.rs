@@ -115,8 +115,9 @@ fn compact_archives_what_it_removes_and_recall_gives_it_back_exactly() {
 /// `--json` carries the line with the ranges of the words in it.
 #[test]
 fn search_shows_the_line_that_matched() {
-    use context_engine::store::{Batch, SessionStore, SqliteStore};
+    use context_engine::store::{Batch, SessionStore};
     use context_engine::{Message, ToolCall};
+    use context_engine_sqlite::SqliteStore;
 
     let db = temp("issue.db");
     let mut output = String::new();

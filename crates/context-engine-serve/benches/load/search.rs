@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use context_engine::message::Message;
-use context_engine::store::{Batch, SessionStore, SqliteStore};
+use context_engine::store::{Batch, SessionStore};
 use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::{AppState, ServeOptions, UiOptions, UpstreamOptions};
+use context_engine_sqlite::SqliteStore;
 use tokio::net::TcpListener;
 
 use super::pct;

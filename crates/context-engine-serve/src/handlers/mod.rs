@@ -16,7 +16,6 @@ pub(crate) mod view;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use context_engine::engine::Usage;
 
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use crate::session::requests::{KeptCall, Wire};
 use crate::session::{Guard, Plan, SessionKey, background};
 use crate::state::AppState;
 use crate::upstream::response_headers;
+pub(crate) use crate::usage::{settle, usage_of};
 
 /// Logs what the engine did for a managed request (notices, a compaction,
 /// a new lineage) and counts it in the metrics. `front`: the client
@@ -61,17 +61,6 @@ pub(crate) fn report_plan(
     state
         .metrics()
         .prompt(plan.messages_json.len(), plan.reused_bytes);
-}
-
-/// Feeds a call's usage to the metrics (the session gets it when it is
-/// released: [`Sessions::release`](crate::session::Sessions::release)).
-pub(crate) fn settle(state: &AppState, usage: &Usage) {
-    state
-        .metrics()
-        .tokens(usage.prompt_tokens, usage.completion_tokens);
-    state
-        .metrics()
-        .cache_tokens(usage.cache_read_tokens, usage.cache_write_tokens);
 }
 
 /// The engine's plan for a managed request, accounted: a summary due in
@@ -220,16 +209,6 @@ pub(crate) fn answer_collected(
         total.saturating_sub(up).as_secs_f64(),
     );
     respond(status, resp_headers, Body::from(bytes))
-}
-
-/// The `usage` of a JSON answer.
-pub(crate) fn usage_of(bytes: &[u8]) -> Option<Usage> {
-    #[derive(serde::Deserialize)]
-    struct UsageOnly {
-        usage: Option<serde_json::Value>,
-    }
-    let u = serde_json::from_slice::<UsageOnly>(bytes).ok()?.usage?;
-    Usage::from_openai(&u).ok()
 }
 
 /// A response from parts (status, upstream headers already filtered).

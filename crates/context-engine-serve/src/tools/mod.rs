@@ -692,8 +692,8 @@ pub(crate) async fn resolve_with(
             // A resolved round is billed like any call: its usage to the
             // metrics and the session's stats (the engine learns the
             // prompt size from the last round's, when it is released).
-            if let Some(usage) = crate::handlers::usage_of(&bytes) {
-                crate::handlers::settle(state, &usage);
+            if let Some(usage) = crate::usage::usage_of(&bytes) {
+                crate::usage::settle(state, &usage);
                 if let Some(m) = guard.as_mut() {
                     m.bill(&usage);
                 }

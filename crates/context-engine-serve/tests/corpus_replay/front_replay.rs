@@ -28,11 +28,12 @@ use context_engine::plugin::EngineContext;
 use context_engine::pricing::PromptCache;
 use context_engine::replay::{ReplayOptions, check_replayable, replay};
 use context_engine::responses;
-use context_engine::store::{MemoryStore, SessionStore, SqliteStore};
+use context_engine::store::{MemoryStore, SessionStore};
 use context_engine::tokens::TokenCounter;
 use context_engine::transcript::Transcript;
 use context_engine::validate::{Profile, introduced_violation};
 use context_engine_postgres::{PgOptions, PgStore};
+use context_engine_sqlite::SqliteStore;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 

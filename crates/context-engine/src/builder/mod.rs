@@ -23,6 +23,8 @@
 //! # Ok::<(), context_engine::Error>(())
 //! ```
 
+mod convert;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,14 +33,12 @@ use crate::config::{Config, Env, Loaded, SummarizerKind};
 use crate::engine::{ContextEngine, ModelInfo};
 use crate::host::{HostOptions, Session};
 use crate::message::Message;
-use crate::plugin::{EngineContext, EngineSource, PluginError, select_engine};
+use crate::plugin::{EngineContext, EngineSource, PluginError, PluginHost, select_engine};
 use crate::pricing::PriceModel;
 use crate::redact::{RedactError, Redactor};
 use crate::replay::{ReplayError, ReplayOptions, ReplayReport, replay};
-use crate::store::{AtRest, MemoryStore, SessionStore, StoreError};
-use crate::summarize::SummarizeError;
-#[cfg(feature = "openai")]
-use crate::summarize::openai::OpenAiSummarizer;
+use crate::store::{AtRest, KeyError, MemoryStore, SessionStore, StoreError};
+use crate::summarize::{ModelSummarizer, SummarizeError, SummarizerFactory};
 use crate::tokens::{BpeCounter, CachedCounter, Encoding, TokenCounter, counter_for_model};
 use crate::validate::{Profile, TextActions, TextActionsError};
 
@@ -80,14 +80,19 @@ pub enum BuildError {
         #[source]
         source: PluginError,
     },
-    /// A key asks for what this build leaves out (a cargo feature).
-    #[error("`{key}` needs context-engine built with the `{feature}` feature")]
-    NotBuiltWith {
+    /// A key asks for an adapter the builder was not given
+    /// ([`EngineBuilder::with_summarizers`]; `context-engine-adapters`
+    /// gives the defaults).
+    #[error("`{key}` needs {adapter}, which this engine builder was not given")]
+    NoAdapter {
         /// The key.
         key: &'static str,
-        /// The feature.
-        feature: &'static str,
+        /// What it needs.
+        adapter: &'static str,
     },
+    /// `store.encryption_key_env` names no usable key.
+    #[error(transparent)]
+    StoreKey(#[from] KeyError),
     /// The window cannot hold the transcript's system prompt.
     #[error(
         "window of {window} tokens is too small for the system prompt alone ({system} tokens with the request overhead)"
@@ -101,8 +106,10 @@ pub enum BuildError {
 }
 
 /// Turns a configuration into [`Engines`]; see the module docs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EngineBuilder {
+    summarizers: Option<Arc<dyn SummarizerFactory>>,
+    plugins: Option<Arc<dyn PluginHost>>,
     config: Config,
     config_file: Option<PathBuf>,
     env: Env,
@@ -114,11 +121,27 @@ pub struct EngineBuilder {
     search_cwd_plugins: bool,
 }
 
+impl std::fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("config_file", &self.config_file)
+            .field("profile", &self.profile)
+            .field("model", &self.model)
+            .field("context_length", &self.context_length)
+            .field("engine", &self.engine)
+            .field("summarizers", &self.summarizers.is_some())
+            .field("plugins", &self.plugins.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl EngineBuilder {
     /// A builder for `config` (no file: plugins are looked for in
     /// `plugins.dirs` and the working directory).
     pub fn from_config(config: Config) -> EngineBuilder {
         EngineBuilder {
+            summarizers: None,
+            plugins: None,
             config,
             config_file: None,
             env: Env::empty(),
@@ -138,6 +161,22 @@ impl EngineBuilder {
             config_file: loaded.file,
             ..EngineBuilder::from_config(loaded.config)
         }
+    }
+
+    /// What makes the model summarizer `summarizer.kind: openai` asks for
+    /// (none by default: such a configuration is then an error,
+    /// [`BuildError::NoAdapter`]).
+    pub fn with_summarizers(mut self, factory: Arc<dyn SummarizerFactory>) -> EngineBuilder {
+        self.summarizers = Some(factory);
+        self
+    }
+
+    /// What starts plugin processes (none by default: a plugin engine then
+    /// falls back to the compressor, or fails when required:
+    /// [`PluginError::NoHost`]).
+    pub fn with_plugin_host(mut self, host: Arc<dyn PluginHost>) -> EngineBuilder {
+        self.plugins = Some(host);
+        self
     }
 
     /// The environment the variables named in the configuration are read
@@ -205,10 +244,7 @@ impl EngineBuilder {
             .unwrap_or_else(|| config.context.engine.clone());
         let text_actions = config.text_actions()?;
         let redactor = Arc::new(config.redactor()?);
-        #[cfg(feature = "openai")]
-        let client = summarizer(&config, &self.env, &redactor)?;
-        #[cfg(not(feature = "openai"))]
-        summarizer(&config, &self.env, &redactor)?;
+        let client = summarizer(&config, &self.env, &redactor, self.summarizers.as_deref())?;
         let compressor_options = config
             .compressor_options()
             .with_profile(self.profile)
@@ -245,8 +281,8 @@ impl EngineBuilder {
             model: self.model,
             profile: self.profile,
             redactor,
-            #[cfg(feature = "openai")]
             client,
+            plugins: self.plugins,
             plugin_dirs,
             text_actions,
             host,
@@ -257,15 +293,15 @@ impl EngineBuilder {
     }
 }
 
-/// The OpenAI-compatible client `summarizer.*` asks for; `None` keeps the
-/// engine's offline extractive summarizer. Its prompts leave the process:
-/// redacted with the user's patterns.
-#[cfg(feature = "openai")]
+/// The model summarizer `summarizer.*` asks for, made by `factory`;
+/// `None` keeps the engine's offline extractive summarizer. Its prompts
+/// leave the process: redacted with the user's patterns.
 fn summarizer(
     config: &Config,
     env: &Env,
     redactor: &Arc<Redactor>,
-) -> Result<Option<Arc<OpenAiSummarizer>>, BuildError> {
+    factory: Option<&dyn SummarizerFactory>,
+) -> Result<Option<Arc<dyn ModelSummarizer>>, BuildError> {
     let s = &config.summarizer;
     if s.kind != SummarizerKind::Openai {
         return Ok(None);
@@ -285,24 +321,18 @@ fn summarizer(
             key: "summarizer.base_url",
         });
     };
-    let base_url = openai.base_url.clone();
-    let client = OpenAiSummarizer::with_env(openai, |name| env.get(name).map(str::to_owned))
-        .map_err(|source| BuildError::Summarizer { base_url, source })?
-        .with_redactor(Arc::clone(redactor));
-    Ok(Some(Arc::new(client)))
-}
-
-/// Without the `openai` feature no client can be built: `summarizer.kind:
-/// openai` is an error naming the feature, never silently extractive.
-#[cfg(not(feature = "openai"))]
-fn summarizer(config: &Config, _env: &Env, _redactor: &Arc<Redactor>) -> Result<(), BuildError> {
-    if config.summarizer.kind == SummarizerKind::Openai {
-        return Err(BuildError::NotBuiltWith {
+    let Some(factory) = factory else {
+        return Err(BuildError::NoAdapter {
             key: "summarizer.kind",
-            feature: "openai",
+            adapter: "an OpenAI-compatible summarizer client",
         });
-    }
-    Ok(())
+    };
+    let base_url = openai.base_url.clone();
+    let var = |name: &str| env.get(name).map(str::to_owned);
+    let client = factory
+        .openai(openai, &var, Arc::clone(redactor))
+        .map_err(|source| BuildError::Summarizer { base_url, source })?;
+    Ok(Some(client))
 }
 
 /// An engine as [`Engines::engine`] selected it.
@@ -341,8 +371,8 @@ pub struct Engines {
     model: Option<String>,
     profile: Profile,
     redactor: Arc<Redactor>,
-    #[cfg(feature = "openai")]
-    client: Option<Arc<OpenAiSummarizer>>,
+    client: Option<Arc<dyn ModelSummarizer>>,
+    plugins: Option<Arc<dyn PluginHost>>,
     plugin_dirs: Vec<PathBuf>,
     text_actions: TextActions,
     host: HostOptions,
@@ -418,20 +448,12 @@ impl Engines {
     /// Whether a model (not the extractive summarizer) writes summaries: a
     /// server then prepares them in the background.
     pub fn has_model_summarizer(&self) -> bool {
-        #[cfg(feature = "openai")]
-        {
-            self.client.is_some()
-        }
-        #[cfg(not(feature = "openai"))]
-        {
-            false
-        }
+        self.client.is_some()
     }
 
-    /// The OpenAI-compatible summarizer client, when one writes summaries
-    /// (to read its call stats after a compaction).
-    #[cfg(feature = "openai")]
-    pub fn summarizer_client(&self) -> Option<&Arc<OpenAiSummarizer>> {
+    /// The model summarizer, when one writes summaries (to read its call
+    /// stats after a compaction).
+    pub fn summarizer_client(&self) -> Option<&Arc<dyn ModelSummarizer>> {
         self.client.as_ref()
     }
 
@@ -443,14 +465,14 @@ impl Engines {
     /// What a session store of this configuration keeps
     /// ([`AtRest`]: redacted unless `store.verbatim`, then sealed with the
     /// key in the variable `store.encryption_key_env` names).
-    pub fn at_rest(&self) -> Result<AtRest, crate::Error> {
+    pub fn at_rest(&self) -> Result<AtRest, BuildError> {
         self.config.at_rest(&self.env)
     }
 
     /// A store of this configuration in memory: kept as a file store of
     /// the same configuration keeps it, so a replay sends the same requests
     /// whichever kind of store it archives into.
-    pub fn memory_store(&self) -> Result<Arc<dyn SessionStore>, crate::Error> {
+    pub fn memory_store(&self) -> Result<Arc<dyn SessionStore>, BuildError> {
         Ok(self.at_rest()?.wrap(Arc::new(MemoryStore::new())))
     }
 
@@ -475,7 +497,6 @@ impl Engines {
         if let Some(model) = &self.model {
             context = context.with_model(model.clone());
         }
-        #[cfg(feature = "openai")]
         if let Some(client) = &self.client {
             context = context.with_summarizer(Box::new(Arc::clone(client)));
         }
@@ -486,11 +507,17 @@ impl Engines {
     /// (with fallback to the compressor unless `context.engine_required`),
     /// told the model and window.
     pub fn engine(&self) -> Result<Started, BuildError> {
-        let selected = select_engine(&self.name, self.context(), &self.plugin_dirs, self.required)
-            .map_err(|source| BuildError::Engine {
-                name: self.name.clone(),
-                source,
-            })?;
+        let selected = select_engine(
+            &self.name,
+            self.context(),
+            &self.plugin_dirs,
+            self.required,
+            self.plugins.as_deref(),
+        )
+        .map_err(|source| BuildError::Engine {
+            name: self.name.clone(),
+            source,
+        })?;
         let mut warnings = selected.warnings;
         if let EngineSource::Plugin { manifest } = &selected.source {
             warnings.push(format!(
@@ -606,7 +633,7 @@ impl Engines {
         let (mut session, warnings) = self.session(run.session_id.clone())?;
         let store = match &run.archive {
             Archive::Off => None,
-            Archive::Memory => Some(self.memory_store().map_err(Box::new)?),
+            Archive::Memory => Some(self.memory_store()?),
             Archive::Into(store) => Some(Arc::clone(store)),
         };
         if let Some(store) = store {
@@ -626,7 +653,7 @@ impl Engines {
         }
         let (mut baseline, _) = self.without_schedule().session(run.session_id.clone())?;
         if !matches!(run.archive, Archive::Off) {
-            baseline = baseline.with_store(self.memory_store().map_err(Box::new)?)?;
+            baseline = baseline.with_store(self.memory_store()?)?;
         }
         let every_call = replay(
             run.messages,
@@ -693,9 +720,6 @@ pub enum RunError {
     /// The recording could not be replayed.
     #[error(transparent)]
     Replay(#[from] ReplayError),
-    /// The configuration's store could not be set up (its key).
-    #[error(transparent)]
-    Config(#[from] Box<crate::Error>),
 }
 
 #[cfg(test)]

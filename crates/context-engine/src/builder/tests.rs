@@ -102,6 +102,63 @@ fn an_unknown_engine_falls_back_unless_required() {
     assert!(err.to_string().contains("no-such-engine"), "{err}");
 }
 
+/// A model summarizer factory standing in for the HTTP client: it reads
+/// the key the way the client does, through the variable lookup it is
+/// handed.
+struct KeyFactory;
+
+struct Keyed;
+
+impl crate::summarize::Summarizer for Keyed {
+    fn name(&self) -> &str {
+        "keyed"
+    }
+    fn summarize(
+        &self,
+        _: &crate::summarize::SummaryRequest<'_>,
+    ) -> Result<String, SummarizeError> {
+        Ok(String::new())
+    }
+}
+
+impl ModelSummarizer for Keyed {
+    fn last_call(&self) -> crate::summarize::openai::CallStats {
+        crate::summarize::openai::CallStats::default()
+    }
+}
+
+impl SummarizerFactory for KeyFactory {
+    fn openai(
+        &self,
+        config: crate::summarize::openai::OpenAiConfig,
+        var: &dyn Fn(&str) -> Option<String>,
+        _: Arc<Redactor>,
+    ) -> Result<Arc<dyn ModelSummarizer>, SummarizeError> {
+        match var(&config.api_key_env) {
+            Some(_) => Ok(Arc::new(Keyed)),
+            None => Err(SummarizeError::NotConfigured(format!(
+                "environment variable {} is not set",
+                config.api_key_env
+            ))),
+        }
+    }
+}
+
+#[test]
+fn a_model_summarizer_needs_a_factory() {
+    let keys = [
+        "summarizer.kind=openai",
+        "summarizer.base_url=http://127.0.0.1:9/v1",
+        "summarizer.model=m",
+    ];
+    let env = Env::from_pairs([("OPENAI_API_KEY", "sk-test")]);
+    let err = EngineBuilder::from_loaded(loaded(&keys, &env))
+        .with_env(env)
+        .build()
+        .expect_err("no factory");
+    assert!(matches!(err, BuildError::NoAdapter { .. }), "{err}");
+}
+
 #[test]
 fn the_summarizer_key_comes_from_the_callers_environment() {
     let keys = [
@@ -112,11 +169,15 @@ fn the_summarizer_key_comes_from_the_callers_environment() {
     ];
     // Not in the given environment: an error naming the variable, whatever
     // the process has.
-    let err = engines(&keys).expect_err("no key");
+    let err = EngineBuilder::from_loaded(loaded(&keys, &Env::empty()))
+        .with_summarizers(Arc::new(KeyFactory))
+        .build()
+        .expect_err("no key");
     assert!(crate::error_chain(&err).contains("MY_SUMMARY_KEY"), "{err}");
     let env = Env::from_pairs([("MY_SUMMARY_KEY", "sk-test")]);
     let e = EngineBuilder::from_loaded(loaded(&keys, &env))
         .with_env(env)
+        .with_summarizers(Arc::new(KeyFactory))
         .build()
         .expect("engines");
     assert!(e.summarizer_client().is_some());

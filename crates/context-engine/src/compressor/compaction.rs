@@ -376,10 +376,120 @@ impl Compressor {
             },
         };
 
+        let Written {
+            body,
+            outcome,
+            summarizer,
+            reason,
+            cooldown,
+            target,
+        } = self.write_summary(messages, &plan, request, ready, tokens_before)?;
+        let mut body = self.egress.string(&body);
+        if request.archive {
+            let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
+            let handle = crate::store::span_handle(&replaced);
+            let channel = ToolChannel::of(messages, self.options.text_actions());
+            body =
+                insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle, channel);
+        }
+        let wrapped = wrap_summary(&body);
+
+        // Under the cache-aware schedule the head stays byte for byte what
+        // the provider has cached: the summary's own prefix says what the
+        // system note would, so the system prompt is not edited.
+        let system_note = !self.options.schedule.enabled;
+        let (mut out, placement) = assemble(
+            messages,
+            &plan,
+            &wrapped,
+            self.options.profile,
+            self.options.text_actions(),
+            system_note,
+        );
+        let mut tokens_after = self.counter.count_messages(&out) as u64;
+        // The rest of the ladder on the compacted transcript.
+        let mut unfittable = None;
+        // Thrash aims deeper, and so does a compaction close behind the
+        // previous one: room for THRASH_CALLS calls of the session's growth
+        // under the threshold (at most two fifths of it), so the next
+        // compaction is that many calls away.
+        let thrash = self.thrash();
+        let deep = match self.calls_since_compaction {
+            Some(n) if n > 0 && n < 2 * THRASH_CALLS => {
+                let growth = self.scheduler.state().growth_per_call.max(threshold / 10);
+                let room = (u64::from(THRASH_CALLS) * growth).min(threshold * 2 / 5);
+                threshold - room
+            }
+            _ => threshold,
+        };
+        if deep > 0 && tokens_after > deep {
+            let result = self.fit_ladder(&out, deep, threshold);
+            match result {
+                Ok(fitted) => {
+                    if let Some(shrink) = escalation.first_mut() {
+                        shrink.tokens_after = tokens_after;
+                    }
+                    escalation.extend(fitted.steps);
+                    out = fitted.messages;
+                    tokens_after = fitted.tokens_after;
+                }
+                Err(e) => unfittable = Some(e),
+            }
+        } else if let Some(shrink) = escalation.first_mut() {
+            shrink.tokens_after = tokens_after;
+        }
+        let report = CompactionReport {
+            outcome,
+            messages_before: messages.len(),
+            messages_after: out.len(),
+            tokens_before,
+            tokens_after,
+            threshold_tokens: threshold,
+            head: Some(Span::new(0, plan.head_end)),
+            pinned: plan.pinned,
+            tail: Some(Span::new(plan.tail_start, messages.len())),
+            summarized: Some(Span::new(plan.head_end, plan.tail_start)),
+            summarized_messages: plan.middle().count(),
+            summarizer: Some(summarizer),
+            placement: Some(placement),
+            target_tokens: target,
+            summary_tokens: self.counter.count_text(&wrapped),
+            iterative: plan.previous.is_some(),
+            reason,
+            cooldown_seconds: cooldown,
+            within_budget: tokens_after <= threshold,
+            escalation,
+            unfittable,
+            thrash,
+        };
+        self.check_compacted(messages, &out, tokens_before, tokens_after, &report)?;
+        self.finish(report.clone());
+        self.calls_since_compaction = Some(0);
+        self.state.record_compression();
+        self.awaiting_effect = Some(tokens_before);
+        Ok(Compaction::with_report(out, report))
+    }
+
+    /// The summary of `plan`'s middle: the one prepared in the background
+    /// (`ready`), else the primary summarizer's, else (a fallback, or no
+    /// model asked) the deterministic one; an aborting failure is the
+    /// compaction's error.
+    fn write_summary(
+        &mut self,
+        messages: &[Message],
+        plan: &Plan,
+        request: &CompressRequest,
+        ready: Option<Ready>,
+        tokens_before: u64,
+    ) -> Result<Written, EngineError> {
+        let threshold = self.state.threshold_tokens;
+        let unchanged = |outcome| {
+            CompactionReport::unchanged(outcome, messages.len(), tokens_before, threshold)
+        };
         let (result, primary_name, inputs, stand_in) = match ready {
             Some(r) => (r.result, r.summarizer, r.inputs, false),
             None => {
-                let inputs = self.span_inputs(messages, &plan, request);
+                let inputs = self.span_inputs(messages, plan, request);
                 let result = if request.summary == SummarySource::Deterministic {
                     None
                 } else {
@@ -400,7 +510,6 @@ impl Compressor {
                 }
             }
         };
-        let target = inputs.target;
         let (body, outcome, summarizer, reason, cooldown) = match result {
             Ok(text) if stand_in => (
                 text,
@@ -442,135 +551,94 @@ impl Compressor {
                 )
             }
         };
-        drop(inputs);
-        let mut body = self.egress.string(&body);
-        if request.archive {
-            let replaced: Vec<Message> = plan.middle().map(|i| messages[i].clone()).collect();
-            let handle = crate::store::span_handle(&replaced);
-            let channel = ToolChannel::of(messages, self.options.text_actions());
-            body =
-                insert::with_archive_note(&body, plan.head_end, plan.tail_start, &handle, channel);
-        }
-        let wrapped = wrap_summary(&body);
-
-        // Under the cache-aware schedule the head stays byte for byte what
-        // the provider has cached: the summary's own prefix says what the
-        // system note would, so the system prompt is not edited.
-        let system_note = !self.options.schedule.enabled;
-        let (mut out, placement) = assemble(
-            messages,
-            &plan,
-            &wrapped,
-            self.options.profile,
-            self.options.text_actions(),
-            system_note,
-        );
-        let mut tokens_after = self.counter.count_messages(&out) as u64;
-        // The rest of the ladder on the compacted transcript.
-        let mut unfittable = None;
-        // Thrash aims deeper, and so does a compaction close behind the
-        // previous one: room for THRASH_CALLS calls of the session's growth
-        // under the threshold (at most two fifths of it), so the next
-        // compaction is that many calls away.
-        let thrash = self.thrash();
-        let deep = match self.calls_since_compaction {
-            Some(n) if n > 0 && n < 2 * THRASH_CALLS => {
-                let growth = self.scheduler.state().growth_per_call.max(threshold / 10);
-                let room = (u64::from(THRASH_CALLS) * growth).min(threshold * 2 / 5);
-                threshold - room
-            }
-            _ => threshold,
-        };
-        if deep > 0 && tokens_after > deep {
-            let counter = self.counter.as_ref();
-            let fit_to = |budget| {
-                fit::fit_history(
-                    &out,
-                    budget,
-                    counter,
-                    self.options.profile,
-                    self.options.text_actions(),
-                )
-            };
-            // Under the (deeper) threshold, else above it up to the
-            // ledger's ceiling, else the window: the first budget whose fit
-            // keeps the state record whole and needs no truncation (which
-            // leaves turns out), else the first fit. A stored history never
-            // cuts its state record to fit; a request that cannot hold it
-            // says so.
-            let ceiling = ledger_ceiling(
-                self.state.context_length,
-                threshold,
-                self.state.reply_reserve,
-            );
-            let whole = |f: &fit::Fitted| {
-                ledger_kept(&out, &f.messages)
-                    && f.steps.iter().all(|s| s.step != FitStepKind::Truncate)
-            };
-            let mut budgets = vec![deep, threshold, ceiling, self.state.context_length];
-            budgets.dedup();
-            // Else the first that keeps the record, else the first fit.
-            let mut result = None;
-            let (mut first_kept, mut first_ok) = (None, None);
-            for budget in budgets {
-                match fit_to(budget) {
-                    Ok(f) if whole(&f) => {
-                        result = Some(Ok(f));
-                        break;
-                    }
-                    Ok(f) if first_kept.is_none() && ledger_kept(&out, &f.messages) => {
-                        first_kept = Some(f);
-                    }
-                    Ok(f) => {
-                        first_ok.get_or_insert(f);
-                    }
-                    Err(e) if budget == threshold => result = Some(Err(e)),
-                    Err(_) => {}
-                }
-            }
-            let result = match (result, first_kept.or(first_ok)) {
-                (Some(Ok(f)), _) => Ok(f),
-                (_, Some(f)) => Ok(f),
-                (Some(Err(e)), None) => Err(e),
-                (None, None) => fit_to(threshold),
-            };
-            match result {
-                Ok(fitted) => {
-                    if let Some(shrink) = escalation.first_mut() {
-                        shrink.tokens_after = tokens_after;
-                    }
-                    escalation.extend(fitted.steps);
-                    out = fitted.messages;
-                    tokens_after = fitted.tokens_after;
-                }
-                Err(e) => unfittable = Some(e),
-            }
-        } else if let Some(shrink) = escalation.first_mut() {
-            shrink.tokens_after = tokens_after;
-        }
-        let report = CompactionReport {
+        Ok(Written {
+            body,
             outcome,
-            messages_before: messages.len(),
-            messages_after: out.len(),
-            tokens_before,
-            tokens_after,
-            threshold_tokens: threshold,
-            head: Some(Span::new(0, plan.head_end)),
-            pinned: plan.pinned,
-            tail: Some(Span::new(plan.tail_start, messages.len())),
-            summarized: Some(Span::new(plan.head_end, plan.tail_start)),
-            summarized_messages: plan.middle().count(),
-            summarizer: Some(summarizer),
-            placement: Some(placement),
-            target_tokens: target,
-            summary_tokens: self.counter.count_text(&wrapped),
-            iterative: plan.previous.is_some(),
+            summarizer,
             reason,
-            cooldown_seconds: cooldown,
-            within_budget: tokens_after <= threshold,
-            escalation,
-            unfittable,
-            thrash,
+            cooldown,
+            target: inputs.target,
+        })
+    }
+
+    /// The history fit of a compacted `out` over `deep` (the threshold, or
+    /// a deeper one after a recent compaction): under it, else above it up
+    /// to the ledger's ceiling, else the window; the first budget whose fit
+    /// keeps the state record whole and needs no truncation, else the first
+    /// that keeps the record, else the first fit.
+    fn fit_ladder(
+        &self,
+        out: &[Message],
+        deep: u64,
+        threshold: u64,
+    ) -> Result<fit::Fitted, crate::engine::Unfittable> {
+        let counter = self.counter.as_ref();
+        let fit_to = |budget| {
+            fit::fit_history(
+                out,
+                budget,
+                counter,
+                self.options.profile,
+                self.options.text_actions(),
+            )
+        };
+        // Under the (deeper) threshold, else above it up to the
+        // ledger's ceiling, else the window: the first budget whose fit
+        // keeps the state record whole and needs no truncation (which
+        // leaves turns out), else the first fit. A stored history never
+        // cuts its state record to fit; a request that cannot hold it
+        // says so.
+        let ceiling = ledger_ceiling(
+            self.state.context_length,
+            threshold,
+            self.state.reply_reserve,
+        );
+        let whole = |f: &fit::Fitted| {
+            ledger_kept(out, &f.messages) && f.steps.iter().all(|s| s.step != FitStepKind::Truncate)
+        };
+        let mut budgets = vec![deep, threshold, ceiling, self.state.context_length];
+        budgets.dedup();
+        // Else the first that keeps the record, else the first fit.
+        let mut result = None;
+        let (mut first_kept, mut first_ok) = (None, None);
+        for budget in budgets {
+            match fit_to(budget) {
+                Ok(f) if whole(&f) => {
+                    result = Some(Ok(f));
+                    break;
+                }
+                Ok(f) if first_kept.is_none() && ledger_kept(out, &f.messages) => {
+                    first_kept = Some(f);
+                }
+                Ok(f) => {
+                    first_ok.get_or_insert(f);
+                }
+                Err(e) if budget == threshold => result = Some(Err(e)),
+                Err(_) => {}
+            }
+        }
+        match (result, first_kept.or(first_ok)) {
+            (Some(Ok(f)), _) => Ok(f),
+            (_, Some(f)) => Ok(f),
+            (Some(Err(e)), None) => Err(e),
+            (None, None) => fit_to(threshold),
+        }
+    }
+
+    /// Refuses a compaction that is not smaller than its input, or whose
+    /// output adds a same-role pair or a violation its input did not have
+    /// (the input then stays, and the report says why).
+    fn check_compacted(
+        &mut self,
+        messages: &[Message],
+        out: &[Message],
+        tokens_before: u64,
+        tokens_after: u64,
+        report: &CompactionReport,
+    ) -> Result<(), EngineError> {
+        let threshold = self.state.threshold_tokens;
+        let unchanged = |outcome| {
+            CompactionReport::unchanged(outcome, messages.len(), tokens_before, threshold)
         };
         if tokens_after >= tokens_before {
             let why = format!(
@@ -586,7 +654,7 @@ impl Compressor {
                 reason: why,
             });
         }
-        if let Some(i) = introduced_adjacency(messages, &out, self.options.profile) {
+        if let Some(i) = introduced_adjacency(messages, out, self.options.profile) {
             let why = format!(
                 "message {i}: the summary's placement would put two `{}` turns in a row",
                 out[i].role
@@ -600,7 +668,7 @@ impl Compressor {
                 violation: Violation::new(i, Rule::ConsecutiveSameRole, why),
             });
         }
-        if let Some(v) = introduced_violation(messages, &out, self.options.profile) {
+        if let Some(v) = introduced_violation(messages, out, self.options.profile) {
             self.finish(CompactionReport {
                 reason: Some(v.to_string()),
                 ..unchanged(Outcome::InvalidOutput)
@@ -610,12 +678,18 @@ impl Compressor {
                 violation: v,
             });
         }
-        self.finish(report.clone());
-        self.calls_since_compaction = Some(0);
-        self.state.record_compression();
-        self.awaiting_effect = Some(tokens_before);
-        Ok(Compaction::with_report(out, report))
+        Ok(())
     }
+}
+
+/// A compaction's summary as [`Compressor::write_summary`] wrote it.
+struct Written {
+    body: String,
+    outcome: Outcome,
+    summarizer: String,
+    reason: Option<String>,
+    cooldown: Option<u64>,
+    target: usize,
 }
 
 /// The summarizer's input for one span, owned so a background job can

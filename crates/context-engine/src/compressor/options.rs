@@ -78,7 +78,7 @@ impl Default for CompressorOptions {
             max_tokens: None,
             protect_first_n: DEFAULT_PROTECT_FIRST_N,
             protect_last_n: DEFAULT_PROTECT_LAST_N,
-            tail_ratio: 0.20,
+            tail_ratio: crate::config::DEFAULT_TAIL_RATIO,
             tail_ceiling: 1.5,
             summary_ratio: 0.20,
             summary_window_ratio: 0.05,

@@ -92,44 +92,7 @@ pub(super) fn plan(
 
     // Tail: walk back within the token budget, at least `floor` messages.
     let tokens: Vec<usize> = messages.iter().map(|m| counter.count_message(m)).collect();
-    let total: usize = tokens.iter().sum();
-    let basis = if threshold > 0 {
-        threshold as f64
-    } else {
-        total as f64
-    };
-    // The minimal tail (escalation): the last group only.
-    // A deep one (thrash): half the budget, the same floor.
-    let budget = match tail {
-        Tail::Minimal => 0,
-        Tail::Deep => (basis * opts.tail_ratio / 2.0) as usize,
-        Tail::Normal => (basis * opts.tail_ratio) as usize,
-    };
-    let ceiling = (budget as f64 * opts.tail_ceiling) as usize;
-    let floor = if minimal_tail {
-        1
-    } else {
-        opts.protect_last_n.clamp(3, 8)
-    };
-    let mut start = n;
-    let mut acc = 0usize;
-    while start > head_end {
-        let cost = tokens[start - 1];
-        if n - start >= floor && acc + cost > budget {
-            break;
-        }
-        acc += cost;
-        start -= 1;
-    }
-    let suffix = |from: usize| tokens[from.min(n)..].iter().sum::<usize>();
-    let mut tail_start = cuts.at_or_before(start);
-    if suffix(tail_start) > ceiling {
-        let smaller = cuts.at_or_after(start);
-        if smaller < n && smaller > tail_start {
-            tail_start = smaller;
-        }
-    }
-    tail_start = tail_start.max(head_end);
+    let mut tail_start = budget_tail(&tokens, &cuts, head_end, opts, threshold, tail);
 
     // A previous summary belongs to the middle, to be updated.
     let mut previous = previous.filter(|(i, _)| *i >= head_end);
@@ -219,4 +182,56 @@ pub(super) fn plan(
         });
     }
     Ok(plan)
+}
+
+/// Where the tail starts: walked back from the end within the token budget
+/// of `tail` (at least `floor` messages), moved to a safe cut, and not
+/// before `head_end`.
+fn budget_tail(
+    tokens: &[usize],
+    cuts: &CutPoints,
+    head_end: usize,
+    opts: &CompressorOptions,
+    threshold: u64,
+    tail: Tail,
+) -> usize {
+    let n = tokens.len();
+    let total: usize = tokens.iter().sum();
+    let basis = if threshold > 0 {
+        threshold as f64
+    } else {
+        total as f64
+    };
+    // The minimal tail (escalation): the last group only.
+    // A deep one (thrash): half the budget, the same floor.
+    let budget = match tail {
+        Tail::Minimal => 0,
+        Tail::Deep => (basis * opts.tail_ratio / 2.0) as usize,
+        Tail::Normal => (basis * opts.tail_ratio) as usize,
+    };
+    let ceiling = (budget as f64 * opts.tail_ceiling) as usize;
+    let floor = if tail == Tail::Minimal {
+        1
+    } else {
+        opts.protect_last_n.clamp(3, 8)
+    };
+    let mut start = n;
+    let mut acc = 0usize;
+    while start > head_end {
+        let cost = tokens[start - 1];
+        if n - start >= floor && acc + cost > budget {
+            break;
+        }
+        acc += cost;
+        start -= 1;
+    }
+    let suffix = |from: usize| tokens[from.min(n)..].iter().sum::<usize>();
+    let mut tail_start = cuts.at_or_before(start);
+    if suffix(tail_start) > ceiling {
+        let smaller = cuts.at_or_after(start);
+        if smaller < n && smaller > tail_start {
+            tail_start = smaller;
+        }
+    }
+    tail_start.max(head_end)
 }

@@ -80,6 +80,20 @@ impl std::fmt::Debug for Env {
     }
 }
 
+/// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then
+/// returns the transcript unchanged. The configuration loader reads it as
+/// `context.digest.enabled: false` ([`is_disable_value`]).
+pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
+
+/// Whether `value` (of [`DISABLE_ENV`]) turns the digest off: the
+/// configuration loader reads it as `context.digest.enabled: false`.
+pub fn is_disable_value(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -368,11 +368,11 @@ impl ConfigLoader {
             let segs = ["security".to_owned(), "redact_secrets".to_owned()];
             merged.apply(Layer::one(&segs, Value::Bool(false), source));
         }
-        if let Some(v) = self.env_var(crate::digest::DISABLE_ENV)
-            && crate::digest::is_disable_value(v)
+        if let Some(v) = self.env_var(super::DISABLE_ENV)
+            && super::is_disable_value(v)
         {
             let source = Source::Env {
-                var: crate::digest::DISABLE_ENV.to_owned(),
+                var: super::DISABLE_ENV.to_owned(),
             };
             let segs = [
                 "context".to_owned(),
@@ -442,9 +442,9 @@ impl ConfigLoader {
             });
         }
 
-        // `context.text_actions`, compiled once here: the digest and prune
-        // options (and through them every engine) carry it.
-        let actions = config.text_actions().map_err(|e| {
+        // `context.text_actions`, checked once here (the builder compiles
+        // it into the digest and prune options).
+        config.text_actions().map_err(|e| {
             let segs = ["context", "text_actions", &e.index.to_string()].map(str::to_owned);
             ConfigError::Invalid {
                 key: tree::join(&segs),
@@ -452,8 +452,6 @@ impl ConfigLoader {
                 message: e.to_string(),
             }
         })?;
-        config.context.digest.text_actions = actions.clone();
-        config.context.prune.digest.text_actions = actions;
 
         for (i, pattern) in config.security.redact_patterns.iter().enumerate() {
             if let Err(e) = Redactor::builder()

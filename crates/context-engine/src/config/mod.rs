@@ -23,30 +23,26 @@
 
 mod env;
 mod load;
+mod sections;
 mod tree;
 mod url;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::compressor::CompressorOptions;
-use crate::digest::DigestOptions;
-use crate::engine::{DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT};
-use crate::pricing::{PRESETS, PriceModel};
-use crate::prune::PruneOptions;
-use crate::redact::{RedactError, Redactor};
-use crate::schedule::ScheduleOptions;
-use crate::summarize::openai::OpenAiConfig;
-use crate::validate::{TextActions, TextActionsConfig, TextActionsError};
+use context_engine_wire::validate::{TextActions, TextActionsConfig, TextActionsError};
 
-pub use env::Env;
+pub use env::{DISABLE_ENV, Env, is_disable_value};
 pub use load::{
     ConfigError, ConfigLoader, ConfigWarning, ENV_PREFIX, Entry, FILE_ENV, Loaded, Source,
 };
-pub use url::url_has_password;
+pub use sections::{
+    DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT, DigestConfig,
+    PRICE_PRESETS, PruneConfig, ScheduleConfig,
+};
+pub use url::{redacted_url, url_has_password};
 
 /// Name of the config file looked up in the working directory and in the
 /// user's config folder (`$XDG_CONFIG_HOME/context-engine/`).
@@ -130,9 +126,9 @@ pub struct ContextConfig {
     /// ([`default_model_windows`]).
     pub model_windows: BTreeMap<String, u64>,
     /// The tool-result digest of request views and summarizer input.
-    pub digest: DigestOptions,
+    pub digest: DigestConfig,
     /// The proactive prune (off until `proactive_prune_tokens` is set).
-    pub prune: PruneOptions,
+    pub prune: PruneConfig,
     /// How the observations of text-action agents (tool output sent back
     /// as a user message) are recognised: `auto`, `off`, or a list of
     /// `mini-swe-agent`, `swe-agent` and regular expressions (see
@@ -140,7 +136,7 @@ pub struct ContextConfig {
     pub text_actions: TextActionsConfig,
     /// The cache-aware schedule of digest steps and prunes (prices from
     /// `pricing`).
-    pub schedule: ScheduleOptions,
+    pub schedule: ScheduleConfig,
 }
 
 /// `pricing`: a provider preset and overrides of its prices (USD per
@@ -148,7 +144,7 @@ pub struct ContextConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PricingConfig {
-    /// A preset of [`PriceModel::preset`]: `openai`, `anthropic`,
+    /// A preset of `PriceModel::preset` ([`PRICE_PRESETS`]): `openai`, `anthropic`,
     /// `anthropic-1h`, `deepseek` or `none`.
     #[serde(deserialize_with = "de_preset")]
     pub provider: String,
@@ -183,50 +179,12 @@ impl Default for PricingConfig {
     }
 }
 
-impl PricingConfig {
-    /// The preset with the overrides applied; named `custom` when a price
-    /// was overridden.
-    pub fn price_model(&self) -> PriceModel {
-        let mut p = PriceModel::preset(&self.provider).unwrap_or_default();
-        let prices = [
-            (self.input, &mut p.input_per_million),
-            (self.cached_input, &mut p.cached_input_per_million),
-            (self.cache_write, &mut p.cache_write_per_million),
-            (self.output, &mut p.output_per_million),
-        ];
-        let mut custom = false;
-        for (value, field) in prices {
-            if let Some(v) = value {
-                *field = v;
-                custom = true;
-            }
-        }
-        if custom {
-            p.name = format!("{} (custom)", self.provider);
-        }
-        let cache = [
-            (self.cache_min_prefix_tokens, &mut p.cache.min_prefix_tokens),
-            (
-                self.cache_granularity_tokens,
-                &mut p.cache.granularity_tokens,
-            ),
-            (self.cache_lifetime_secs, &mut p.cache.lifetime_secs),
-        ];
-        for (value, field) in cache {
-            if let Some(v) = value {
-                *field = v;
-            }
-        }
-        p
-    }
-}
-
 fn de_preset<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
-    if PriceModel::preset(&name).is_none() {
+    if !PRICE_PRESETS.contains(&name.as_str()) {
         return Err(serde::de::Error::custom(format!(
             "unknown provider preset `{name}`, expected one of: {}",
-            PRESETS.join(", ")
+            PRICE_PRESETS.join(", ")
         )));
     }
     Ok(name)
@@ -234,24 +192,32 @@ fn de_preset<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 impl Default for ContextConfig {
     fn default() -> ContextConfig {
-        let c = CompressorOptions::default();
         ContextConfig {
             engine: "compressor".to_owned(),
             engine_required: false,
             threshold_percent: DEFAULT_THRESHOLD_PERCENT,
             protect_first_n: DEFAULT_PROTECT_FIRST_N,
             protect_last_n: DEFAULT_PROTECT_LAST_N,
-            tail_ratio: c.tail_ratio,
+            tail_ratio: DEFAULT_TAIL_RATIO,
             model_thresholds: BTreeMap::new(),
             context_length: None,
             model_windows: default_model_windows(),
-            digest: DigestOptions::default(),
-            prune: PruneOptions::default(),
+            digest: DigestConfig::default(),
+            prune: PruneConfig::default(),
             text_actions: TextActionsConfig::default(),
-            schedule: ScheduleOptions::default(),
+            schedule: ScheduleConfig::default(),
         }
     }
 }
+
+/// `summarizer.api_key_env` by default (what the OpenAI SDKs read).
+pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// `summarizer.timeout_seconds` by default.
+pub const DEFAULT_SUMMARY_TIMEOUT_SECONDS: u64 = 120;
+
+/// `context.tail_ratio` by default.
+pub const DEFAULT_TAIL_RATIO: f64 = 0.20;
 
 /// Which summarizer writes compaction summaries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,13 +257,12 @@ pub struct SummarizerConfig {
 
 impl Default for SummarizerConfig {
     fn default() -> SummarizerConfig {
-        let openai = OpenAiConfig::default();
         SummarizerConfig {
             kind: SummarizerKind::Extractive,
             base_url: None,
             model: None,
-            api_key_env: openai.api_key_env,
-            timeout_seconds: openai.timeout.as_secs(),
+            api_key_env: DEFAULT_API_KEY_ENV.to_owned(),
+            timeout_seconds: DEFAULT_SUMMARY_TIMEOUT_SECONDS,
             context_length: None,
             max_output_tokens: None,
         }
@@ -604,83 +569,11 @@ impl Config {
             .unwrap_or(serde_json::Value::Null)
     }
 
-    /// `context.text_actions`, compiled. The loader does it once and puts
-    /// the result in `context.digest` and `context.prune` (so every engine
-    /// built from the loaded configuration carries it); a pattern that is
-    /// not a regular expression is an error naming it.
+    /// `context.text_actions`, compiled (the loader checks it once; the
+    /// builder hands the result to the digest and prune options); a
+    /// pattern that is not a regular expression is an error naming it.
     pub fn text_actions(&self) -> Result<TextActions, TextActionsError> {
         TextActions::from_config(&self.context.text_actions)
-    }
-
-    /// Options of the built-in `compressor` engine: threshold, protections,
-    /// tail ratio, per-model thresholds, digest and prune from `context`;
-    /// everything else at its default.
-    pub fn compressor_options(&self) -> CompressorOptions {
-        let c = &self.context;
-        CompressorOptions {
-            threshold_percent: c.threshold_percent,
-            protect_first_n: c.protect_first_n,
-            protect_last_n: c.protect_last_n,
-            tail_ratio: c.tail_ratio,
-            model_thresholds: c.model_thresholds.clone(),
-            digest: c.digest.clone(),
-            prune: c.prune.clone(),
-            schedule: ScheduleOptions {
-                price: self.pricing.price_model(),
-                ..c.schedule.clone()
-            },
-            ..CompressorOptions::default()
-        }
-    }
-
-    /// A redactor with `security.redact_secrets` and the user's
-    /// `security.redact_patterns` (already checked by the loader, so this
-    /// fails only for a `Config` built by hand).
-    pub fn redactor(&self) -> Result<Redactor, RedactError> {
-        Redactor::builder()
-            .enabled(self.security.redact_secrets)
-            .patterns(self.security.redact_patterns.iter().cloned())
-            .build()
-    }
-
-    /// What the session store keeps ([`AtRest`](crate::store::AtRest)):
-    /// texts redacted with the user's redactor (forced, as egress), unless
-    /// `store.verbatim`; then encrypted with the key in the variable
-    /// `store.encryption_key_env` names, when one is named. An error names
-    /// a named variable that is unset or holds no 32-byte key.
-    pub fn at_rest(&self, env: &Env) -> Result<crate::store::AtRest, crate::Error> {
-        let egress = crate::redact::Egress::new(Some(std::sync::Arc::new(self.redactor()?)));
-        if !self.store.verbatim {
-            return Ok(crate::store::AtRest::redacted(egress));
-        }
-        let seal = match self.store.encryption_key_env.as_deref() {
-            Some(name) if !name.is_empty() => {
-                Some(crate::store::Seal::from_var(name, env.get(name))?)
-            }
-            _ => None,
-        };
-        Ok(crate::store::AtRest::verbatim(egress, seal))
-    }
-
-    /// Settings of the OpenAI-compatible summarizer (endpoint, model, key
-    /// variable, timeout, the summary model's window and reply cap), or `None` when `summarizer.kind` is not `openai`
-    /// or `base_url` or `model` is missing.
-    pub fn openai_config(&self) -> Option<OpenAiConfig> {
-        let s = &self.summarizer;
-        if s.kind != SummarizerKind::Openai {
-            return None;
-        }
-        let (base_url, model) = (s.base_url.as_deref()?, s.model.as_deref()?);
-        let mut config = OpenAiConfig::new(base_url, model)
-            .with_api_key_env(s.api_key_env.clone())
-            .with_timeout(Duration::from_secs(s.timeout_seconds));
-        if let Some(n) = s.context_length {
-            config = config.with_context_length(n);
-        }
-        if let Some(n) = s.max_output_tokens {
-            config = config.with_max_output_tokens(n);
-        }
-        Some(config)
     }
 }
 

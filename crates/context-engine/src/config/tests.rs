@@ -1,4 +1,7 @@
 use super::*;
+use std::time::Duration;
+
+use crate::compressor::CompressorOptions;
 
 #[test]
 fn percent_accepts_fraction_and_percent() {

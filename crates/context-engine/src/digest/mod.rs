@@ -74,6 +74,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::config::DigestConfig;
 use crate::message::{Content, FunctionCall, Message, ToolCall};
 use crate::tool_output::{self, Flags, RECALL_TOOL, clip};
 use crate::validate::{self, TextActions, envelope, observation_with};
@@ -82,10 +83,7 @@ pub use crate::validate::ENVELOPE_HEADER;
 pub use channel::ToolChannel;
 // Recall lives in `crate::recall` (one home for the engine tools); the
 // digest's users keep finding it here.
-/// Set to `1` (or `true`, `yes`, `on`) to send every body: the digest then
-/// returns the transcript unchanged. The configuration loader reads it as
-/// `context.digest.enabled: false` ([`is_disable_value`]).
-pub const DISABLE_ENV: &str = "CTX_TOOL_DIGEST_DISABLED";
+pub use crate::config::{DISABLE_ENV, is_disable_value};
 
 pub use crate::tool_output::DIGEST_MARK;
 
@@ -123,25 +121,24 @@ pub struct DigestOptions {
 
 impl Default for DigestOptions {
     fn default() -> DigestOptions {
-        DigestOptions {
-            enabled: true,
-            keep_batches: 1,
-            min_bytes: 4096,
-            writ_max_bytes: 240,
-            error_max_bytes: 200,
-            note_max_bytes: 1024,
-            text_actions: TextActions::default(),
-        }
+        DigestOptions::from_config(&DigestConfig::default(), TextActions::default())
     }
 }
 
-/// Whether `value` (of [`DISABLE_ENV`]) turns the digest off: the
-/// configuration loader reads it as `context.digest.enabled: false`.
-pub fn is_disable_value(value: &str) -> bool {
-    matches!(
-        value.trim().to_ascii_lowercase().as_str(),
-        "1" | "true" | "yes" | "on"
-    )
+impl DigestOptions {
+    /// The options `context.digest` sets, with the compiled
+    /// `context.text_actions`.
+    pub fn from_config(config: &DigestConfig, text_actions: TextActions) -> DigestOptions {
+        DigestOptions {
+            enabled: config.enabled,
+            keep_batches: config.keep_batches,
+            min_bytes: config.min_bytes,
+            writ_max_bytes: config.writ_max_bytes,
+            error_max_bytes: config.error_max_bytes,
+            note_max_bytes: config.note_max_bytes,
+            text_actions,
+        }
+    }
 }
 
 /// What one digest did.

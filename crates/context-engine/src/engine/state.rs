@@ -9,12 +9,10 @@ use super::threshold::{compaction_threshold, resolve_model_threshold};
 use super::types::ModelInfo;
 use super::usage::Usage;
 
-/// Default fraction of the context window at which compaction fires.
-pub const DEFAULT_THRESHOLD_PERCENT: f64 = 0.75;
-/// Default number of non-system head messages kept verbatim.
-pub const DEFAULT_PROTECT_FIRST_N: usize = 3;
-/// Default number of tail messages kept verbatim.
-pub const DEFAULT_PROTECT_LAST_N: usize = 6;
+// The defaults the configuration schema shares (`config` is the leaf).
+pub use crate::config::{
+    DEFAULT_PROTECT_FIRST_N, DEFAULT_PROTECT_LAST_N, DEFAULT_THRESHOLD_PERCENT,
+};
 
 /// The prompt size of the last request, or the fact that it is unknown
 /// because the transcript was just compacted.

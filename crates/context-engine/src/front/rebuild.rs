@@ -119,171 +119,32 @@ impl FrontRequest {
         if !in_place || steps.len() != output.len() {
             return None;
         }
-        let mut memo = std::mem::take(&mut self.memo);
-        let mut next = HashMap::new();
         let mut json =
             String::with_capacity(raw.iter().map(|r| r.get().len() + 1).sum::<usize>() + 2);
         json.push('[');
+        let mut w = InPlace {
+            steps: &steps,
+            output,
+            raw,
+            hashes,
+            memo: std::mem::take(&mut self.memo),
+            next: HashMap::new(),
+            json,
+        };
         let field = match &self.inner {
             Inner::Anthropic { request, bridged } => {
-                // The messages the moved breakpoints change, as they go out.
-                let mut moved = HashMap::new();
-                if let Some(n) = tail {
-                    let from = request.messages.len().checked_sub(n + 1)?;
-                    let mut last: Vec<anthropic::Message> = request.messages[from..].to_vec();
-                    for k in anthropic::cache::move_tail_breakpoints(&mut last, n) {
-                        moved.insert(from + k, to_json(&last[k]));
-                    }
-                }
-                // The system prompt comes first and must come back as it was.
-                let system = usize::from(matches!(
-                    bridged.origins.first(),
-                    Some(anthropic::bridge::Origin::System)
-                ));
-                if system == 1 && steps[0] != crate::bridge::Step::Same(0) {
-                    return None;
-                }
-                let mut k = system;
-                for (i, source) in request.messages.iter().enumerate() {
-                    let start = k;
-                    while matches!(bridged.origins.get(k), Some(anthropic::bridge::Origin::Message { index, .. }) if *index == i)
-                    {
-                        k += 1;
-                    }
-                    if start == k {
-                        return None;
-                    }
-                    if i > 0 {
-                        json.push(',');
-                    }
-                    let changes: Vec<(usize, &Message)> = steps[start..k]
-                        .iter()
-                        .filter_map(|s| match *s {
-                            crate::bridge::Step::Changed(j, m) => Some((j, m)),
-                            _ => None,
-                        })
-                        .collect();
-                    if let Some(text) = moved.remove(&i) {
-                        // The engine left it as it came (the tail is the
-                        // client's own): only its breakpoints differ.
-                        if !changes.is_empty() {
-                            return None;
-                        }
-                        json.push_str(&text);
-                        continue;
-                    }
-                    if changes.is_empty() {
-                        json.push_str(raw[i].get());
-                        continue;
-                    }
-                    let now = &output[start..k];
-                    let entry = match memo.remove(&hashes[i]) {
-                        Some(m) if m.output == now => m,
-                        _ => {
-                            let m =
-                                anthropic::bridge::patch_message(request, bridged, i, &changes)?;
-                            if !validate::anthropic::same_shape(source, &m) {
-                                return None;
-                            }
-                            Memo {
-                                output: now.to_vec(),
-                                json: to_json(&m).into(),
-                            }
-                        }
-                    };
-                    json.push_str(&entry.json);
-                    next.insert(hashes[i], entry);
-                }
-                if k != bridged.origins.len() {
-                    return None;
-                }
+                anthropic_in_place(request, bridged, tail, &mut w)?;
                 "messages"
             }
             Inner::Responses { request, bridged } => {
-                let source = request.items();
-                let mut first = true;
-                let mut count = 0;
-                for (j, step) in steps.iter().enumerate() {
-                    let list = match &bridged.origins[j] {
-                        responses::bridge::Origin::Items(list) => list,
-                        responses::bridge::Origin::Instructions
-                            if *step == crate::bridge::Step::Same(j) =>
-                        {
-                            continue;
-                        }
-                        _ => return None,
-                    };
-                    count += list.len();
-                    let mut push = |json: &mut String, text: &str| {
-                        if !first {
-                            json.push(',');
-                        }
-                        first = false;
-                        json.push_str(text);
-                    };
-                    let crate::bridge::Step::Changed(_, now) = *step else {
-                        for &i in list {
-                            push(&mut json, raw.get(i)?.get());
-                        }
-                        continue;
-                    };
-                    let was = &bridged.messages[j];
-                    // Text for a turn with no message item adds an item.
-                    let carries_text = list.iter().any(|&i| {
-                        source.get(i).is_some_and(|it| {
-                            matches!(
-                                it.kind(),
-                                responses::ItemKind::Message { .. }
-                                    | responses::ItemKind::Output { .. }
-                            )
-                        })
-                    });
-                    if !carries_text && was.content != now.content && !now.text().is_empty() {
-                        return None;
-                    }
-                    let mut key = Xxh3Default::new();
-                    for &i in list {
-                        key.update(&hashes.get(i)?.to_le_bytes());
-                    }
-                    let key = key.digest128();
-                    let entry = match memo.remove(&key) {
-                        Some(m) if m.output.len() == 1 && m.output[0] == *now => m,
-                        _ => {
-                            let mut text = String::new();
-                            for (n, &i) in list.iter().enumerate() {
-                                if n > 0 {
-                                    text.push(',');
-                                }
-                                let item = source.get(i)?;
-                                match responses::bridge::patch(item, was, now) {
-                                    Some(p) => {
-                                        if !validate::responses::same_shape(item, &p) {
-                                            return None;
-                                        }
-                                        text.push_str(&to_json(&p));
-                                    }
-                                    None => text.push_str(raw.get(i)?.get()),
-                                }
-                            }
-                            Memo {
-                                output: vec![now.clone()],
-                                json: text.into(),
-                            }
-                        }
-                    };
-                    push(&mut json, &entry.json);
-                    next.insert(key, entry);
-                }
-                if count != source.len() {
-                    return None;
-                }
+                responses_in_place(request, bridged, &mut w)?;
                 "input"
             }
         };
-        json.push(']');
-        self.memo = next;
+        w.json.push(']');
+        self.memo = w.next;
         Some(Rebuilt {
-            fields: vec![(field, json)],
+            fields: vec![(field, w.json)],
             marked_prefix: false,
         })
     }
@@ -430,4 +291,183 @@ fn splice<T: Serialize>(
     }
     out.push(b']');
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// What an in-place rebuild reads (the alignment, the engine's output, the
+/// client's raw messages and their hashes) and writes (the output array's
+/// text, the memo for the next rebuild).
+struct InPlace<'a> {
+    steps: &'a [crate::bridge::Step<'a>],
+    output: &'a [Message],
+    raw: &'a [&'a RawValue],
+    hashes: &'a [u128],
+    memo: HashMap<u128, Memo>,
+    next: HashMap<u128, Memo>,
+    json: String,
+}
+
+/// The Anthropic messages of an in-place rebuild, written into `w`, the
+/// client's breakpoints on the last `tail` messages moved; `None` when it
+/// does not apply.
+fn anthropic_in_place(
+    request: &anthropic::Request,
+    bridged: &anthropic::bridge::Bridged,
+    tail: Option<usize>,
+    w: &mut InPlace<'_>,
+) -> Option<()> {
+    // The messages the moved breakpoints change, as they go out.
+    let mut moved = HashMap::new();
+    if let Some(n) = tail {
+        let from = request.messages.len().checked_sub(n + 1)?;
+        let mut last: Vec<anthropic::Message> = request.messages[from..].to_vec();
+        for k in anthropic::cache::move_tail_breakpoints(&mut last, n) {
+            moved.insert(from + k, to_json(&last[k]));
+        }
+    }
+    // The system prompt comes first and must come back as it was.
+    let system = usize::from(matches!(
+        bridged.origins.first(),
+        Some(anthropic::bridge::Origin::System)
+    ));
+    if system == 1 && w.steps[0] != crate::bridge::Step::Same(0) {
+        return None;
+    }
+    let mut k = system;
+    for (i, source) in request.messages.iter().enumerate() {
+        let start = k;
+        while matches!(bridged.origins.get(k), Some(anthropic::bridge::Origin::Message { index, .. }) if *index == i)
+        {
+            k += 1;
+        }
+        if start == k {
+            return None;
+        }
+        if i > 0 {
+            w.json.push(',');
+        }
+        let changes: Vec<(usize, &Message)> = w.steps[start..k]
+            .iter()
+            .filter_map(|s| match *s {
+                crate::bridge::Step::Changed(j, m) => Some((j, m)),
+                _ => None,
+            })
+            .collect();
+        if let Some(text) = moved.remove(&i) {
+            // The engine left it as it came (the tail is the
+            // client's own): only its breakpoints differ.
+            if !changes.is_empty() {
+                return None;
+            }
+            w.json.push_str(&text);
+            continue;
+        }
+        if changes.is_empty() {
+            w.json.push_str(w.raw[i].get());
+            continue;
+        }
+        let now = &w.output[start..k];
+        let entry = match w.memo.remove(&w.hashes[i]) {
+            Some(m) if m.output == now => m,
+            _ => {
+                let m = anthropic::bridge::patch_message(request, bridged, i, &changes)?;
+                if !validate::anthropic::same_shape(source, &m) {
+                    return None;
+                }
+                Memo {
+                    output: now.to_vec(),
+                    json: to_json(&m).into(),
+                }
+            }
+        };
+        w.json.push_str(&entry.json);
+        w.next.insert(w.hashes[i], entry);
+    }
+    if k != bridged.origins.len() {
+        return None;
+    }
+    Some(())
+}
+
+/// The Responses input items of an in-place rebuild, written into `w`;
+/// `None` when it does not apply.
+fn responses_in_place(
+    request: &responses::Request,
+    bridged: &responses::bridge::Bridged,
+    w: &mut InPlace<'_>,
+) -> Option<()> {
+    let source = request.items();
+    let mut first = true;
+    let mut count = 0;
+    for (j, step) in w.steps.iter().enumerate() {
+        let list = match &bridged.origins[j] {
+            responses::bridge::Origin::Items(list) => list,
+            responses::bridge::Origin::Instructions if *step == crate::bridge::Step::Same(j) => {
+                continue;
+            }
+            _ => return None,
+        };
+        count += list.len();
+        let mut push = |json: &mut String, text: &str| {
+            if !first {
+                json.push(',');
+            }
+            first = false;
+            json.push_str(text);
+        };
+        let crate::bridge::Step::Changed(_, now) = *step else {
+            for &i in list {
+                push(&mut w.json, w.raw.get(i)?.get());
+            }
+            continue;
+        };
+        let was = &bridged.messages[j];
+        // Text for a turn with no message item adds an item.
+        let carries_text = list.iter().any(|&i| {
+            source.get(i).is_some_and(|it| {
+                matches!(
+                    it.kind(),
+                    responses::ItemKind::Message { .. } | responses::ItemKind::Output { .. }
+                )
+            })
+        });
+        if !carries_text && was.content != now.content && !now.text().is_empty() {
+            return None;
+        }
+        let mut key = Xxh3Default::new();
+        for &i in list {
+            key.update(&w.hashes.get(i)?.to_le_bytes());
+        }
+        let key = key.digest128();
+        let entry = match w.memo.remove(&key) {
+            Some(m) if m.output.len() == 1 && m.output[0] == *now => m,
+            _ => {
+                let mut text = String::new();
+                for (n, &i) in list.iter().enumerate() {
+                    if n > 0 {
+                        text.push(',');
+                    }
+                    let item = source.get(i)?;
+                    match responses::bridge::patch(item, was, now) {
+                        Some(p) => {
+                            if !validate::responses::same_shape(item, &p) {
+                                return None;
+                            }
+                            text.push_str(&to_json(&p));
+                        }
+                        None => text.push_str(w.raw.get(i)?.get()),
+                    }
+                }
+                Memo {
+                    output: vec![now.clone()],
+                    json: text.into(),
+                }
+            }
+        };
+        push(&mut w.json, &entry.json);
+        w.next.insert(key, entry);
+    }
+    if count != source.len() {
+        return None;
+    }
+    Some(())
 }

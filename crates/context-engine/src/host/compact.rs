@@ -131,24 +131,11 @@ impl Session {
             )));
         }
         let history_tokens = self.counter.count_messages(history) as u64;
-        if archiving {
-            let recorded = self.recorded;
-            self.recorded += u64::from(passes);
-            let awaiting = self.awaiting_usage;
-            self.awaiting_usage = true;
-            if let Err(e) = self.commit(batch) {
-                // Nothing may be lost: without its archive the compaction
-                // is not accepted, and the engine forgets it happened.
-                self.recorded = recorded;
-                self.awaiting_usage = awaiting;
-                if let Some(before) = &before {
-                    let _ = self.engine.restore(before);
-                }
-                update.notices.push(Notice::warning(format!(
-                    "compaction not applied, history unchanged: the session store cannot archive it: {e}"
-                )));
-                return;
-            }
+        if archiving && let Err(e) = self.commit_compaction(batch, passes, before.as_ref()) {
+            update.notices.push(Notice::warning(format!(
+                "compaction not applied, history unchanged: the session store cannot archive it: {e}"
+            )));
+            return;
         }
         let compaction = Compaction {
             trigger,
@@ -170,7 +157,41 @@ impl Session {
             history.len(),
             out.len()
         );
-        let notice = match trigger {
+        let notice = self.compaction_notice(trigger, tokens, text);
+        update.notices.extend(notice);
+        update.new_history = Some(out);
+        update.compaction = Some(compaction);
+    }
+
+    /// Commits what the compaction's `passes` archived with the state
+    /// after it; on failure the engine forgets the compaction (`before`).
+    fn commit_compaction(
+        &mut self,
+        batch: Batch,
+        passes: u32,
+        before: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        let recorded = self.recorded;
+        self.recorded += u64::from(passes);
+        let awaiting = self.awaiting_usage;
+        self.awaiting_usage = true;
+        if let Err(e) = self.commit(batch) {
+            // Nothing may be lost: without its archive the compaction is
+            // not accepted, and the engine forgets it happened.
+            self.recorded = recorded;
+            self.awaiting_usage = awaiting;
+            if let Some(before) = before {
+                let _ = self.engine.restore(before);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// What the user is told of an accepted compaction (`text`, or the
+    /// engine's status message for an automatic one).
+    fn compaction_notice(&self, trigger: Trigger, tokens: u64, text: String) -> Option<Notice> {
+        match trigger {
             Trigger::Manual => Some(Notice {
                 kind: NoticeKind::Manual,
                 text,
@@ -192,10 +213,7 @@ impl Session {
                         text,
                     })
             }
-        };
-        update.notices.extend(notice);
-        update.new_history = Some(out);
-        update.compaction = Some(compaction);
+        }
     }
 
     /// `select_context` for `base`, failing open on an empty or invalid view.

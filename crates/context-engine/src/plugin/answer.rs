@@ -11,7 +11,7 @@ use serde::de::{DeserializeOwned, Unexpected};
 use serde_json::Value;
 use thiserror::Error;
 
-use super::supervisor::clip_json;
+use super::start::clip_json;
 use super::wire::{SelectAnswer, StatePatch};
 use crate::engine::{EngineState, PromptTokens};
 use crate::message::Message;
@@ -103,7 +103,7 @@ fn got(answer: &Option<String>) -> String {
 
 impl Refusal {
     /// A refusal of `method`'s answer for `reason`.
-    pub(crate) fn new(method: &'static str, reason: RefusalReason) -> Refusal {
+    pub fn new(method: &'static str, reason: RefusalReason) -> Refusal {
         Refusal { method, reason }
     }
 
@@ -126,10 +126,7 @@ impl Refusal {
 }
 
 /// `answer` read as `method`'s answer shape `T`.
-pub(crate) fn decode<T: DeserializeOwned>(
-    method: &'static str,
-    answer: &Value,
-) -> Result<T, Refusal> {
+pub fn decode<T: DeserializeOwned>(method: &'static str, answer: &Value) -> Result<T, Refusal> {
     serde_path_to_error::deserialize(answer).map_err(|e| {
         let root = e.path().iter().next().is_none();
         let path = if root {
@@ -144,7 +141,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 /// [`decode`] for an answer that is an object (or `null`, where `T` is an
 /// `Option`): a list is refused, where serde would read it as the
 /// object's fields in order.
-pub(crate) fn decode_object<T: DeserializeOwned>(
+pub fn decode_object<T: DeserializeOwned>(
     method: &'static str,
     answer: &Value,
 ) -> Result<T, Refusal> {
@@ -170,7 +167,7 @@ fn shape(method: &'static str, path: String, source: serde_json::Error, answer: 
 /// The `select_context` answer: `None` keeps the request; otherwise the
 /// messages to send instead (`null`, `{"messages": null}`, a list or
 /// `{"messages": [...]}`).
-pub(crate) fn select_messages(
+pub fn select_messages(
     method: &'static str,
     answer: &Value,
 ) -> Result<Option<Vec<Message>>, Refusal> {
@@ -181,7 +178,7 @@ pub(crate) fn select_messages(
 }
 
 /// Adopts the keys `patch` gives (see [`StatePatch`]).
-pub(crate) fn apply_state(state: &mut EngineState, patch: &StatePatch) {
+pub fn apply_state(state: &mut EngineState, patch: &StatePatch) {
     match patch.last_prompt_tokens {
         Some(None) => state.last_prompt_tokens = PromptTokens::AwaitingRealUsage,
         Some(Some(n)) => state.last_prompt_tokens = PromptTokens::Known(n),

@@ -58,10 +58,11 @@ impl Timeouts {
 
     /// The pause before the restart that follows `failures` consecutive
     /// failures (1 = the first).
+    /// [`crate::retry::Backoff`] from `restart_backoff_ms`, capped at 30 s.
     pub fn backoff(&self, failures: u32) -> Duration {
-        let shift = failures.saturating_sub(1).min(16);
-        let ms = self.restart_backoff_ms.saturating_mul(1u64 << shift);
-        Duration::from_millis(ms.min(30_000))
+        crate::retry::Backoff::exponential(Duration::from_millis(self.restart_backoff_ms))
+            .capped(Duration::from_secs(30))
+            .delay(failures)
     }
 }
 

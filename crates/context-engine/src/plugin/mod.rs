@@ -14,17 +14,17 @@
 //!    is `required`, an error naming every folder searched.
 //!
 //! A plugin runs as a child process speaking JSON-RPC 2.0 over
-//! stdin/stdout ([`ProcessEngine`], protocol in `docs/plugin-protocol.md`).
-//! Plugins fail open: whatever a plugin does, the host's transcript is never
-//! worse than without it.
+//! stdin/stdout (protocol in `docs/plugin-protocol.md`), started by a
+//! [`PluginHost`]: this crate holds the protocol (manifest, wire types,
+//! answer checks) and spawns nothing; `context-engine-plugin-host`'s
+//! `ProcessEngine` is the process adapter. Plugins fail open: whatever a
+//! plugin does, the host's transcript is never worse than without it.
 
-mod answer;
+pub mod answer;
 mod events;
 mod hook;
 mod manifest;
-mod process;
-mod rpc;
-mod supervisor;
+pub mod start;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -43,9 +43,7 @@ pub use answer::{Refusal, RefusalReason};
 pub use events::{EventKind, FailureKind, PluginEvent};
 pub use hook::{Hook, UnknownHook};
 pub use manifest::{DEFAULT_MAX_FAILURES, MANIFEST_FILE, PluginManifest, Timeouts};
-pub use process::{HOOKS, ProcessEngine};
-pub use rpc::SpawnError;
-pub use supervisor::StartError;
+pub use start::{SpawnError, StartError};
 pub use wire::{ERROR_BLOCKED, ERROR_NOTHING_TO_COMPRESS, PROTOCOL_VERSION};
 
 /// Names of the engines built into the library.
@@ -88,6 +86,15 @@ pub enum PluginError {
         name: String,
         /// Every folder looked at, in order.
         searched: Vec<PathBuf>,
+    },
+    /// A plugin was found but no [`PluginHost`] was given to start it
+    /// (the builder without `context-engine-adapters`' defaults).
+    #[error("context engine plugin `{engine}` ({}) cannot run: no plugin host was given to start its process", manifest.display())]
+    NoHost {
+        /// The plugin's name.
+        engine: String,
+        /// Its manifest.
+        manifest: PathBuf,
     },
     /// A required plugin's process did not start or failed `initialize`.
     #[error("context engine plugin `{engine}` ({}) failed to start: {reason}", manifest.display())]
@@ -221,6 +228,35 @@ impl EngineContext {
     }
 }
 
+/// Starts plugin processes for [`select_engine`] (see the module docs).
+pub trait PluginHost: Send + Sync {
+    /// Starts the plugin `manifest` describes (spawn and `initialize`),
+    /// an engine made of `ctx`; when it does not start, why, with the
+    /// built-in compressor made of `ctx` that a fallback runs instead.
+    fn start(
+        &self,
+        manifest: PluginManifest,
+        ctx: EngineContext,
+    ) -> Result<Box<dyn ContextEngine>, Box<Unstarted>>;
+}
+
+/// A plugin that did not start ([`PluginHost::start`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Unstarted {
+    /// Why.
+    pub error: PluginError,
+    /// The built-in compressor of the same context.
+    pub builtin: Compressor,
+}
+
+impl Unstarted {
+    /// `error`, the fallback `builtin`.
+    pub fn new(error: PluginError, builtin: Compressor) -> Unstarted {
+        Unstarted { error, builtin }
+    }
+}
+
 /// Where the selected engine came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -297,12 +333,14 @@ pub fn find_plugin(name: &str, plugin_dirs: &[PathBuf]) -> Option<PathBuf> {
 /// reported now rather than at the first compaction. When the engine is
 /// not `required`, anything that keeps it from running (unknown name, bad
 /// manifest, failed start) gives the built-in compressor and a warning;
-/// when it is, an error.
+/// when it is, an error. Without a `host` a plugin cannot start
+/// ([`PluginError::NoHost`]).
 pub fn select_engine(
     name: &str,
     ctx: EngineContext,
     plugin_dirs: &[PathBuf],
     required: bool,
+    host: Option<&dyn PluginHost>,
 ) -> Result<Selected, PluginError> {
     if name == crate::compressor::NAME {
         return Ok(Selected {
@@ -345,25 +383,33 @@ pub fn select_engine(
             manifest.name
         ));
     }
-    let mut engine = ProcessEngine::new(manifest, ctx);
-    match engine.start() {
-        Ok(()) => Ok(Selected {
-            engine: Box::new(engine),
+    let Some(host) = host else {
+        let error = PluginError::NoHost {
+            engine: name.to_owned(),
+            manifest: path,
+        };
+        return fallback(ctx, error);
+    };
+    match host.start(manifest, ctx) {
+        Ok(engine) => Ok(Selected {
+            engine,
             warnings,
             source: EngineSource::Plugin { manifest: path },
         }),
-        Err(error) if !required => {
-            let compressor = engine.take_builtin();
-            warnings.push(format!("{error}; using the built-in compressor"));
+        Err(unstarted) if !required => {
+            warnings.push(format!(
+                "{}; using the built-in compressor",
+                unstarted.error
+            ));
             Ok(Selected {
-                engine: Box::new(compressor),
+                engine: Box::new(unstarted.builtin),
                 warnings,
                 source: EngineSource::Fallback {
                     requested: name.to_owned(),
                 },
             })
         }
-        Err(error) => Err(error),
+        Err(unstarted) => Err(unstarted.error),
     }
 }
 

@@ -124,8 +124,8 @@ impl Default for PriceModel {
     }
 }
 
-/// The names [`PriceModel::preset`] knows.
-pub const PRESETS: &[&str] = &["openai", "anthropic", "anthropic-1h", "deepseek", "none"];
+/// The names [`PriceModel::preset`] knows (the configuration's list).
+pub use crate::config::PRICE_PRESETS as PRESETS;
 
 impl PriceModel {
     /// Prices named `name`, per million tokens, with cache writes at the

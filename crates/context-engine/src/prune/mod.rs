@@ -71,6 +71,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config::PruneConfig;
 use crate::digest::{self, DIGEST_MARK, DigestOptions};
 use crate::message::{Message, ToolCall};
 use crate::recall::RECALL_TOOL;
@@ -109,13 +110,21 @@ pub struct PruneOptions {
 
 impl Default for PruneOptions {
     fn default() -> PruneOptions {
+        PruneOptions::from_config(&PruneConfig::default(), TextActions::default())
+    }
+}
+
+impl PruneOptions {
+    /// The options `context.prune` sets, with the compiled
+    /// `context.text_actions`.
+    pub fn from_config(config: &PruneConfig, text_actions: TextActions) -> PruneOptions {
         PruneOptions {
-            proactive_prune_tokens: 0,
-            min_reclaim_tokens: 4096,
-            protect_last_n: 6,
-            args_max_chars: 500,
-            args_leaf_chars: 200,
-            digest: DigestOptions::default(),
+            proactive_prune_tokens: config.proactive_prune_tokens,
+            min_reclaim_tokens: config.min_reclaim_tokens,
+            protect_last_n: config.protect_last_n,
+            args_max_chars: config.args_max_chars,
+            args_leaf_chars: config.args_leaf_chars,
+            digest: DigestOptions::from_config(&config.digest, text_actions),
         }
     }
 }

@@ -32,6 +32,14 @@ pub use egress::Egress;
 /// [`RedactOptions::force`] is set (egress, the store).
 pub const OPT_OUT_ENV: &str = "CTX_REDACT_SECRETS";
 
+/// Whether `value` (of [`OPT_OUT_ENV`]) means "do not redact".
+pub fn is_opt_out_value(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "0" | "false" | "no" | "off"
+    )
+}
+
 /// Replacement of a whole PEM private-key block.
 pub const PRIVATE_KEY_REPLACEMENT: &str = "[REDACTED PRIVATE KEY]";
 
@@ -109,14 +117,6 @@ pub fn mask(secret: &str) -> String {
     let head: String = secret.chars().take(6).collect();
     let tail: String = secret.chars().skip(n - 4).collect();
     format!("{head}...{tail}")
-}
-
-/// Whether `value` (of [`OPT_OUT_ENV`]) means "do not redact".
-pub fn is_opt_out_value(value: &str) -> bool {
-    matches!(
-        value.trim().to_ascii_lowercase().as_str(),
-        "0" | "false" | "no" | "off"
-    )
 }
 
 /// Redact `text` with the built-in rules (one compiled table, built once and

@@ -51,6 +51,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::ScheduleConfig;
 use crate::pricing::PriceModel;
 
 pub use apply::{ScheduledDigest, schedule_prune, scheduled_digest};
@@ -89,13 +90,21 @@ pub struct ScheduleOptions {
 
 impl Default for ScheduleOptions {
     fn default() -> ScheduleOptions {
+        ScheduleOptions::from_config(&ScheduleConfig::default(), PriceModel::default())
+    }
+}
+
+impl ScheduleOptions {
+    /// The options `context.schedule` sets, weighing `price`
+    /// (`pricing.*`).
+    pub fn from_config(config: &ScheduleConfig, price: PriceModel) -> ScheduleOptions {
         ScheduleOptions {
-            enabled: true,
-            price: PriceModel::default(),
-            max_horizon_calls: 24,
-            size_margin: 0.9,
-            early_compaction_from: 1.0,
-            cold_compaction_from: 0.5,
+            enabled: config.enabled,
+            price,
+            max_horizon_calls: config.max_horizon_calls,
+            size_margin: config.size_margin,
+            early_compaction_from: config.early_compaction_from,
+            cold_compaction_from: config.cold_compaction_from,
         }
     }
 }

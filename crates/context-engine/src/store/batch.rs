@@ -295,8 +295,8 @@ impl Batch {
 
     /// The batch without its state snapshot (a versioned record written
     /// with it supersedes the snapshot).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(super) fn without_state(&self) -> Batch {
+    #[doc(hidden)]
+    pub fn without_state(&self) -> Batch {
         Batch {
             state: None,
             ..self.clone()

@@ -15,7 +15,7 @@ use super::{
 use crate::message::Message;
 
 /// A [`SessionStore`] in memory: nothing survives the process. Same
-/// semantics as [`SqliteStore`](super::SqliteStore), including the
+/// semantics as `context_engine_sqlite::SqliteStore`, including the
 /// all-or-nothing commit.
 #[derive(Debug, Default)]
 pub struct MemoryStore {

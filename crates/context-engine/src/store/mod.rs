@@ -12,10 +12,11 @@
 //!
 //! [`SessionStore`] is the seam: small, synchronous and `Send + Sync`. The
 //! library is synchronous (see ARCHITECTURE.md); an async server calls it
-//! through `spawn_blocking`, and a server backend (Postgres) implements the
-//! same trait. Two backends ship: [`MemoryStore`] and [`SqliteStore`]
-//! (embedded SQLite, WAL, FTS5, migrations). [`open`] picks one from a path
-//! (`:memory:` or a file).
+//! through `spawn_blocking`, and the backends of other crates implement the
+//! same trait: `context-engine-sqlite` (embedded SQLite, WAL, FTS5,
+//! migrations; its `open` picks a store from a path, `:memory:` or a file)
+//! and `context-engine-postgres`. This crate ships [`MemoryStore`] and what
+//! every backend shares ([`Batch`], handles, [`AtRest`], matching).
 //!
 //! Writes go through one [`Batch`] per step, applied in one transaction:
 //! a compaction's record, the messages it archived, their handles and the
@@ -44,15 +45,10 @@ mod batch;
 pub mod handle;
 pub mod matched_lines;
 mod memory;
-#[cfg(feature = "sqlite")]
-mod pack;
 mod reach;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 pub(crate) mod text;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -70,10 +66,8 @@ pub use handle::{
 pub use matched_lines::{MatchedLine, Terms};
 pub use memory::MemoryStore;
 pub use reach::{Reach, reachable};
-#[cfg(feature = "sqlite")]
-pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
-/// What another crate's backend (Postgres) shares with the built-in ones so
+/// What another crate's backend (SQLite, Postgres) shares with the built-in ones so
 /// that every store indexes, matches and shows text the same way. Not a
 /// stable API.
 #[doc(hidden)]
@@ -129,15 +123,6 @@ pub enum StoreError {
         path: PathBuf,
         /// What was found instead.
         detail: String,
-    },
-    /// A store file was asked of a build without the `sqlite` feature.
-    #[error(
-        "{}: this build of context-engine keeps sessions in memory only (built without the `sqlite` feature); use `:memory:` or a build with it",
-        path.display()
-    )]
-    NoFileStores {
-        /// The file asked for.
-        path: PathBuf,
     },
     /// A newer version of this program wrote the file.
     #[error(
@@ -418,7 +403,7 @@ pub trait SessionStore: Send + Sync {
     ///
     /// The default (used by [`MemoryStore`]) checks and writes in separate
     /// steps: it serializes writers of one process that hold the session's
-    /// lock (`ctx serve` does), not processes. [`SqliteStore`] checks again
+    /// lock (`ctx serve` does), not processes. `SqliteStore` checks again
     /// in the transaction that writes the record; a store shared by
     /// several processes (Postgres) checks and writes in one transaction.
     fn commit_versioned(
@@ -578,7 +563,8 @@ const VERSIONED_KEY: &str = "versioned";
 impl Versioned {
     /// The record as one JSON value (the state slot of a store without a
     /// place of its own for it). The history is an array of segments.
-    pub(super) fn wrap(version: u64, state: &Value, history: &[String]) -> Value {
+    #[doc(hidden)]
+    pub fn wrap(version: u64, state: &Value, history: &[String]) -> Value {
         serde_json::json!({
             VERSIONED_KEY: version,
             "state": state,
@@ -589,11 +575,8 @@ impl Versioned {
     /// The record [`wrap`](Self::wrap) made. A plain state (`ctx
     /// replay`, `ctx compact`) is version 0; a history written as one
     /// text (before segments) is one segment.
-    pub(super) fn unwrap(
-        location: &str,
-        session: &str,
-        saved: Value,
-    ) -> Result<Versioned, StoreError> {
+    #[doc(hidden)]
+    pub fn unwrap(location: &str, session: &str, saved: Value) -> Result<Versioned, StoreError> {
         let Value::Object(mut map) = saved else {
             return Err(StoreError::Corrupt {
                 location: location.to_owned(),
@@ -630,34 +613,6 @@ impl Versioned {
     }
 }
 
-/// Opens the store at `path`: `:memory:` for a [`MemoryStore`], else a
-/// [`SqliteStore`] file (created when missing, migrated when older), which
-/// keeps every text redacted with the built-in rules ([`AtRest`]'s
-/// default; [`open_at_rest`] for the user's patterns or a verbatim store).
-pub fn open(path: &Path) -> Result<Arc<dyn SessionStore>, StoreError> {
-    open_at_rest(path, &AtRest::default())
-}
-
-/// [`open`] with `at_rest` applied to everything written and read (what
-/// every command and server that turns configuration into a store uses).
-pub fn open_at_rest(path: &Path, at_rest: &AtRest) -> Result<Arc<dyn SessionStore>, StoreError> {
-    let backend: Arc<dyn SessionStore> = if path.as_os_str() == MEMORY_PATH {
-        Arc::new(MemoryStore::new())
-    } else {
-        #[cfg(feature = "sqlite")]
-        {
-            Arc::new(SqliteStore::open(path)?)
-        }
-        #[cfg(not(feature = "sqlite"))]
-        {
-            return Err(StoreError::NoFileStores {
-                path: path.to_path_buf(),
-            });
-        }
-    };
-    Ok(at_rest.wrap(backend))
-}
-
 /// Milliseconds since the Unix epoch (0 before it).
 #[doc(hidden)]
 pub fn now_ms() -> u64 {
@@ -665,8 +620,3 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
-
-#[cfg(test)]
-mod search_tests;
-#[cfg(test)]
-mod tests;

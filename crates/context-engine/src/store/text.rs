@@ -1,7 +1,7 @@
 //! The text a store indexes, shared by the backends so that all answer a
 //! search the same way (which messages and lines match:
 //! [`super::matched_lines`]; the SQLite store's query and per-session
-//! terms: `sqlite/index.rs`).
+//! terms: `context-engine-sqlite`'s `index.rs`).
 
 use crate::message::Message;
 

@@ -18,13 +18,11 @@ use std::time::Duration;
 use crate::message::Message;
 
 pub mod openai;
-// Only the model summarizer's client builds prompts and checks replies.
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
-mod prompt;
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
-mod quality;
+// What a model summarizer's client (`context-engine-openai`) builds its
+// prompts with and checks replies by: the policy stays here, the HTTP there.
+pub mod prompt;
+pub mod quality;
 pub mod state;
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 pub mod window;
 
 /// What to summarise. Everything here has already been redacted and, for
@@ -206,6 +204,29 @@ pub trait Summarizer: Send + Sync {
 
     /// Writes the summary body (without the engine's wrapper and markers).
     fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError>;
+}
+
+/// A [`Summarizer`] backed by a model (a client of its own, such as
+/// `context_engine_openai::OpenAiSummarizer`): a server prepares its
+/// summaries in the background, and a report can show its last call.
+pub trait ModelSummarizer: Summarizer {
+    /// What the last call did (attempts, latency, tokens, window).
+    fn last_call(&self) -> openai::CallStats;
+}
+
+/// Makes the model summarizer `summarizer.kind` names, for
+/// [`EngineBuilder`](crate::builder::EngineBuilder): the core holds no HTTP
+/// client; `context-engine-adapters` gives the builder the default one.
+pub trait SummarizerFactory: Send + Sync {
+    /// The OpenAI-compatible client for `config`, its key read through
+    /// `var` (the caller's environment snapshot), its prompts redacted with
+    /// `redactor`.
+    fn openai(
+        &self,
+        config: openai::OpenAiConfig,
+        var: &dyn Fn(&str) -> Option<String>,
+        redactor: std::sync::Arc<crate::redact::Redactor>,
+    ) -> Result<std::sync::Arc<dyn ModelSummarizer>, SummarizeError>;
 }
 
 impl<S: Summarizer + ?Sized> Summarizer for Box<S> {

@@ -26,7 +26,7 @@ use crate::tokens::TokenCounter;
 use crate::validate::{TextActions, is_real_user_turn, reentries_with};
 
 /// Share of a clipped text kept from its start; the rest comes from its end.
-pub(crate) const HEAD_SHARE: f64 = 0.45;
+pub const HEAD_SHARE: f64 = 0.45;
 
 /// How many of the latest user asks stand in for a focus topic when none is
 /// given.
@@ -37,7 +37,7 @@ const RECENT_ASK_CHARS: usize = 600;
 
 /// The input bounds, in characters (Unicode scalar values).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// Cap on the whole user message (the rendered material).
     pub max_input_chars: usize,
     /// Cap on one message's text (and one tool call's arguments).
@@ -46,13 +46,13 @@ pub(crate) struct Limits {
 
 /// The two messages of a summary call.
 #[derive(Clone, Debug)]
-pub(crate) struct Prompt {
+pub struct Prompt {
     pub system: String,
     pub user: String,
 }
 
 /// Builds the prompt for `request` within `limits`.
-pub(crate) fn build(request: &SummaryRequest<'_>, limits: Limits) -> Prompt {
+pub fn build(request: &SummaryRequest<'_>, limits: Limits) -> Prompt {
     Prompt {
         system: system_instruction(request),
         user: material(request, limits),
@@ -191,7 +191,7 @@ fn fixed_blocks(request: &SummaryRequest<'_>, clip: &dyn Fn(&str) -> Cow<'_, str
 
 /// Tokens the chat template adds around two messages and the reply
 /// (role markers, separators), on top of their text.
-pub(crate) const TEMPLATE_TOKENS: usize = 32;
+pub const TEMPLATE_TOKENS: usize = 32;
 
 /// Least room, in tokens, the transcript must keep for a bounded prompt to
 /// be worth sending.
@@ -199,7 +199,7 @@ const MIN_TRANSCRIPT_TOKENS: usize = 64;
 
 /// A bound on the whole prompt, in tokens.
 #[derive(Clone, Copy)]
-pub(crate) struct TokenBound<'a> {
+pub struct TokenBound<'a> {
     /// Counts the prompt's text.
     pub counter: &'a dyn TokenCounter,
     /// Multiplies every count: the server's tokenizer is not the counter's,
@@ -260,7 +260,7 @@ fn proportion(n: usize, num: usize, den: usize) -> usize {
 
 /// The window cannot hold even the instructions and a minimal transcript.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TooSmall {
+pub struct TooSmall {
     /// Tokens the smallest useful prompt takes.
     pub needed: usize,
     /// Tokens the bound allows.
@@ -272,7 +272,7 @@ pub(crate) struct TooSmall {
 /// are digested; when the turns do not fit, each is clipped to a quarter of
 /// the room (head and tail), then the oldest are folded into one line until
 /// the rest fits, the latest user ask kept whatever its age.
-pub(crate) fn build_bounded(
+pub fn build_bounded(
     request: &SummaryRequest<'_>,
     limits: Limits,
     bound: TokenBound<'_>,
@@ -459,11 +459,7 @@ fn recent_user_asks<'t>(turns: &'t [Message], actions: &TextActions) -> Vec<Cow<
 
 /// One readable line-oriented rendering of the turns: role headers, text,
 /// tool calls with their arguments, tool results with the id they answer.
-pub(crate) fn render_turns(
-    turns: &[Message],
-    max_message_chars: usize,
-    actions: &TextActions,
-) -> String {
+pub fn render_turns(turns: &[Message], max_message_chars: usize, actions: &TextActions) -> String {
     render_each(turns, max_message_chars, actions).join("\n\n")
 }
 
@@ -552,7 +548,7 @@ fn char_len(s: &str) -> usize {
 /// `text` if it has at most `max_chars` characters; otherwise its first 45%
 /// and last 55% of `max_chars` characters joined by a marker saying how many
 /// were left out. Cuts fall on character boundaries by construction.
-pub(crate) fn clip_middle(text: &str, max_chars: usize) -> Cow<'_, str> {
+pub fn clip_middle(text: &str, max_chars: usize) -> Cow<'_, str> {
     let total = char_len(text);
     if total <= max_chars {
         return Cow::Borrowed(text);

@@ -37,7 +37,7 @@ const ECHO_MARKERS: [&str; 12] = [
 
 /// The defect of a model's summary `text` for `request`, or `None` when it
 /// is usable. `counter` measures it against the span it replaces.
-pub(crate) fn degenerate(
+pub fn degenerate(
     text: &str,
     request: &SummaryRequest<'_>,
     counter: &dyn TokenCounter,

@@ -5,14 +5,11 @@
 //! API, but most say it somewhere: llama.cpp's `GET /props`
 //! (`default_generation_settings.n_ctx`, or `n_ctx`), vLLM's and others'
 //! `GET {base}/models` (`max_model_len`, `context_length`, llama.cpp's
-//! `meta.n_ctx_train`). [`discover`] asks both, in that order; the answer
+//! `meta.n_ctx_train`). The client (`context-engine-openai`) asks both, in that order; the answer
 //! (found or not) is cached per base URL and model for the process, so a
 //! session asks once. When a request still overflows, the server's HTTP 400
 //! usually names the limit ([`limit_from_error`]); the client learns it
 //! from there and retries once.
-
-#[cfg(feature = "openai")]
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -64,71 +61,13 @@ impl Window {
         source: WindowSource::Unknown,
     };
 
-    fn known(tokens: u64, source: WindowSource) -> Window {
+    /// `tokens` from `source`.
+    pub fn known(tokens: u64, source: WindowSource) -> Window {
         Window {
             tokens: Some(tokens),
             source,
         }
     }
-}
-
-/// Longest wait for one discovery request: the window is a nicety, the
-/// summary must not wait on it.
-#[cfg(feature = "openai")]
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Largest discovery reply read, in bytes.
-#[cfg(feature = "openai")]
-const DISCOVERY_REPLY_BYTES: u64 = 1 << 20;
-
-/// Asks the server at `base_url` (e.g. `http://host:8080/v1`) for the
-/// window of `model`: `GET /props` at the server root (and under the base
-/// URL), then `GET {base_url}/models`. [`Window::UNKNOWN`] when none
-/// answers with a number. Never an error: failures only mean "unknown".
-#[cfg(feature = "openai")]
-pub(crate) fn discover(agent: &ureq::Agent, base_url: &str, model: &str, key: &str) -> Window {
-    let base = base_url.trim_end_matches('/');
-    let root = base.strip_suffix("/v1").unwrap_or(base);
-    let mut props_urls = vec![format!("{root}/props")];
-    if root != base {
-        props_urls.push(format!("{base}/props"));
-    }
-    for url in props_urls {
-        if let Some(n) = get_json(agent, &url, key).as_ref().and_then(props_n_ctx) {
-            return Window::known(n, WindowSource::ServerProps);
-        }
-    }
-    if let Some(n) = get_json(agent, &format!("{base}/models"), key)
-        .as_ref()
-        .and_then(|v| models_window(v, model))
-    {
-        return Window::known(n, WindowSource::ModelsList);
-    }
-    Window::UNKNOWN
-}
-
-/// `GET url` as JSON, `None` on any failure.
-#[cfg(feature = "openai")]
-fn get_json(agent: &ureq::Agent, url: &str, key: &str) -> Option<Value> {
-    let mut response = agent
-        .get(url)
-        .header("Authorization", format!("Bearer {key}"))
-        .header("Accept", "application/json")
-        .config()
-        .timeout_global(Some(DISCOVERY_TIMEOUT))
-        .build()
-        .call()
-        .ok()?;
-    if !response.status().is_success() {
-        return None;
-    }
-    let bytes = response
-        .body_mut()
-        .with_config()
-        .limit(DISCOVERY_REPLY_BYTES)
-        .read_to_vec()
-        .ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
 
 /// A positive token count.
@@ -137,7 +76,7 @@ fn tokens(v: Option<&Value>) -> Option<u64> {
 }
 
 /// llama.cpp's `/props`: `default_generation_settings.n_ctx`, else `n_ctx`.
-pub(crate) fn props_n_ctx(props: &Value) -> Option<u64> {
+pub fn props_n_ctx(props: &Value) -> Option<u64> {
     tokens(props.pointer("/default_generation_settings/n_ctx"))
         .or_else(|| tokens(props.get("n_ctx")))
 }
@@ -145,7 +84,7 @@ pub(crate) fn props_n_ctx(props: &Value) -> Option<u64> {
 /// The window in a `/models` list: the entry whose `id` is `model` (else
 /// the only entry), `max_model_len`, `context_length`, `context_window`,
 /// or `meta.n_ctx_train`.
-pub(crate) fn models_window(list: &Value, model: &str) -> Option<u64> {
+pub fn models_window(list: &Value, model: &str) -> Option<u64> {
     let entries = list.get("data").and_then(Value::as_array)?;
     let entry = entries
         .iter()
@@ -160,7 +99,7 @@ pub(crate) fn models_window(list: &Value, model: &str) -> Option<u64> {
 /// The window a context-overflow error names, if it does: llama.cpp's
 /// `n_ctx` field or "exceeds the available context size (8192 tokens)",
 /// OpenAI's and vLLM's "maximum context length is 8192 tokens".
-pub(crate) fn limit_from_error(body: &[u8]) -> Option<u64> {
+pub fn limit_from_error(body: &[u8]) -> Option<u64> {
     if let Ok(value) = serde_json::from_slice::<Value>(body)
         && let Some(n) = tokens(value.pointer("/error/n_ctx"))
     {

@@ -53,7 +53,7 @@ pub fn run(args: &DigestArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
     let config = args.config.load()?;
-    let base = config.context.digest;
+    let base = config.digest_options();
     let opts = DigestOptions {
         keep_batches: args.keep_batches.unwrap_or(base.keep_batches),
         min_bytes: args.min_bytes.unwrap_or(base.min_bytes),

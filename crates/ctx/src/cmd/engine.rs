@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use context_engine::builder::{BuildError, EngineBuilder, Engines};
+use context_engine::builder::{BuildError, Engines};
 use context_engine::config::{ConfigLoader, Env, Loaded, SummarizerKind as ConfigSummarizer};
 use context_engine::engine::ContextEngine;
 use context_engine::message::Message;
@@ -145,7 +145,7 @@ impl EngineArgs {
             ));
             s.model = Some(m.clone());
         }
-        let engines = EngineBuilder::from_loaded(loaded)
+        let engines = context_engine_adapters::builder(loaded)
             .with_env(process_env())
             .with_profile(profile)
             .with_model(self.model.model.clone())

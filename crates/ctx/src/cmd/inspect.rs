@@ -107,7 +107,7 @@ struct Calibration {
 pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
-    let actions = args.config.load()?.context.digest.text_actions;
+    let actions = args.config.load()?.text_actions()?;
     let counter: Box<dyn TokenCounter> = match args.encoding {
         EncodingArg::O200k => Box::new(BpeCounter::new(Encoding::O200kBase)),
         EncodingArg::Cl100k => Box::new(BpeCounter::new(Encoding::Cl100kBase)),

@@ -20,9 +20,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use context_engine::config::ConfigLoader;
-use context_engine::store::{SessionStore, SqliteStore};
+use context_engine::store::SessionStore;
 use context_engine::tokens::{TokenCounter, counter_for};
 use context_engine::transcript::{Format, Transcript};
+use context_engine_sqlite::SqliteStore;
 
 /// The agent's model, shared by every command that counts tokens: it picks
 /// the tokenizer (through the library's one choice, [`counter_for`]) and,
@@ -160,5 +161,5 @@ pub fn open_store(
     if let Some(warning) = at_rest.warning() {
         eprintln!("ctx: WARNING: {warning}");
     }
-    Ok(context_engine::store::open_at_rest(path, &at_rest)?)
+    Ok(context_engine_sqlite::open_at_rest(path, &at_rest)?)
 }

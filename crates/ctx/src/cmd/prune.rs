@@ -58,7 +58,7 @@ struct Report {
 pub fn run(args: &PruneArgs) -> anyhow::Result<ExitCode> {
     let transcript = args.input.load()?;
     let messages = &transcript.messages;
-    let base = args.config.load()?.context.prune;
+    let base = args.config.load()?.prune_options();
     let opts = PruneOptions {
         proactive_prune_tokens: args.threshold,
         min_reclaim_tokens: args.min_reclaim.unwrap_or(base.min_reclaim_tokens),

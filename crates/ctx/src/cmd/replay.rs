@@ -266,86 +266,7 @@ fn render(file: &str, r: &ReplayReport, verbose: bool) -> String {
     if let Some(costs) = &r.costs {
         s.push_str(&render_costs(costs));
     }
-    s.push_str(&render_events(r));
-    if verbose {
-        s.push_str(&render_details(r));
-    }
-    s
-}
-
-/// The totals, without and with the engine.
-fn totals_table(t: &context_engine::replay::Totals) -> String {
-    let n = thousands;
-    let mut table = Table::new(["", "without engine", "with engine", "change"]);
-    table.row([
-        "prompt tokens sent".to_string(),
-        n(t.prompt_tokens_without_engine),
-        n(t.prompt_tokens_with_engine),
-        change(
-            t.prompt_tokens_without_engine as f64,
-            t.prompt_tokens_with_engine as f64,
-        ),
-    ]);
-    table.row([
-        "largest request".to_string(),
-        n(t.largest_request_without_engine),
-        n(t.largest_request_with_engine),
-        change(
-            t.largest_request_without_engine as f64,
-            t.largest_request_with_engine as f64,
-        ),
-    ]);
-    table.row([
-        "prompt-cache hits".to_string(),
-        format!(
-            "{} ({})",
-            n(t.cache_hit_tokens_without_engine),
-            percent(t.cache_hit_share_without_engine)
-        ),
-        format!("{} ({})", n(t.cache_hit_tokens), percent(t.cache_hit_share)),
-        String::new(),
-    ]);
-    table.row([
-        "estimated cost".to_string(),
-        money(t.estimated_cost_without_engine),
-        money(t.estimated_cost_with_engine),
-        change(
-            t.estimated_cost_without_engine,
-            t.estimated_cost_with_engine,
-        ),
-    ]);
-    table.render(2)
-}
-
-/// What the engine did over the session: compactions, digests, prunes,
-/// what went over the window, warnings, engine time, retention.
-fn render_events(r: &ReplayReport) -> String {
-    let n = thousands;
-    let t = &r.totals;
-    let mut s = String::new();
-    let compactions: Vec<String> = r
-        .calls
-        .iter()
-        .filter_map(|c| {
-            let k = c.compaction.as_ref()?;
-            let why = match k.trigger {
-                Trigger::Preflight => "before",
-                Trigger::PostTool => "after tools, before",
-                Trigger::Manual => "manual, before",
-            };
-            let cold = if c.cache_expired {
-                ", cache expired"
-            } else {
-                ""
-            };
-            Some(format!(
-                "{why} call {}{cold}: request {} -> {} tokens",
-                c.call + 1,
-                n(k.request_tokens_before),
-                n(k.request_tokens_after)
-            ))
-        })
-        .collect();
+    let compactions = compaction_lines(r);
     s.push_str(&format!(
         "\n  compactions  {} ({})\n",
         compactions.len(),
@@ -424,15 +345,7 @@ fn render_events(r: &ReplayReport) -> String {
         "  retention   of {} facts in the session (user asks, files touched, commands, errors), the last request has\n              {} verbatim, {} in a summary, {} recallable through a handle it names, {} lost\n",
         ret.probes, ret.verbatim, ret.in_summary, ret.recallable, ret.lost
     ));
-    s
-}
-
-/// The facts lost and the calls one by one (`--verbose`).
-fn render_details(r: &ReplayReport) -> String {
-    let n = thousands;
-    let ret = &r.retention;
-    let mut s = String::new();
-    if !ret.lost_probes.is_empty() {
+    if verbose && !ret.lost_probes.is_empty() {
         s.push_str("\n  lost facts\n");
         for p in &ret.lost_probes {
             let kind = serde_json::to_value(p.kind)
@@ -445,32 +358,109 @@ fn render_details(r: &ReplayReport) -> String {
             ));
         }
     }
-    {
-        let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
-        for c in &r.calls {
-            let mut event = Vec::new();
-            if c.compaction.is_some() {
-                event.push("compaction");
-            }
-            if c.pruned > 0 {
-                event.push("prune");
-            }
-            if c.selected {
-                event.push("digest");
-            }
-            calls.row([
-                (c.call + 1).to_string(),
-                c.message_index.to_string(),
-                n(c.tokens_without_engine),
-                n(c.tokens_with_engine),
-                n(c.cache_hit_tokens),
-                event.join(", "),
-            ]);
-        }
+    if verbose {
         s.push('\n');
-        s.push_str(&calls.render(2));
+        s.push_str(&calls_table(r));
     }
     s
+}
+
+/// The totals with and without the engine, as a table.
+fn totals_table(t: &context_engine::replay::Totals) -> String {
+    let n = thousands;
+    let mut table = Table::new(["", "without engine", "with engine", "change"]);
+    table.row([
+        "prompt tokens sent".to_string(),
+        n(t.prompt_tokens_without_engine),
+        n(t.prompt_tokens_with_engine),
+        change(
+            t.prompt_tokens_without_engine as f64,
+            t.prompt_tokens_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "largest request".to_string(),
+        n(t.largest_request_without_engine),
+        n(t.largest_request_with_engine),
+        change(
+            t.largest_request_without_engine as f64,
+            t.largest_request_with_engine as f64,
+        ),
+    ]);
+    table.row([
+        "prompt-cache hits".to_string(),
+        format!(
+            "{} ({})",
+            n(t.cache_hit_tokens_without_engine),
+            percent(t.cache_hit_share_without_engine)
+        ),
+        format!("{} ({})", n(t.cache_hit_tokens), percent(t.cache_hit_share)),
+        String::new(),
+    ]);
+    table.row([
+        "estimated cost".to_string(),
+        money(t.estimated_cost_without_engine),
+        money(t.estimated_cost_with_engine),
+        change(
+            t.estimated_cost_without_engine,
+            t.estimated_cost_with_engine,
+        ),
+    ]);
+    table.render(2)
+}
+
+/// One line per compaction: when, and the request before and after.
+fn compaction_lines(r: &ReplayReport) -> Vec<String> {
+    let n = thousands;
+    r.calls
+        .iter()
+        .filter_map(|c| {
+            let k = c.compaction.as_ref()?;
+            let why = match k.trigger {
+                Trigger::Preflight => "before",
+                Trigger::PostTool => "after tools, before",
+                Trigger::Manual => "manual, before",
+            };
+            let cold = if c.cache_expired {
+                ", cache expired"
+            } else {
+                ""
+            };
+            Some(format!(
+                "{why} call {}{cold}: request {} -> {} tokens",
+                c.call + 1,
+                n(k.request_tokens_before),
+                n(k.request_tokens_after)
+            ))
+        })
+        .collect()
+}
+
+/// The per-call table of `--verbose`.
+fn calls_table(r: &ReplayReport) -> String {
+    let n = thousands;
+    let mut calls = Table::new(["call", "msg", "without", "with", "cache hit", "event"]);
+    for c in &r.calls {
+        let mut event = Vec::new();
+        if c.compaction.is_some() {
+            event.push("compaction");
+        }
+        if c.pruned > 0 {
+            event.push("prune");
+        }
+        if c.selected {
+            event.push("digest");
+        }
+        calls.row([
+            (c.call + 1).to_string(),
+            c.message_index.to_string(),
+            n(c.tokens_without_engine),
+            n(c.tokens_with_engine),
+            n(c.cache_hit_tokens),
+            event.join(", "),
+        ]);
+    }
+    calls.render(2)
 }
 
 /// What happened to compaction over the session, truthfully: the

@@ -184,7 +184,7 @@ fn open_store(
         eprintln!("ctx: WARNING: {warning}");
     }
     if !context_engine_postgres::is_postgres_url(&spec) {
-        let store = context_engine::store::open_at_rest(std::path::Path::new(&spec), &at_rest)?;
+        let store = context_engine_sqlite::open_at_rest(std::path::Path::new(&spec), &at_rest)?;
         eprintln!("ctx serve: sessions kept in {}", store.location());
         return Ok(Some(store));
     }
