@@ -928,7 +928,9 @@ async fn anthropic_engine_tools_are_offered_and_resolved_in_the_proxy() {
         // The client's next turn (without the exchange) is managed as usual.
         let s = status(addr, "cc-1", &[("x-api-key", "k")]).await;
         assert_eq!(s["stats"]["managed"], 1);
-        assert_eq!(s["stats"]["completion_tokens"], 12);
+        // Both upstream calls are billed: the resolved round's and the
+        // answer's (12 each).
+        assert_eq!(s["stats"]["completion_tokens"], 24);
     }
 }
 
