@@ -402,7 +402,9 @@ async fn chat_a_cut_in_a_held_round_or_in_its_continuation_ends_with_an_error() 
     assert_eq!(ev.len(), 1, "{rest}");
     assert!(serde_json::from_str::<Value>(&ev[0].1).unwrap()["error"]["message"].is_string());
     assert_eq!(cuts(&state, CHAT, "closed"), 2);
-    assert_eq!(fed_prompt_tokens(addr, "continued").await, 0);
+    // Only the resolved round is billed (its usage, 20); the cut
+    // continuation reports none.
+    assert_eq!(fed_prompt_tokens(addr, "continued").await, 20);
 }
 
 fn anthropic_tools_body() -> Value {
@@ -502,7 +504,9 @@ async fn responses_a_cut_continuation_ends_failed_in_the_clients_numbering() {
     assert_eq!(failed["response"]["id"], "resp_1", "the client's response");
     assert_eq!(failed["response"]["status"], "failed");
     assert_eq!(cuts(&state, RESPONSES, "closed"), 1);
-    assert_eq!(fed_prompt_tokens(addr, "cont").await, 0);
+    // Only the resolved round is billed (its usage, 700); the cut
+    // continuation reports none.
+    assert_eq!(fed_prompt_tokens(addr, "cont").await, 700);
 }
 
 /// A writer into a shared buffer, for the log.
