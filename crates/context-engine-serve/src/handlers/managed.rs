@@ -37,10 +37,12 @@ use crate::identity::Identity;
 use crate::session::key::{front_session_key, session_key};
 use crate::session::requests::Wire;
 use crate::session::step::Keep;
+use crate::session::{Guard, KeySource, SessionKey, Slot};
 use crate::sse::{ChatReader, WireReader};
 use crate::state::AppState;
 use crate::tools::ApiTools;
 
+use super::view::{View, ViewError};
 use super::{observe, view};
 use crate::options::ServeMode;
 
@@ -112,10 +114,7 @@ pub(crate) async fn handle(
     }
 
     // The session, and the engine's view of the client's history.
-    let (key, source) = match call.api {
-        Wire::Chat => session_key(&identity, &headers, &split),
-        Wire::Front(kind) => front_session_key(&identity, &headers, kind, &split),
-    };
+    let (key, source) = key_of(call.api, &identity, &headers, &split);
     let slot = state.sessions().slot(&key);
     let wait = state.options().session_wait;
     let mut guard = match tokio::time::timeout(wait, Arc::clone(&slot.state).lock_owned()).await {
@@ -133,26 +132,7 @@ pub(crate) async fn handle(
             return unmanaged_send(state, call, (started, &url), out_headers, stream, body).await;
         }
     };
-    let ctx = Arc::clone(state.sessions().context());
-    let keep = Keep::of(state.sessions().store());
-    let mut outcome = engine_step(ctx.blocking || keep.blocks(), || {
-        view::prepare(
-            call.api,
-            &mut guard,
-            &slot.front,
-            (&ctx, &key, keep),
-            &split,
-        )
-    });
-    let front = match call.api {
-        Wire::Chat => None,
-        Wire::Front(kind) => Some((kind, outcome.as_ref().is_ok_and(|v| v.marked_prefix))),
-    };
-    let plan = outcome
-        .as_mut()
-        .map(|v| &mut v.plan)
-        .map_err(|why| why as &(dyn std::error::Error + 'static));
-    let managed = account_plan(&state, &mut guard, &key, plan, front);
+    let (outcome, managed) = step(&state, call.api, &mut guard, (&slot, &key), &split);
 
     // The request that goes upstream: the managed fields, the usage chunk
     // asked for (chat), the engine's tools offered.
@@ -224,8 +204,48 @@ pub(crate) async fn handle(
     )
 }
 
+/// The session a request of `api` belongs to.
+pub(crate) fn key_of(
+    api: Wire,
+    identity: &Identity,
+    headers: &HeaderMap,
+    split: &ChatBody<'_>,
+) -> (SessionKey, KeySource) {
+    match api {
+        Wire::Chat => session_key(identity, headers, split),
+        Wire::Front(kind) => front_session_key(identity, headers, kind, split),
+    }
+}
+
+/// The one session step of a request of `api` on its locked session,
+/// accounted ([`account_plan`]): the engine's view, and whether the
+/// request is managed.
+pub(crate) fn step(
+    state: &AppState,
+    api: Wire,
+    guard: &mut Guard,
+    (slot, key): (&Slot, &SessionKey),
+    split: &ChatBody<'_>,
+) -> (Result<View, ViewError>, bool) {
+    let ctx = Arc::clone(state.sessions().context());
+    let keep = Keep::of(state.sessions().store());
+    let mut outcome = engine_step(ctx.blocking || keep.blocks(), || {
+        view::prepare(api, guard, &slot.front, (&ctx, key, keep), split)
+    });
+    let front = match api {
+        Wire::Chat => None,
+        Wire::Front(kind) => Some((kind, outcome.as_ref().is_ok_and(|v| v.marked_prefix))),
+    };
+    let plan = outcome
+        .as_mut()
+        .map(|v| &mut v.plan)
+        .map_err(|why| why as &(dyn std::error::Error + 'static));
+    let managed = account_plan(state, guard, key, plan, front);
+    (outcome, managed)
+}
+
 /// The body's top-level fields; a chat request must carry `messages`.
-fn parse(api: Wire, body: &[u8]) -> Result<ChatBody<'_>, ServeError> {
+pub(crate) fn parse(api: Wire, body: &[u8]) -> Result<ChatBody<'_>, ServeError> {
     match api {
         Wire::Chat => ChatBody::parse(body),
         Wire::Front(_) => ChatBody::parse_object(body),
@@ -233,7 +253,7 @@ fn parse(api: Wire, body: &[u8]) -> Result<ChatBody<'_>, ServeError> {
 }
 
 /// Why a readable request must still go upstream without the engine.
-fn unmanaged(api: Wire, split: &ChatBody<'_>) -> Option<&'static str> {
+pub(crate) fn unmanaged(api: Wire, split: &ChatBody<'_>) -> Option<&'static str> {
     let Wire::Front(kind) = api else {
         return None;
     };
@@ -242,7 +262,7 @@ fn unmanaged(api: Wire, split: &ChatBody<'_>) -> Option<&'static str> {
 }
 
 /// The reader of an API's stream.
-fn reader(api: Wire, strip_usage_chunk: bool) -> Box<dyn crate::sse::StreamReader> {
+pub(crate) fn reader(api: Wire, strip_usage_chunk: bool) -> Box<dyn crate::sse::StreamReader> {
     match api {
         Wire::Chat => Box::new(ChatReader::new(strip_usage_chunk)),
         Wire::Front(kind) => Box::new(WireReader::new(kind)),

@@ -30,18 +30,13 @@ use context_engine::engine::Usage;
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
-use crate::body::ChatBody;
-use crate::handlers::managed::{Call, upstream_url};
-use crate::handlers::{account_plan, engine_step, keep_request, respond, settle, usage_of};
+use crate::handlers::managed::{self, Call, upstream_url};
+use crate::handlers::{keep_request, respond, settle, usage_of};
 use crate::identity::Identity;
-use crate::session::key::{front_session_key, session_key};
 use crate::session::requests::Wire;
-use crate::session::step::Keep;
-use crate::sse::{ChatReader, Reading, StreamReader, WireReader};
+use crate::sse::Reading;
 use crate::state::AppState;
 use crate::upstream::response_headers;
-
-use super::view;
 
 /// Requests seen in observe mode, numbered in order of arrival.
 static ARRIVALS: AtomicU64 = AtomicU64::new(0);
@@ -148,11 +143,7 @@ async fn observe(
     // The answer first: until it has ended the engine spends no CPU the
     // request path could use, and the session then sees this call whole.
     let usage = read_usage(call.api, &mut answer).await;
-    let split = match call.api {
-        Wire::Chat => ChatBody::parse(&body),
-        Wire::Front(_) => ChatBody::parse_object(&body),
-    };
-    let split = match split {
+    let split = match managed::parse(call.api, &body) {
         Ok(split) => split,
         Err(why) => {
             tracing::debug!(api = %call.api, reason = %why, "observe: unreadable request");
@@ -160,17 +151,11 @@ async fn observe(
             return;
         }
     };
-    if let Wire::Front(kind) = call.api {
-        let field = |name: &str| serde_json::from_str(split.field(name)?.get()).ok();
-        if let Some(reason) = context_engine::front::unmanaged(kind, field) {
-            state.metrics().observed(route, reason.name());
-            return;
-        }
+    if let Some(reason) = managed::unmanaged(call.api, &split) {
+        state.metrics().observed(route, reason);
+        return;
     }
-    let (key, _) = match call.api {
-        Wire::Chat => session_key(&identity, &headers, &split),
-        Wire::Front(kind) => front_session_key(&identity, &headers, kind, &split),
-    };
+    let (key, _) = managed::key_of(call.api, &identity, &headers, &split);
     let slot = state.sessions().slot(&key);
     // Off the request path: waiting for another observation here delays
     // no client.
@@ -181,26 +166,7 @@ async fn observe(
         state.metrics().observe_error(route, "out_of_order");
         return;
     }
-    let ctx = Arc::clone(state.sessions().context());
-    let keep = Keep::of(state.sessions().store());
-    let mut outcome = engine_step(ctx.blocking || keep.blocks(), || {
-        view::prepare(
-            call.api,
-            &mut guard,
-            &slot.front,
-            (&ctx, &key, keep),
-            &split,
-        )
-    });
-    let front = match call.api {
-        Wire::Chat => None,
-        Wire::Front(kind) => Some((kind, outcome.as_ref().is_ok_and(|v| v.marked_prefix))),
-    };
-    let plan = outcome
-        .as_mut()
-        .map(|v| &mut v.plan)
-        .map_err(|why| why as &(dyn std::error::Error + 'static));
-    let managed = account_plan(&state, &mut guard, &key, plan, front);
+    let (outcome, managed) = managed::step(&state, call.api, &mut guard, (&slot, &key), &split);
     let Ok(view) = outcome else {
         state.metrics().observe_error(route, "engine");
         state.sessions().release(Some(guard), None);
@@ -234,11 +200,7 @@ async fn read_usage(api: Wire, answer: &mut mpsc::UnboundedReceiver<Tapped>) -> 
         return None;
     }
     if stream {
-        let reader: Box<dyn StreamReader> = match api {
-            Wire::Chat => Box::new(ChatReader::new(false)),
-            Wire::Front(kind) => Box::new(WireReader::new(kind)),
-        };
-        let mut reading = Reading::new(reader);
+        let mut reading = Reading::new(managed::reader(api, false));
         while let Some(tapped) = answer.recv().await {
             match tapped {
                 Tapped::Chunk(chunk) => {
