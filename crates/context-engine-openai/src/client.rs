@@ -5,14 +5,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use context_engine::redact::{Egress, Redactor};
 use context_engine::retry::Backoff;
-use context_engine::summarize::openai::{ApiKey, CallStats, ERROR_EXCERPT_CHARS, OpenAiConfig};
-use context_engine::summarize::prompt::{self, Limits, TokenBound};
-use context_engine::summarize::quality;
-use context_engine::summarize::state::StateRecord;
+use context_engine::summarize::model::{self, Reply, ReplyShape, error_message, parse_retry_after};
+use context_engine::summarize::openai::{ApiKey, CallStats, OpenAiConfig};
 use context_engine::summarize::window::{self, Window, WindowSource};
 use context_engine::summarize::{ModelSummarizer, SummarizeError, Summarizer, SummaryRequest};
 use context_engine::tokens::{TokenCounter, counter_for_model};
@@ -177,57 +175,6 @@ impl OpenAiSummarizer {
         found
     }
 
-    /// The prompt for `request` and what it counts, bounded by `window`
-    /// when it is known.
-    fn prompt(
-        &self,
-        request: &SummaryRequest<'_>,
-        window: Window,
-    ) -> Result<(prompt::Prompt, usize), SummarizeError> {
-        let limits = Limits {
-            max_input_chars: self.config.max_input_chars,
-            max_message_chars: self.config.max_message_chars,
-        };
-        let reserve = self.config.output_reserve_for(window.tokens);
-        let window_source = window.source;
-        let mut request = *request;
-        if let Some(reserve) = reserve {
-            // Asking for more than the reply may hold gets a cut-off summary.
-            let cap = usize::try_from(reserve).unwrap_or(usize::MAX) * 3 / 4;
-            request.target_tokens = request.target_tokens.min(cap.max(1));
-        }
-        let bound = |max_prompt_tokens| TokenBound {
-            counter: self.counter.as_ref(),
-            factor: self.config.token_margin,
-            max_prompt_tokens,
-        };
-        match window.tokens {
-            None => {
-                let p = prompt::build(&request, limits);
-                let counted = bound(usize::MAX).prompt_cost(&p);
-                Ok((p, counted))
-            }
-            Some(window) => {
-                let source = window_source;
-                let window = usize::try_from(window).unwrap_or(usize::MAX);
-                let reserve = reserve.map_or(0, |r| usize::try_from(r).unwrap_or(usize::MAX));
-                let bound = bound(window.saturating_sub(reserve));
-                let p = prompt::build_bounded(&request, limits, bound).map_err(|e| {
-                    SummarizeError::NotConfigured(format!(
-                        "openai summarizer: a context length of {window} tokens ({}) with \
-                         {reserve} reserved for the reply leaves {} for the prompt, which needs \
-                         at least {}",
-                        source.describe(),
-                        e.available,
-                        e.needed
-                    ))
-                })?;
-                let counted = bound.prompt_cost(&p);
-                Ok((p, counted))
-            }
-        }
-    }
-
     fn call(
         &self,
         request: &SummaryRequest<'_>,
@@ -259,20 +206,12 @@ impl OpenAiSummarizer {
         };
         stats.prompt_tokens = reply.prompt_tokens;
         stats.completion_tokens = reply.completion_tokens;
-        if let Some(defect) = quality::degenerate(&reply.text, request, self.counter.as_ref()) {
-            return Err(SummarizeError::Degenerate(defect));
-        }
-        if !self.config.deterministic_sections {
-            return Ok(reply.text);
-        }
-        let budget = request.target_tokens.saturating_mul(2).clamp(1_200, 8_000);
-        let budget = request.ledger_room(budget, 4);
-        let mut record = StateRecord::build(request.turns, request.text_actions);
-        if let Some(previous) = request.previous_summary {
-            record.carry_over(previous);
-        }
-        let record = record.render(budget, request.collapsed());
-        Ok(format!("{}\n\n{record}", reply.text.trim_end()))
+        model::finish(
+            &reply.text,
+            request,
+            self.counter.as_ref(),
+            self.config.deterministic_sections,
+        )
     }
 
     /// One request for `request` bounded by `window`, with the retries of
@@ -283,7 +222,14 @@ impl OpenAiSummarizer {
         window: Window,
         stats: &mut CallStats,
     ) -> Result<Reply, Failure> {
-        let (prompt, counted) = self.prompt(request, window).map_err(Failure::final_)?;
+        let (prompt, counted) = model::bounded_prompt(
+            &self.config,
+            self.counter.as_ref(),
+            request,
+            window,
+            "openai summarizer",
+        )
+        .map_err(Failure::final_)?;
         stats.counted_prompt_tokens = counted;
         stats.max_tokens = self.config.output_reserve_for(window.tokens);
         stats.window_tokens = window.tokens;
@@ -346,15 +292,7 @@ impl OpenAiSummarizer {
             .read_to_vec()
             .map_err(|e| self.transport_failure(e))?;
         match status {
-            200..=299 => {
-                let text = parse_reply(&bytes).map_err(Failure::final_)?;
-                let (prompt_tokens, completion_tokens) = reply_usage(&bytes);
-                Ok(Reply {
-                    text,
-                    prompt_tokens,
-                    completion_tokens,
-                })
-            }
+            200..=299 => model::parse_reply(ReplyShape::Chat, &bytes).map_err(Failure::final_),
             401..=403 => Err(Failure::final_(SummarizeError::Auth {
                 status,
                 message: error_message(&bytes),
@@ -407,23 +345,6 @@ impl ModelSummarizer for OpenAiSummarizer {
     }
 }
 
-/// A successful attempt: the summary text and the usage the server reported.
-struct Reply {
-    text: String,
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-}
-
-/// `usage.prompt_tokens` and `usage.completion_tokens` of a reply body.
-fn reply_usage(bytes: &[u8]) -> (Option<u64>, Option<u64>) {
-    let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
-        return (None, None);
-    };
-    let usage = value.get("usage");
-    let field = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64);
-    (field("prompt_tokens"), field("completion_tokens"))
-}
-
 /// One failed attempt and whether another may follow.
 struct Failure {
     error: SummarizeError,
@@ -459,19 +380,6 @@ fn check_endpoint(endpoint: &str) -> Result<(), SummarizeError> {
     Ok(())
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is rare on these APIs and is
-/// treated as absent, which falls back to the backoff).
-fn parse_retry_after(value: &str) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    value
-        .parse::<f64>()
-        .ok()
-        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-}
-
 /// Maps a transport error. Connection problems (refused, DNS, reset, a body
 /// cut short) are `Network`; running out of the overall deadline is
 /// `Timeout`; a connect timeout is `Network` too (the host is unreachable,
@@ -491,84 +399,6 @@ fn classify(error: ureq::Error, endpoint: &str, timeout: Duration) -> SummarizeE
         }
         other => SummarizeError::Network(format!("{endpoint}: {other}")),
     }
-}
-
-/// The summary text from a chat-completions reply body.
-fn parse_reply(bytes: &[u8]) -> Result<String, SummarizeError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| SummarizeError::Malformed(format!("not JSON ({e}): {}", excerpt(bytes))))?;
-    let Some(choices) = value.get("choices") else {
-        if value.get("error").is_some() {
-            return Err(SummarizeError::Malformed(format!(
-                "error object instead of a completion: {}",
-                error_message(bytes)
-            )));
-        }
-        return Err(SummarizeError::Malformed(
-            "no `choices` in the reply".into(),
-        ));
-    };
-    let first = choices
-        .as_array()
-        .and_then(|c| c.first())
-        .ok_or_else(|| SummarizeError::Malformed("`choices` is not a non-empty array".into()))?;
-    let message = first
-        .get("message")
-        .filter(|m| m.is_object())
-        .ok_or_else(|| SummarizeError::Malformed("`choices[0].message` missing".into()))?;
-    let text = match message.get("content") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Some(other) => {
-            return Err(SummarizeError::Malformed(format!(
-                "`choices[0].message.content` is {}",
-                context_engine::message::json_type(other)
-            )));
-        }
-    };
-    let text = strip_think(&text).trim();
-    if text.is_empty() {
-        return Err(SummarizeError::Empty);
-    }
-    Ok(text.to_owned())
-}
-
-/// Drops a leading `<think>...</think>` block that some reasoning models
-/// (served by Ollama or vLLM) put in `content`.
-fn strip_think(text: &str) -> &str {
-    let trimmed = text.trim_start();
-    if let Some(rest) = trimmed.strip_prefix("<think>")
-        && let Some(end) = rest.find("</think>")
-    {
-        return &rest[end + "</think>".len()..];
-    }
-    text
-}
-
-/// The message of an error body (`{"error": {"message": ..}}`, `{"error":
-/// ".."}`, `{"message": ..}`), or an excerpt of the raw body.
-fn error_message(bytes: &[u8]) -> String {
-    let from_json = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
-        let error = v.get("error");
-        error
-            .and_then(|e| e.get("message"))
-            .or(error)
-            .or_else(|| v.get("message"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    });
-    let text = from_json.unwrap_or_else(|| excerpt(bytes));
-    prompt::clip_middle(&text, ERROR_EXCERPT_CHARS).into_owned()
-}
-
-fn excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    prompt::clip_middle(text.trim(), ERROR_EXCERPT_CHARS).into_owned()
 }
 
 #[cfg(test)]

@@ -31,7 +31,37 @@ struct RouteReason {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: String,
+}
+
 type Histograms = Family<Route, Histogram, fn() -> Histogram>;
+
+/// What model summaries cost (`summarizer.kind: upstream`), counted where
+/// a background summary ends (off the request path): the calls by outcome
+/// and the tokens the upstream reported for them, apart from the agents'.
+#[derive(Clone, Debug, Default)]
+pub struct SummaryMeter {
+    calls: Family<Outcome, Counter>,
+    prompt_tokens: Counter,
+    completion_tokens: Counter,
+}
+
+impl SummaryMeter {
+    /// One summary call: `ok` or why it failed, what it spent.
+    pub fn call(&self, ok: bool, stats: &context_engine::summarize::openai::CallStats) {
+        let outcome = if ok { "ok" } else { "failed" };
+        self.calls
+            .get_or_create(&Outcome {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.prompt_tokens.inc_by(stats.prompt_tokens.unwrap_or(0));
+        self.completion_tokens
+            .inc_by(stats.completion_tokens.unwrap_or(0));
+    }
+}
 
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~100 s.
@@ -70,6 +100,7 @@ pub struct Metrics {
     store_latency: Histogram,
     client_tokens: Counter,
     managed_tokens: Counter,
+    summaries: SummaryMeter,
     api_requests: AtomicU64,
     recent: Mutex<Recent>,
 }
@@ -121,6 +152,11 @@ pub struct Overview {
     /// The last fallbacks' reasons (newest last), with their Unix
     /// milliseconds.
     pub fallback_reasons: Vec<(u64, String)>,
+    /// Prompt tokens the upstream reported for the engine's own summary
+    /// calls (`ctx_summary_prompt_tokens_total`).
+    pub summary_prompt_tokens: u64,
+    /// Completion tokens of those calls.
+    pub summary_completion_tokens: u64,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -174,6 +210,7 @@ impl Metrics {
             store_latency: latency_histogram(),
             client_tokens: Counter::default(),
             managed_tokens: Counter::default(),
+            summaries: SummaryMeter::default(),
             api_requests: AtomicU64::new(0),
             recent: Mutex::default(),
         };
@@ -309,6 +346,21 @@ impl Metrics {
             self.cache_share.clone(),
         );
         registry.register("sessions", "Sessions held in memory", self.sessions.clone());
+        registry.register(
+            "summary_calls",
+            "The engine's own summary calls to the upstream (summarizer.kind: upstream), by outcome",
+            self.summaries.calls.clone(),
+        );
+        registry.register(
+            "summary_prompt_tokens",
+            "Prompt tokens the upstream reported for the engine's summary calls (apart from the agents')",
+            self.summaries.prompt_tokens.clone(),
+        );
+        registry.register(
+            "summary_completion_tokens",
+            "Completion tokens the upstream reported for the engine's summary calls",
+            self.summaries.completion_tokens.clone(),
+        );
         registry.register(
             "inflight_request_bytes",
             "Request body bytes held by requests in flight (capped by serve.max_inflight_bytes)",
@@ -477,7 +529,14 @@ impl Metrics {
             lineages: self.lineages.get(),
             overhead_ms: (!samples.is_empty()).then(|| [rank(0.5), rank(0.9), rank(0.99)]),
             fallback_reasons: recent.fallbacks.iter().cloned().collect(),
+            summary_prompt_tokens: self.summaries.prompt_tokens.get(),
+            summary_completion_tokens: self.summaries.completion_tokens.get(),
         }
+    }
+
+    /// The meter background summaries report to.
+    pub fn summaries(&self) -> SummaryMeter {
+        self.summaries.clone()
     }
 
     /// A diverging history started a new lineage.

@@ -78,14 +78,7 @@ fn send(addr: std::net::SocketAddr, body: Value, session: &str) -> tokio::task::
 async fn metric_reaches(addr: std::net::SocketAddr, name: &str, want: u64) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let text = common::client()
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::metrics_text(addr).await;
         if metric(&text, name) >= want {
             return text;
         }

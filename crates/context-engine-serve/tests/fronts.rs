@@ -137,14 +137,7 @@ async fn status(addr: std::net::SocketAddr, id: &str, headers: &[(&str, &str)]) 
 }
 
 async fn metrics(addr: std::net::SocketAddr) -> String {
-    common::client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    common::metrics_text(addr).await
 }
 
 /// A Claude Code-like request: system blocks with a breakpoint, a

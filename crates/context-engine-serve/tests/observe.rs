@@ -37,14 +37,7 @@ async fn post(addr: std::net::SocketAddr, path: &str, body: Vec<u8>, session: &s
 }
 
 async fn metrics(addr: std::net::SocketAddr) -> String {
-    common::client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    common::metrics_text(addr).await
 }
 
 /// Waits (bounded, short polls) until `n` requests were observed.

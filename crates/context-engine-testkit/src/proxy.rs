@@ -129,6 +129,18 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The proxy's `/metrics` text.
+pub async fn metrics_text(addr: SocketAddr) -> String {
+    client()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The store's name of session `id` of a [`client`] (its identity's scope
 /// and the id).
 pub fn store_id(id: &str) -> String {

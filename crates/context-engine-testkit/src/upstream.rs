@@ -16,6 +16,9 @@ use axum::routing::{get, post};
 use futures_util::StreamExt;
 use tokio::net::TcpListener;
 
+/// A reply and its status, computed from the request body.
+pub type StatusFn = dyn Fn(&serde_json::Value) -> (u16, serde_json::Value) + Send + Sync;
+
 /// What the scripted upstream answers to one call.
 #[derive(Clone)]
 pub enum Reply {
@@ -31,6 +34,8 @@ pub enum Reply {
     Sse(String),
     /// Compute the reply from the request body.
     With(Arc<dyn Fn(&serde_json::Value) -> serde_json::Value + Send + Sync>),
+    /// Compute the reply and its status from the request body.
+    WithStatus(Arc<StatusFn>),
 }
 
 /// One request the upstream received.
@@ -47,8 +52,12 @@ pub struct Received {
 /// The scripted upstream's state.
 #[derive(Default)]
 pub struct Script {
-    /// Replies, in order; when empty, a fixed "ok" answer.
+    /// Replies, in order; when empty, [`Script::otherwise`]'s, else a
+    /// fixed "ok" answer.
     pub replies: Mutex<VecDeque<Reply>>,
+    /// What answers a request when no reply is queued (a test whose
+    /// calls interleave with the proxy's own, such as summaries).
+    pub otherwise: Mutex<Option<Reply>>,
     /// Requests received, in order.
     pub received: Mutex<Vec<Received>>,
 }
@@ -89,20 +98,10 @@ async fn chat(State(script): State<Arc<Script>>, headers: HeaderMap, body: Bytes
 
 async fn answer(script: Arc<Script>, headers: HeaderMap, body: Bytes) -> Response {
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let reply = script.replies.lock().unwrap().pop_front();
+    let queued = script.replies.lock().unwrap().pop_front();
+    let reply = queued.or_else(|| script.otherwise.lock().unwrap().clone());
     let value = match reply {
-        Some(Reply::Raw(status, text)) => {
-            script.received.lock().unwrap().push(Received {
-                headers,
-                body,
-                reply: Bytes::from(text.clone()),
-            });
-            return Response::builder()
-                .status(StatusCode::from_u16(status).unwrap())
-                .header("content-type", "application/json")
-                .body(Body::from(text))
-                .unwrap();
-        }
+        Some(Reply::Raw(status, text)) => return raw_reply(&script, (headers, body), status, text),
         Some(Reply::Json(v)) => v,
         Some(Reply::Sse(text)) => return event_stream(&script, headers, body, text),
         Some(Reply::StreamThenHold(v)) => {
@@ -129,6 +128,16 @@ async fn answer(script: Arc<Script>, headers: HeaderMap, body: Bytes) -> Respons
                 .await
                 .unwrap()
         }
+        Some(Reply::WithStatus(f)) => {
+            let request = request.clone();
+            let (status, value) = tokio::task::spawn_blocking(move || f(&request))
+                .await
+                .unwrap();
+            if status != 200 {
+                return raw_reply(&script, (headers, body), status, value.to_string());
+            }
+            value
+        }
         None => completion(
             serde_json::json!({"role": "assistant", "content": "ok"}),
             10,
@@ -150,6 +159,25 @@ async fn answer(script: Arc<Script>, headers: HeaderMap, body: Bytes) -> Respons
         reply: Bytes::from(text.clone()),
     });
     Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+/// Records the request and answers `status` with the JSON `text`.
+fn raw_reply(
+    script: &Script,
+    (headers, body): (HeaderMap, Bytes),
+    status: u16,
+    text: String,
+) -> Response {
+    script.received.lock().unwrap().push(Received {
+        headers,
+        body,
+        reply: Bytes::from(text.clone()),
+    });
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap())
         .header("content-type", "application/json")
         .body(Body::from(text))
         .unwrap()

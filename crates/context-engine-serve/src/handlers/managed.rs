@@ -32,7 +32,9 @@ use axum::response::{IntoResponse, Response};
 use crate::body::{ChatBody, with_include_usage};
 use crate::error::ServeError;
 use crate::handlers::relay::{self, Stream};
-use crate::handlers::{account_plan, answer_collected, engine_step, keep_request, passthrough};
+use crate::handlers::{
+    SentTo, account_plan, answer_collected, engine_step, keep_request, passthrough,
+};
 use crate::identity::Identity;
 use crate::session::key::{front_session_key, session_key};
 use crate::session::requests::Wire;
@@ -132,7 +134,11 @@ pub(crate) async fn handle(
             return unmanaged_send(state, call, (started, &url), out_headers, stream, body).await;
         }
     };
-    let (outcome, managed) = step(&state, call.api, &mut guard, (&slot, &key), &split);
+    let to = SentTo {
+        url: &url,
+        headers: &out_headers,
+    };
+    let (outcome, managed) = step(&state, call.api, &mut guard, (&slot, &key, to), &split);
 
     // The request that goes upstream: the managed fields, the usage chunk
     // asked for (chat), the engine's tools offered.
@@ -219,12 +225,13 @@ pub(crate) fn key_of(
 
 /// The one session step of a request of `api` on its locked session,
 /// accounted ([`account_plan`]): the engine's view, and whether the
-/// request is managed.
+/// request is managed. `to`: where the request goes upstream (a
+/// background summary it starts asks there).
 pub(crate) fn step(
     state: &AppState,
     api: Wire,
     guard: &mut Guard,
-    (slot, key): (&Slot, &SessionKey),
+    (slot, key, to): (&Slot, &SessionKey, SentTo<'_>),
     split: &ChatBody<'_>,
 ) -> (Result<View, ViewError>, bool) {
     let ctx = Arc::clone(state.sessions().context());
@@ -240,7 +247,7 @@ pub(crate) fn step(
         .as_mut()
         .map(|v| &mut v.plan)
         .map_err(|why| why as &(dyn std::error::Error + 'static));
-    let managed = account_plan(state, guard, key, plan, front);
+    let managed = account_plan(state, guard, (key, to), plan, front);
     (outcome, managed)
 }
 

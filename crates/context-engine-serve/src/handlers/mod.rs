@@ -20,12 +20,14 @@ use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 
 use context_engine::front::FrontKind;
+use context_engine::summarize::model::ReplyShape;
 
 use crate::error::ServeError;
 use crate::session::calls::{CallPoint, CompactionMark, Marks};
 use crate::session::requests::{KeptCall, Wire};
 use crate::session::{Guard, Plan, SessionKey, background};
 use crate::state::AppState;
+use crate::summarizer::Target;
 use crate::upstream::response_headers;
 pub(crate) use crate::usage::{settle, usage_of};
 
@@ -63,6 +65,14 @@ pub(crate) fn report_plan(
         .prompt(plan.messages_json.len(), plan.reused_bytes);
 }
 
+/// Where a request goes upstream: its URL and the headers it carries
+/// there (what a background summary it starts asks with).
+#[derive(Clone, Copy)]
+pub(crate) struct SentTo<'a> {
+    pub url: &'a str,
+    pub headers: &'a HeaderMap,
+}
+
 /// The engine's plan for a managed request, accounted: a summary due in
 /// the background starts now (off the request path), the plan is logged
 /// and counted ([`report_plan`]) or, when the engine failed, the fallback
@@ -71,14 +81,29 @@ pub(crate) fn report_plan(
 pub(crate) fn account_plan(
     state: &AppState,
     guard: &mut Guard,
-    key: &SessionKey,
+    (key, to): (&SessionKey, SentTo<'_>),
     plan: Result<&mut Plan, &(dyn std::error::Error + 'static)>,
     front: Option<(FrontKind, bool)>,
 ) -> bool {
     match plan {
         Ok(plan) => {
             if let (Some(job), Some(m)) = (plan.summary_job.take(), guard.as_mut()) {
-                background::spawn(m, &key.id, job, state.sessions().summary_claims());
+                let api = match front {
+                    None => ReplyShape::Chat,
+                    Some((FrontKind::Anthropic, _)) => ReplyShape::Messages,
+                    Some((FrontKind::Responses, _)) => ReplyShape::Responses,
+                };
+                let window = m.host().engine().state().context_length;
+                let target = Target::of(
+                    api,
+                    to.url,
+                    to.headers,
+                    m.model().map(str::to_owned),
+                    window,
+                );
+                let meter = state.metrics().summaries();
+                let claims = state.sessions().summary_claims();
+                background::spawn(m, &key.id, job, claims, (target, meter));
             }
             report_plan(state, &key.id, plan, front);
             state

@@ -30,6 +30,7 @@ use context_engine::engine::Usage;
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
+use crate::handlers::SentTo;
 use crate::handlers::managed::{self, Call, upstream_url};
 use crate::handlers::{keep_request, respond, settle, usage_of};
 use crate::identity::Identity;
@@ -68,7 +69,7 @@ pub(crate) async fn handle(
     let arrival = ARRIVALS.fetch_add(1, Ordering::Relaxed) + 1;
     tokio::spawn(observe(
         state.clone(),
-        (call, arrival),
+        (call, arrival, url.clone()),
         identity,
         headers,
         body.clone(),
@@ -133,7 +134,7 @@ impl Stream for Tap {
 /// sent.
 async fn observe(
     state: AppState,
-    (call, arrival): (Call, u64),
+    (call, arrival, url): (Call, u64, String),
     identity: Identity,
     headers: HeaderMap,
     body: Bytes,
@@ -166,7 +167,13 @@ async fn observe(
         state.metrics().observe_error(route, "out_of_order");
         return;
     }
-    let (outcome, managed) = managed::step(&state, call.api, &mut guard, (&slot, &key), &split);
+    // Where it went: a background summary it starts asks there.
+    let out_headers = state.upstream().headers(&headers, true);
+    let to = SentTo {
+        url: &url,
+        headers: &out_headers,
+    };
+    let (outcome, managed) = managed::step(&state, call.api, &mut guard, (&slot, &key, to), &split);
     let Ok(view) = outcome else {
         state.metrics().observe_error(route, "engine");
         state.sessions().release(Some(guard), None);

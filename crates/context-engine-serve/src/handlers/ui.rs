@@ -260,7 +260,9 @@ pub async fn overview(State(state): State<AppState>, Caller(viewer): Caller) -> 
 /// reads, the completions), and as the agents would have sent them without
 /// the engine (the same, plus the prompt tokens the engine left out). The
 /// second is a floor: without the engine the provider's cache might have
-/// served more of the longer prompts, but never more than they held.
+/// served more of the longer prompts, but never more than they held. The
+/// first includes the engine's own summary calls (`summarizer.kind:
+/// upstream`).
 #[derive(Debug, Serialize)]
 struct Estimate {
     /// The price model's name (a preset, or `custom`).
@@ -287,9 +289,12 @@ impl Estimate {
         } else {
             (m.prompt_tokens, m.prompt_tokens + left_out)
         };
+        // The engine's own summary calls are part of its bill (observed:
+        // what it would have spent).
+        let summaries = price.cost(m.summary_prompt_tokens, 0, 0, m.summary_completion_tokens);
         Estimate {
             price: price.name.clone(),
-            with_engine: bill(with),
+            with_engine: bill(with) + summaries,
             without_engine: bill(without),
         }
     }

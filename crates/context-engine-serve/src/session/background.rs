@@ -12,6 +12,12 @@
 //! its result ignored if it has; a result that no longer matches the
 //! history is dropped by the engine when it would use it.
 //!
+//! The job runs in the [`summarizer::in_scope`] of the request that
+//! started it: an upstream summarizer (`summarizer.kind: upstream`) asks
+//! that request's upstream, in its API, with its credential; what the call
+//! spent is counted (`ctx_summary_*`) and travels back with the summary
+//! to the session's figures.
+//!
 //! [`SummaryClaims`] is the seam for a fleet sharing a store: before a job
 //! runs, the claim for its key is asked for, so two servers do not compute
 //! the same summary.
@@ -21,7 +27,9 @@ use std::sync::Arc;
 use context_engine::engine::SummaryJob;
 use tokio::sync::oneshot;
 
-use super::Managed;
+use super::{Background, Managed};
+use crate::metrics::SummaryMeter;
+use crate::summarizer::{self, Target};
 
 /// Who computes a background summary when several servers share sessions.
 pub trait SummaryClaims: Send + Sync {
@@ -33,12 +41,15 @@ pub trait SummaryClaims: Send + Sync {
 }
 
 /// Runs `job` for `session` off the request path and lets `managed` adopt
-/// its result on a later request.
+/// its result on a later request. `target` is the request that started
+/// it (what an upstream summarizer asks, with which credential and
+/// model); `meter` counts a model call's outcome and tokens.
 pub fn spawn(
     managed: &mut Managed,
     session: &str,
     job: SummaryJob,
     claims: Option<Arc<dyn SummaryClaims>>,
+    (target, meter): (Target, SummaryMeter),
 ) {
     let (tx, rx) = oneshot::channel();
     managed.await_summary(rx);
@@ -54,14 +65,28 @@ pub fn spawn(
             return;
         }
         let messages = job.messages();
-        let done = job.run();
+        let (done, spent) = summarizer::in_scope(target, || job.run());
+        if let Some(spent) = &spent {
+            meter.call(spent.failure.is_none(), &spent.stats);
+            if let Some(why) = &spent.failure {
+                tracing::warn!(
+                    session = %session, reason = %why,
+                    "summary call failed: the extractive summary stands in"
+                );
+            }
+        }
         tracing::info!(
             session = %session, messages,
             elapsed_ms = done.elapsed().as_secs_f64() * 1e3,
+            prompt_tokens = spent.as_ref().and_then(|s| s.stats.prompt_tokens),
+            completion_tokens = spent.as_ref().and_then(|s| s.stats.completion_tokens),
             "background summary ready"
         );
         // The session may have moved on to a new lineage: then nobody
         // listens, and the summary is dropped.
-        let _ = tx.send(done);
+        let _ = tx.send(Background {
+            summary: done,
+            spent,
+        });
     });
 }

@@ -62,6 +62,17 @@ pub struct SessionStats {
     pub background_started: u64,
     /// Background summaries that arrived and were handed to the engine.
     pub background_summaries: u64,
+    /// Of those, the ones a model call wrote (`summarizer.kind:
+    /// upstream`), and the tokens the upstream reported for them: the
+    /// engine's own spend, apart from the agent's.
+    pub summary_calls: u64,
+    /// Prompt tokens of those summary calls.
+    pub summary_prompt_tokens: u64,
+    /// Completion tokens of those summary calls.
+    pub summary_completion_tokens: u64,
+    /// Why the last summary call failed, if it did (the extractive
+    /// summary then stands in).
+    pub last_summary_failure: Option<String>,
     /// Prompt tokens the upstream reported, summed.
     pub prompt_tokens: u64,
     /// Completion tokens the upstream reported, summed.
@@ -77,6 +88,16 @@ pub struct SessionStats {
     /// Tokens of the client's last history, counted (with the request's
     /// overhead, as `last_request_tokens`).
     pub last_client_tokens: u64,
+}
+
+/// A background summary as it comes back to its session: the engine's
+/// result and, when a model call wrote it, what that call spent.
+#[derive(Debug)]
+pub struct Background {
+    /// For the engine.
+    pub summary: PreparedSummary,
+    /// The model call, if one was made.
+    pub spent: Option<crate::summarizer::Spent>,
 }
 
 /// What [`Managed::prepare`] produced for one request.
@@ -118,7 +139,7 @@ pub struct Managed {
     lineage: Lineage,
     calls: u64,
     /// The background summary on its way, if one is being prepared.
-    pending: Option<oneshot::Receiver<PreparedSummary>>,
+    pending: Option<oneshot::Receiver<Background>>,
     /// The model the requests name ([`use_model`](Self::use_model)).
     model: Option<String>,
     /// The figures shown by `/ctx/sessions/{id}`.
@@ -465,9 +486,14 @@ impl Managed {
         self.model = model;
     }
 
+    /// The model the last request named.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
     /// The background summary of [`Plan::summary_job`] will arrive on
     /// `summary`; it is adopted by the first request that finds it ready.
-    pub fn await_summary(&mut self, summary: oneshot::Receiver<PreparedSummary>) {
+    pub fn await_summary(&mut self, summary: oneshot::Receiver<Background>) {
         self.stats.background_started += 1;
         self.pending = Some(summary);
     }
@@ -485,9 +511,16 @@ impl Managed {
             return;
         };
         match rx.try_recv() {
-            Ok(summary) => {
+            Ok(Background { summary, spent }) => {
                 self.pending = None;
                 self.stats.background_summaries += 1;
+                if let Some(spent) = spent {
+                    self.stats.summary_calls += 1;
+                    self.stats.summary_prompt_tokens += spent.stats.prompt_tokens.unwrap_or(0);
+                    self.stats.summary_completion_tokens +=
+                        spent.stats.completion_tokens.unwrap_or(0);
+                    self.stats.last_summary_failure = spent.failure;
+                }
                 self.host.adopt_summary(summary);
             }
             Err(oneshot::error::TryRecvError::Empty) => {}

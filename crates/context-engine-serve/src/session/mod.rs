@@ -37,7 +37,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 pub use background::SummaryClaims;
 pub use error::{LineageError, SessionError};
 pub use key::{KeySource, SessionKey};
-pub use managed::{Managed, Plan, SessionContext, SessionStats};
+pub use managed::{Background, Managed, Plan, SessionContext, SessionStats};
 pub use persist::{SharedStore, StoreHealth};
 
 /// Why a factory could not build an engine (its whole chain of causes

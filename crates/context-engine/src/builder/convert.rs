@@ -142,4 +142,26 @@ impl Config {
         }
         Some(config)
     }
+
+    /// Settings of the upstream summarizer (`summarizer.kind: upstream`:
+    /// `ctx serve` asks its own upstream): the model (empty: the
+    /// request's), timeout, the summary model's window (unset: the
+    /// session's) and reply cap; `None` for another kind. No window is
+    /// asked of the server: the session's is known.
+    pub fn upstream_summary_config(&self) -> Option<OpenAiConfig> {
+        let s = &self.summarizer;
+        if s.kind != SummarizerKind::Upstream {
+            return None;
+        }
+        let mut config = OpenAiConfig::new("", s.model.clone().unwrap_or_default())
+            .with_timeout(Duration::from_secs(s.timeout_seconds))
+            .with_discover_window(false);
+        if let Some(n) = s.context_length {
+            config = config.with_context_length(n);
+        }
+        if let Some(n) = s.max_output_tokens {
+            config = config.with_max_output_tokens(n);
+        }
+        Some(config)
+    }
 }

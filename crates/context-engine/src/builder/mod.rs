@@ -109,6 +109,7 @@ pub enum BuildError {
 #[derive(Clone)]
 pub struct EngineBuilder {
     summarizers: Option<Arc<dyn SummarizerFactory>>,
+    upstream: Option<Arc<dyn ModelSummarizer>>,
     plugins: Option<Arc<dyn PluginHost>>,
     config: Config,
     config_file: Option<PathBuf>,
@@ -130,6 +131,7 @@ impl std::fmt::Debug for EngineBuilder {
             .field("context_length", &self.context_length)
             .field("engine", &self.engine)
             .field("summarizers", &self.summarizers.is_some())
+            .field("upstream", &self.upstream.is_some())
             .field("plugins", &self.plugins.is_some())
             .finish_non_exhaustive()
     }
@@ -141,6 +143,7 @@ impl EngineBuilder {
     pub fn from_config(config: Config) -> EngineBuilder {
         EngineBuilder {
             summarizers: None,
+            upstream: None,
             plugins: None,
             config,
             config_file: None,
@@ -163,11 +166,27 @@ impl EngineBuilder {
         }
     }
 
+    /// The configuration it builds from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// What makes the model summarizer `summarizer.kind: openai` asks for
     /// (none by default: such a configuration is then an error,
     /// [`BuildError::NoAdapter`]).
     pub fn with_summarizers(mut self, factory: Arc<dyn SummarizerFactory>) -> EngineBuilder {
         self.summarizers = Some(factory);
+        self
+    }
+
+    /// The summarizer `summarizer.kind: upstream` names: a proxy's own
+    /// upstream (`ctx serve` gives it). Without one that kind writes the
+    /// extractive summary, and the engine says so.
+    pub fn with_upstream_summarizer(
+        mut self,
+        summarizer: Arc<dyn ModelSummarizer>,
+    ) -> EngineBuilder {
+        self.upstream = Some(summarizer);
         self
     }
 
@@ -244,7 +263,19 @@ impl EngineBuilder {
             .unwrap_or_else(|| config.context.engine.clone());
         let text_actions = config.text_actions()?;
         let redactor = Arc::new(config.redactor()?);
-        let client = summarizer(&config, &self.env, &redactor, self.summarizers.as_deref())?;
+        let mut notes = Vec::new();
+        let client = match (config.summarizer.kind, self.upstream) {
+            (SummarizerKind::Upstream, Some(upstream)) => Some(upstream),
+            (SummarizerKind::Upstream, None) => {
+                notes.push(
+                    "summarizer.kind: upstream asks `ctx serve`'s upstream, which this command \
+                     does not have: the extractive summary stands in"
+                        .to_owned(),
+                );
+                None
+            }
+            _ => summarizer(&config, &self.env, &redactor, self.summarizers.as_deref())?,
+        };
         let compressor_options = config
             .compressor_options()
             .with_profile(self.profile)
@@ -286,6 +317,7 @@ impl EngineBuilder {
             plugin_dirs,
             text_actions,
             host,
+            notes,
             config_file: self.config_file,
             env: self.env,
             config,
@@ -378,6 +410,9 @@ pub struct Engines {
     host: HostOptions,
     price: PriceModel,
     env: Env,
+    /// What the user should know about the configuration itself (a
+    /// summarizer this command cannot have), in every [`Started`].
+    notes: Vec<String>,
 }
 
 impl std::fmt::Debug for Engines {
@@ -518,7 +553,8 @@ impl Engines {
             name: self.name.clone(),
             source,
         })?;
-        let mut warnings = selected.warnings;
+        let mut warnings = self.notes.clone();
+        warnings.extend(selected.warnings);
         if let EngineSource::Plugin { manifest } = &selected.source {
             warnings.push(format!(
                 "engine `{}` runs as a plugin process ({})",

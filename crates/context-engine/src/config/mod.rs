@@ -228,18 +228,24 @@ pub enum SummarizerKind {
     Extractive,
     /// An OpenAI-compatible chat-completions endpoint.
     Openai,
+    /// `ctx serve`'s own upstream, in the client's API, with the request's
+    /// credential and `summarizer.model` or else the request's model.
+    /// Other commands have no upstream: the extractive summary stands in.
+    Upstream,
 }
 
 /// `summarizer`: the summary writer and, for `openai`, its endpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SummarizerConfig {
-    /// `extractive` (default, offline) or `openai`.
+    /// `extractive` (default, offline), `openai` or `upstream` (`ctx
+    /// serve`'s upstream).
     pub kind: SummarizerKind,
     /// Base URL as in the OpenAI SDKs (`http://127.0.0.1:8080/v1`); needed
     /// for `openai`.
     pub base_url: Option<String>,
-    /// Model name sent to the endpoint; needed for `openai`.
+    /// Model name sent to the endpoint; needed for `openai`; for
+    /// `upstream`, unset means the request's model.
     pub model: Option<String>,
     /// NAME of the environment variable holding the API key. The key itself
     /// never goes in the file: a key-looking value under any `api_key*` key

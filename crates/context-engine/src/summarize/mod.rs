@@ -12,6 +12,9 @@
 //! enforce their own timeouts.
 
 pub mod extractive;
+// What every model summarizer (chat completions, the proxy's upstream in
+// any API) does around its HTTP call.
+pub mod model;
 
 use std::time::Duration;
 

@@ -30,6 +30,9 @@ pub enum WindowSource {
     ModelsList,
     /// A context-overflow error named it.
     LearnedFromError,
+    /// The window the session is managed against (`ctx serve`'s upstream
+    /// summarizer: the agent's own model writes the summary).
+    Session,
 }
 
 impl WindowSource {
@@ -41,6 +44,7 @@ impl WindowSource {
             WindowSource::ServerProps => "server /props",
             WindowSource::ModelsList => "server /models",
             WindowSource::LearnedFromError => "learned from an overflow error",
+            WindowSource::Session => "the session's window",
         }
     }
 }

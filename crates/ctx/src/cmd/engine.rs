@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use context_engine::builder::{BuildError, Engines};
+use context_engine::builder::{BuildError, EngineBuilder, Engines};
 use context_engine::config::{ConfigLoader, Env, Loaded, SummarizerKind as ConfigSummarizer};
 use context_engine::engine::ContextEngine;
 use context_engine::message::Message;
@@ -25,6 +25,9 @@ pub enum SummarizerKind {
     /// An OpenAI-compatible chat-completions endpoint (`--base-url`,
     /// `--summarizer-model`).
     Openai,
+    /// `ctx serve` only: its own upstream, in the client's API, with the
+    /// request's credential and model (or `--summarizer-model`).
+    Upstream,
 }
 
 /// Flags that choose and configure the engine, shared by every command
@@ -103,6 +106,7 @@ impl EngineArgs {
         match self.summarizer {
             Some(SummarizerKind::Openai) => s.kind = ConfigSummarizer::Openai,
             Some(SummarizerKind::Extractive) => s.kind = ConfigSummarizer::Extractive,
+            Some(SummarizerKind::Upstream) => s.kind = ConfigSummarizer::Upstream,
             None => {}
         }
         if let Some(url) = &self.base_url {
@@ -130,6 +134,13 @@ impl EngineArgs {
     /// of `profile` ([`EngineBuilder`], the one place config becomes an
     /// engine), and the configuration's warnings.
     pub fn engines(&self, profile: Profile) -> anyhow::Result<(Engines, Vec<String>)> {
+        let (builder, warnings) = self.builder(profile)?;
+        Ok((builder.build().map_err(flagged)?, warnings))
+    }
+
+    /// The builder [`engines`](Self::engines) builds, for a command that
+    /// adds what only it has (`ctx serve`'s upstream summarizer).
+    pub fn builder(&self, profile: Profile) -> anyhow::Result<(EngineBuilder, Vec<String>)> {
         let mut loaded = self.load_config()?;
         let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
         let s = &mut loaded.config.summarizer;
@@ -145,15 +156,13 @@ impl EngineArgs {
             ));
             s.model = Some(m.clone());
         }
-        let engines = context_engine_adapters::builder(loaded)
+        let builder = context_engine_adapters::builder(loaded)
             .with_env(process_env())
             .with_profile(profile)
             .with_model(self.model.model.clone())
             .with_context_length(self.context_length)
-            .with_engine(self.engine.clone())
-            .build()
-            .map_err(flagged)?;
-        Ok((engines, warnings))
+            .with_engine(self.engine.clone());
+        Ok((builder, warnings))
     }
 
     /// The engine for `messages`: [`engines`](Self::engines), check that

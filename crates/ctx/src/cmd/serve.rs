@@ -12,7 +12,7 @@ use context_engine::store::{SessionStore, StoreError};
 use context_engine::validate::Profile;
 use context_engine_postgres::{PgOptions, PgStore};
 use context_engine_serve::config::env_value;
-use context_engine_serve::{FactoryError, ServeOptions, SessionContext};
+use context_engine_serve::{FactoryError, ServeOptions, SessionContext, UpstreamSummarizer};
 
 /// Arguments of `ctx serve`.
 #[derive(Debug, clap::Args)]
@@ -95,11 +95,11 @@ pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
     // The one place config becomes an engine; a broken configuration fails
     // here, at start, not on the first request.
     let profile = args.profile;
-    let (engines, warnings) = args.engine.engines(profile)?;
+    let (mut builder, warnings) = args.engine.builder(profile)?;
     for w in &warnings {
         eprintln!("ctx: warning: {w}");
     }
-    let config = engines.config().clone();
+    let config = builder.config().clone();
     // A flag means what its key means: applied over `serve.*`, then the
     // one mapping (in the serve crate) makes the options.
     let mut s = config.serve.clone();
@@ -119,12 +119,20 @@ pub fn prepare(args: &ServeArgs) -> anyhow::Result<Proxy> {
         &config,
         &env,
     )?);
+    let egress = Egress::new(Some(Arc::new(config.redactor()?)));
     if options.ui.enabled {
         options.ui = options
             .ui
             .with_price(config.pricing.price_model())
-            .with_egress(Egress::new(Some(Arc::new(config.redactor()?))));
+            .with_egress(egress.clone());
     }
+    // `summarizer.kind: upstream`: summaries asked of this upstream, in
+    // each client's API, with its credential (prepared in the background).
+    if let Some(summary) = config.upstream_summary_config() {
+        let upstream = UpstreamSummarizer::new(summary, egress)?;
+        builder = builder.with_upstream_summarizer(Arc::new(upstream));
+    }
+    let engines = builder.build().map_err(super::engine::flagged)?;
 
     // One engine now (a plugin is started and checked); each session then
     // gets a fresh one of the same configuration, sharing the counter, the

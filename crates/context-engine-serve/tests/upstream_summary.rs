@@ -1,0 +1,367 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `summarizer.kind: upstream`: the background summary is asked of the
+//! proxy's own upstream, in the client's API (chat completions, Anthropic
+//! Messages, Responses), with the client's credential and model, its input
+//! redacted; the compaction carries the model's summary, and the tokens
+//! the summary call spent are counted apart (`/metrics`, the session's
+//! figures). A failing summary call leaves the extractive summary in its
+//! place, and the reason is kept.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use context_engine::compressor::SUMMARY_PREFIX;
+use context_engine::engine::ContextEngine;
+use context_engine::host::HostOptions;
+use context_engine::plugin::EngineContext;
+use context_engine::redact::Egress;
+use context_engine::summarize::openai::OpenAiConfig;
+use context_engine::tokens::TokenCounter;
+use context_engine_serve::{SessionContext, UpstreamSummarizer};
+use serde_json::{Value, json};
+
+use common::{
+    Reply, Script, completion, counter, metric, metrics_text, options, start_proxy, start_upstream,
+};
+
+const WINDOW: u64 = 8_000;
+/// A secret in a tool result: it must never reach the summary call.
+const SECRET: &str = "AKIAZ3MK5Q7R2XWPLB4N";
+const SUMMARY_USAGE: (u64, u64) = (1_234, 56);
+const INSTRUCTION: &str = "You write handoff summaries";
+
+fn context(counter: Arc<dyn TokenCounter>) -> SessionContext {
+    let config = OpenAiConfig::default().with_max_retries(0);
+    let summarizer = Arc::new(UpstreamSummarizer::new(config, Egress::builtin()).unwrap());
+    let c = Arc::clone(&counter);
+    let factory =
+        move |_id: &str| -> Result<Box<dyn ContextEngine>, context_engine_serve::FactoryError> {
+            Ok(Box::new(
+                EngineContext::new(Arc::clone(&c), WINDOW)
+                    .into_compressor()
+                    .with_summarizer(Box::new(Arc::clone(&summarizer))),
+            ))
+        };
+    SessionContext {
+        factory: Arc::new(factory),
+        counter,
+        host: HostOptions::default().with_summary_watermark(Some(0.6)),
+        blocking: false,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Api {
+    Chat,
+    Messages,
+    Responses,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// A client carrying only this API's credential (the kit's client
+    /// sends an `Authorization` of its own).
+    fn client(self) -> reqwest::Client {
+        match self {
+            Api::Messages => reqwest::Client::new(),
+            _ => common::client(),
+        }
+    }
+
+    fn credential(self) -> (&'static str, &'static str) {
+        match self {
+            Api::Messages => ("x-api-key", "sk-ant-client"),
+            _ => ("authorization", "Bearer sk-client"),
+        }
+    }
+
+    /// A coding session of `turns` tool calls in this API's shape.
+    fn request(self, turns: usize) -> Value {
+        let ask = "Fix the parser bug in src/parse.rs";
+        let output = |i: usize| -> String {
+            let mut body: String = (0..8)
+                .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
+                .collect();
+            if i == 1 {
+                body.push_str(&format!("aws_access_key_id = {SECRET}\n"));
+            }
+            body
+        };
+        let args = |i: usize| format!("{{\"cmd\":\"cat src/file{i}.rs\"}}");
+        match self {
+            Api::Chat => {
+                let mut m = vec![
+                    json!({"role": "system", "content": "You are a coding agent."}),
+                    json!({"role": "user", "content": ask}),
+                ];
+                for i in 0..turns {
+                    m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function", "function": {"name": "bash", "arguments": args(i)}}]}));
+                    m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": output(i)}));
+                }
+                json!({"model": "gpt-agent", "messages": m})
+            }
+            Api::Messages => {
+                let mut m = vec![json!({"role": "user", "content": ask})];
+                for i in 0..turns {
+                    m.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("toolu_{i}"), "name": "bash", "input": {"cmd": format!("cat src/file{i}.rs")}}]}));
+                    m.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": output(i)}]}));
+                }
+                json!({"model": "claude-agent", "max_tokens": 1024, "system": "You are a coding agent.", "messages": m})
+            }
+            Api::Responses => {
+                let mut m = vec![json!({"role": "user", "content": ask})];
+                for i in 0..turns {
+                    m.push(json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "bash", "arguments": args(i)}));
+                    m.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": output(i)}));
+                }
+                json!({"model": "gpt-agent", "instructions": "You are a coding agent.", "input": m})
+            }
+        }
+    }
+
+    fn model(self) -> &'static str {
+        match self {
+            Api::Messages => "claude-agent",
+            _ => "gpt-agent",
+        }
+    }
+}
+
+/// Whether `body` is a summary call, in any API.
+fn is_summary_call(body: &Value) -> bool {
+    [
+        body.pointer("/messages/0/content"),
+        body.get("system"),
+        body.get("instructions"),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(Value::as_str)
+    .any(|s| s.starts_with(INSTRUCTION))
+}
+
+/// The upstream: a summary call gets `summary` (or fails with `status`),
+/// an agent call an answer in its API's shape with its prompt's size as
+/// usage.
+fn answer_everything(script: &Script, counter: Arc<dyn TokenCounter>, fail: Option<u16>) {
+    let reply = move |body: &Value| -> (u16, Value) {
+        let text = "MODEL SUMMARY: the agent read src/file0.rs onwards looking for the parser bug in src/parse.rs; no fix yet.";
+        let (p, c) = SUMMARY_USAGE;
+        if is_summary_call(body) {
+            if let Some(status) = fail {
+                return (status, json!({"error": {"message": "summaries are down"}}));
+            }
+            let reply = if body.get("system").is_some() {
+                json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": p, "output_tokens": c}})
+            } else if body.get("instructions").is_some() {
+                json!({"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}], "usage": {"input_tokens": p, "output_tokens": c}})
+            } else {
+                completion(json!({"role": "assistant", "content": text}), p, c)
+            };
+            return (200, reply);
+        }
+        let tokens = counter.count_text(&body.to_string()) as u64 * 9 / 10;
+        let reply = if body.get("input").is_some() {
+            json!({"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}], "usage": {"input_tokens": tokens, "output_tokens": 1}})
+        } else if body.get("max_tokens").is_some() && body.get("system").is_some() {
+            json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 1}})
+        } else {
+            completion(json!({"role": "assistant", "content": "ok"}), tokens, 1)
+        };
+        (200, reply)
+    };
+    *script.otherwise.lock().unwrap() = Some(Reply::WithStatus(Arc::new(reply)));
+}
+
+async fn post(addr: std::net::SocketAddr, api: Api, body: &Value, session: &str) -> u16 {
+    let (name, value) = api.credential();
+    let r = api
+        .client()
+        .post(format!("http://{addr}{}", api.path()))
+        .header("content-type", "application/json")
+        .header("x-ctx-session", session)
+        .header(name, value)
+        .body(serde_json::to_vec(body).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    r.bytes().await.unwrap();
+    status
+}
+
+async fn stats(addr: std::net::SocketAddr, api: Api, id: &str) -> Value {
+    let (name, value) = api.credential();
+    let r = api
+        .client()
+        .get(format!("http://{addr}/ctx/sessions/{id}"))
+        .header(name, value)
+        .send()
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    v["stats"].clone()
+}
+
+/// Drives a session of `api` past the watermark, waits for the summary
+/// call to have been answered, then on past the threshold: the agent
+/// requests that went upstream, and the summary calls.
+async fn drive(
+    addr: std::net::SocketAddr,
+    script: &Script,
+    api: Api,
+    id: &str,
+) -> (Vec<String>, Vec<common::Received>) {
+    let mut waited = false;
+    for turns in (2..60).step_by(2) {
+        assert_eq!(post(addr, api, &api.request(turns), id).await, 200);
+        if !waited && stats(addr, api, id).await["background_started"] == 1 {
+            // The summary call is answered at once: wait until it has
+            // been counted (its result goes to the session right after),
+            // so the next requests adopt it.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while metric(&metrics_text(addr).await, "ctx_summary_calls_total") == 0 {
+                assert!(Instant::now() < deadline, "no summary call");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            waited = true;
+        }
+        if stats(addr, api, id).await["compactions"].as_u64() > Some(0) {
+            break;
+        }
+    }
+    let (agent, summaries): (Vec<_>, Vec<_>) = script
+        .received()
+        .into_iter()
+        .partition(|r| !is_summary_call(&serde_json::from_slice(&r.body).unwrap()));
+    let agent = agent
+        .iter()
+        .map(|r| String::from_utf8(r.body.to_vec()).unwrap())
+        .collect();
+    (agent, summaries)
+}
+
+async fn the_summary_is_asked_of_the_upstream_in_the_clients_api(api: Api) {
+    let script = Arc::new(Script::default());
+    let counter = counter();
+    answer_everything(&script, Arc::clone(&counter), None);
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(options(&url), context(Arc::clone(&counter))).await;
+    let id = format!("up-{api:?}");
+    let (agent, summaries) = drive(addr, &script, api, &id).await;
+
+    // One summary call, in the client's API, with its credential and model.
+    assert!(!summaries.is_empty(), "{api:?}: a background summary");
+    let call = &summaries[0];
+    let body: Value = serde_json::from_slice(&call.body).unwrap();
+    let (name, value) = api.credential();
+    assert_eq!(
+        call.headers[name], value,
+        "{api:?}: the client's credential"
+    );
+    assert_eq!(body["model"], api.model(), "{api:?}: the request's model");
+    assert_eq!(body["stream"], false);
+    assert_eq!(body["temperature"], 0);
+    match api {
+        Api::Messages => assert!(
+            body["max_tokens"].as_u64().is_some(),
+            "Messages needs max_tokens"
+        ),
+        Api::Responses => assert_eq!(body["store"], false),
+        Api::Chat => {}
+    }
+    let sent = String::from_utf8(call.body.to_vec()).unwrap();
+    assert!(
+        sent.contains("src/file3.rs"),
+        "{api:?}: the span is summarized: {sent}"
+    );
+    assert!(
+        !sent.contains(SECRET),
+        "{api:?}: the summary call is redacted"
+    );
+
+    // The compaction carries the model's summary, and its state record.
+    let compacted = agent
+        .iter()
+        .find(|b| b.contains(SUMMARY_PREFIX))
+        .unwrap_or_else(|| panic!("{api:?}: compacted"));
+    assert!(compacted.contains("MODEL SUMMARY"), "{api:?}: {compacted}");
+    assert!(
+        compacted.contains("Fix the parser bug"),
+        "{api:?}: the task stays"
+    );
+
+    // What the summary spent is counted apart.
+    let s = stats(addr, api, &id).await;
+    assert!(s["summary_calls"].as_u64() >= Some(1), "{api:?}: {s}");
+    let counted = s["summary_calls"].as_u64().unwrap();
+    assert_eq!(s["summary_prompt_tokens"], SUMMARY_USAGE.0 * counted);
+    assert_eq!(s["summary_completion_tokens"], SUMMARY_USAGE.1 * counted);
+    assert_eq!(s["last_summary_failure"], Value::Null);
+    let text = metrics_text(addr).await;
+    let calls = metric(&text, "ctx_summary_calls_total{outcome=\"ok\"}");
+    assert!(
+        calls >= counted && calls <= summaries.len() as u64,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "ctx_summary_prompt_tokens_total"),
+        SUMMARY_USAGE.0 * calls
+    );
+    assert_eq!(
+        metric(&text, "ctx_summary_completion_tokens_total"),
+        SUMMARY_USAGE.1 * calls
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_summaries_are_asked_of_the_upstream() {
+    the_summary_is_asked_of_the_upstream_in_the_clients_api(Api::Chat).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_summaries_are_asked_of_the_upstream() {
+    the_summary_is_asked_of_the_upstream_in_the_clients_api(Api::Messages).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_summaries_are_asked_of_the_upstream() {
+    the_summary_is_asked_of_the_upstream_in_the_clients_api(Api::Responses).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_summary_call_leaves_the_extractive_summary_and_says_why() {
+    let script = Arc::new(Script::default());
+    let counter = counter();
+    answer_everything(&script, Arc::clone(&counter), Some(503));
+    let url = start_upstream(Arc::clone(&script)).await;
+    let (addr, _) = start_proxy(options(&url), context(Arc::clone(&counter))).await;
+    let (agent, summaries) = drive(addr, &script, Api::Chat, "failing").await;
+    assert!(!summaries.is_empty(), "the summary was asked");
+    let compacted = agent
+        .iter()
+        .find(|b| b.contains(SUMMARY_PREFIX))
+        .expect("compacted");
+    assert!(!compacted.contains("MODEL SUMMARY"));
+    assert!(
+        compacted.contains("Fix the parser bug"),
+        "the extractive summary keeps the task"
+    );
+    let s = stats(addr, Api::Chat, "failing").await;
+    let why = s["last_summary_failure"].as_str().unwrap_or_default();
+    assert!(why.contains("HTTP 503"), "{s}");
+    let text = metrics_text(addr).await;
+    assert!(
+        metric(&text, "ctx_summary_calls_total{outcome=\"failed\"}") >= 1,
+        "{text}"
+    );
+}
