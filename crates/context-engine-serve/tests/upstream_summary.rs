@@ -307,6 +307,8 @@ async fn the_summary_is_asked_of_the_upstream_in_the_clients_api(api: Api) {
     assert_eq!(s["summary_prompt_tokens"], SUMMARY_USAGE.0 * counted);
     assert_eq!(s["summary_completion_tokens"], SUMMARY_USAGE.1 * counted);
     assert_eq!(s["last_summary_failure"], Value::Null);
+    assert_eq!(s["last_summarizer"], "upstream", "{s}");
+    assert_eq!(s["last_summary_fallback"], Value::Null, "{s}");
     let text = metrics_text(addr).await;
     let calls = metric(&text, "ctx_summary_calls_total{outcome=\"ok\"}");
     assert!(
@@ -359,6 +361,11 @@ async fn a_failing_summary_call_leaves_the_extractive_summary_and_says_why() {
     let s = stats(addr, Api::Chat, "failing").await;
     let why = s["last_summary_failure"].as_str().unwrap_or_default();
     assert!(why.contains("HTTP 503"), "{s}");
+    let fallback = s["last_summary_fallback"].as_str().unwrap_or_default();
+    assert!(
+        fallback.contains("HTTP 503"),
+        "the compaction says why: {s}"
+    );
     let text = metrics_text(addr).await;
     assert!(
         metric(&text, "ctx_summary_calls_total{outcome=\"failed\"}") >= 1,

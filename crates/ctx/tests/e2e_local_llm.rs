@@ -494,3 +494,107 @@ fn replay_with_the_real_summarizer_gives_a_consistent_report() {
         calls.len()
     );
 }
+
+/// A session of long user asks about one task, as chat messages.
+fn lexer_session(turns: usize) -> Vec<Value> {
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Port the lexer in src/lex.rs to the new token type."}),
+    ];
+    for i in 0..turns {
+        let ask: String = (0..10)
+            .map(|j| format!("step {i}.{j}: check token kind {j} in src/lex.rs. "))
+            .collect();
+        m.push(json!({"role": "user", "content": ask}));
+        m.push(json!({"role": "assistant", "content": format!("Checked step {i}: kinds match.")}));
+    }
+    m
+}
+
+/// `ctx serve --summarizer upstream` in front of the real model: the
+/// background summary is asked of the agent's own upstream (the model
+/// answering its requests), the compaction carries it, and its tokens are
+/// counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a model server: scripts/e2e-local-llm.sh runs it"]
+async fn serve_summarizes_with_the_agents_own_model() {
+    let Some(url) = base_url() else { return };
+    let dir = temp_dir("serve-upstream");
+    let serve = serve::start(
+        &dir,
+        &[
+            "--upstream",
+            &url,
+            "--summarizer",
+            "upstream",
+            "--context-length",
+            "4000",
+            "--max-output-tokens",
+            "200",
+            "--summarizer-timeout",
+            TIMEOUT_SECS,
+            "--set",
+            "serve.summary_watermark=0.5",
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let stats = |client: reqwest::Client, addr: String| async move {
+        let r = client
+            .get(format!("http://{addr}/ctx/sessions/lexer"))
+            .header("authorization", "Bearer local")
+            .send()
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        v["stats"].clone()
+    };
+    let mut waited = false;
+    let mut last = Value::Null;
+    for turns in (2..60).step_by(3) {
+        let body = json!({"model": model(), "messages": lexer_session(turns), "max_tokens": 8});
+        let r = client
+            .post(format!("http://{}/v1/chat/completions", serve.addr))
+            .header("authorization", "Bearer local")
+            .header("x-ctx-session", "lexer")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .timeout(Duration::from_secs(900))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", serve.stderr());
+        r.bytes().await.unwrap();
+        last = stats(client.clone(), serve.addr.clone()).await;
+        if !waited && last["background_started"] == 1 {
+            // The model writes the summary in the background: let it.
+            let deadline = Instant::now() + Duration::from_secs(900);
+            loop {
+                let m = context_engine_testkit::proxy::metrics_text(serve.socket_addr()).await;
+                if m.lines()
+                    .any(|l| l.starts_with("ctx_summary_calls_total") && !l.ends_with(" 0"))
+                {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no summary: {}", serve.stderr());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            waited = true;
+        }
+        if last["compactions"].as_u64() > Some(0) {
+            break;
+        }
+    }
+    assert!(last["compactions"].as_u64() > Some(0), "compacted: {last}");
+    assert_eq!(
+        last["last_summarizer"],
+        "upstream",
+        "the model's summary, not the extractive one: {last}\n{}",
+        serve.stderr()
+    );
+    assert!(last["summary_prompt_tokens"].as_u64() > Some(0), "{last}");
+    eprintln!(
+        "e2e figures [serve upstream]: {} summary call(s), {} prompt + {} completion tokens",
+        last["summary_calls"], last["summary_prompt_tokens"], last["summary_completion_tokens"]
+    );
+}

@@ -111,6 +111,10 @@ pub(crate) fn account_plan(
                 .managed_tokens(plan.client_tokens, plan.request_tokens);
             if let Some(m) = guard.as_mut() {
                 m.stats.managed += 1;
+                if let Some(last) = plan.compaction.as_ref().and_then(|c| c.reports.last()) {
+                    m.stats.last_summarizer.clone_from(&last.summarizer);
+                    m.stats.last_summary_fallback.clone_from(&last.reason);
+                }
                 log_call(state, key, m, plan);
             }
             true

@@ -73,6 +73,12 @@ pub struct SessionStats {
     /// Why the last summary call failed, if it did (the extractive
     /// summary then stands in).
     pub last_summary_failure: Option<String>,
+    /// Who wrote the last compaction's summary (`extractive`,
+    /// `upstream`, `openai:M`, ...).
+    pub last_summarizer: Option<String>,
+    /// Why the last compaction's summary is not the model's, when it is
+    /// not (a failed or refused call, one not ready in time).
+    pub last_summary_fallback: Option<String>,
     /// Prompt tokens the upstream reported, summed.
     pub prompt_tokens: u64,
     /// Completion tokens the upstream reported, summed.

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::state::{STATE_RECORD_HEADING, StateRecord};
 use super::{SummarizeError, Summarizer, SummaryRequest};
-use crate::message::Message;
+use crate::message::{Message, Role};
 use crate::tool_output::{self, Flags, clip, one_line};
 use crate::validate::{TextActions, is_real_user_turn, reentries_with};
 
@@ -32,6 +32,8 @@ const WRIT_MAX_CHARS: usize = 160;
 const ERROR_MAX_CHARS: usize = 200;
 /// Longest recent turn in "Current state".
 const TURN_MAX_CHARS: usize = 400;
+/// Lines of a tool output "Current state" quotes ([`tool_output::gist`]).
+const GIST_LINES: usize = 4;
 /// How many of the span's last turns "Current state" shows.
 const RECENT_TURNS: usize = 4;
 
@@ -125,12 +127,13 @@ impl ExtractiveSummarizer {
             false,
         );
         section(&mut out, "Pending tasks", &pending, room * 10 / 100, false);
+        // The newest turns first, when not all fit.
         section(
             &mut out,
             "Current state",
             &facts.recent,
             room * 30 / 100,
-            false,
+            true,
         );
         let mut critical = Vec::new();
         // A previous summary without a ledger (one this version did not
@@ -230,6 +233,8 @@ struct Facts {
 impl Facts {
     fn gather(turns: &[Message], actions: &TextActions) -> Facts {
         let mut facts = Facts::default();
+        // Each tool output's call, as "Current state" names it.
+        let mut writs: Vec<Option<String>> = vec![None; turns.len()];
         for (i, message) in turns.iter().enumerate() {
             if is_real_user_turn(turns, i, actions) {
                 facts.read_ask(&message.text());
@@ -248,6 +253,9 @@ impl Facts {
                 call.name.clone()
             };
             let writ = writ(&name, &args);
+            if let Some(slot) = call.result.and_then(|r| writs.get_mut(r)) {
+                *slot = Some(clip(&writ, WRIT_MAX_CHARS / 2));
+            }
             let outcome = match call.result.and_then(|r| turns.get(r)) {
                 None => "(no result in this span)".to_owned(),
                 Some(m) => {
@@ -272,21 +280,56 @@ impl Facts {
             .filter(|(_, m)| !m.text().trim().is_empty())
             .take(RECENT_TURNS)
             .map(|(i, m)| {
-                let body = clip(&one_line(&m.text()), TURN_MAX_CHARS);
-                // A user message that is tool output says so.
-                let who = if reentry[i] {
+                let text = m.text();
+                // Tool output (a tool message, or a text-action agent's
+                // observation) by its call and what it reported, its
+                // noise left out; the agent's and the user's words as
+                // they wrote them.
+                let output = reentry[i] || m.role == Role::Tool;
+                let body = if output {
+                    let reported = recent_output(&text, &Flags::of(&m.extra));
+                    match &writs[i] {
+                        Some(writ) => format!("{writ} → {reported}"),
+                        None => reported,
+                    }
+                } else {
+                    one_line(&text)
+                };
+                let who = if output {
                     "tool output"
                 } else {
                     m.role.as_str()
                 };
-                format!("{who}: {body}")
+                format!("{who}: {}", clip(&body, TURN_MAX_CHARS))
             })
             .collect();
         recent.reverse();
         facts.recent = recent;
         facts
     }
+}
 
+/// What a tool output reported, for "Current state": a digest line or a
+/// prune marker by its outcome; else its telling lines
+/// ([`tool_output::gist`]).
+fn recent_output(text: &str, flags: &Flags) -> String {
+    let first = text.lines().next().unwrap_or("");
+    if first.starts_with(tool_output::DIGEST_MARK) || first.starts_with(tool_output::PRUNE_MARK) {
+        let r = tool_output::read(text, flags);
+        return match (r.failed, r.last_error) {
+            (false, _) => "ok".to_owned(),
+            (true, Some(line)) => format!("failed: {}", clip(line.trim(), ERROR_MAX_CHARS)),
+            (true, None) => "failed".to_owned(),
+        };
+    }
+    let lines = tool_output::gist(text, GIST_LINES);
+    if lines.is_empty() {
+        return "(only progress and banners)".to_owned();
+    }
+    lines.join(" | ")
+}
+
+impl Facts {
     /// Constraint and to-do lines of a user ask.
     fn read_ask(&mut self, text: &str) {
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -332,10 +375,15 @@ fn section(out: &mut String, title: &str, items: &[String], budget: usize, keep_
     }
     let omitted = items.len() - chosen.len();
     if keep_last && omitted > 0 {
-        let _ = writeln!(
-            out,
-            "- ({omitted} earlier actions not listed; see the state record)"
-        );
+        let s = if omitted == 1 { "" } else { "s" };
+        if title == "Current state" {
+            let _ = writeln!(out, "- ({omitted} earlier turn{s} not listed)");
+        } else {
+            let _ = writeln!(
+                out,
+                "- ({omitted} earlier action{s} not listed; see the state record)"
+            );
+        }
     }
     for item in chosen {
         let item = clip(item, budget);
@@ -449,6 +497,51 @@ mod tests {
         assert!(s.contains("- `cargo test` → failed\n"), "{s}");
         assert!(s.contains("- error[E0308]: mismatched types\n"), "{s}");
         assert!(s.ends_with("next I will change the return type."), "{s}");
+    }
+
+    #[test]
+    fn current_state_quotes_what_results_reported_not_their_noise() {
+        let pytest = "============================= test session starts ==============================\n\
+                      platform linux -- Python 3.11.4, pytest-7.4.0, pluggy-1.2.0\n\
+                      rootdir: /work/tinyq\ncollected 12 items\n\n\
+                      tests/test_retry.py ....F.......                                   [100%]\n\n\
+                      FAILED tests/test_retry.py::test_jitter - assert 0.5 == 1\n\
+                      ========================= 1 failed, 11 passed in 0.08s =========================\n";
+        let turns = vec![
+            Message::user("Add jitter to the retry delay."),
+            Message::assistant_tool_calls(
+                "",
+                vec![ToolCall::function(
+                    "c1",
+                    "bash",
+                    r#"{"command": "pytest -q"}"#,
+                )],
+            ),
+            Message::tool_result("c1", pytest),
+            Message::assistant("The jitter test fails: I'll clamp the factor to [0, 1] next."),
+        ];
+        let s = ExtractiveSummarizer.summarize_span(&SummaryRequest::new(&turns, 2000));
+        let state = &s[s.find("## Current state").unwrap()..s.find("## Completed").unwrap()];
+        assert!(
+            state.contains(
+                "tool output: bash pytest -q → FAILED tests/test_retry.py::test_jitter - assert 0.5 == 1 | "
+            ),
+            "{state}"
+        );
+        assert!(state.contains("1 failed, 11 passed in 0.08s"), "{state}");
+        for noise in [
+            "test session starts",
+            "platform linux",
+            "rootdir",
+            "collected",
+            "....F",
+        ] {
+            assert!(!state.contains(noise), "{noise} in {state}");
+        }
+        assert!(
+            state.contains("I'll clamp the factor to [0, 1] next."),
+            "{state}"
+        );
     }
 
     #[test]

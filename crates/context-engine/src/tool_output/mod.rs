@@ -18,10 +18,14 @@
 //!   of agents that write their action as text) with the files it touches
 //!   and the message that holds its output.
 //! - `shell_paths`: the files a shell command reads or writes.
+//! - [`gist`]: the lines of an output worth reading in a summary (errors,
+//!   failing tests, the result line), its noise (banners, progress, headers,
+//!   rows of passing-test dots) left out.
 //! - [`clip`] / [`one_line`]: how long texts are bounded (at a character
 //!   boundary, `…` included in the bound).
 
 mod calls;
+mod gist;
 mod paths;
 pub(crate) mod shell;
 
@@ -29,6 +33,7 @@ use serde_json::Value;
 
 pub(crate) use calls::string_leaves;
 pub use calls::{Call, calls};
+pub use gist::gist;
 pub(crate) use paths::shell_paths;
 
 /// How the first line of a digested tool result starts; also how a digest
