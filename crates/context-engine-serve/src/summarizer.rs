@@ -106,12 +106,22 @@ thread_local! {
 /// summarizer's target on this thread; what its call spent comes back
 /// with the result (`None`: no upstream call was made).
 pub fn in_scope<T>(target: Target, job: impl FnOnce() -> T) -> (T, Option<Spent>) {
+    /// Clears the scope however the job ends, a panic included: a
+    /// session's credential never outlives its job on a pooled thread,
+    /// where another session's work runs next.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            SCOPE.with(|s| s.borrow_mut().take());
+        }
+    }
     SCOPE.with(|s| *s.borrow_mut() = Some((target, None)));
-    // A panic in the job unwinds past here: the next scope replaces it.
+    let clear = Clear;
     let out = job();
     let spent = SCOPE
         .with(|s| s.borrow_mut().take())
         .and_then(|(_, stats)| stats);
+    drop(clear);
     (out, spent)
 }
 
@@ -433,5 +443,68 @@ impl ModelSummarizer for UpstreamSummarizer {
     /// ([`in_scope`]), not here.
     fn last_call(&self) -> CallStats {
         CallStats::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer a"));
+        Target::of(
+            ReplyShape::Chat,
+            "http://127.0.0.1:9/v1/chat/completions",
+            &headers,
+            None,
+            1,
+        )
+    }
+
+    #[test]
+    fn a_target_lives_only_inside_its_scope_even_when_the_job_panics() {
+        assert!(current_target().is_none());
+        let (seen, _) = in_scope(target(), || current_target().map(|t| t.headers));
+        assert_eq!(seen.unwrap()[header::AUTHORIZATION], "Bearer a");
+        assert!(current_target().is_none(), "cleared after the job");
+        let panicked = std::panic::catch_unwind(|| in_scope(target(), || panic!("boom")));
+        assert!(panicked.is_err());
+        assert!(current_target().is_none(), "cleared after a panic too");
+    }
+
+    #[test]
+    fn outside_a_scope_the_summarizer_is_not_configured() {
+        let s = UpstreamSummarizer::new(OpenAiConfig::default(), Egress::builtin()).unwrap();
+        let turns = [context_engine::Message::user("fix the parser")];
+        let err = s.summarize(&SummaryRequest::new(&turns, 100)).unwrap_err();
+        assert!(matches!(err, SummarizeError::NotConfigured(_)), "{err}");
+    }
+
+    #[test]
+    fn each_api_gets_its_own_request_shape() {
+        let prompt = Prompt {
+            system: "sys".into(),
+            user: "material".into(),
+        };
+        let chat: Value =
+            serde_json::from_str(&body(ReplyShape::Chat, "m", &prompt, Some(9), true)).unwrap();
+        assert_eq!(chat["messages"][0]["content"], "sys");
+        assert_eq!(
+            (chat["max_tokens"].as_u64(), chat["temperature"].as_u64()),
+            (Some(9), Some(0))
+        );
+        let messages: Value =
+            serde_json::from_str(&body(ReplyShape::Messages, "m", &prompt, Some(9), false))
+                .unwrap();
+        assert_eq!(messages["system"], "sys");
+        assert_eq!(messages["messages"][0]["content"], "material");
+        assert!(messages.get("temperature").is_none());
+        let responses: Value =
+            serde_json::from_str(&body(ReplyShape::Responses, "m", &prompt, Some(9), true))
+                .unwrap();
+        assert_eq!(responses["instructions"], "sys");
+        assert_eq!(responses["max_output_tokens"], 9);
+        assert_eq!(responses["store"], false);
     }
 }
