@@ -1,4 +1,5 @@
-//! The exact counter, on `bpe-openai`'s embedded vocabularies.
+//! The exact counter, on `bpe-openai`'s embedded vocabularies (or, under
+//! `compact-vocab`, the same tables built at run time: `vocab.rs`).
 
 use serde_json::Value;
 
@@ -78,11 +79,22 @@ impl BpeCounter {
         if text.is_empty() {
             return 0;
         }
-        let tokenizer = match self.encoding {
-            Encoding::O200kBase => bpe_openai::o200k_base(),
-            Encoding::Cl100kBase => bpe_openai::cl100k_base(),
-        };
-        tokenizer.count(text)
+        tokenizer(self.encoding).count(text)
+    }
+}
+
+/// The tokenizer of `encoding`: `bpe-openai`'s precomputed tables, or under
+/// the `compact-vocab` feature the same tables built from the embedded
+/// vocabulary on first use.
+pub(super) fn tokenizer(encoding: Encoding) -> &'static bpe_openai::Tokenizer {
+    #[cfg(feature = "compact-vocab")]
+    {
+        super::vocab::tokenizer(encoding)
+    }
+    #[cfg(not(feature = "compact-vocab"))]
+    match encoding {
+        Encoding::O200kBase => bpe_openai::o200k_base(),
+        Encoding::Cl100kBase => bpe_openai::cl100k_base(),
     }
 }
 

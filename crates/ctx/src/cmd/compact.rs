@@ -5,8 +5,8 @@
 //! [`EngineArgs`](super::engine::EngineArgs)). The compacted transcript goes
 //! to stdout (or `-o`), in the input's own format; the report goes to stderr.
 
+use crate::ExitCode;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;

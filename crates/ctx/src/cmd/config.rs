@@ -1,8 +1,8 @@
 //! `ctx config show|check`: the effective configuration and where each value
 //! came from; checking a config file.
 
+use crate::ExitCode;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use context_engine::config::{ConfigError, ConfigLoader, ConfigWarning, Entry};
 use serde::Serialize;

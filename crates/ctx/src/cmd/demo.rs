@@ -9,9 +9,9 @@
 //! reports the prompt tokens it received, counted with the proxy's own
 //! tokenizer, as a provider would. Nothing leaves the machine; no key.
 
+use crate::ExitCode;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `ctx inspect`: a transcript broken down by tokens.
 
+use crate::ExitCode;
 use std::collections::HashMap;
-use std::process::ExitCode;
 
 use context_engine::message::Message;
 use context_engine::tokens::{

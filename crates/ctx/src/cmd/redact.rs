@@ -2,9 +2,9 @@
 //! secrets masked, or list what would be masked (rule, line, masked form;
 //! never the secret itself).
 
+use crate::ExitCode;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context;
 use context_engine::redact::{RedactOptions, Redactor};

@@ -3,9 +3,9 @@
 //! the prompt cache would have saved, what it would have cost, and what
 //! information survived.
 
+use crate::ExitCode;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context;
 use context_engine::builder::{Archive, ReplayRun};

@@ -2,8 +2,8 @@
 //! full-text search over the archive, each hit with the handle to recall
 //! and the lines that hold the words.
 
+use crate::ExitCode;
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
 use context_engine::store::{SearchHit, Terms};
 
