@@ -301,3 +301,9 @@ def replay(
     memory by default; ``archive=False`` as ``--no-store``) under
     ``session_id`` (default: the file's name); ``baseline=False`` skips the
     every-call-digest run (``--no-baseline``)."""
+
+def run_cli(argv: List[str]) -> int:
+    """Runs the ``ctx`` command line with ``argv`` (the program name first)
+    in this process and returns its exit status (0 success, 1 checked and
+    found wanting, 2 error, 141 stdout closed). The ``ctx`` console script
+    (``context_engine._cli``) calls it with ``sys.argv``."""

@@ -2,10 +2,11 @@
 //!
 //! A thin layer: conversion of OpenAI-format dicts (`convert`), the
 //! exception hierarchy (`errors`), engine construction from the
-//! configuration layers (`setup`), the built-in engine (`engine`) and the
-//! module functions (`functions`). Engine logic lives in the core crate,
-//! which knows nothing of Python.
+//! configuration layers (`setup`), the built-in engine (`engine`), the
+//! module functions (`functions`) and the `ctx` command line (`cli`).
+//! Engine logic lives in the core crate, which knows nothing of Python.
 
+mod cli;
 mod convert;
 mod engine;
 mod errors;
@@ -34,5 +35,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(functions::redact, m)?)?;
     m.add_function(wrap_pyfunction!(functions::load_transcript, m)?)?;
     m.add_function(wrap_pyfunction!(functions::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;
+    // The default vocabulary's tables (built at run time in this build:
+    // `compact-vocab`) start on a background thread now, so that the first
+    // count after import does not pay for them.
+    context_engine::tokens::prepare(context_engine::tokens::Encoding::O200kBase);
     Ok(())
 }

@@ -9,8 +9,11 @@
 //! the `ctx` a wheel installs), so that one build of the code serves both.
 
 mod cmd;
+mod exit;
 mod output;
 mod plot;
+
+pub use exit::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -131,28 +134,6 @@ fn init_logging(default: tracing::Level) {
         // first one's subscriber.
         .try_init()
         .ok();
-}
-
-/// A command's exit status (0 success, 1 checked and found wanting, 2
-/// error): a number the Python extension can hand back, unlike
-/// `std::process::ExitCode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExitCode(u8);
-
-impl ExitCode {
-    /// Exit 0.
-    pub const SUCCESS: ExitCode = ExitCode(0);
-
-    /// The status as a number.
-    pub fn code(self) -> u8 {
-        self.0
-    }
-}
-
-impl From<u8> for ExitCode {
-    fn from(code: u8) -> ExitCode {
-        ExitCode(code)
-    }
 }
 
 /// Exit status of a `ctx` whose reader went away (`ctx … | head`): what a

@@ -5,7 +5,7 @@
 //! [`EngineArgs`](super::engine::EngineArgs)). The compacted transcript goes
 //! to stdout (or `-o`), in the input's own format; the report goes to stderr.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::path::PathBuf;
 use std::time::Instant;
 

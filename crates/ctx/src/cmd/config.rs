@@ -1,7 +1,7 @@
 //! `ctx config show|check`: the effective configuration and where each value
 //! came from; checking a config file.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::path::PathBuf;
 
 use context_engine::config::{ConfigError, ConfigLoader, ConfigWarning, Entry};

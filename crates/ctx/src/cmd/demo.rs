@@ -9,7 +9,7 @@
 //! reports the prompt tokens it received, counted with the proxy's own
 //! tokenizer, as a provider would. Nothing leaves the machine; no key.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -2,7 +2,7 @@
 //! view of a transcript, with older bulky tool results digested, on stdout;
 //! what the digest did on stderr.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 
 use context_engine::digest::{DigestOptions, DigestReport, digest_with_report};
 use serde::Serialize;

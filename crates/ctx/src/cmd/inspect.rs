@@ -1,6 +1,6 @@
 //! `ctx inspect`: a transcript broken down by tokens.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::collections::HashMap;
 
 use context_engine::message::Message;

@@ -2,7 +2,7 @@
 //! the proactive prune of a transcript on stdout (JSON), what it did on
 //! stderr.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 
 use context_engine::prune::{PruneChange, PruneCounts, PruneOptions, PruneSkip, prune};
 use serde::Serialize;

@@ -2,7 +2,7 @@
 //! messages behind a handle a summary, digest line or search hit names,
 //! as they were archived, what redaction masks masked unless `--unmasked`.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 
 use context_engine::store::EntryKind;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! secrets masked, or list what would be masked (rule, line, masked form;
 //! never the secret itself).
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 

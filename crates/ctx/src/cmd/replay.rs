@@ -3,7 +3,7 @@
 //! the prompt cache would have saved, what it would have cost, and what
 //! information survived.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 

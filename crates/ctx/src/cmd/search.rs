@@ -2,7 +2,7 @@
 //! full-text search over the archive, each hit with the handle to recall
 //! and the lines that hold the words.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::fmt::Write as _;
 
 use context_engine::store::{SearchHit, Terms};

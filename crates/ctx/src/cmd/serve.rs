@@ -1,7 +1,7 @@
 //! `ctx serve`: run the engine as an OpenAI-compatible proxy. Flags and
 //! `serve.*` configuration in, `context_engine_serve::run` out.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `ctx validate`: check a transcript against a provider's rules.
 
-use crate::ExitCode;
+use crate::exit::ExitCode;
 
 use context_engine::validate::{Profile, Violation, validate};
 use serde::Serialize;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Builds what people install without a Rust toolchain into dist/:
+#
+#   dist/context_engine-<version>-cp39-abi3-manylinux_2_17_x86_64.whl
+#       one wheel for CPython 3.9 to 3.13 (abi3), glibc >= 2.17: the
+#       extension, the Hermes plugin and the `ctx` command (a console script
+#       that runs the command line inside the extension, not a second
+#       binary); vocabularies as text, tables built at run time
+#       (`compact-vocab`), so that it stays under 30 MB
+#   dist/ctx
+#       the `ctx` binary alone, x86-64 Linux, glibc >= 2.17, with the
+#       precomputed tables (starts at once, some 50 MB)
+#   dist/SHA256SUMS
+#
+#   bash scripts/release.sh            # build (installs the tools first)
+#   bash scripts/release.sh install    # the tools' virtualenv only
+#
+# The glibc floor comes from zig as the C compiler and linker (`maturin
+# --zig`, `cargo zigbuild`), both from the Python package index into a
+# virtualenv under .cache/: no Docker, no manylinux image, no system
+# cross toolchain. scripts/installed-tests.sh checks the result.
+#
+# Environment: RELEASE_PROFILE (`release`, the default: fat LTO, one codegen
+# unit; `ci-wheel`: the same code optimized less, the build CI can afford),
+# RELEASE_VENV (default .cache/release-venv), PYTHON (interpreter for the
+# venv, default python3), CARGO_TARGET_DIR (default target/), DIST (default
+# dist/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+venv="${RELEASE_VENV:-$root/.cache/release-venv}"
+dist="${DIST:-$root/dist}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+# glibc 2.17 (manylinux2014): what every maintained x86-64 distribution has.
+glibc=2.17
+
+if [ ! -x "$venv/bin/python" ]; then
+  "${PYTHON:-python3}" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  "maturin==1.16.0" "ziglang==0.17.1" "cargo-zigbuild==0.24.1"
+if [ "${1:-}" = "install" ]; then
+  exit 0
+fi
+
+case "${RELEASE_PROFILE:-release}" in
+  release) wheel_profile=(--release) bin_profile=dist ;;
+  ci-wheel) wheel_profile=(--profile ci-wheel) bin_profile=ci-dist ;;
+  *)
+    echo "release: RELEASE_PROFILE is release or ci-wheel, not ${RELEASE_PROFILE}" >&2
+    exit 2
+    ;;
+esac
+
+# maturin and cargo-zigbuild find zig through `python3 -m ziglang`.
+export PATH="$venv/bin:$PATH"
+export CARGO_TARGET_DIR="$target_dir"
+export PYO3_PYTHON="$venv/bin/python"
+rm -rf "$dist"
+mkdir -p "$dist"
+
+start=$SECONDS
+echo "release: the wheel (${wheel_profile[*]})" >&2
+maturin build --locked "${wheel_profile[@]}" --zig --compatibility "manylinux_${glibc//./_}" \
+  --target x86_64-unknown-linux-gnu -m python/Cargo.toml --out "$dist"
+wheel_secs=$((SECONDS - start))
+
+start=$SECONDS
+echo "release: the ctx binary (profile $bin_profile)" >&2
+cargo zigbuild --locked --profile "$bin_profile" -p ctx --bin ctx --target "x86_64-unknown-linux-gnu.$glibc"
+cp "$target_dir/x86_64-unknown-linux-gnu/$bin_profile/ctx" "$dist/ctx"
+bin_secs=$((SECONDS - start))
+
+(cd "$dist" && sha256sum -- *.whl ctx >SHA256SUMS)
+echo "release: built in $((wheel_secs + bin_secs)) s (wheel $wheel_secs s, binary $bin_secs s):" >&2
+ls -l "$dist" >&2
