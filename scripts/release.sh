@@ -20,8 +20,10 @@
 # virtualenv under .cache/: no Docker, no manylinux image, no system
 # cross toolchain. scripts/installed-tests.sh checks the result.
 #
-# Environment: RELEASE_PROFILE (`release`, the default: fat LTO, one codegen
-# unit; `ci-wheel`: the same code optimized less, the build CI can afford),
+# Environment: RELEASE_PROFILE (`dist`, the default: cargo profile `dist`,
+# fat LTO and one codegen unit; `ci`: cargo profile `ci-release`, the same
+# code optimized less, the build CI can afford, and a binary with the
+# wheel's run-time tables, so that it shares the wheel's build),
 # RELEASE_VENV (default .cache/release-venv), PYTHON (interpreter for the
 # venv, default python3), CARGO_TARGET_DIR (default target/), DIST (default
 # dist/).
@@ -43,11 +45,15 @@ if [ "${1:-}" = "install" ]; then
   exit 0
 fi
 
-case "${RELEASE_PROFILE:-release}" in
-  release) wheel_profile=(--release) bin_profile=dist ;;
-  ci-wheel) wheel_profile=(--profile ci-wheel) bin_profile=ci-dist ;;
+# The same cargo profile for both (python/Cargo.toml and the root's have
+# it): the dependencies they share are built once, in one target directory.
+case "${RELEASE_PROFILE:-dist}" in
+  dist) profile=dist bin_features=() ;;
+  # CI's binary has the wheel's tables too: it then shares every crate with
+  # the wheel's build and costs a link.
+  ci) profile=ci-release bin_features=(--features compact-vocab) ;;
   *)
-    echo "release: RELEASE_PROFILE is release or ci-wheel, not ${RELEASE_PROFILE}" >&2
+    echo "release: RELEASE_PROFILE is dist or ci, not ${RELEASE_PROFILE}" >&2
     exit 2
     ;;
 esac
@@ -60,15 +66,16 @@ rm -rf "$dist"
 mkdir -p "$dist"
 
 start=$SECONDS
-echo "release: the wheel (${wheel_profile[*]})" >&2
-maturin build --locked "${wheel_profile[@]}" --zig --compatibility "manylinux_${glibc//./_}" \
+echo "release: the wheel (cargo profile $profile)" >&2
+maturin build --locked --profile "$profile" --zig --compatibility "manylinux_${glibc//./_}" \
   --target x86_64-unknown-linux-gnu -m python/Cargo.toml --out "$dist"
 wheel_secs=$((SECONDS - start))
 
 start=$SECONDS
-echo "release: the ctx binary (profile $bin_profile)" >&2
-cargo zigbuild --locked --profile "$bin_profile" -p ctx --bin ctx --target "x86_64-unknown-linux-gnu.$glibc"
-cp "$target_dir/x86_64-unknown-linux-gnu/$bin_profile/ctx" "$dist/ctx"
+echo "release: the ctx binary (cargo profile $profile ${bin_features[*]})" >&2
+cargo zigbuild --locked --profile "$profile" -p ctx --bin ctx "${bin_features[@]}" \
+  --target "x86_64-unknown-linux-gnu.$glibc"
+cp "$target_dir/x86_64-unknown-linux-gnu/$profile/ctx" "$dist/ctx"
 bin_secs=$((SECONDS - start))
 
 (cd "$dist" && sha256sum -- *.whl ctx >SHA256SUMS)
