@@ -6,6 +6,11 @@
 #
 #   bash scripts/python-tests.sh [PYTEST ARGS...]
 #   bash scripts/python-tests.sh install   # the virtualenv only
+#   bash scripts/python-tests.sh lint      # fmt and clippy of python/ only
+#
+# CI runs `lint` here and the suite against the wheel, installed
+# (scripts/release.sh, scripts/installed-tests.sh); this script's build is
+# the developer's loop (a dev build of the extension, no zig, no wheel).
 #
 # Also checks `cargo fmt` and `cargo clippy -D warnings` on python/ first.
 # A local-model test runs when the model is installed (LOCAL_LLM_DIR,
@@ -38,6 +43,9 @@ export PYO3_PYTHON="$venv/bin/python"
 cargo fmt --manifest-path python/Cargo.toml -- --check
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" \
   cargo clippy --manifest-path python/Cargo.toml --all-targets --locked -- -D warnings
+if [ "${1:-}" = "lint" ]; then
+  exit 0
+fi
 
 echo "python-tests: building the extension (cargo profile $profile)" >&2
 PATH="$venv/bin:$PATH" \
