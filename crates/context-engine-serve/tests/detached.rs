@@ -220,14 +220,7 @@ async fn a_request_behind_a_held_session_waits_a_bounded_time_then_goes_unmanage
         }),
         "the resent request went upstream as the client sent it"
     );
-    let text = common::client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = common::metrics_text(addr).await;
     assert!(
         text.contains(
             r#"ctx_unmanaged_total{route="/v1/chat/completions",reason="session_busy"} 1"#

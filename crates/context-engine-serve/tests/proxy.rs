@@ -226,14 +226,7 @@ async fn other_paths_pass_through_and_headers_are_filtered() {
         .await
         .unwrap();
     assert_eq!(healthz.status(), 200);
-    let metrics = common::client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics_text(addr).await;
     assert!(
         metrics.contains("ctx_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1")
     );

@@ -495,22 +495,6 @@ fn replay_with_the_real_summarizer_gives_a_consistent_report() {
     );
 }
 
-/// A session of long user asks about one task, as chat messages.
-fn lexer_session(turns: usize) -> Vec<Value> {
-    let mut m = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        json!({"role": "user", "content": "Port the lexer in src/lex.rs to the new token type."}),
-    ];
-    for i in 0..turns {
-        let ask: String = (0..10)
-            .map(|j| format!("step {i}.{j}: check token kind {j} in src/lex.rs. "))
-            .collect();
-        m.push(json!({"role": "user", "content": ask}));
-        m.push(json!({"role": "assistant", "content": format!("Checked step {i}: kinds match.")}));
-    }
-    m
-}
-
 /// `ctx serve --summarizer upstream` in front of the real model: the
 /// background summary is asked of the agent's own upstream (the model
 /// answering its requests), the compaction carries it, and its tokens are

@@ -24,18 +24,7 @@ fn is_summary_call(body: &Value) -> bool {
 }
 
 fn history(turns: usize) -> Value {
-    let mut m = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        json!({"role": "user", "content": "Port the lexer in src/lex.rs to the new token type."}),
-    ];
-    for i in 0..turns {
-        let ask: String = (0..10)
-            .map(|j| format!("step {i}.{j}: check token kind {j} in src/lex.rs. "))
-            .collect();
-        m.push(json!({"role": "user", "content": ask}));
-        m.push(json!({"role": "assistant", "content": format!("Checked step {i}: kinds match.")}));
-    }
-    json!({"model": "agent-model", "messages": m})
+    json!({"model": "agent-model", "messages": common::lexer_session(turns)})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

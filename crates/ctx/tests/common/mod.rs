@@ -65,3 +65,21 @@ pub use context_engine_testkit::{
 pub fn corpus() -> Option<PathBuf> {
     corpus_dir()
 }
+
+/// A session of long user asks about one task (porting a lexer), as chat
+/// messages: `turns` asks of about 130 tokens, each answered.
+pub fn lexer_session(turns: usize) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut m = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Port the lexer in src/lex.rs to the new token type."}),
+    ];
+    for i in 0..turns {
+        let ask: String = (0..10)
+            .map(|j| format!("step {i}.{j}: check token kind {j} in src/lex.rs. "))
+            .collect();
+        m.push(json!({"role": "user", "content": ask}));
+        m.push(json!({"role": "assistant", "content": format!("Checked step {i}: kinds match.")}));
+    }
+    m
+}
