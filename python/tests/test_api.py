@@ -295,7 +295,7 @@ def test_tools_recall_a_digested_result():
     e = engine()
     msgs = tool_session(5)
     names = [t["function"]["name"] for t in e.get_tool_schemas()]
-    assert names == ["context_recall"]
+    assert names == ["context_recall", "context_status", "context_compact"]
     out = json.loads(e.handle_tool_call("context_recall", {"handle": "call_0"}, messages=msgs))
     assert json.dumps(out).find("function_0_3") >= 0
     unknown = json.loads(e.handle_tool_call("nope", {}))

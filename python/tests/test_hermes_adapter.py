@@ -32,7 +32,7 @@ def test_is_a_hermes_engine():
     assert isinstance(e, ContextEngine)
     assert e.name == "ctx"
     assert e.context_length == 64000 and e.threshold_tokens == 48000
-    assert [t["function"]["name"] for t in e.get_tool_schemas()] == ["context_recall"]
+    assert [t["function"]["name"] for t in e.get_tool_schemas()] == ["context_recall", "context_status", "context_compact"]
     status = e.get_status()
     for key in ("last_prompt_tokens", "threshold_tokens", "context_length", "usage_percent", "compression_count"):
         assert key in status

@@ -587,7 +587,12 @@ async fn engine_tools_are_resolved_in_the_proxy() {
         .collect();
     assert_eq!(
         names,
-        ["bash", "context_recall"],
+        [
+            "bash",
+            "context_recall",
+            "context_status",
+            "context_compact"
+        ],
         "the client's tools first, then the engine's"
     );
     let second = script.last_body();
@@ -727,7 +732,15 @@ async fn engine_tools_in_streams_are_held_from_the_call_and_resolved() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(offered, ["bash", "context_recall"]);
+    assert_eq!(
+        offered,
+        [
+            "bash",
+            "context_recall",
+            "context_status",
+            "context_compact"
+        ]
+    );
     let second = script.last_body();
     assert_eq!(second["stream"], true);
     let msgs = second["messages"].as_array().unwrap();

@@ -23,7 +23,8 @@ use context_engine_serve::{SessionContext, UpstreamSummarizer};
 use serde_json::{Value, json};
 
 use common::{
-    Reply, Script, completion, counter, metric, metrics_text, options, start_proxy, start_upstream,
+    Api, Reply, Script, completion, counter, metric, metrics_text, options, start_proxy,
+    start_upstream,
 };
 
 const WINDOW: u64 = 8_000;
@@ -52,88 +53,18 @@ fn context(counter: Arc<dyn TokenCounter>) -> SessionContext {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Api {
-    Chat,
-    Messages,
-    Responses,
-}
-
-impl Api {
-    fn path(self) -> &'static str {
-        match self {
-            Api::Chat => "/v1/chat/completions",
-            Api::Messages => "/v1/messages",
-            Api::Responses => "/v1/responses",
+/// A coding session of `turns` tool calls, a secret in the second result.
+fn session(api: Api, turns: usize) -> Value {
+    let output = |i: usize| -> String {
+        let mut body: String = (0..8)
+            .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
+            .collect();
+        if i == 1 {
+            body.push_str(&format!("aws_access_key_id = {SECRET}\n"));
         }
-    }
-
-    /// A client carrying only this API's credential (the kit's client
-    /// sends an `Authorization` of its own).
-    fn client(self) -> reqwest::Client {
-        match self {
-            Api::Messages => reqwest::Client::new(),
-            _ => common::client(),
-        }
-    }
-
-    fn credential(self) -> (&'static str, &'static str) {
-        match self {
-            Api::Messages => ("x-api-key", "sk-ant-client"),
-            _ => ("authorization", "Bearer sk-client"),
-        }
-    }
-
-    /// A coding session of `turns` tool calls in this API's shape.
-    fn request(self, turns: usize) -> Value {
-        let ask = "Fix the parser bug in src/parse.rs";
-        let output = |i: usize| -> String {
-            let mut body: String = (0..8)
-                .map(|j| format!("line {j} of file {i}: let x{j} = compute({j});\n"))
-                .collect();
-            if i == 1 {
-                body.push_str(&format!("aws_access_key_id = {SECRET}\n"));
-            }
-            body
-        };
-        let args = |i: usize| format!("{{\"cmd\":\"cat src/file{i}.rs\"}}");
-        match self {
-            Api::Chat => {
-                let mut m = vec![
-                    json!({"role": "system", "content": "You are a coding agent."}),
-                    json!({"role": "user", "content": ask}),
-                ];
-                for i in 0..turns {
-                    m.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"), "type": "function", "function": {"name": "bash", "arguments": args(i)}}]}));
-                    m.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": output(i)}));
-                }
-                json!({"model": "gpt-agent", "messages": m})
-            }
-            Api::Messages => {
-                let mut m = vec![json!({"role": "user", "content": ask})];
-                for i in 0..turns {
-                    m.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("toolu_{i}"), "name": "bash", "input": {"cmd": format!("cat src/file{i}.rs")}}]}));
-                    m.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": output(i)}]}));
-                }
-                json!({"model": "claude-agent", "max_tokens": 1024, "system": "You are a coding agent.", "messages": m})
-            }
-            Api::Responses => {
-                let mut m = vec![json!({"role": "user", "content": ask})];
-                for i in 0..turns {
-                    m.push(json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "bash", "arguments": args(i)}));
-                    m.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": output(i)}));
-                }
-                json!({"model": "gpt-agent", "instructions": "You are a coding agent.", "input": m})
-            }
-        }
-    }
-
-    fn model(self) -> &'static str {
-        match self {
-            Api::Messages => "claude-agent",
-            _ => "gpt-agent",
-        }
-    }
+        body
+    };
+    api.session(turns, output, false)
 }
 
 /// Whether `body` is a summary call, in any API.
@@ -170,46 +101,18 @@ fn answer_everything(script: &Script, counter: Arc<dyn TokenCounter>, fail: Opti
             return (200, reply);
         }
         let tokens = counter.count_text(&body.to_string()) as u64 * 9 / 10;
-        let reply = if body.get("input").is_some() {
-            json!({"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}], "usage": {"input_tokens": tokens, "output_tokens": 1}})
-        } else if body.get("max_tokens").is_some() && body.get("system").is_some() {
-            json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 1}})
-        } else {
-            completion(json!({"role": "assistant", "content": "ok"}), tokens, 1)
-        };
+        let reply = Api::of(body).text_reply("ok", (tokens, 1));
         (200, reply)
     };
     *script.otherwise.lock().unwrap() = Some(Reply::WithStatus(Arc::new(reply)));
 }
 
 async fn post(addr: std::net::SocketAddr, api: Api, body: &Value, session: &str) -> u16 {
-    let (name, value) = api.credential();
-    let r = api
-        .client()
-        .post(format!("http://{addr}{}", api.path()))
-        .header("content-type", "application/json")
-        .header("x-ctx-session", session)
-        .header(name, value)
-        .body(serde_json::to_vec(body).unwrap())
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    r.bytes().await.unwrap();
-    status
+    api.send(addr, body, session).await.0
 }
 
 async fn stats(addr: std::net::SocketAddr, api: Api, id: &str) -> Value {
-    let (name, value) = api.credential();
-    let r = api
-        .client()
-        .get(format!("http://{addr}/ctx/sessions/{id}"))
-        .header(name, value)
-        .send()
-        .await
-        .unwrap();
-    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
-    v["stats"].clone()
+    api.stats(addr, id).await
 }
 
 /// Drives a session of `api` past the watermark, waits for the summary
@@ -223,7 +126,7 @@ async fn drive(
 ) -> (Vec<String>, Vec<common::Received>) {
     let mut waited = false;
     for turns in (2..60).step_by(2) {
-        assert_eq!(post(addr, api, &api.request(turns), id).await, 200);
+        assert_eq!(post(addr, api, &session(api, turns), id).await, 200);
         if !waited && stats(addr, api, id).await["background_started"] == 1 {
             // The summary call is answered at once: wait until it has
             // been counted (its result goes to the session right after),

@@ -23,6 +23,8 @@
 //! and `expect` denials are for production paths).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "serve")]
+pub mod api;
 pub mod postgres;
 pub mod prereq;
 #[cfg(feature = "serve")]

@@ -33,6 +33,7 @@ pub mod builder;
 mod chain;
 pub mod compressor;
 pub mod config;
+pub mod control;
 pub mod digest;
 mod duration_ms;
 pub mod engine;

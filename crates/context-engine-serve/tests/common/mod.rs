@@ -3,6 +3,7 @@
 //! upstreams, a proxy in process), re-exported under one name.
 #![allow(unused_imports)]
 
+pub use context_engine_testkit::api::Api;
 pub use context_engine_testkit::proxy::*;
 pub use context_engine_testkit::upstream::*;
 pub use context_engine_testkit::{

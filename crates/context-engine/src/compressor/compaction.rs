@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::control::CompactionNote;
 use crate::digest::{ToolChannel, summarizer_input};
 use crate::engine::{
     Compaction, CompressRequest, EngineError, SummarySource, ledger_ceiling, prefix_key,
@@ -33,6 +34,17 @@ impl Compressor {
     /// [`plan`](Self::plan), with the tail `tail` asks for (deeper on
     /// thrash, the last group in the escalation's second step).
     fn plan_with(&self, messages: &[Message], tail: plan::Tail) -> Result<Plan, NothingToCut> {
+        self.plan_against(messages, tail, self.state.threshold_tokens)
+    }
+
+    /// [`plan_with`](Self::plan_with) with the tail's budget a share of
+    /// `basis` tokens instead of the threshold's.
+    fn plan_against(
+        &self,
+        messages: &[Message],
+        tail: plan::Tail,
+        basis: u64,
+    ) -> Result<Plan, NothingToCut> {
         // The state's protections win: hosts adjust them there.
         let options = CompressorOptions {
             protect_first_n: self.state.protect_first_n,
@@ -42,7 +54,7 @@ impl Compressor {
         plan::plan(
             messages,
             &options,
-            self.state.threshold_tokens,
+            basis,
             self.state.compression_count,
             self.counter.as_ref(),
             tail,
@@ -97,18 +109,29 @@ impl Compressor {
     /// when what it keeps and the summary's target would exceed the budget
     /// even with the tail's large results digested (decided before the
     /// summarizer runs: one call; the step goes to `escalation`).
+    ///
+    /// A forced compaction (manual, or asked by the agent) of a history
+    /// under the threshold keeps the tail's share of the history there
+    /// (`tail_ratio` of `tokens`), not of the threshold, which would keep
+    /// all of it.
     fn plan_for(
         &self,
         messages: &[Message],
+        tokens: u64,
+        forced: bool,
         escalation: &mut Vec<FitStep>,
     ) -> Result<Plan, NothingToCut> {
-        let mut plan = self.plan(messages)?;
+        let threshold = self.state.threshold_tokens;
+        let mut plan = if forced && tokens < threshold {
+            self.plan_against(messages, plan::Tail::Normal, tokens)?
+        } else {
+            self.plan(messages)?
+        };
         // Thrash (compacting again within a few calls): aim deeper, half
         // the tail's budget, so the next calls have room.
         if self.thrash().is_some() {
             self.shrink_tail(messages, &mut plan, plan::Tail::Deep, escalation);
         }
-        let threshold = self.state.threshold_tokens;
         if threshold > 0 && self.kept_estimate(messages, &plan) > threshold {
             let profile = self.options.profile;
             let system_note = !self.options.schedule.enabled;
@@ -249,8 +272,17 @@ impl Compressor {
     /// The summary prepared in the background, if it belongs to a prefix
     /// of `messages` (same messages up to its cut, no compaction since)
     /// whose cut is still safe; a stale one is dropped.
-    fn take_prepared(&mut self, messages: &[Message]) -> Option<Ready> {
+    /// One written without the request's focus (or with another) is
+    /// stale too.
+    fn take_prepared(&mut self, messages: &[Message], request: &CompressRequest) -> Option<Ready> {
         let ready = self.prepared.take()?;
+        let focus = request
+            .focus_topic
+            .as_deref()
+            .map(|f| self.egress.string(f));
+        if ready.inputs.focus != focus {
+            return None;
+        }
         let (head_end, tail_start) = (ready.plan.head_end, ready.plan.tail_start);
         if tail_start >= messages.len()
             || prefix_key(&messages[..tail_start], self.state.compression_count) != ready.key
@@ -323,7 +355,52 @@ impl Compressor {
         self.last_report = Some(report);
     }
 
+    /// One compaction, with the agent's ask applied when there is one
+    /// (forced, its focus): the ask ends with a compaction, or when there
+    /// is nothing to compact; each compaction is noted for
+    /// `context_status`.
     pub(super) fn compress_inner(
+        &mut self,
+        messages: &[Message],
+        request: &CompressRequest,
+    ) -> Result<Compaction, EngineError> {
+        let asked = self.asked_request(request);
+        let by_agent = asked.is_some();
+        let request = asked.as_ref().unwrap_or(request);
+        let result = self.compress_once(messages, request);
+        match &result {
+            Ok(compaction) => {
+                self.asked = None;
+                let report = &compaction.report;
+                let archived = report.summarized.filter(|_| request.archive).map(|span| {
+                    let replaced: Vec<Message> = (span.start..span.end)
+                        .filter(|&i| Some(i) != report.pinned)
+                        .filter_map(|i| messages.get(i).cloned())
+                        .collect();
+                    crate::store::span_handle(&replaced)
+                });
+                let note = CompactionNote {
+                    number: self.state.compression_count,
+                    messages_summarized: report.summarized_messages,
+                    tokens_before: report.tokens_before,
+                    tokens_after: report.tokens_after,
+                    summarizer: report.summarizer.clone(),
+                    focus: request
+                        .focus_topic
+                        .as_deref()
+                        .map(|f| self.egress.string(f)),
+                    archived,
+                    asked_by_agent: by_agent,
+                };
+                self.note_compaction(note);
+            }
+            Err(EngineError::NothingToCompress { .. }) => self.asked = None,
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn compress_once(
         &mut self,
         messages: &[Message],
         request: &CompressRequest,
@@ -347,7 +424,7 @@ impl Compressor {
         }
         // A summary prepared in the background for a prefix of this
         // history: its cut stands, everything after it stays verbatim.
-        let ready = self.take_prepared(messages);
+        let ready = self.take_prepared(messages, request);
         if ready.is_none() && request.summary == SummarySource::Prepared {
             self.finish(CompactionReport {
                 reason: Some("the background summary is not ready".into()),
@@ -360,7 +437,7 @@ impl Compressor {
         let mut escalation: Vec<FitStep> = Vec::new();
         let plan = match &ready {
             Some(r) => r.plan.clone(),
-            None => match self.plan_for(messages, &mut escalation) {
+            None => match self.plan_for(messages, tokens_before, request.force, &mut escalation) {
                 Ok(plan) => plan,
                 Err(why) => {
                     let why = why.to_string();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::control::{self, COMPACT_TOOL, CompactionAsk, CompactionNote, STATUS_TOOL};
 use crate::digest::stable_len;
 use crate::engine::{
     Compaction, CompressDecision, CompressRequest, ContextEngine, EngineError, EngineState,
@@ -40,6 +41,12 @@ struct Persisted {
     /// growth per call): a restarted host decides as the first one would.
     #[serde(default)]
     schedule: ScheduleState,
+    /// A compaction the agent asked for and no request made yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    asked: Option<CompactionAsk>,
+    /// The newest compactions, for `context_status`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<CompactionNote>,
 }
 
 impl ContextEngine for Compressor {
@@ -81,6 +88,9 @@ impl ContextEngine for Compressor {
     }
 
     fn should_compress_info(&self, prompt_tokens: Option<u64>) -> CompressDecision {
+        if self.asked.is_some() {
+            return CompressDecision::plain(true);
+        }
         if !self.state.exceeds_threshold(prompt_tokens) {
             return CompressDecision::plain(false);
         }
@@ -117,7 +127,8 @@ impl ContextEngine for Compressor {
         }
         let plan = self.plan(messages).ok()?;
         let key = prefix_key(&messages[..plan.tail_start], self.state.compression_count);
-        let inputs = self.span_inputs(messages, &plan, request);
+        let asked = self.asked_request(request);
+        let inputs = self.span_inputs(messages, &plan, asked.as_ref().unwrap_or(request));
         let summarizer = Arc::clone(&self.primary);
         let count = plan.middle().count();
         Some(SummaryJob::new(key, count, move || {
@@ -139,6 +150,10 @@ impl ContextEngine for Compressor {
         if let Some(ready) = summary.into_payload::<Ready>() {
             self.prepared = Some(*ready);
         }
+    }
+
+    fn compaction_requested(&self) -> bool {
+        self.asked.is_some()
     }
 
     fn prune_tool_results_only<'a>(
@@ -214,6 +229,9 @@ impl ContextEngine for Compressor {
     }
 
     fn should_compress_preflight_counted(&self, messages: &[Message], rough: u64) -> bool {
+        if self.asked.is_some() {
+            return true;
+        }
         let due = self.state.exceeds_threshold(Some(rough))
             && !self.should_defer_preflight_to_real_usage(rough);
         (due || self.early_compaction_pays(messages, rough)) && self.block_reason().is_none()
@@ -223,6 +241,9 @@ impl ContextEngine for Compressor {
     /// under the threshold and the estimate grew by at most max(4096, 5% of
     /// the threshold) since.
     fn should_defer_preflight_to_real_usage(&self, rough_tokens: u64) -> bool {
+        if self.asked.is_some() {
+            return false;
+        }
         match self.state.last_prompt_tokens {
             PromptTokens::AwaitingRealUsage => true,
             PromptTokens::Known(last) => {
@@ -256,15 +277,22 @@ impl ContextEngine for Compressor {
         self.last_report = None;
         self.prepared = None;
         self.scheduler.reset();
+        self.asked = None;
+        self.notes.clear();
     }
 
     fn tool_schemas(&self) -> Vec<Value> {
-        vec![recall_tool_schema()]
+        let mut tools = vec![recall_tool_schema()];
+        tools.extend(control::tool_schemas());
+        tools
     }
 
     fn handle_tool_call(&mut self, name: &str, args: &Value, ctx: &ToolCallContext<'_>) -> String {
-        if name != RECALL_TOOL {
-            return unknown_tool(name);
+        match name {
+            STATUS_TOOL => return self.status_answer(ctx),
+            COMPACT_TOOL => return self.ask_compaction(args),
+            RECALL_TOOL => {}
+            _ => return unknown_tool(name),
         }
         match ctx.messages {
             Some(messages) => handle_recall_call(messages, args),
@@ -291,6 +319,8 @@ impl ContextEngine for Compressor {
             seen_real_usage: self.seen_real_usage,
             calls_since_compaction: self.calls_since_compaction,
             schedule: self.scheduler.state().clone(),
+            asked: self.asked.clone(),
+            notes: self.notes.clone(),
         };
         json!({ "state": self.state, "compressor": own })
     }
@@ -319,6 +349,8 @@ impl ContextEngine for Compressor {
         self.seen_real_usage = own.seen_real_usage;
         self.calls_since_compaction = own.calls_since_compaction;
         self.scheduler.restore(own.schedule);
+        self.asked = own.asked;
+        self.notes = own.notes;
         Ok(())
     }
 
@@ -337,6 +369,9 @@ impl ContextEngine for Compressor {
         status
             .extra
             .insert("ineffective_streak".into(), json!(self.ineffective_streak));
+        if let Some(ask) = &self.asked {
+            status.extra.insert("compaction_asked".into(), json!(ask));
+        }
         status
             .extra
             .insert("schedule".into(), json!(self.scheduler.state()));
@@ -349,5 +384,55 @@ impl ContextEngine for Compressor {
 
     fn set_call_time(&mut self, at: Option<f64>) {
         self.call_time = at;
+    }
+}
+
+impl Compressor {
+    /// `context_status`: the budget as this engine sees it; the request's
+    /// tokens are the host's count of the request it prepared when it
+    /// passes one, else the provider's count of the last call.
+    fn status_answer(&self, ctx: &ToolCallContext<'_>) -> String {
+        let request_tokens =
+            ctx.request_tokens
+                .map(|t| (t, "request"))
+                .or(match self.state.last_prompt_tokens {
+                    PromptTokens::Known(t) if self.seen_real_usage => Some((t, "provider usage")),
+                    _ => None,
+                });
+        control::status_answer(&control::Budget {
+            context_length: self.state.context_length,
+            threshold_tokens: self.state.threshold_tokens,
+            request_tokens,
+            compactions: self.state.compression_count,
+            notes: &self.notes,
+            pending: self.asked.as_ref(),
+            blocked: self.block_reason().map(|r| r.to_string()),
+            tool_rules: json!([]),
+        })
+    }
+
+    /// `context_compact`: records the ask; the next preflight compacts.
+    fn ask_compaction(&mut self, args: &Value) -> String {
+        match control::compact_ask(args) {
+            Ok(ask) => {
+                let answer = control::compact_answer(&ask, None);
+                self.asked = Some(ask);
+                answer
+            }
+            Err(e) => json!({ "error": e }).to_string(),
+        }
+    }
+
+    /// `request` with the agent's ask applied (forced, its focus unless
+    /// the host named one), when there is an ask.
+    pub(super) fn asked_request(&self, request: &CompressRequest) -> Option<CompressRequest> {
+        let ask = self.asked.as_ref()?;
+        let mut asked = request.clone().with_force(true);
+        if asked.focus_topic.is_none()
+            && let Some(focus) = &ask.focus
+        {
+            asked = asked.with_focus_topic(focus);
+        }
+        Some(asked)
     }
 }

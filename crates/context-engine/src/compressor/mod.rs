@@ -21,6 +21,7 @@ mod plan;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::control::{CompactionAsk, CompactionNote, LISTED_COMPACTIONS};
 use crate::engine::{BlockReason, EngineState};
 use crate::redact::{Egress, Redactor};
 use crate::schedule::{ScheduleState, Scheduler};
@@ -88,6 +89,13 @@ pub struct Compressor {
     /// preflight that follows it in the same call may compact from the
     /// cold floor. Set by every view.
     cold_call: bool,
+    /// A compaction the agent asked for ([`crate::control`]'s
+    /// `context_compact`): the next preflight compacts, forced, with its
+    /// focus.
+    asked: Option<CompactionAsk>,
+    /// The newest compactions, for `context_status` (at most
+    /// [`LISTED_COMPACTIONS`]).
+    notes: Vec<CompactionNote>,
 }
 
 impl std::fmt::Debug for Compressor {
@@ -140,6 +148,8 @@ impl Compressor {
             wall_clock: None,
             cold_call: false,
             scheduler,
+            asked: None,
+            notes: Vec::new(),
         }
     }
 
@@ -214,6 +224,11 @@ impl Compressor {
 
     /// Why an unforced compaction would be declined now, if it would.
     pub fn block_reason(&self) -> Option<BlockReason> {
+        if self.asked.is_some() {
+            // The agent asked (`context_compact`): as a manual compaction,
+            // no cooldown or ineffectiveness holds it back.
+            return None;
+        }
         if let Some(seconds_left) = self.cooldown_seconds_left() {
             return Some(BlockReason::Cooldown { seconds_left });
         }
@@ -222,6 +237,28 @@ impl Compressor {
             attempts,
             last_savings_percent: self.last_savings_percent,
         })
+    }
+}
+
+impl Compressor {
+    /// A compaction the agent asked for, pending until the next one.
+    pub fn compaction_ask(&self) -> Option<&CompactionAsk> {
+        self.asked.as_ref()
+    }
+
+    /// The newest compactions, oldest first (at most
+    /// [`LISTED_COMPACTIONS`]).
+    pub fn compaction_notes(&self) -> &[CompactionNote] {
+        &self.notes
+    }
+
+    /// Records a compaction for `context_status`.
+    fn note_compaction(&mut self, note: CompactionNote) {
+        self.notes.push(note);
+        if self.notes.len() > LISTED_COMPACTIONS {
+            let extra = self.notes.len() - LISTED_COMPACTIONS;
+            self.notes.drain(..extra);
+        }
     }
 }
 

@@ -132,6 +132,14 @@ pub trait ContextEngine: Send {
         let _ = summary;
     }
 
+    /// Whether the agent asked for a compaction (the `context_compact`
+    /// tool) that no request has made yet: the host compacts before the
+    /// next request whatever its size, and prepares its summary in the
+    /// background without waiting for the watermark. Default: never.
+    fn compaction_requested(&self) -> bool {
+        false
+    }
+
     /// Deterministically trims old tool-result payloads without an LLM call.
     ///
     /// Runs on a cheap, cost-oriented trigger independent of

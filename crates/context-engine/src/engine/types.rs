@@ -357,12 +357,21 @@ impl fmt::Debug for ModelInfo {
 pub struct ToolCallContext<'a> {
     /// The live conversation, read-only.
     pub messages: Option<&'a [Message]>,
+    /// Tokens of the request the model answered with this call, by the
+    /// host's count (what `context_status` reports), when the host knows.
+    pub request_tokens: Option<u64>,
 }
 
 impl<'a> ToolCallContext<'a> {
     /// Sets [`messages`](Self::messages).
     pub fn with_messages(mut self, messages: &'a [Message]) -> ToolCallContext<'a> {
         self.messages = Some(messages);
+        self
+    }
+
+    /// Sets [`request_tokens`](Self::request_tokens).
+    pub fn with_request_tokens(mut self, tokens: u64) -> ToolCallContext<'a> {
+        self.request_tokens = Some(tokens);
         self
     }
 }

@@ -25,6 +25,11 @@ impl Session {
         request: CompressRequest,
         update: &mut Update,
     ) {
+        let trigger = if trigger != Trigger::Manual && self.engine.compaction_requested() {
+            Trigger::Agent
+        } else {
+            trigger
+        };
         let started = Instant::now();
         let mut current: Option<Vec<Message>> = None;
         let mut current_tokens = tokens;
@@ -196,11 +201,11 @@ impl Session {
                 kind: NoticeKind::Manual,
                 text,
             }),
-            Trigger::Preflight | Trigger::PostTool => {
-                let phase = if trigger == Trigger::Preflight {
-                    CompactionPhase::Preflight
-                } else {
+            Trigger::Preflight | Trigger::PostTool | Trigger::Agent => {
+                let phase = if trigger == Trigger::PostTool {
                     CompactionPhase::Compress
+                } else {
+                    CompactionPhase::Preflight
                 };
                 let mut context = CompactionStatusContext::default().with_approx_tokens(tokens);
                 let threshold = self.engine.state().threshold_tokens;
@@ -290,6 +295,7 @@ fn trigger_name(trigger: Trigger) -> &'static str {
         Trigger::Preflight => "preflight",
         Trigger::PostTool => "post_tool",
         Trigger::Manual => "manual",
+        Trigger::Agent => "agent",
     }
 }
 

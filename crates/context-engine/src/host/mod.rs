@@ -254,10 +254,15 @@ impl Session {
 
     /// The request of an automatic compaction: with background summaries,
     /// only a prepared summary (never a wait for the summary model).
+    /// An agent's ask (`context_compact`) is made on the next request, as
+    /// a manual compaction is: its summary is written then if none was
+    /// prepared.
     fn automatic_request(&self) -> CompressRequest {
         match self.options.summary_watermark {
-            Some(_) => CompressRequest::new().with_summary(SummarySource::Prepared),
-            None => CompressRequest::new(),
+            Some(_) if !self.engine.compaction_requested() => {
+                CompressRequest::new().with_summary(SummarySource::Prepared)
+            }
+            _ => CompressRequest::new(),
         }
     }
 
@@ -273,7 +278,9 @@ impl Session {
     pub fn summary_job(&mut self, history: &[Message]) -> Option<SummaryJob> {
         let watermark = self.options.summary_watermark?;
         let threshold = self.engine.state().threshold_tokens;
-        if self.awaiting_usage || !summary_due(self.last_request_tokens, threshold, watermark) {
+        let due = summary_due(self.last_request_tokens, threshold, watermark)
+            || self.engine.compaction_requested();
+        if self.awaiting_usage || !due {
             return None;
         }
         let request = CompressRequest::new().with_archive(self.store.is_some());
@@ -373,7 +380,10 @@ impl Session {
             let sources = Sources::history(history).with_store(store.as_ref(), &self.id);
             return Some(recall::handle_tool_call(name, &args, sources));
         }
-        let ctx = ToolCallContext::default().with_messages(history);
+        let mut ctx = ToolCallContext::default().with_messages(history);
+        if self.last_request_tokens > 0 {
+            ctx = ctx.with_request_tokens(self.last_request_tokens);
+        }
         Some(self.engine.handle_tool_call(name, &args, &ctx))
     }
 

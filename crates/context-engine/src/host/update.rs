@@ -80,6 +80,9 @@ pub enum Trigger {
     PostTool,
     /// A manual `/compress`.
     Manual,
+    /// The agent asked, through the `context_compact` tool (see
+    /// [`crate::control`]); made at the next check, whatever the size.
+    Agent,
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -14,7 +14,7 @@ use crate::message::Message;
 pub struct ArchivedCompaction {
     /// Position among the session's compactions, from 1.
     pub seq: u64,
-    /// What set it off (`preflight`, `post_tool`, `manual`, `cli`).
+    /// What set it off (`preflight`, `post_tool`, `manual`, `agent`, `cli`).
     pub trigger: String,
     /// The summarizer whose text went in, when the engine says.
     pub summarizer: Option<String>,

@@ -245,7 +245,7 @@ pub struct CompactionRecord {
     pub seq: u64,
     /// When, in milliseconds since the Unix epoch.
     pub created_ms: u64,
-    /// What set it off (`preflight`, `post_tool`, `manual`, `cli`).
+    /// What set it off (`preflight`, `post_tool`, `manual`, `agent`, `cli`).
     pub trigger: String,
     /// The engine.
     pub engine: String,

@@ -54,6 +54,12 @@ pub const SEARCH_TOOL: &str = "context_search";
 /// counts name it.
 pub const EXPAND_TOOL: &str = "context_expand";
 
+/// The name of the tool that reports the agent's context budget.
+pub const STATUS_TOOL: &str = "context_status";
+
+/// The name of the tool through which the agent asks for a compaction.
+pub const COMPACT_TOOL: &str = "context_compact";
+
 /// The ellipsis that marks a clipped writ, error line or note.
 pub(crate) const ELLIPSIS: &str = "…";
 

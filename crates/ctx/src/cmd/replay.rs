@@ -420,6 +420,7 @@ fn compaction_lines(r: &ReplayReport) -> Vec<String> {
                 Trigger::Preflight => "before",
                 Trigger::PostTool => "after tools, before",
                 Trigger::Manual => "manual, before",
+                Trigger::Agent => "asked by the agent, before",
             };
             let cold = if c.cache_expired {
                 ", cache expired"
