@@ -356,8 +356,9 @@ impl Compressor {
     }
 
     /// One compaction, with the agent's ask applied when there is one
-    /// (forced, its focus): the ask ends with a compaction, or when there
-    /// is nothing to compact; each compaction is noted for
+    /// (forced, its focus): the ask ends with the attempt (a compaction or
+    /// its failure), unless the summary is still being prepared; each
+    /// compaction is noted for
     /// `context_status`.
     pub(super) fn compress_inner(
         &mut self,
@@ -394,8 +395,11 @@ impl Compressor {
                 };
                 self.note_compaction(note);
             }
-            Err(EngineError::NothingToCompress { .. }) => self.asked = None,
-            Err(_) => {}
+            // Waiting for a summary prepared in the background: the ask
+            // stands. Any other failure ends it (said in the report), so a
+            // compaction that cannot succeed is not retried on every call.
+            Err(EngineError::SummaryNotReady { .. }) => {}
+            Err(_) => self.asked = None,
         }
         result
     }

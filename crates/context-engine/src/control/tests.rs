@@ -271,4 +271,15 @@ mod through_the_engine {
         assert_eq!(engine.compaction_notes().len(), 1);
         assert!(engine.compaction_notes()[0].asked_by_agent);
     }
+
+    #[test]
+    fn an_ask_that_cannot_be_met_ends_and_is_not_retried() {
+        let counter = counter();
+        let mut engine = Compressor::new(Arc::clone(&counter), 64_000);
+        engine.handle_tool_call("context_compact", &json!({}), &ToolCallContext::default());
+        let short = history(0);
+        assert!(engine.compress(&short, &CompressRequest::new()).is_err());
+        assert!(!engine.compaction_requested(), "the ask ended");
+        assert!(!engine.should_compress(Some(10)));
+    }
 }
