@@ -411,10 +411,14 @@ impl Compressor {
         })
     }
 
-    /// `context_compact`: records the ask; the next preflight compacts.
+    /// `context_compact`: records the ask, its focus redacted; the next
+    /// preflight compacts.
     fn ask_compaction(&mut self, args: &Value) -> String {
         match control::compact_ask(args) {
-            Ok(ask) => {
+            Ok(mut ask) => {
+                // Kept in the engine's state (and so in a store): redacted
+                // now, as the summarizer would receive it.
+                ask.focus = ask.focus.map(|f| self.egress.string(&f));
                 let answer = control::compact_answer(&ask, None);
                 self.asked = Some(ask);
                 answer

@@ -282,4 +282,19 @@ mod through_the_engine {
         assert!(!engine.compaction_requested(), "the ask ended");
         assert!(!engine.should_compress(Some(10)));
     }
+
+    #[test]
+    fn a_secret_in_the_focus_is_redacted_before_it_is_kept() {
+        let mut engine = Compressor::new(counter(), 64_000);
+        let answer = engine.handle_tool_call(
+            "context_compact",
+            &json!({"focus": "the key AKIAZ3MK5Q7R2XWPLB4N in config.py"}),
+            &ToolCallContext::default(),
+        );
+        let snapshot = engine.snapshot().to_string();
+        for text in [answer.as_str(), snapshot.as_str()] {
+            assert!(!text.contains("AKIAZ3MK5Q7R2XWPLB4N"), "{text}");
+            assert!(text.contains("config.py"), "{text}");
+        }
+    }
 }
