@@ -414,6 +414,18 @@ impl Compressor {
     /// `context_compact`: records the ask, its focus redacted; the next
     /// preflight compacts.
     fn ask_compaction(&mut self, args: &Value) -> String {
+        if self.calls_since_compaction == Some(0) {
+            // The request the model is answering was just compacted: an
+            // ask now (a loop, or an instruction planted in a tool result)
+            // would compact again before anything new arrived.
+            return json!({
+                "error": format!(
+                    "{COMPACT_TOOL}: the context was compacted for this very request; ask again \
+                     after the next turn if it is still needed"
+                )
+            })
+            .to_string();
+        }
         match control::compact_ask(args) {
             Ok(mut ask) => {
                 // Kept in the engine's state (and so in a store): redacted

@@ -190,6 +190,18 @@ mod through_the_engine {
         assert!(summary.contains("Focus topic: module_3.py"), "{summary}");
         assert!(!s.engine().compaction_requested(), "the ask is spent");
 
+        // Asked again on the request just compacted: refused, so a loop
+        // (or an instruction planted in a tool result) cannot thrash.
+        let again = answer(&mut s, "context_compact", "{}", &new);
+        assert!(
+            again["error"]
+                .as_str()
+                .unwrap()
+                .contains("compacted for this very request"),
+            "{again}"
+        );
+        assert!(!s.engine().compaction_requested());
+
         let status = answer(&mut s, "context_status", "{}", &new);
         assert_eq!(status["compactions"], 1);
         let note = &status["recent_compactions"][0];
