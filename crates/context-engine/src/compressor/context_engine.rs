@@ -435,7 +435,7 @@ impl Compressor {
                 self.asked = Some(ask);
                 answer
             }
-            Err(e) => json!({ "error": e }).to_string(),
+            Err(e) => json!({ "error": e.to_string() }).to_string(),
         }
     }
 

@@ -134,37 +134,44 @@ pub fn is_tool(name: &str) -> bool {
     name == STATUS_TOOL || name == COMPACT_TOOL
 }
 
-/// The ask a [`COMPACT_TOOL`] call's `args` make, or the error to answer
-/// with: `focus` must be a string (blank means none) of at most
-/// [`MAX_FOCUS_CHARS`] characters; no other argument is taken.
-pub fn compact_ask(args: &Value) -> Result<CompactionAsk, String> {
+/// Why a [`COMPACT_TOOL`] call's arguments are refused (the text is the
+/// tool's answer, so it says what to send instead).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// The arguments are not a JSON object.
+    #[error("{COMPACT_TOOL}: arguments must be an object such as {{\"focus\": \"the parser\"}}")]
+    NotAnObject,
+    /// An argument other than `focus`.
+    #[error("{COMPACT_TOOL}: unknown argument `{0}`; the one argument is `focus` (optional text)")]
+    Unknown(String),
+    /// `focus` is not text.
+    #[error("{COMPACT_TOOL}: `focus` must be text, not {0}")]
+    FocusNotText(&'static str),
+    /// `focus` is too long.
+    #[error("{COMPACT_TOOL}: `focus` is {0} characters; at most {MAX_FOCUS_CHARS}")]
+    FocusTooLong(usize),
+}
+
+/// The ask a [`COMPACT_TOOL`] call's `args` make: `focus` must be a
+/// string (blank means none) of at most [`MAX_FOCUS_CHARS`] characters;
+/// no other argument is taken.
+pub fn compact_ask(args: &Value) -> Result<CompactionAsk, AskError> {
     let Some(object) = args.as_object() else {
-        return Err(format!(
-            "{COMPACT_TOOL}: arguments must be an object such as {{\"focus\": \"the parser\"}}"
-        ));
+        return Err(AskError::NotAnObject);
     };
     if let Some(other) = object.keys().find(|k| k.as_str() != "focus") {
-        return Err(format!(
-            "{COMPACT_TOOL}: unknown argument `{other}`; the one argument is `focus` (optional text)"
-        ));
+        return Err(AskError::Unknown(other.clone()));
     }
     let focus = match object.get("focus") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.trim()).filter(|s| !s.is_empty()),
-        Some(other) => {
-            return Err(format!(
-                "{COMPACT_TOOL}: `focus` must be text, not {}",
-                json_kind(other)
-            ));
-        }
+        Some(other) => return Err(AskError::FocusNotText(json_kind(other))),
     };
-    if let Some(f) = focus
-        && f.chars().count() > MAX_FOCUS_CHARS
-    {
-        return Err(format!(
-            "{COMPACT_TOOL}: `focus` is {} characters; at most {MAX_FOCUS_CHARS}",
-            f.chars().count()
-        ));
+    if let Some(f) = focus {
+        let chars = f.chars().count();
+        if chars > MAX_FOCUS_CHARS {
+            return Err(AskError::FocusTooLong(chars));
+        }
     }
     Ok(CompactionAsk {
         focus: focus.map(str::to_owned),

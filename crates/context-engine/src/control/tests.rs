@@ -11,14 +11,16 @@ fn a_focus_is_read_trimmed_and_blank_means_none() {
 
 #[test]
 fn bad_arguments_say_what_is_wrong() {
-    let e = compact_ask(&json!({"focus": 3})).unwrap_err();
+    let e = compact_ask(&json!({"focus": 3})).unwrap_err().to_string();
     assert!(e.contains("`focus` must be text, not a number"), "{e}");
-    let e = compact_ask(&json!({"topic": "x"})).unwrap_err();
+    let e = compact_ask(&json!({"topic": "x"})).unwrap_err().to_string();
     assert!(e.contains("unknown argument `topic`"), "{e}");
-    let e = compact_ask(&json!(["x"])).unwrap_err();
+    let e = compact_ask(&json!(["x"])).unwrap_err().to_string();
     assert!(e.contains("must be an object"), "{e}");
     let long = "x".repeat(MAX_FOCUS_CHARS + 1);
-    let e = compact_ask(&json!({ "focus": long })).unwrap_err();
+    let e = compact_ask(&json!({ "focus": long }))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("2001 characters; at most 2000"), "{e}");
 }
 
