@@ -431,7 +431,7 @@ impl Compressor {
                 // Kept in the engine's state (and so in a store): redacted
                 // now, as the summarizer would receive it.
                 ask.focus = ask.focus.map(|f| self.egress.string(&f));
-                let answer = control::compact_answer(&ask, None);
+                let answer = control::compact_answer(&ask);
                 self.asked = Some(ask);
                 answer
             }

@@ -178,16 +178,12 @@ pub fn compact_ask(args: &Value) -> Result<CompactionAsk, AskError> {
     })
 }
 
-/// The answer to a [`COMPACT_TOOL`] call once `ask` is recorded; `blocked`
-/// names a cooldown that delays it.
-pub fn compact_answer(ask: &CompactionAsk, blocked: Option<&str>) -> String {
-    let when = match blocked {
-        Some(why) => format!("as soon as compaction is allowed again ({why})"),
-        None => "before the next model call".to_owned(),
-    };
+/// The answer to a [`COMPACT_TOOL`] call once `ask` is recorded (an ask
+/// is forced: nothing holds it back).
+pub fn compact_answer(ask: &CompactionAsk) -> String {
     let mut answer = json!({
         "scheduled": true,
-        "when": when,
+        "when": "before the next model call",
         "note": "older turns become a summary; what they held stays recallable with \
                  context_recall / context_expand",
     });
